@@ -1,0 +1,47 @@
+"""tf_autopar: TensorFlow CPU thread settings planned from the host and the model.
+
+Public API (imports are lazy so `import tf_autopar` never imports TensorFlow):
+
+- detect_topology(root="/") -> Topology
+- plan(topology, profile=None, mode="latency", ...) -> ThreadPlan
+- analyze(obj) -> GraphProfile
+- enable(model=None, mode="latency", ...), disable(), status(), optimize(fn_or_model)
+- trace()
+"""
+from __future__ import annotations
+
+import importlib
+import logging
+from typing import Any
+
+__version__ = "0.1.0"
+
+logging.getLogger("tf_autopar").addHandler(logging.NullHandler())
+
+_EXPORTS = {
+    "detect_topology": "tf_autopar.topology",
+    "Topology": "tf_autopar.topology.model",
+    "plan": "tf_autopar.planning",
+    "baseline_plan": "tf_autopar.planning",
+    "ThreadPlan": "tf_autopar.planning.plan",
+    "analyze": "tf_autopar.graph",
+    "GraphProfile": "tf_autopar.graph.profile",
+    "enable": "tf_autopar.runtime",
+    "disable": "tf_autopar.runtime",
+    "status": "tf_autopar.runtime",
+    "optimize": "tf_autopar.runtime",
+    "trace": "tf_autopar.tracing",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tf_autopar' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -1,0 +1,35 @@
+"""The graph statistics the planner needs, as a plain record."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class GraphProfile:
+    """Shape of a model's graph reduced to its heavy operators (see docs in graph/width.py)."""
+
+    heavy_ops: int  # heavy operators in the graph (nested functions included)
+    depth: int  # longest chain of heavy ops ("maximum layers")
+    avg_width: int  # floor(heavy_ops / depth), the published guideline's p; 1 when there are no heavy ops
+    max_width: int  # most heavy ops that can run at once (estimate documented in width.py)
+    level_widths: tuple[int, ...] = ()  # heavy ops per level, level 1 first
+    op_types: dict[str, int] = field(default_factory=dict)  # histogram of every op type
+    heavy_op_types: dict[str, int] = field(default_factory=dict)
+    nodes: int = 0  # ops analysed, nested functions included
+    functions: int = 0  # nested function bodies descended into
+    training: bool = False  # the graph computes gradients
+    uses_tf_data: bool = False  # the graph iterates a tf.data dataset (then plan at least 2 inter-op threads)
+    source: str = ""  # what was analysed, for explanations
+    fingerprint: str = ""  # stable hash of the graph structure, for caches
+
+    @classmethod
+    def from_width(cls, width: int, source: str = "given width") -> "GraphProfile":
+        """A profile for a user who only knows the width."""
+        if width < 1:
+            raise ValueError(f"model width must be a positive integer, got {width}")
+        return cls(heavy_ops=width, depth=1, avg_width=width, max_width=width, level_widths=(width,), source=source)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
