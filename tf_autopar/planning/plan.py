@@ -2,12 +2,35 @@
 
 Methods that render the plan (explain, env, JSON, TF Serving flags, Python snippet)
 live here; computing it is planner.py's job.
+
+Instances: a plan with ``instances > 1`` (throughput mode) describes that many streams,
+each with ``inter_op`` x ``intra_op`` threads bound to ``cpus[i]``; run them as separate
+processes (the env / flags / snippet are per instance), or as separate sessions in one
+process (``config_proto_fields`` then asks for per-session pools).
 """
 from __future__ import annotations
 
 import dataclasses
+import json
+import shlex
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
+
+FORMATS = ("env", "json", "tfserving", "python", "text")
+
+# Plan field -> environment variable (kept in sync with user_settings.KNOBS).
+_ENV_OF = {
+    "inter_op": "TF_NUM_INTEROP_THREADS",
+    "intra_op": "TF_NUM_INTRAOP_THREADS",
+    "omp_threads": "OMP_NUM_THREADS",
+    "mkl_threads": "MKL_NUM_THREADS",
+    "kmp_blocktime": "KMP_BLOCKTIME",
+    "kmp_affinity": "KMP_AFFINITY",
+    "kmp_hw_subset": "KMP_HW_SUBSET",
+    "override_global_threadpool": "TF_OVERRIDE_GLOBAL_THREADPOOL",
+}
+
+_EXPLAIN_ORDER = ("instances", "inter_op", "intra_op", *list(_ENV_OF)[2:], "tf_data_threads", "cpus")
 
 
 @dataclass(frozen=True)
@@ -34,6 +57,210 @@ class ThreadPlan:
     settings: dict[str, Setting] = field(default_factory=dict)  # per knob: value, source, reason
     user_settings: dict[str, str] = field(default_factory=dict)  # explicit variables found and kept
     facts: tuple[str, ...] = ()  # the topology/profile facts the plan used, for explain()
+    # Optional additions (defaults keep older constructors valid):
+    mkl_threads: int | None = None  # MKL_NUM_THREADS when it differs from omp_threads; None = same
+    kmp_hw_subset: str | None = None  # only ever the user's value
+    override_global_threadpool: bool | None = None  # TF_OVERRIDE_GLOBAL_THREADPOOL; only the user's
+    runtime: str = "unknown"  # threading runtime planned for: "eigen" or "openmp"
+    usable_cpus: int = 0  # CPUs the plan keeps busy in total (all instances); 0 = not computed
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    # ---------------------------------------------------------------- serialisation
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "ThreadPlan":
+        """Rebuild a plan from ``to_dict()`` / parsed ``to_json()`` output."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ValueError(f"unknown ThreadPlan field(s): {', '.join(unknown)}")
+        missing = [n for n in ("name", "mode", "inter_op", "intra_op") if n not in d]
+        if missing:
+            raise ValueError(f"ThreadPlan data lacks required field(s): {', '.join(missing)}")
+        data = dict(d)
+        data["cpus"] = tuple(tuple(int(c) for c in group) for group in data.get("cpus", ()))
+        data["facts"] = tuple(data.get("facts", ()))
+        data["settings"] = {
+            k: v if isinstance(v, Setting) else Setting(**v) for k, v in dict(data.get("settings", {})).items()
+        }
+        data["user_settings"] = dict(data.get("user_settings", {}))
+        return cls(**data)
+
+    @classmethod
+    def from_json(cls, text: str) -> "ThreadPlan":
+        return cls.from_dict(json.loads(text))
+
+    # ---------------------------------------------------------------- applying
+
+    def to_env(self) -> dict[str, str]:
+        """Environment variables that apply this plan (per instance), set before TF starts.
+
+        The user's own variables are included verbatim, so applying a plan to the
+        environment it was planned from changes nothing the user set.
+        """
+        env: dict[str, str] = {}
+        if self.inter_op > 0:
+            env["TF_NUM_INTEROP_THREADS"] = str(self.inter_op)
+        if self.intra_op > 0:
+            env["TF_NUM_INTRAOP_THREADS"] = str(self.intra_op)
+        if self.omp_threads is not None:
+            env["OMP_NUM_THREADS"] = str(self.omp_threads)
+            mkl = self.mkl_threads if self.mkl_threads is not None else self.omp_threads
+            env["MKL_NUM_THREADS"] = str(mkl)
+            if self.kmp_blocktime is not None:
+                env["KMP_BLOCKTIME"] = str(self.kmp_blocktime)
+            if self.kmp_affinity is not None:
+                env["KMP_AFFINITY"] = self.kmp_affinity
+            if self.kmp_hw_subset is not None:
+                env["KMP_HW_SUBSET"] = self.kmp_hw_subset
+        if self.override_global_threadpool is not None:
+            env["TF_OVERRIDE_GLOBAL_THREADPOOL"] = "1" if self.override_global_threadpool else "0"
+        env.update(self.user_settings)
+        return env
+
+    def config_proto_fields(self) -> dict[str, Any]:
+        """``tf.compat.v1.ConfigProto`` fields for one instance (one session).
+
+        Several instances in one process need one inter-op pool each, hence
+        ``use_per_session_threads``; their intra-op pools are only per session when
+        TF_OVERRIDE_GLOBAL_THREADPOOL=1 is set before TensorFlow starts.
+        """
+        return {
+            "inter_op_parallelism_threads": self.inter_op,
+            "intra_op_parallelism_threads": self.intra_op,
+            "use_per_session_threads": self.instances > 1,
+        }
+
+    def tfserving_flags(self) -> list[str]:
+        """Flags for ONE TensorFlow Serving process serving all of this plan's instances.
+
+        Each of the ``instances`` concurrent batches needs its own inter-op threads, so the
+        server's inter-op pool is instances x inter_op. With the Eigen runtime the intra-op
+        pool is shared by every op, so it gets the cores of all instances; with OpenMP the
+        value is the team size of one op. Throughput plans add batching (see
+        batching_parameters()).
+        """
+        inter = self.inter_op * self.instances
+        intra = self.intra_op if self.runtime == "openmp" else self.intra_op * self.instances
+        flags = [
+            f"--tensorflow_intra_op_parallelism={intra}",
+            f"--tensorflow_inter_op_parallelism={inter}",
+        ]
+        if self.mode == "throughput":
+            flags += ["--enable_batching", "--batching_parameters_file=batching_parameters.txt"]
+        return flags
+
+    def batching_parameters(self, max_batch_size: int = 32, batch_timeout_micros: int = 1000) -> str:
+        """Contents of a TF Serving batching parameters file (text protobuf) for this plan.
+
+        Sizing rule: num_batch_threads = instances, so at most one batch per planned
+        stream runs at a time and the streams never oversubscribe the cores;
+        max_enqueued_batches = 2 x instances, so a burst waits at most about two batch
+        times before being rejected instead of queueing without bound;
+        max_batch_size and batch_timeout_micros are starting points to tune
+        (TF Serving's guide: a small timeout on CPUs, then 1-10 ms).
+        """
+        if max_batch_size < 1 or batch_timeout_micros < 0:
+            raise ValueError("max_batch_size must be >= 1 and batch_timeout_micros >= 0")
+        return (
+            f"max_batch_size {{ value: {max_batch_size} }}\n"
+            f"batch_timeout_micros {{ value: {batch_timeout_micros} }}\n"
+            f"num_batch_threads {{ value: {self.instances} }}\n"
+            f"max_enqueued_batches {{ value: {2 * self.instances} }}\n"
+        )
+
+    def python_snippet(self) -> str:
+        """Python to paste at the top of a program, before anything imports TensorFlow."""
+        lines = [f"# {self.name} thread plan ({self.mode} mode); run before TensorFlow starts.", "import os", ""]
+        for key, value in self.to_env().items():
+            lines.append(f"os.environ.setdefault({key!r}, {value!r})")
+        if self.instances == 1 and self.cpus:
+            lines.append(f"os.sched_setaffinity(0, {sorted(self.cpus[0])!r})")
+        elif self.instances > 1:
+            lines.append(f"# {self.instances} instances: start one process per instance, bound to its CPUs:")
+            for i, group in enumerate(self.cpus):
+                lines.append(f"#   instance {i}: os.sched_setaffinity(0, {sorted(group)!r})")
+        lines += ["", "import tensorflow as tf", ""]
+        # Read back from the environment so a variable set before this snippet still wins.
+        if self.inter_op > 0:
+            lines.append("tf.config.threading.set_inter_op_parallelism_threads(int(os.environ['TF_NUM_INTEROP_THREADS']))")
+        if self.intra_op > 0:
+            lines.append("tf.config.threading.set_intra_op_parallelism_threads(int(os.environ['TF_NUM_INTRAOP_THREADS']))")
+        if self.tf_data_threads is not None:
+            lines += [
+                "",
+                "# For each tf.data pipeline:",
+                "# options = tf.data.Options()",
+                f"# options.threading.private_threadpool_size = {self.tf_data_threads}",
+                "# dataset = dataset.with_options(options)",
+            ]
+        return "\n".join(lines) + "\n"
+
+    # ---------------------------------------------------------------- explaining
+
+    def explain(self) -> str:
+        """A few lines: the plan, the facts it rests on, why each number, what was kept."""
+        head = f"{self.name} plan, {self.mode} mode: inter_op={self.inter_op} intra_op={self.intra_op}"
+        if self.omp_threads is not None:
+            head += f" OMP/MKL={self.omp_threads}"
+            if self.mkl_threads is not None and self.mkl_threads != self.omp_threads:
+                head += f"/{self.mkl_threads}"
+        if self.instances > 1:
+            head += f", {self.instances} instances"
+        if self.cpus:
+            shown = " | ".join(format_cpus(group) for group in self.cpus[:4])
+            head += ", bound to CPUs " + shown + (" | ..." if len(self.cpus) > 4 else "")
+        lines = [head]
+        if self.facts:
+            lines.append("facts:")
+            lines += [f"  - {fact}" for fact in self.facts]
+        order = {knob: i for i, knob in enumerate(_EXPLAIN_ORDER)}
+        ordered = sorted(self.settings.items(), key=lambda item: order.get(item[0], len(order)))
+        reasons = [(k, s) for k, s in ordered if s.reason]
+        if reasons:
+            lines.append("why:")
+            lines += [f"  - {k} = {s.value} [{s.source}]: {s.reason}" for k, s in reasons]
+        if self.user_settings:
+            kept = ", ".join(f"{k}={v}" for k, v in self.user_settings.items())
+            lines.append(f"kept from your environment (never overridden): {kept}")
+        return "\n".join(lines)
+
+    def format(self, fmt: str = "text") -> str:
+        """Render as env lines, JSON, TF Serving flags, a Python snippet or explain() text."""
+        if fmt == "env":
+            return "".join(f"{k}={shlex.quote(v)}\n" for k, v in self.to_env().items())
+        if fmt == "json":
+            return self.to_json() + "\n"
+        if fmt == "tfserving":
+            text = " \\\n".join(self.tfserving_flags()) + "\n"
+            if self.mode == "throughput":
+                text += "# batching_parameters.txt:\n"
+                text += "".join(f"#   {line}\n" for line in self.batching_parameters().splitlines())
+            return text
+        if fmt == "python":
+            return self.python_snippet()
+        if fmt == "text":
+            return self.explain() + "\n"
+        raise ValueError(f"unknown format {fmt!r}; choose from {', '.join(FORMATS)}")
+
+
+def format_cpus(cpus: tuple[int, ...] | list[int]) -> str:
+    """Compact CPU list in the kernel's cpulist syntax: (0, 1, 2, 5) -> '0-2,5'."""
+    ids = sorted(set(cpus))
+    parts: list[str] = []
+    start = prev = None
+    for cpu in ids:
+        if prev is not None and cpu == prev + 1:
+            prev = cpu
+            continue
+        if start is not None:
+            parts.append(f"{start}-{prev}" if prev != start else f"{start}")
+        start = prev = cpu
+    if start is not None:
+        parts.append(f"{start}-{prev}" if prev != start else f"{start}")
+    return ",".join(parts)

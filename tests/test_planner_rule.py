@@ -1,0 +1,320 @@
+"""The planner against every fixture host x mode x width x runtime, with numbers worked out
+by hand from the rule (tf_autopar/planning/planner.py docstring). No TensorFlow.
+
+Rule recap used for the comments:
+- usable = physical cores in the budget (one CPU each); budget < cores takes whole cores
+  from one node first and binds to them.
+- p = width bounded by usable CPUs (p = 1 without a model).
+- eigen: intra = usable CPUs; openmp: intra = OMP = usable // inter.
+- latency keeps min(p, NUMA nodes) nodes (binding when cores are left out).
+- throughput: streams = usable // c (c = 1 for <= 8, 2 for <= 32, else 4), inter = min(p, c).
+- training: all sockets, tf_data pool = usable.
+"""
+from __future__ import annotations
+
+
+import pytest
+
+from tf_autopar.graph.profile import GraphProfile
+from tf_autopar.planning import MODES, plan
+from tf_autopar.planning.plan import format_cpus
+
+try:
+    from test_planner_hosts import hosts, make_topology
+except ImportError:  # tests/ imported as a package
+    from tests.test_planner_hosts import hosts, make_topology
+
+L, T, TR = "latency", "throughput", "training"
+BIG = 100  # a "large" width: more branches than any host has cores
+
+# (host, mode, width, (eigen inter, eigen intra), (openmp inter, openmp intra = OMP), instances, binding of
+#  instance 0 as a cpulist or None for no binding)
+EXPECTED = [
+    # --- skylake: 2 sockets x 12 cores x 2 threads, 1 NUMA node per socket; usable 24 physical cores.
+    # width 1 / no model: p = 1 < 2 sockets -> socket 0 only (12 cores, CPUs 0-11); eigen intra 12; openmp 12/1 = 12
+    ("skylake", L, None, (1, 12), (1, 12), 1, "0-11"),
+    ("skylake", L, 1, (1, 12), (1, 12), 1, "0-11"),
+    # width 2 >= 2 sockets: both sockets, 24 cores; eigen intra 24; openmp 24/2 = 12
+    ("skylake", L, 2, (2, 24), (2, 12), 1, None),
+    # width 3: 24 cores, openmp 24/3 = 8 (the paper's example shape)
+    ("skylake", L, 3, (3, 24), (3, 8), 1, None),
+    # width 100 bounded by 24 usable cores: inter 24; openmp 24/24 = 1
+    ("skylake", L, BIG, (24, 24), (24, 1), 1, None),
+    # throughput: 24 usable -> 2 cores per stream -> 12 streams; stream 0 = cores 0,1 (socket 0)
+    ("skylake", T, None, (1, 2), (1, 2), 12, "0-1"),
+    ("skylake", T, 1, (1, 2), (1, 2), 12, "0-1"),
+    ("skylake", T, 2, (2, 2), (2, 1), 12, "0-1"),  # inter min(2,2)=2; openmp 2/2 = 1
+    ("skylake", T, 3, (2, 2), (2, 1), 12, "0-1"),  # inter min(3,2)=2
+    ("skylake", T, BIG, (2, 2), (2, 1), 12, "0-1"),
+    # training: all 24 cores of both sockets
+    ("skylake", TR, None, (1, 24), (1, 24), 1, None),
+    ("skylake", TR, 1, (1, 24), (1, 24), 1, None),
+    ("skylake", TR, 2, (2, 24), (2, 12), 1, None),
+    ("skylake", TR, 3, (3, 24), (3, 8), 1, None),
+    ("skylake", TR, BIG, (24, 24), (24, 1), 1, None),
+    # --- epyc: 1 socket, 4 NUMA nodes x 16 cores, SMT 2; usable 64.
+    # latency keeps min(p, 4) nodes: width 1 -> node 0 (0-15), 2 -> 0-31, 3 -> 0-47, 100 -> all
+    ("epyc", L, None, (1, 16), (1, 16), 1, "0-15"),
+    ("epyc", L, 1, (1, 16), (1, 16), 1, "0-15"),
+    ("epyc", L, 2, (2, 32), (2, 16), 1, "0-31"),  # openmp 32/2
+    ("epyc", L, 3, (3, 48), (3, 16), 1, "0-47"),  # openmp 48/3
+    ("epyc", L, BIG, (64, 64), (64, 1), 1, None),
+    # throughput: 64 usable -> 4 per stream -> 16 streams (4 per node)
+    ("epyc", T, None, (1, 4), (1, 4), 16, "0-3"),
+    ("epyc", T, 1, (1, 4), (1, 4), 16, "0-3"),
+    ("epyc", T, 2, (2, 4), (2, 2), 16, "0-3"),
+    ("epyc", T, 3, (3, 4), (3, 1), 16, "0-3"),  # openmp 4 // 3 = 1
+    ("epyc", T, BIG, (4, 4), (4, 1), 16, "0-3"),  # inter min(100, 4) = 4
+    ("epyc", TR, None, (1, 64), (1, 64), 1, None),
+    ("epyc", TR, 1, (1, 64), (1, 64), 1, None),
+    ("epyc", TR, 2, (2, 64), (2, 32), 1, None),
+    ("epyc", TR, 3, (3, 64), (3, 21), 1, None),  # 64 // 3 = 21 (one core idle)
+    ("epyc", TR, BIG, (64, 64), (64, 1), 1, None),
+    # --- arm: 64 cores, no SMT, 1 node: latency never restricted
+    ("arm", L, None, (1, 64), (1, 64), 1, None),
+    ("arm", L, 1, (1, 64), (1, 64), 1, None),
+    ("arm", L, 2, (2, 64), (2, 32), 1, None),
+    ("arm", L, 3, (3, 64), (3, 21), 1, None),
+    ("arm", L, BIG, (64, 64), (64, 1), 1, None),
+    ("arm", T, None, (1, 4), (1, 4), 16, "0-3"),
+    ("arm", T, 1, (1, 4), (1, 4), 16, "0-3"),
+    ("arm", T, 2, (2, 4), (2, 2), 16, "0-3"),
+    ("arm", T, 3, (3, 4), (3, 1), 16, "0-3"),
+    ("arm", T, BIG, (4, 4), (4, 1), 16, "0-3"),
+    ("arm", TR, None, (1, 64), (1, 64), 1, None),
+    ("arm", TR, 1, (1, 64), (1, 64), 1, None),
+    ("arm", TR, 2, (2, 64), (2, 32), 1, None),
+    ("arm", TR, 3, (3, 64), (3, 21), 1, None),
+    ("arm", TR, BIG, (64, 64), (64, 1), 1, None),
+    # --- quota2.5: 2.5-CPU quota on a 2 x 16-core SMT host -> budget 2 -> cores 0,1 of socket 0, bound
+    ("quota2.5", L, None, (1, 2), (1, 2), 1, "0-1"),
+    ("quota2.5", L, 1, (1, 2), (1, 2), 1, "0-1"),
+    ("quota2.5", L, 2, (2, 2), (2, 1), 1, "0-1"),
+    ("quota2.5", L, 3, (2, 2), (2, 1), 1, "0-1"),  # width 3 bounded by 2 usable
+    ("quota2.5", L, BIG, (2, 2), (2, 1), 1, "0-1"),
+    # throughput: 2 usable -> 1 per stream -> 2 streams of 1x1: CPU 0 and CPU 1
+    ("quota2.5", T, None, (1, 1), (1, 1), 2, "0"),
+    ("quota2.5", T, 1, (1, 1), (1, 1), 2, "0"),
+    ("quota2.5", T, 3, (1, 1), (1, 1), 2, "0"),
+    ("quota2.5", T, BIG, (1, 1), (1, 1), 2, "0"),
+    ("quota2.5", TR, None, (1, 2), (1, 2), 1, "0-1"),
+    ("quota2.5", TR, 2, (2, 2), (2, 1), 1, "0-1"),
+    ("quota2.5", TR, 3, (2, 2), (2, 1), 1, "0-1"),
+    # --- cpuset4: CPUs 4,5,36,37 = 2 cores x 2 siblings: budget 4 but 2 physical cores usable;
+    # both cores used, so no binding needed
+    ("cpuset4", L, None, (1, 2), (1, 2), 1, None),
+    ("cpuset4", L, 1, (1, 2), (1, 2), 1, None),
+    ("cpuset4", L, 2, (2, 2), (2, 1), 1, None),
+    ("cpuset4", L, 3, (2, 2), (2, 1), 1, None),  # width 3 bounded by 2 usable cores
+    ("cpuset4", L, BIG, (2, 2), (2, 1), 1, None),
+    ("cpuset4", T, None, (1, 1), (1, 1), 2, "4"),  # 2 usable -> 2 streams of 1 core: CPU 4 and CPU 5
+    ("cpuset4", T, 2, (1, 1), (1, 1), 2, "4"),
+    ("cpuset4", T, BIG, (1, 1), (1, 1), 2, "4"),
+    ("cpuset4", TR, 1, (1, 2), (1, 2), 1, None),
+    ("cpuset4", TR, 3, (2, 2), (2, 1), 1, None),
+    # --- quota3v1: 8 cores x 2 SMT, cgroup v1 quota 3 CPUs -> cores 0-2 (one CPU each), bound
+    ("quota3v1", L, None, (1, 3), (1, 3), 1, "0-2"),
+    ("quota3v1", L, 1, (1, 3), (1, 3), 1, "0-2"),
+    ("quota3v1", L, 2, (2, 3), (2, 1), 1, "0-2"),  # openmp 3 // 2 = 1
+    ("quota3v1", L, 3, (3, 3), (3, 1), 1, "0-2"),
+    ("quota3v1", L, BIG, (3, 3), (3, 1), 1, "0-2"),
+    ("quota3v1", T, None, (1, 1), (1, 1), 3, "0"),
+    ("quota3v1", T, 3, (1, 1), (1, 1), 3, "0"),
+    ("quota3v1", TR, None, (1, 3), (1, 3), 1, "0-2"),
+    ("quota3v1", TR, 3, (3, 3), (3, 1), 1, "0-2"),
+    # --- this host: 2 cores, no SMT (REFERENCE sec 7: 2x2 default is best for one process)
+    ("this", L, None, (1, 2), (1, 2), 1, None),
+    ("this", L, 1, (1, 2), (1, 2), 1, None),
+    ("this", L, 2, (2, 2), (2, 1), 1, None),
+    ("this", L, 3, (2, 2), (2, 1), 1, None),
+    ("this", L, BIG, (2, 2), (2, 1), 1, None),
+    # two 1x1 streams (REFERENCE sec 7: about 1.2x the summed throughput of two default processes)
+    ("this", T, None, (1, 1), (1, 1), 2, "0"),
+    ("this", T, 2, (1, 1), (1, 1), 2, "0"),
+    ("this", TR, None, (1, 2), (1, 2), 1, None),
+    ("this", TR, 2, (2, 2), (2, 1), 1, None),
+    ("this", TR, BIG, (2, 2), (2, 1), 1, None),
+]
+
+USABLE = {"skylake": 24, "epyc": 64, "arm": 64, "quota2.5": 2, "cpuset4": 2, "quota3v1": 3, "this": 2}
+
+
+def _id(row):
+    return f"{row[0]}-{row[1]}-w{row[2]}"
+
+
+def test_every_host_and_mode_is_covered():
+    covered = {(row[0], row[1]) for row in EXPECTED}
+    assert covered == {(h, m) for h in hosts() for m in MODES}
+
+
+@pytest.mark.parametrize("row", EXPECTED, ids=_id)
+@pytest.mark.parametrize("runtime", ["eigen", "openmp"])
+def test_expected_numbers(row, runtime):
+    host, mode, width, eigen, openmp, instances, binding = row
+    p = plan(hosts(runtime)[host], mode=mode, width=width)
+    assert p.mode == mode and p.instances == instances and p.runtime == runtime
+    if runtime == "eigen":
+        assert (p.inter_op, p.intra_op) == eigen
+        assert p.omp_threads is None and p.kmp_blocktime is None and p.kmp_affinity is None
+    else:
+        assert (p.inter_op, p.intra_op, p.omp_threads) == (openmp[0], openmp[1], openmp[1])
+        assert p.kmp_blocktime == 1 and p.kmp_affinity == "granularity=fine,compact,1,0"
+    if binding is None:
+        assert p.cpus == ()
+    else:
+        assert format_cpus(p.cpus[0]) == binding
+    assert len(p.cpus) == (instances if binding is not None else 0)
+    if mode == "training":
+        assert p.tf_data_threads == USABLE[host]
+    else:
+        assert p.tf_data_threads is None
+
+
+def test_unknown_runtime_is_planned_as_eigen():
+    t = make_topology(1, 1, 8, 1, runtime="unknown")
+    p = plan(t, width=2)
+    assert (p.inter_op, p.intra_op, p.omp_threads, p.runtime) == (2, 8, None, "eigen")
+    assert "planned as Eigen" in p.explain()
+
+
+# ---------------------------------------------------------------- throughput layout
+
+
+def test_skylake_streams_stay_on_their_socket():
+    p = plan(hosts()["skylake"], mode="throughput", width=1)
+    # 12 streams of 2 cores: the first 6 on socket 0 (CPUs 0-11), the rest on socket 1 (12-23)
+    assert [format_cpus(c) for c in p.cpus] == [f"{i}-{i + 1}" for i in range(0, 24, 2)]
+    assert not any("cross" in f for f in p.facts)
+
+
+def test_epyc_streams_four_per_node():
+    p = plan(hosts()["epyc"], mode="throughput")
+    for i, group in enumerate(p.cpus):
+        assert {cpu // 16 for cpu in group} == {i // 4}  # node n holds cores 16n..16n+15
+
+
+def test_explicit_streams_two_on_skylake_one_per_socket():
+    p = plan(hosts("openmp")["skylake"], mode="throughput", width=3, streams=2)
+    # 24 / 2 = 12 cores per stream, one socket each; inter min(3, 12) = 3; openmp 12 // 3 = 4
+    assert [format_cpus(c) for c in p.cpus] == ["0-11", "12-23"]
+    assert (p.instances, p.inter_op, p.intra_op, p.omp_threads) == (2, 3, 4, 4)
+
+
+def test_explicit_streams_that_cannot_fit_a_node_cross_and_say_so():
+    p = plan(hosts()["epyc"], mode="throughput", streams=3)
+    # 64 // 3 = 21 cores per stream, 1 idle; nodes have 16 cores, so slices cross nodes
+    assert p.instances == 3 and [len(c) for c in p.cpus] == [21, 21, 21]
+    assert p.usable_cpus == 63
+    assert any("1 CPU(s) left idle" in f for f in p.facts)
+    assert any("cross a NUMA node" in f for f in p.facts)
+    assert len(set().union(*map(set, p.cpus))) == 63
+
+
+def test_streams_on_quota_host_are_the_budget_cores():
+    p = plan(hosts()["quota2.5"], mode="throughput")
+    assert p.cpus == ((0,), (1,))
+
+
+def test_cpuset_with_siblings_uses_physical_cores_unless_asked():
+    t = hosts()["cpuset4"]
+    p = plan(t, mode="throughput")
+    assert p.cpus == ((4,), (5,))  # 2 cores, one CPU each, though the budget is 4
+    h = plan(t, mode="throughput", use_hyperthreads=True)
+    # 4 logical CPUs -> 4 streams of 1; fill order keeps a core's siblings together
+    assert h.cpus == ((4,), (36,), (5,), (37,))
+    assert plan(t, width=2, use_hyperthreads=True).intra_op == 4
+
+
+# ---------------------------------------------------------------- hyperthreads
+
+
+def test_hyperthreads_counted_when_asked():
+    t = hosts()["skylake"]
+    p = plan(t, width=1, use_hyperthreads=True)
+    # 48 logical CPUs; width 1 -> socket 0 only: its 12 cores x 2 siblings = 24 CPUs (0-11, 24-35)
+    assert (p.inter_op, p.intra_op) == (1, 24)
+    assert format_cpus(p.cpus[0]) == "0-11,24-35"
+    assert "hyperthreads counted" in p.explain()
+    train = plan(t, mode="training", width=2, use_hyperthreads=True)
+    assert (train.inter_op, train.intra_op, train.cpus) == (2, 48, ())
+
+
+def test_physical_cores_only_by_default_and_says_why():
+    p = plan(hosts()["skylake"], mode="training")
+    assert p.intra_op == 24  # not 48
+    assert "hyperthreads help little" in p.explain()
+
+
+def test_budget_smaller_than_cores_takes_whole_cores_with_hyperthreads():
+    t = make_topology(2, 1, 4, 2, quota=3.0)  # 8 cores x 2; budget 3
+    p = plan(t, mode="training", use_hyperthreads=True)
+    # core 0 = CPUs (0, 8), core 1 = (1, 9): the first 3 in fill order are 0, 8, 1
+    assert p.cpus == ((0, 1, 8),) and p.intra_op == 3
+
+
+# ---------------------------------------------------------------- tf.data
+
+
+def test_tf_data_forces_two_inter_op_threads():
+    this = hosts()["this"]
+    p = plan(this, tf_data=True)  # no model: p would be 1
+    assert (p.inter_op, p.intra_op) == (2, 2)
+    assert "deadlock" in p.explain()
+    one_core = make_topology(1, 1, 1, 1, runtime="openmp")
+    q = plan(one_core, width=1, tf_data=True)  # even on 1 core
+    assert (q.inter_op, q.intra_op, q.omp_threads) == (2, 1, 1)
+
+
+def test_tf_data_from_profile_and_explicit_false():
+    prof = GraphProfile(heavy_ops=4, depth=4, avg_width=1, max_width=1, uses_tf_data=True)
+    assert plan(hosts()["arm"], prof).inter_op == 2
+    assert plan(hosts()["arm"], prof, tf_data=False).inter_op == 1
+
+
+def test_tf_data_does_not_spread_latency_plan_across_sockets():
+    p = plan(hosts("openmp")["skylake"], width=1, tf_data=True)
+    # width 1 keeps socket 0 (12 cores); the tf.data floor makes inter 2, so OMP 12 // 2 = 6
+    assert (p.inter_op, p.omp_threads, format_cpus(p.cpus[0])) == (2, 6, "0-11")
+
+
+# ---------------------------------------------------------------- profiles and facts
+
+
+def test_profile_width_fact_and_bounds():
+    prof = GraphProfile(heavy_ops=9, depth=3, avg_width=3, max_width=4)
+    p = plan(hosts("openmp")["skylake"], prof)
+    assert (p.inter_op, p.omp_threads) == (3, 8)
+    assert "model width 3 (9 heavy ops / depth 3)" in p.explain()
+    # an average above the max width is bounded by the max width
+    odd = GraphProfile(heavy_ops=10, depth=2, avg_width=5, max_width=3)
+    assert plan(hosts()["arm"], odd).inter_op == 3
+
+
+def test_no_model_is_said():
+    assert "no model given" in plan(hosts()["arm"]).explain()
+
+
+def test_quota_explanation_mentions_throttling():
+    text = plan(hosts()["quota2.5"], width=2).explain()
+    assert "quota 2.5 CPUs -> budget 2" in text
+    assert "128 threads" in text and "throttled" in text
+
+
+def test_runtime_explanations():
+    assert "shared" in plan(hosts("eigen")["arm"], width=2).explain()
+    text = plan(hosts("openmp")["arm"], width=2).explain()
+    assert "owns its own OpenMP team" in text and "64 CPUs / 2 = 32" in text
+
+
+def test_latency_restriction_is_explained():
+    text = plan(hosts()["skylake"], width=1).explain()
+    assert "1 of 2 NUMA nodes (1 of 2 sockets)" in text
+
+
+
+def test_topology_warnings_are_reported():
+    import dataclasses
+
+    t = dataclasses.replace(hosts()["this"], warnings=("bad cpulist '0-3,x'",))
+    assert "topology warning: bad cpulist '0-3,x'" in plan(t).explain()

@@ -1,0 +1,58 @@
+"""`tf-autopar inspect`: human summary and --json, on recorded trees and on this machine."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from tf_autopar.cli.main import main
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HOSTS = os.path.join(REPO, "tests", "fixtures", "hosts")
+
+
+def test_json_on_container_fixture(capsys):
+    assert main(["inspect", "--json", "--root", os.path.join(HOSTS, "container-v2-quota-2.5")]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["cpu_budget"] == 2 and d["quota"]["cpus"] == 2.5 and d["quota"]["cgroup_version"] == 2
+    assert d["physical_cores"] == 64 and d["logical_cpus"] == 128 and d["sockets"] == [0, 1]
+    assert d["smt"] is True and d["threads_per_core"] == 2
+    assert d["budget_rule"].startswith("budget = max(1, min(")
+    assert d["tf_runtime"]["runtime"] == d["threading_runtime"]
+    assert d["affinity_list"] == "0-127" and d["cpuset_list"] is None
+
+
+def test_human_summary_on_cpuset_fixture(capsys):
+    assert main(["inspect", "--root", os.path.join(HOSTS, "container-cpuset")]) == 0
+    out = capsys.readouterr().out
+    assert "Sockets     1 (socket 0: 2 cores)" in out
+    assert "NUMA nodes  1 (node 0: CPUs 4-5,36-37)" in out
+    assert "Cores       2 physical, 2 thread(s)/core (SMT 2)" in out
+    assert "Logical     4 usable of 64 online on the host" in out
+    assert "Cpuset      4-5,36-37" in out
+    assert "Budget      4 CPU(s) = max(1, min(4 affinity, no quota))" in out
+    assert "Gold 6226R" in out and "avx512_vnni" in out
+
+
+def test_human_summary_shows_quota_file_and_warnings(capsys):
+    main(["inspect", "--root", os.path.join(HOSTS, "cgroup-v1-host")])
+    out = capsys.readouterr().out
+    assert "Quota       3 CPUs (300000/100000 us, cgroup v1) from " in out
+    assert "cpu,cpuacct/batch.slice/cpu.cfs_quota_us" in out
+    assert "floor(3)" in out
+    main(["inspect", "--root", os.path.join(HOSTS, "garbled")])
+    out = capsys.readouterr().out
+    assert "Warnings    " in out and "banana" in out
+
+
+def test_console_entry_and_bad_root():
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    ok = subprocess.run([sys.executable, "-m", "tf_autopar.cli.main", "inspect", "--json"], env=env,
+                        capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["logical_cpus"] == len(os.sched_getaffinity(0))
+    bad = subprocess.run([sys.executable, "-m", "tf_autopar.cli.main", "inspect", "--root", "/no/such/dir"], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2
+    assert "/no/such/dir" in bad.stderr and "not a directory" in bad.stderr

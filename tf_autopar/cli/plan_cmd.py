@@ -1,0 +1,88 @@
+"""`tf-autopar plan`: print a thread plan (or a baseline) for this host and a model width.
+
+Detection (topology, the user's environment) happens here; the numbers come from the pure
+``tf_autopar.planning.plan``. ``build_plan`` is the testable core: arguments + topology +
+environment -> ThreadPlan.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from typing import Any, Mapping
+
+from tf_autopar.planning import BASELINES, FORMATS, MODES, ThreadPlan, baseline_plan, plan
+
+log = logging.getLogger("tf_autopar.cli")
+
+
+def add_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "plan",
+        help="plan inter-op/intra-op/OpenMP threads for this host and a model",
+        description="Plan TensorFlow CPU threads from the host topology and the model's width. "
+        "Explicit settings in your environment (TF_NUM_*, OMP_NUM_THREADS, KMP_*) are kept.",
+    )
+    # MODEL: extended by the graph analysis issue. A SavedModel path is analysed with
+    # tf_autopar.graph.analyze(path); a bundled workload name via workloads.get(name).
+    p.add_argument("model", nargs="?", default=None,
+                   help="SavedModel directory or bundled workload name to take the width from (imports TensorFlow)")
+    p.add_argument("--width", type=int, default=None, help="the model's average width, if known (instead of MODEL)")
+    p.add_argument("--mode", choices=MODES, default="latency",
+                   help="latency: one request at a time; throughput: many concurrent requests; training")
+    p.add_argument("--streams", type=int, default=None, help="throughput mode: number of streams/instances")
+    p.add_argument("--hyperthreads", action="store_true", help="count SMT siblings as CPUs (default: physical cores)")
+    p.add_argument("--tf-data", action="store_true", help="the program runs tf.data pipelines (plans >= 2 inter-op threads)")
+    p.add_argument("--format", choices=FORMATS, default="text", help="output format (default text: the explanation)")
+    p.add_argument("--json", action="store_true", help="same as --format json")
+    p.add_argument("--root", default="/", help="read /sys and /proc under this directory (recorded fixtures)")
+    p.add_argument("--baseline", choices=BASELINES, default=None, help="print a published baseline instead")
+    p.set_defaults(func=run)
+
+
+def load_profile(model: str, mode: str = "latency") -> Any:
+    """GraphProfile for a SavedModel/graph path or a bundled workload name (imports TensorFlow)."""
+    try:
+        from tf_autopar.graph import analyze  # type: ignore[attr-defined]
+    except ImportError:
+        analyze = None
+    if analyze is None:
+        raise ValueError("model analysis not available in this version: give --width instead")
+    if os.path.exists(model):
+        return analyze(model)
+    import workloads
+
+    if model not in workloads.names():
+        raise FileNotFoundError(
+            f"{model!r} is neither an existing path nor a bundled workload ({', '.join(workloads.names())})"
+        )
+    # A training plan is for the training graph (forward + backward heavy ops).
+    return analyze(model, workload_mode="train" if mode == "training" else "infer")
+
+
+def build_plan(args: argparse.Namespace, topology: Any, env: Mapping[str, str] | None) -> ThreadPlan:
+    """The plan the arguments ask for, on ``topology`` with the user's ``env``."""
+    if args.baseline is not None:
+        return baseline_plan(args.baseline, topology, env=env, mode=args.mode)
+    if args.model is not None and args.width is not None:
+        raise ValueError("give MODEL or --width, not both")
+    profile = load_profile(args.model, args.mode) if args.model is not None else None
+    return plan(
+        topology,
+        profile,
+        args.mode,
+        width=args.width,
+        env=env,
+        streams=args.streams,
+        use_hyperthreads=args.hyperthreads,
+        tf_data=True if args.tf_data else None,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from tf_autopar.topology import detect_topology
+
+    topology = detect_topology(root=args.root)
+    result = build_plan(args, topology, os.environ)
+    print(result.format("json" if args.json else args.format), end="")
+    return 0

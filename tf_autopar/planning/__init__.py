@@ -1,0 +1,20 @@
+"""Thread planning: ``plan()`` (the rule, see planner.py) and ``baseline_plan()`` (published
+recommendations), both returning a ThreadPlan that can explain and render itself."""
+from __future__ import annotations
+
+from tf_autopar.planning.baselines import BASELINES, baseline_plan
+from tf_autopar.planning.plan import FORMATS, Setting, ThreadPlan
+from tf_autopar.planning.planner import MODES, plan
+from tf_autopar.planning.user_settings import UserSettings, read_user_settings
+
+__all__ = [
+    "BASELINES",
+    "FORMATS",
+    "MODES",
+    "Setting",
+    "ThreadPlan",
+    "UserSettings",
+    "baseline_plan",
+    "plan",
+    "read_user_settings",
+]

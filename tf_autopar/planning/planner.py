@@ -1,0 +1,435 @@
+"""The planning rule: topology + model width + mode -> ThreadPlan. Pure: no I/O, no TF.
+
+The rule (Wang et al., "Exploiting Parallelism Opportunities with Deep Learning
+Frameworks", TACO 2021, adapted to how TensorFlow 2 really threads):
+
+1. Budget. Usable CPUs = the topology's physical cores, one logical CPU each, limited to
+   ``topology.cpu_budget`` (affinity mask and cgroup quota). Hyperthreads are left out
+   unless ``use_hyperthreads``: they help little for compute-bound kernels (the paper),
+   and TensorFlow's default counts them as cores. A budget smaller than the cores takes
+   whole cores, filling one NUMA node (then one socket) before the next, and binds to them.
+2. Pools. p = the model's average width (heavy ops / heavy depth), bounded by its maximum
+   width and by the usable CPUs, at least 1; p = 1 when no model is given. A model that
+   runs tf.data gets p >= 2 (inter_op=1 can deadlock some iterator restores).
+3. Intra-op. OpenMP builds give each inter-op thread its own OpenMP team, so the paper's
+   rule applies: intra = OMP = MKL threads = usable // p, KMP_BLOCKTIME=1, compact
+   affinity. Eigen builds (stock pip TF, and "unknown") share one intra-op pool between
+   all inter-op threads: intra = usable, since dividing would idle cores whenever one op
+   runs alone; no OpenMP variables.
+4. Modes. latency: one request at a time; the plan stays on min(p, nodes) NUMA nodes
+   (sockets first), since a node or socket only pays off when it can own a branch;
+   restricted plans bind to their CPUs. training: every socket in the budget (large
+   batches amortise cross-socket traffic); tf.data gets a private pool of the usable CPUs.
+   throughput: streams (default usable // c, c = 1 up to 8 CPUs, 2 up to 32, else 4),
+   each with usable // streams CPUs inside one NUMA node where possible;
+   per stream inter = min(p, stream CPUs), intra as in 3 with the stream's CPUs.
+5. User settings (TF_NUM_*, OMP_NUM_THREADS, MKL_NUM_THREADS, KMP_*,
+   TF_OVERRIDE_GLOBAL_THREADPOOL) found in ``env`` are kept, never overridden; a kept
+   inter-op value feeds the OpenMP division.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from tf_autopar.planning.plan import Setting, ThreadPlan, format_cpus
+from tf_autopar.planning.user_settings import KNOBS, UserSettings, read_user_settings
+from tf_autopar.topology.model import Core, Topology
+
+log = logging.getLogger("tf_autopar.planning")
+
+MODES = ("latency", "throughput", "training")
+KMP_BLOCKTIME = 1
+KMP_AFFINITY = "granularity=fine,compact,1,0"
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One logical CPU the plan may keep busy, with where it sits."""
+
+    cpu: int
+    socket: int
+    node: int
+    core: tuple[int, int]  # (socket, core_id)
+
+
+# ------------------------------------------------------------------------------ inputs
+
+
+def _check_inputs(mode: str, profile: Any, width: int | None, streams: int | None) -> Any:
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; choose from {', '.join(MODES)}")
+    if width is not None:
+        if profile is not None:
+            raise ValueError("give a profile or a width, not both")
+        if isinstance(width, bool) or not isinstance(width, int) or width < 1:
+            raise ValueError(f"model width must be a positive integer, got {width!r}")
+        from tf_autopar.graph.profile import GraphProfile
+
+        profile = GraphProfile.from_width(width)
+    if profile is not None:
+        for attr in ("avg_width", "max_width"):
+            if not isinstance(getattr(profile, attr, None), int):
+                raise ValueError(f"profile has no integer {attr}: {profile!r}")
+    if streams is not None:
+        if mode != "throughput":
+            raise ValueError(f"streams applies to throughput mode only, not {mode!r}")
+        if isinstance(streams, bool) or not isinstance(streams, int) or streams < 1:
+            raise ValueError(f"streams must be a positive integer, got {streams!r}")
+    return profile
+
+
+def _runtime(topology: Topology) -> tuple[str, list[str]]:
+    rt = topology.threading_runtime
+    if rt == "openmp":
+        return "openmp", ["threading runtime: OpenMP (each inter-op thread owns an OpenMP team)"]
+    if rt == "eigen":
+        return "eigen", ["threading runtime: Eigen (one intra-op pool shared by all inter-op threads)"]
+    return "eigen", [f"threading runtime {rt!r}: planned as Eigen, the stock pip TensorFlow runtime"]
+
+
+# ------------------------------------------------------------------------------ budget
+
+
+def _cores(topology: Topology) -> tuple[Core, ...]:
+    if topology.cores:
+        return topology.cores
+    if not topology.affinity:
+        raise ValueError("topology has no cores and no CPUs in its affinity mask")
+    # No core information: treat each CPU of the mask as a core of socket 0.
+    return tuple(Core(socket=0, core_id=cpu, cpus=(cpu,)) for cpu in topology.affinity)
+
+
+def ordered_cores(cores: tuple[Core, ...]) -> list[Core]:
+    """Cores in fill order: biggest socket first, its biggest NUMA node first (ties: lowest id)."""
+    per_socket: dict[int, int] = {}
+    per_node: dict[tuple[int, int], int] = {}
+    for c in cores:
+        per_socket[c.socket] = per_socket.get(c.socket, 0) + 1
+        per_node[(c.socket, c.numa_node)] = per_node.get((c.socket, c.numa_node), 0) + 1
+    return sorted(
+        cores,
+        key=lambda c: (-per_socket[c.socket], c.socket, -per_node[(c.socket, c.numa_node)], c.numa_node, c.cpus[0]),
+    )
+
+
+def select_budget(topology: Topology, use_hyperthreads: bool) -> tuple[list[Unit], list[str]]:
+    """The logical CPUs the plan may use, in fill order, and the facts that decided them."""
+    cores = _cores(topology)
+    budget = max(1, int(topology.cpu_budget))
+    facts = [_host_fact(topology, cores)]
+    facts += [f"topology warning: {w}" for w in topology.warnings]
+    if topology.quota is not None:
+        facts.append(
+            f"cgroup v{topology.quota.cgroup_version} quota {topology.quota.cpus:g} CPUs -> budget {budget}; "
+            f"TensorFlow's default would run {len(topology.affinity)} threads per pool and be throttled"
+        )
+    elif budget < len(topology.affinity):
+        facts.append(f"CPU budget {budget} of {len(topology.affinity)} CPUs in the affinity mask")
+    units: list[Unit] = []
+    for core in ordered_cores(cores):
+        per_core = core.cpus if use_hyperthreads else core.cpus[:1]
+        for cpu in per_core:
+            if len(units) < budget:
+                units.append(Unit(cpu, core.socket, core.numa_node, (core.socket, core.core_id)))
+    smt = max(len(c.cpus) for c in cores)
+    if use_hyperthreads:
+        facts.append(f"usable: {len(units)} logical CPUs (hyperthreads counted, as asked)")
+    elif smt > 1:
+        facts.append(
+            f"usable: {len(units)} physical cores, one logical CPU each: hyperthreads help little "
+            "for compute-bound kernels, though TensorFlow's default counts them"
+        )
+    else:
+        facts.append(f"usable: {len(units)} cores")
+    if len(units) < len(cores) * (smt if use_hyperthreads else 1):
+        facts.append(f"whole cores taken from as few NUMA nodes as possible: CPUs {format_cpus([u.cpu for u in units])}")
+    return units, facts
+
+
+def _host_fact(topology: Topology, cores: tuple[Core, ...]) -> str:
+    sockets = len({c.socket for c in cores})
+    nodes = len({(c.socket, c.numa_node) for c in cores})
+    smt = max(len(c.cpus) for c in cores)
+    return (
+        f"affinity: {len(topology.affinity)} logical CPUs on {len(cores)} physical cores "
+        f"({smt} per core), {sockets} socket(s), {nodes} NUMA node(s)"
+    )
+
+
+def _groups(units: list[Unit]) -> list[list[Unit]]:
+    """Units grouped by NUMA node, groups in fill order."""
+    groups: dict[tuple[int, int], list[Unit]] = {}
+    for u in units:
+        groups.setdefault((u.socket, u.node), []).append(u)
+    return list(groups.values())
+
+
+def _binding(units: list[Unit], topology: Topology) -> tuple[tuple[int, ...], ...]:
+    """Bind only when the plan leaves some core of the mask unused."""
+    if len({u.core for u in units}) < len(_cores(topology)):
+        return (tuple(sorted(u.cpu for u in units)),)
+    return ()
+
+
+# ------------------------------------------------------------------------------ pools
+
+
+def model_pools(profile: Any, usable: int) -> tuple[int, str]:
+    """p from the model's width, bounded by its max width and the usable CPUs."""
+    if profile is None:
+        return 1, "no model given: 1 pool (one op at a time; give --width or a model to use branches)"
+    p = max(1, min(profile.avg_width, max(profile.max_width, 1), usable))
+    why = f"model width {profile.avg_width}"
+    heavy, depth = getattr(profile, "heavy_ops", None), getattr(profile, "depth", None)
+    if heavy is not None and depth:
+        why += f" ({heavy} heavy ops / depth {depth})"
+    why += f", max width {profile.max_width}"
+    source = getattr(profile, "source", "")
+    if source and source != "given width":
+        why += f" [{source}]"
+    if p < profile.avg_width:
+        why += f", bounded to {p} by " + ("the max width" if p == profile.max_width else f"{usable} usable CPUs")
+    return p, why
+
+
+def _tf_data_floor(p: int, uses_tf_data: bool) -> tuple[int, str]:
+    if uses_tf_data and p < 2:
+        return 2, "raised to 2 because the model runs tf.data: inter_op=1 can deadlock some iterator restores"
+    return p, ""
+
+
+def restrict_latency(units: list[Unit], p: int) -> tuple[list[Unit], str]:
+    """Keep min(p, nodes) NUMA nodes; fill order keeps them on one socket first."""
+    groups = _groups(units)
+    if len(groups) <= 1:
+        return units, ""
+    sockets = len({u.socket for u in units})
+    if len(groups) <= p:
+        return units, f"width {p} >= {len(groups)} NUMA nodes: each node can own a branch, all kept"
+    kept = [u for group in groups[:p] for u in group]
+    kept_sockets = len({u.socket for u in kept})
+    return kept, (
+        f"latency plan kept on {p} of {len(groups)} NUMA nodes ({kept_sockets} of {sockets} sockets): "
+        f"a node or socket pays off only when it can own a branch (width {p}); crossing costs memory traffic"
+    )
+
+
+def intra_threads(runtime: str, cpus: int, inter: int) -> tuple[int, int | None, str]:
+    """(intra_op, omp_threads, reason) for ``cpus`` CPUs shared by ``inter`` inter-op threads."""
+    if runtime == "openmp":
+        n = max(1, cpus // inter)
+        return n, n, (
+            f"OpenMP runtime: each of the {inter} inter-op threads owns its own OpenMP team, "
+            f"so {cpus} CPUs / {inter} = {n} thread(s) per op (the paper's rule)"
+        )
+    return cpus, None, (
+        f"Eigen runtime: one intra-op pool shared by all {inter} inter-op thread(s); it gets all {cpus} CPUs "
+        "(dividing would idle cores whenever one op runs alone); no OpenMP variables"
+    )
+
+
+# ------------------------------------------------------------------------------ throughput
+
+
+def default_streams(usable: int) -> int:
+    per_stream = 1 if usable <= 8 else 2 if usable <= 32 else 4
+    return max(1, usable // per_stream)
+
+
+def split_streams(units: list[Unit], streams: int) -> list[list[Unit]]:
+    """``streams`` equal slices of usable // streams CPUs, each inside one NUMA node if possible."""
+    size = len(units) // streams
+    out: list[list[Unit]] = []
+    leftovers: list[Unit] = []
+    for group in _groups(units):
+        while len(group) >= size and len(out) < streams:
+            out.append(group[:size])
+            group = group[size:]
+        leftovers += group
+    while len(out) < streams:  # slices that must cross nodes; floor(usable/size) >= streams guarantees enough
+        out.append(leftovers[:size])
+        leftovers = leftovers[size:]
+    return out
+
+
+# ------------------------------------------------------------------------------ user settings
+
+
+def _keep_user(settings: dict[str, Setting], user: UserSettings, budget: int, facts: list[str]) -> None:
+    """Replace planned settings by the user's explicit ones, in place."""
+    for knob, var in KNOBS.items():
+        if not user.is_set(knob):
+            continue
+        value = user.value(knob)
+        planned = settings.get(knob)
+        note = f"kept: {var}={user.raw[var]} is set in your environment"
+        if planned is not None and planned.value is not None and planned.value != value:
+            note += f" (the rule would give {planned.value})"
+        settings[knob] = Setting(value, "user", note)
+        if knob in ("inter_op", "intra_op", "omp_threads") and isinstance(value, int) and value > budget:
+            facts.append(f"warning: your {var}={value} exceeds the budget of {budget} CPUs")
+
+
+# ------------------------------------------------------------------------------ layout
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How the usable CPUs are cut into instances, before any thread counts."""
+
+    instances: int
+    per_instance: int  # CPUs each instance may keep busy
+    cpus: tuple[tuple[int, ...], ...]  # binding per instance; () = none
+    inter: int  # inter-op threads per instance, before the tf.data floor
+    inter_why: str
+    instances_why: str = ""
+
+    @property
+    def total(self) -> int:
+        return self.instances * self.per_instance
+
+
+def throughput_layout(units: list[Unit], streams: int | None, p: int, facts: list[str]) -> Layout:
+    budget = len(units)
+    n = streams if streams is not None else default_streams(budget)
+    if n > budget:
+        raise ValueError(f"streams={n} exceeds the budget of {budget} usable CPUs")
+    slices = split_streams(units, n)
+    size = len(slices[0])
+    if budget % n:
+        facts.append(f"{budget % n} CPU(s) left idle so that every stream gets the same {size}")
+    crossing = sum(1 for s in slices if len({(u.socket, u.node) for u in s}) > 1)
+    if crossing:
+        facts.append(f"{crossing} stream(s) cross a NUMA node boundary: the nodes do not divide evenly")
+    how = "asked" if streams is not None else f"default: {budget} CPUs // {budget // n} per stream"
+    return Layout(
+        instances=n,
+        per_instance=size,
+        cpus=tuple(tuple(sorted(u.cpu for u in s)) for s in slices),
+        inter=min(p, size),
+        inter_why=f"per stream: min(width {p}, {size} stream CPUs)",
+        instances_why=f"{n} streams ({how}), {size} CPUs each, bind each to its CPUs",
+    )
+
+
+def single_layout(units: list[Unit], mode: str, p: int, topology: Topology, facts: list[str]) -> Layout:
+    why = "p = the model's average width (the paper's rule)"
+    if mode == "latency":
+        units, restricted = restrict_latency(units, p)
+        if restricted:
+            facts.append(restricted)
+    else:
+        why += "; training uses every socket in the budget (large batches amortise cross-socket traffic)"
+    return Layout(instances=1, per_instance=len(units), cpus=_binding(units, topology), inter=p, inter_why=why)
+
+
+# ------------------------------------------------------------------------------ settings
+
+
+def planned_settings(layout: Layout, mode: str, runtime: str, uses_tf_data: bool, user: UserSettings) -> dict[str, Setting]:
+    """Every knob with its planned value and reason (user settings not applied yet)."""
+    inter, floor_why = _tf_data_floor(layout.inter, uses_tf_data)
+    settings = {
+        "instances": Setting(layout.instances, "planned", layout.instances_why),
+        "inter_op": Setting(inter, "planned", layout.inter_why + ("; " + floor_why if floor_why else "")),
+    }
+    # A user's explicit inter-op count is what shares the CPUs, so the OpenMP division uses it.
+    inter_for_division = user.inter_op if user.inter_op else inter
+    intra, omp, intra_why = intra_threads(runtime, layout.per_instance, inter_for_division)
+    settings["intra_op"] = Setting(intra, "planned", intra_why)
+    if omp is not None:
+        settings["omp_threads"] = Setting(omp, "planned", "OMP_NUM_THREADS = MKL_NUM_THREADS = intra_op")
+        settings["mkl_threads"] = Setting(omp, "planned", "")
+        settings["kmp_blocktime"] = Setting(
+            KMP_BLOCKTIME, "planned", "idle OpenMP threads sleep after 1 ms instead of spinning 200 ms")
+        settings["kmp_affinity"] = Setting(
+            KMP_AFFINITY, "planned", "compact: one OpenMP thread per core, a team's threads close together")
+    if mode == "training":
+        settings["tf_data_threads"] = Setting(
+            layout.total, "planned",
+            f"training: private tf.data pool of {layout.total} threads, since input pipelines overlap compute")
+    else:  # TF's default: per-request inputs are small
+        settings["tf_data_threads"] = Setting(None, "planned", "")
+    settings["cpus"] = Setting(
+        [format_cpus(g) for g in layout.cpus], "planned",
+        "one CPU list per instance: bind each instance to it" if layout.cpus else "")
+    return settings
+
+
+def _mkl_follows_user_omp(settings: dict[str, Setting]) -> None:
+    """MKL reads OMP_NUM_THREADS when MKL_NUM_THREADS is unset: follow the user's OMP value."""
+    omp, mkl = settings.get("omp_threads"), settings.get("mkl_threads")
+    if mkl is not None and mkl.source != "user" and omp is not None and omp.source == "user":
+        settings["mkl_threads"] = Setting(omp.value, "planned", "follows your OMP_NUM_THREADS")
+
+
+def _value(settings: dict[str, Setting], knob: str) -> Any:
+    setting = settings.get(knob)
+    return None if setting is None else setting.value
+
+
+# ------------------------------------------------------------------------------ plan
+
+
+def plan(
+    topology: Topology,
+    profile: Any = None,
+    mode: str = "latency",
+    *,
+    width: int | None = None,
+    env: Mapping[str, str] | None = None,
+    streams: int | None = None,
+    use_hyperthreads: bool = False,
+    tf_data: bool | None = None,
+) -> ThreadPlan:
+    """Plan TensorFlow's threads for ``topology`` and a model (see the module docstring for the rule).
+
+    ``profile``: a GraphProfile (or None; ``width=W`` is GraphProfile.from_width(W)).
+    ``env``: the user's environment (pass ``os.environ``); explicit thread settings in it
+    are kept. ``tf_data`` overrides ``profile.uses_tf_data`` when not None.
+    Raises ValueError naming the problem on invalid input.
+    """
+    profile = _check_inputs(mode, profile, width, streams)
+    user = read_user_settings(env)
+    runtime, runtime_facts = _runtime(topology)
+    units, facts = select_budget(topology, use_hyperthreads)
+    facts += runtime_facts
+    if tf_data is None:
+        tf_data = bool(getattr(profile, "uses_tf_data", False))
+
+    p, p_why = model_pools(profile, len(units))
+    facts.append(p_why)
+    if mode == "throughput":
+        layout = throughput_layout(units, streams, p, facts)
+    else:
+        layout = single_layout(units, mode, p, topology, facts)
+    settings = planned_settings(layout, mode, runtime, tf_data, user)
+    _keep_user(settings, user, len(units), facts)
+    _mkl_follows_user_omp(settings)
+
+    omp, mkl, blocktime = _value(settings, "omp_threads"), _value(settings, "mkl_threads"), _value(settings, "kmp_blocktime")
+    result = ThreadPlan(
+        name="tf_autopar",
+        mode=mode,
+        inter_op=settings["inter_op"].value,
+        intra_op=settings["intra_op"].value,
+        omp_threads=omp,
+        mkl_threads=mkl if mkl != omp else None,
+        kmp_blocktime=blocktime if isinstance(blocktime, int) else None,
+        kmp_affinity=_value(settings, "kmp_affinity"),
+        kmp_hw_subset=user.kmp_hw_subset,
+        override_global_threadpool=user.override_global_threadpool,
+        instances=layout.instances,
+        cpus=layout.cpus,
+        tf_data_threads=settings["tf_data_threads"].value,
+        settings=settings,
+        user_settings=dict(user.raw),
+        facts=tuple(facts),
+        runtime=runtime,
+        usable_cpus=layout.total,
+    )
+    log.info("plan %s: inter=%s intra=%s omp=%s instances=%s", mode, result.inter_op, result.intra_op, omp,
+             result.instances)
+    return result

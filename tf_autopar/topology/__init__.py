@@ -1,0 +1,27 @@
+"""Host CPU topology for thread planning, read from /sys and /proc without importing TensorFlow.
+
+detect_topology(root="/") -> Topology. Readers by concept: cpus (CPUs, affinity, cores,
+NUMA), cgroup (quota, cpuset, the budget rule), cpuinfo (vendor, model, ISA; cached),
+tf_runtime (Eigen or OpenMP build of the installed TF; cached).
+"""
+from __future__ import annotations
+
+from .cgroup import cpu_budget
+from .cpulist import format_cpulist, parse_cpulist
+from .detect import detect_topology
+from .model import Core, CpuInfo, CpuQuota, NumaNode, Topology
+from .tf_runtime import TfRuntime, detect_tf_runtime
+
+__all__ = [
+    "Core",
+    "CpuInfo",
+    "CpuQuota",
+    "NumaNode",
+    "TfRuntime",
+    "Topology",
+    "cpu_budget",
+    "detect_tf_runtime",
+    "detect_topology",
+    "format_cpulist",
+    "parse_cpulist",
+]

@@ -1,0 +1,110 @@
+"""detect_topology: assemble a Topology from the readers (cpus, cgroup, cpuinfo, tf_runtime)."""
+from __future__ import annotations
+
+import logging
+import os
+
+from . import cgroup, cpus
+from ._fs import HostFS, Notes
+from .cpuinfo import read_cpuinfo
+from .cpulist import format_cpulist
+from .model import Topology
+from .tf_runtime import detect_tf_runtime
+
+log = logging.getLogger("tf_autopar.topology")
+
+
+def detect_topology(root: str = "/", *, pid: int | None = None) -> Topology:
+    """What this process (or `pid`) may use of the host's CPUs. Never imports TensorFlow.
+
+    root: "/" for the running system, or a recorded tree (tests/fixtures/hosts/<name>)
+    holding the same sys/ and proc/ files. pid: read /proc/<pid> instead of /proc/self.
+    Missing or garbled files give warnings (Topology.warnings, and logged) and a safe
+    fallback, never an exception; a root that is not a directory raises FileNotFoundError.
+    The threading runtime always describes the TensorFlow importable here, whatever the root.
+    """
+    if not os.path.isdir(root):
+        raise FileNotFoundError(f"topology root {root!r} is not a directory")
+    fs = HostFS(root, pid)
+    notes = Notes()
+
+    online = cpus.online_cpus(fs, notes)
+    mask = cpus.process_affinity(fs, notes)
+    cpuset = cgroup.read_cpuset(fs, notes)
+    quota = cgroup.read_quota(fs, notes)
+
+    if online is None:
+        fallback = mask or (tuple(range(os.cpu_count() or 1)) if fs.live else (0,))
+        notes.warn(f"cannot tell the online CPUs (no {fs.path(cpus.CPU_DIR)}); assuming {format_cpulist(fallback)}")
+        online = fallback
+    affinity = _effective_affinity(online, mask, cpuset, fs, notes)
+    restricting = cpuset if cpuset is not None and set(online) - set(cpuset) else None
+
+    places = cpus.cpu_places(fs, affinity, notes)
+    missing = [c for c in affinity if c not in places]
+    if missing:
+        places.update(cpus.places_from_cpuinfo(fs, missing))
+        still = [c for c in missing if c not in places]
+        where = fs.path(f"{cpus.CPU_DIR}/cpu{missing[0]}/topology")
+        if not still:
+            notes.warn(f"no sysfs core topology for CPUs {format_cpulist(missing)} ({where} missing); "
+                       f"used the physical id/core id lines of /proc/cpuinfo")
+        else:
+            physical = cpus.psutil_physical_cores() if fs.live else None
+            guessed = cpus.guess_places(still, len(online), physical)
+            places.update(guessed)
+            how = (f"psutil reports {physical} physical cores for {len(online)} CPUs: guessed siblings i, i+{physical}"
+                   if guessed else "counting each logical CPU as a physical core")
+            notes.warn(f"no core topology for CPUs {format_cpulist(still)} ({where} missing, nothing in /proc/cpuinfo); {how}")
+
+    node_cpus = cpus.numa_nodes(fs, notes)
+    if not node_cpus:
+        log.debug("no NUMA information under %s; one node", fs.path(cpus.NODE_DIR))
+        node_cpus = {0: tuple(online)}
+    else:
+        unplaced = set(affinity) - {c for members in node_cpus.values() for c in members}
+        if unplaced:
+            notes.warn(f"CPUs {format_cpulist(unplaced)} are in no NUMA node's cpulist; counted in node {min(node_cpus)}")
+            first = min(node_cpus)
+            node_cpus[first] = tuple(sorted(set(node_cpus[first]) | unplaced))
+    cores = cpus.group_cores(affinity, places, cpus.numa_of(node_cpus))
+
+    return Topology(
+        host_cpus=len(online),
+        affinity=affinity,
+        cores=cores,
+        numa_nodes=cpus.numa_records(node_cpus, affinity),
+        cpu_budget=cgroup.cpu_budget(len(affinity), quota),
+        quota=quota,
+        cpuset=restricting,
+        cpu=read_cpuinfo(fs, notes),
+        threading_runtime=detect_tf_runtime().runtime,
+        warnings=tuple(notes.warnings),
+    )
+
+
+def _effective_affinity(
+    online: tuple[int, ...],
+    mask: tuple[int, ...] | None,
+    cpuset: tuple[int, ...] | None,
+    fs: HostFS,
+    notes: Notes,
+) -> tuple[int, ...]:
+    """affinity mask & cpuset & online CPUs; falls back (with a warning) if that is empty.
+
+    Live, the kernel already applies the cpuset to sched_getaffinity; for recorded trees
+    the intersection does it.
+    """
+    if mask is None:
+        notes.warn(f"cannot read this process's affinity ({fs.path(fs.proc_self + '/status')}); assuming all online CPUs")
+        mask = online
+    allowed = set(mask) & set(online)
+    if cpuset is not None:
+        allowed &= set(cpuset)
+    if not allowed:
+        notes.warn(
+            f"affinity {format_cpulist(mask)}, cpuset {format_cpulist(cpuset or ())} and online CPUs "
+            f"{format_cpulist(online)} have no CPU in common; using the affinity mask alone"
+        )
+        allowed = set(mask)
+    return tuple(sorted(allowed))
