@@ -29,8 +29,15 @@ class Workload:
     loss: Callable[[Any, Any], Any]
     departures: str = ""  # where this departs from the original model or data
     references: tuple[str, ...] = field(default_factory=tuple)
+    # Adam step size used by the runner's training step (both paths); a size's
+    # hyperparameters may override it with an "lr" entry.
+    learning_rate: float = 1e-3
 
     def hyperparameters(self, size: str) -> Mapping[str, Any]:
         if size not in self.sizes:
             raise ValueError(f"workload {self.name!r} has no size {size!r}; choose from {sorted(self.sizes)}")
         return self.sizes[size]
+
+    def lr(self, size: str) -> float:
+        """The training step size for ``size`` ("lr" in its hyperparameters, else learning_rate)."""
+        return float(self.hyperparameters(size).get("lr", self.learning_rate))

@@ -1,0 +1,123 @@
+"""`tf-autopar workloads list|run`: the bundled workloads and a per-step timer for them.
+
+``run --json`` prints only one JSON object on stdout (the validation harness parses it,
+running this command in fresh processes with TF_NUM_INTEROP_THREADS / TF_NUM_INTRAOP_THREADS
+set); TensorFlow's own logging goes to stderr and is quietened unless the user set
+TF_CPP_MIN_LOG_LEVEL.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from typing import Any
+
+log = logging.getLogger("tf_autopar.cli")
+
+
+def add_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser("workloads", help="list or run the bundled benchmark workloads")
+    sub = p.add_subparsers(dest="workloads_command", metavar="ACTION", required=True)
+
+    lp = sub.add_parser("list", help="name, family, task, batch, parameters, heavy ops, width")
+    lp.add_argument("--size", choices=("tiny", "paper"), default="tiny",
+                    help="size whose graph is built for parameters/heavy ops/width (default tiny: fast)")
+    lp.add_argument("--no-build", action="store_true", help="do not build models: registry facts only")
+    lp.add_argument("--json", action="store_true", help="print JSON")
+    lp.set_defaults(func=_list)
+
+    rp = sub.add_parser("run", help="time a workload's steps (tf.function or TF1 Session path)")
+    rp.add_argument("name", help="workload name (see `tf-autopar workloads list`)")
+    rp.add_argument("--mode", choices=("infer", "train"), default="infer")
+    rp.add_argument("--batch", type=int, default=None, help="batch size (default: the published one)")
+    rp.add_argument("--steps", type=int, default=10, help="timed steps")
+    rp.add_argument("--warmup", type=int, default=2, help="untimed steps first (tracing, allocation)")
+    rp.add_argument("--size", choices=("tiny", "paper"), default="tiny")
+    rp.add_argument("--path", choices=("function", "session"), default="function")
+    rp.add_argument("--seed", type=int, default=0)
+    rp.add_argument("--json", action="store_true", help="print only a JSON object on stdout")
+    rp.set_defaults(func=_run)
+
+
+def _quiet_tf() -> None:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def _describe(name: str, size: str, build: bool) -> dict[str, Any]:
+    import workloads
+
+    w = workloads.get(name)
+    row: dict[str, Any] = {
+        "name": name, "family": w.family, "task": w.task, "default_batch": w.default_batch,
+        "description": w.description, "size": size, "parameters": None, "heavy_ops": None,
+        "depth": None, "width": None,
+    }
+    if not build:
+        return row
+    from workloads import runner
+
+    try:
+        built = runner.build(w, size=size)
+    except Exception as exc:  # one broken model must not hide the others
+        log.warning("building %s (%s) failed: %s", name, size, exc)
+        return row
+    row["parameters"] = int(built.model.count_params())
+    try:
+        from tf_autopar.graph import analyze  # written in parallel; optional here
+    except (ImportError, AttributeError):
+        return row
+    try:
+        profile = analyze(built.infer_concrete())
+        row.update(heavy_ops=profile.heavy_ops, depth=profile.depth, width=profile.avg_width)
+    except Exception as exc:  # analysis is a bonus column; never fail the listing for it
+        log.warning("graph analysis of %s failed: %s", name, exc)
+    return row
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, int) and value >= 1_000_000:
+        return f"{value / 1e6:.1f}M"
+    if isinstance(value, int) and value >= 10_000:
+        return f"{value / 1e3:.0f}K"
+    return str(value)
+
+
+def _list(args: argparse.Namespace) -> int:
+    _quiet_tf()
+    import workloads
+
+    rows = [_describe(n, args.size, not args.no_build) for n in workloads.names()]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    cols = ("name", "family", "task", "default_batch", "parameters", "heavy_ops", "depth", "width")
+    heads = ("NAME", "FAMILY", "TASK", "BATCH", f"PARAMS({args.size})", "HEAVY", "DEPTH", "WIDTH")
+    table = [heads] + [tuple(_fmt(r[c]) for c in cols) for r in rows]
+    widths = [max(len(r[i]) for r in table) for i in range(len(cols))]
+    for r in table:
+        print("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    _quiet_tf()
+    from workloads import runner
+
+    result = runner.run(args.name, mode=args.mode, batch=args.batch, steps=args.steps, size=args.size,
+                        path=args.path, warmup=args.warmup, seed=args.seed)
+    if args.json:
+        sys.stdout.write(json.dumps(result) + "\n")
+        return 0
+    ms = 1e3
+    print(f"{result['workload']} {result['mode']} size={result['size']} batch={result['batch']} "
+          f"path={result['path']} steps={result['steps']} (build {result['build_s']:.2f} s)")
+    print(f"step time: median {result['median_s'] * ms:.2f} ms, p10 {result['p10_s'] * ms:.2f} ms, "
+          f"p90 {result['p90_s'] * ms:.2f} ms")
+    if result["losses"]:
+        print("loss per step: " + " ".join(f"{x:.4g}" for x in result["losses"]))
+    print(f"peak RSS {result['peak_rss_mb']:.0f} MiB (process-wide)")
+    return 0
