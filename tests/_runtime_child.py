@@ -1,0 +1,68 @@
+"""Helpers for runtime tests: run a script in a fresh Python process, read what really happened."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Prepended to every child script: thread inspection from /proc (what really runs).
+PRELUDE = r'''
+import json, os, sys, collections
+def _threads():
+    out = {}
+    for t in os.listdir("/proc/self/task"):
+        try:
+            comm = open(f"/proc/self/task/{t}/comm").read().strip()
+            st = open(f"/proc/self/task/{t}/stat").read().rsplit(")", 1)[1].split()
+            out[int(t)] = (comm, int(st[11]) + int(st[12]))
+        except OSError:
+            pass
+    return out
+def tf_compute_threads():
+    return sum(1 for c, _ in _threads().values() if c == "tf_Compute")
+def busy_threads(run, frac=0.15):
+    """Threads that did at least frac of the CPU work while run() ran (intra-op threads in use)."""
+    import time, resource
+    before = _threads(); r0 = resource.getrusage(resource.RUSAGE_SELF); w = time.perf_counter()
+    run()
+    w = time.perf_counter() - w; r1 = resource.getrusage(resource.RUSAGE_SELF); after = _threads()
+    deltas = [(after[t][1] - before.get(t, (None, 0))[1], after[t][0]) for t in after]
+    total = sum(d for d, _ in deltas) or 1
+    cpu = (r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime)
+    return {"busy": sum(1 for d, _ in deltas if d >= frac * total),
+            # intra-op (Eigen) pool threads are named like the process; inter-op ones tf_Compute
+            "pool_busy": sum(1 for d, c in deltas if d >= 0.05 * total and c != "tf_Compute"),
+            "ticks": total, "cpu_per_wall": cpu / w}
+def report(**kw):
+    print("RESULT " + json.dumps(kw, default=str), flush=True)
+'''
+
+
+def run_child(script: str, env: dict[str, str] | None = None, timeout: float = 240, args: list[str] | None = None,
+              path: str | None = None) -> tuple[dict, str, int]:
+    """Run ``script`` in a fresh interpreter; returns (the RESULT dict, stderr, exit code)."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("TF_NUM_", "TF_OVERRIDE", "TF_AUTOPAR", "OMP_", "KMP_"))}
+    full_env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p)
+    full_env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    full_env.update(env or {})
+    code = PRELUDE + textwrap.dedent(script)
+    if path is not None:
+        with open(path, "w") as fh:
+            fh.write(code)
+        cmd = [sys.executable, path, *(args or [])]
+    else:
+        cmd = [sys.executable, "-c", code, *(args or [])]
+    proc = subprocess.run(cmd, env=full_env, capture_output=True, text=True, timeout=timeout)
+    result = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith("RESULT "):
+            result = json.loads(line[len("RESULT "):])
+    return result, proc.stderr, proc.returncode
+
+
+def cpus() -> int:
+    return len(os.sched_getaffinity(0))

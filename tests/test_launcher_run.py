@@ -1,0 +1,97 @@
+"""`tf-autopar run` with real child processes (no TensorFlow needed)."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def launcher(args, env=None, **kw):
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("TF_NUM_", "TF_AUTOPAR"))}
+    full["PYTHONPATH"] = ROOT
+    full.update(env or {})
+    return subprocess.Popen([sys.executable, "-m", "tf_autopar.cli.main", "run", *args], env=full,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+
+
+REPORT = ("import os, json; print(json.dumps({'i': os.environ['TF_AUTOPAR_INSTANCE'], "
+          "'n': os.environ['TF_AUTOPAR_INSTANCES'], 'cpus': sorted(os.sched_getaffinity(0)), "
+          "'inter': os.environ.get('TF_NUM_INTEROP_THREADS'), 'intra': os.environ.get('TF_NUM_INTRAOP_THREADS'), "
+          "'omp': os.environ.get('OMP_NUM_THREADS')}))")
+
+
+def test_instances_are_pinned_to_disjoint_cpus_and_user_variables_survive():
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs 2 CPUs")
+    p = launcher(["--instances", "2", "--", sys.executable, "-c", REPORT], env={"TF_NUM_INTEROP_THREADS": "7"})
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    rows = sorted((json.loads(line) for line in out.splitlines() if line.startswith("{")), key=lambda r: r["i"])
+    assert [r["i"] for r in rows] == ["0", "1"] and all(r["n"] == "2" for r in rows)
+    a, b = set(rows[0]["cpus"]), set(rows[1]["cpus"])
+    assert a and b and not (a & b)  # really bound, to distinct CPUs
+    assert all(r["inter"] == "7" for r in rows)  # the user's variable, never overridden
+    assert all(r["intra"] == str(len(a)) for r in rows)  # planned for the instance's own slice
+    assert all(r["omp"] is None for r in rows)  # stock TF is not an OpenMP build
+
+
+def test_exit_code_is_the_first_failing_childs():
+    p = launcher(["--instances", "2", "--", sys.executable, "-c",
+                  "import os, sys; sys.exit(3 if os.environ['TF_AUTOPAR_INSTANCE'] == '1' else 0)"])
+    p.communicate(timeout=60)
+    assert p.returncode == 3
+    p = launcher(["--", sys.executable, "-c", "pass"])
+    p.communicate(timeout=60)
+    assert p.returncode == 0
+
+
+def test_signals_are_forwarded_to_every_child(tmp_path):
+    child = (
+        "import os, signal, sys, time\n"
+        f"d = {str(tmp_path)!r}\n"
+        "def h(sig, frame):\n"
+        "    open(os.path.join(d, 'got-' + os.environ['TF_AUTOPAR_INSTANCE']), 'w').write(str(sig))\n"
+        "    sys.exit(5)\n"
+        "signal.signal(signal.SIGTERM, h)\n"
+        "open(os.path.join(d, 'ready-' + os.environ['TF_AUTOPAR_INSTANCE']), 'w').close()\n"
+        "time.sleep(60)\n"
+    )
+    n = 2 if len(os.sched_getaffinity(0)) >= 2 else 1
+    p = launcher(["--instances", str(n), "--", sys.executable, "-c", child])
+    deadline = time.time() + 30
+    while len(list(tmp_path.glob("ready-*"))) < n and time.time() < deadline:
+        time.sleep(0.1)
+    p.send_signal(signal.SIGTERM)
+    p.communicate(timeout=30)
+    assert sorted(f.name for f in tmp_path.glob("got-*")) == [f"got-{i}" for i in range(n)]
+    assert all(f.read_text() == str(int(signal.SIGTERM)) for f in tmp_path.glob("got-*"))
+    assert p.returncode == 5
+
+
+def test_dry_run_json_and_bad_input():
+    p = launcher(["--dry-run", "--json", "--", "true"])
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    data = json.loads(out)
+    assert data["instances"][0]["argv"] == ["true"] and "inter_op" in data["plan"]
+    p = launcher(["--cores", "9999", "--", "true"])
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 2 and "--cores" in err
+    p = launcher(["--", "/nonexistent/prog"])
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 2 and "cannot start" in err
+
+
+def test_split_cpus_is_disjoint_and_even():
+    from tf_autopar.runtime.launcher import split_cpus
+
+    assert split_cpus([3, 0, 1, 2, 4], 2) == [(0, 1), (2, 3)]
+    with pytest.raises(ValueError, match="need at least 3 CPUs"):
+        split_cpus([0, 1], 3)

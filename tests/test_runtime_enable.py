@@ -1,0 +1,219 @@
+"""enable() in real TensorFlow child processes: what the process really runs with."""
+from __future__ import annotations
+
+import os
+import textwrap
+
+import pytest
+
+from _runtime_child import cpus, run_child
+
+pytestmark = pytest.mark.tf
+
+MATMUL_CHAIN = """
+import numpy as np
+x = tf.random.normal([384, 384])
+@tf.function
+def chain(x):
+    for _ in range(12):
+        x = tf.matmul(x, x) * 0.001
+    return x
+chain(x)
+intra = busy_threads(lambda: [chain(x).numpy() for _ in range(6)])
+"""
+
+
+def needs_two_cpus() -> None:
+    if cpus() < 2:
+        pytest.skip("needs at least 2 CPUs in the affinity mask")
+
+
+def test_enable_before_start_sets_the_inter_op_pool(tmp_path):
+    needs_two_cpus()
+    script = """
+    import tf_autopar
+    st = tf_autopar.enable(width=1)          # plan: one inter-op thread
+    import tensorflow as tf
+    tf.constant(1.0) + 1.0                   # runtime starts here
+    report(tf_compute=tf_compute_threads(), planned=st.process.planned_inter, phase=st.process.phase,
+           applied=st.process.applied, warnings=list(tf_autopar.status().warnings))
+    """
+    res, err, rc = run_child(script, {"TF_AUTOPAR_CACHE_DIR": str(tmp_path)})
+    assert rc == 0, err
+    assert res["phase"] == "before-start"
+    assert res["planned"] == 1
+    assert res["tf_compute"] == 1  # TF's default here would be one per CPU
+    assert res["applied"]["TF_NUM_INTEROP_THREADS"] == "1"
+    assert res["applied"]["TF_OVERRIDE_GLOBAL_THREADPOOL"] == "1"
+    assert res["warnings"] == []
+    control, err, rc = run_child(
+        "import tensorflow as tf\ntf.constant(1.0) + 1.0\nreport(tf_compute=tf_compute_threads())")
+    assert rc == 0, err
+    assert control["tf_compute"] == cpus()  # the difference above is enable()'s doing
+
+
+def test_intra_op_threads_really_used_and_user_variable_kept(tmp_path):
+    needs_two_cpus()
+    script = textwrap.dedent("""
+    import tensorflow as tf                  # enable() after the import, before the first op
+    import tf_autopar
+    st = tf_autopar.enable()
+    """) + MATMUL_CHAIN + textwrap.dedent("""
+    report(intra=intra, planned_intra=st.process.planned_intra, kept=st.process.kept_user,
+           env=os.environ.get("TF_NUM_INTRAOP_THREADS"))
+    """)
+    planned, err, rc = run_child(script, {"TF_AUTOPAR_CACHE_DIR": str(tmp_path)})
+    assert rc == 0, err
+    assert planned["planned_intra"] == cpus()
+    assert planned["intra"]["busy"] >= 2  # the chain's matmuls ran on several threads at once
+    user, err, rc = run_child(script, {"TF_AUTOPAR_CACHE_DIR": str(tmp_path), "TF_NUM_INTRAOP_THREADS": "1"})
+    assert rc == 0, err
+    assert user["kept"] == {"TF_NUM_INTRAOP_THREADS": "1"}
+    assert user["env"] == "1"
+    assert user["planned_intra"] == 1  # the plan reports the user's value
+    assert user["intra"]["busy"] == 1  # and TF really ran every matmul on one thread
+
+
+def test_two_sessions_get_their_own_pools(tmp_path):
+    needs_two_cpus()
+    script = """
+    import tf_autopar
+    tf_autopar.enable()
+    import tensorflow as tf, numpy as np
+    tf1 = tf.compat.v1
+    def graph(branches):
+        g = tf.Graph()
+        with g.as_default():
+            x = tf1.placeholder(tf.float32, [512, 512])
+            outs = []
+            for b in range(branches):
+                y = x
+                for _ in range(6):
+                    y = tf.matmul(y, y) * (0.001 * (b + 1))  # distinct branches: no CSE
+                outs.append(y)
+            out = tf.add_n(outs)
+        return g, x, out
+    xv = np.random.rand(512, 512).astype(np.float32)
+    base = tf_compute_threads()
+    g1, x1, o1 = graph(1)
+    s1 = tf1.Session(graph=g1, config=tf1.ConfigProto(intra_op_parallelism_threads=1))  # user field
+    s1.run(o1, {x1: xv})
+    after1 = tf_compute_threads()
+    g2, x2, o2 = graph(4)
+    s2 = tf1.Session(graph=g2)
+    s2.run(o2, {x2: xv})
+    after2 = tf_compute_threads()
+    busy1 = busy_threads(lambda: [s1.run(o1, {x1: xv}) for _ in range(40)])
+    busy2 = busy_threads(lambda: [s2.run(o2, {x2: xv}) for _ in range(10)])
+    st = tf_autopar.status()
+    report(inter1=after1 - base, inter2=after2 - after1, busy1=busy1, busy2=busy2,
+           recs=st.to_dict()["sessions"], text=str(st))
+    """
+    res, err, rc = run_child(script, {"TF_AUTOPAR_CACHE_DIR": str(tmp_path)})
+    assert rc == 0, err
+    r1, r2 = res["recs"]
+    assert r1["avg_width"] == 1 and r2["avg_width"] == 4
+    assert r1["inter_op"] == 1 and r2["inter_op"] == min(4, cpus())
+    assert r1["intra_op"] == 1 and "intra_op_parallelism_threads=1" in r1["user_fields"]
+    assert r2["intra_op"] == cpus() and r2["intra_per_session"]
+    # what really happened: each session spawned its own inter-op pool of the planned size ...
+    assert res["inter1"] == 1
+    assert res["inter2"] == min(4, cpus())
+    # ... and its own intra-op pool: the user's 1 thread for the first, several for the second
+    assert res["busy1"]["busy"] == 1 and res["busy1"]["pool_busy"] == 0  # ran inline on its inter-op thread
+    assert res["busy2"]["pool_busy"] >= 2, res["busy2"]
+    assert "Session#2" in res["text"]
+
+
+def test_late_and_repeated_enable_warns_once_and_never_raises(tmp_path):
+    script = """
+    import logging
+    records = []
+    class H(logging.Handler):
+        def emit(self, r): records.append(r.getMessage())
+    logging.getLogger("tf_autopar").addHandler(H())
+    import tensorflow as tf
+    tf.constant(1.0) + 1.0                    # runtime started by "some library"
+    import tf_autopar
+    st = tf_autopar.enable(width=1)
+    st2 = tf_autopar.enable(width=1)
+    st3 = tf_autopar.enable(mode="throughput")
+    g = tf.Graph()
+    with g.as_default():
+        out = tf.matmul(tf.ones([4, 4]), tf.ones([4, 4]))
+    v = tf.compat.v1.Session(graph=g).run(out)
+    warns = [m for m in records if "tf_autopar" in m]
+    report(warnings=warns, phase=st.process.phase, not_applied=list(st.process.not_applied),
+           v=float(v[0, 0]), sessions=len(tf_autopar.status().sessions))
+    """
+    res, err, rc = run_child(script, {"TF_AUTOPAR_CACHE_DIR": str(tmp_path)})
+    assert rc == 0, err
+    assert "cannot be modified after initialization" not in err
+    assert res["phase"] == "after-start"
+    assert len(res["warnings"]) == 1, res["warnings"]
+    w = res["warnings"][0]
+    assert "Applied:" in w and "Not applied:" in w and "Fix:" in w
+    assert res["v"] == 4.0
+    assert res["sessions"] == 1  # the session patch still applied after a late enable()
+
+
+def test_planted_failures_leave_the_program_running(tmp_path):
+    script = """
+    import logging
+    records = []
+    class H(logging.Handler):
+        def emit(self, r): records.append(r.getMessage())
+    logging.getLogger("tf_autopar").addHandler(H())
+    import tf_autopar
+    tf_autopar.enable()
+    import tensorflow as tf
+    g = tf.Graph()
+    with g.as_default():
+        out = tf.matmul(tf.ones([4, 4]), tf.ones([4, 4]))
+    s = tf.compat.v1.Session(graph=g)
+    v1 = float(s.run(out)[0, 0])
+    s2 = tf.compat.v1.Session(graph=g)
+    @tf.function
+    def f(x):
+        return tf.matmul(x, x) + tf.matmul(x, x)
+    v2 = float(f(tf.ones([3, 3]))[0, 0])
+    report(v1=v1, v2=v2, warnings=records, cfg=s._config.inter_op_parallelism_threads,
+           sessions=len(tf_autopar.status().sessions), functions=len(tf_autopar.status().functions))
+    """
+    res, err, rc = run_child(script, {"TF_AUTOPAR_CACHE_DIR": str(tmp_path), "TF_AUTOPAR_TEST_FAIL": "analysis"})
+    assert rc == 0, err
+    assert res["v1"] == 4.0 and res["v2"] == 6.0
+    assert res["cfg"] == 0  # the session got the user's (default) config
+    assert res["sessions"] == 0 and res["functions"] == 0
+    fails = [w for w in res["warnings"] if "could not" in w]
+    assert len(fails) == 2, res["warnings"]  # one per kind (sessions, functions), not one per call
+    assert all("TensorFlow runs with its own settings" in w for w in fails)
+    # a failure inside enable() itself: nothing applied, program unaffected
+    res, err, rc = run_child(script, {"TF_AUTOPAR_CACHE_DIR": str(tmp_path), "TF_AUTOPAR_TEST_FAIL": "enable"})
+    assert rc == 0, err
+    assert res["v1"] == 4.0 and res["v2"] == 6.0 and res["sessions"] == 0
+    assert len(res["warnings"]) == 1 and "could not apply its thread plan" in res["warnings"][0]
+
+
+def test_disable_removes_every_patch(tmp_path):
+    script = """
+    import tensorflow as tf
+    from tensorflow.python.client import session
+    from tensorflow.python.eager.polymorphic_function import transform
+    orig_init, orig_cbs = session.BaseSession.__init__, list(transform.CONCRETE_FUNCTION_CALLBACKS)
+    import tf_autopar
+    tf_autopar.enable()
+    patched = session.BaseSession.__init__ is not orig_init and len(transform.CONCRETE_FUNCTION_CALLBACKS) == len(orig_cbs) + 1
+    env_on = {k: os.environ.get(k) for k in ("TF_NUM_INTEROP_THREADS", "TF_OVERRIDE_GLOBAL_THREADPOOL")}
+    st = tf_autopar.disable()
+    report(patched=patched, env_on=env_on, restored=session.BaseSession.__init__ is orig_init,
+           cbs=transform.CONCRETE_FUNCTION_CALLBACKS == orig_cbs,
+           env_off={k: os.environ.get(k) for k in ("TF_NUM_INTEROP_THREADS", "TF_OVERRIDE_GLOBAL_THREADPOOL")},
+           enabled=st.enabled, patches=list(st.patches))
+    """
+    res, err, rc = run_child(script, {"TF_AUTOPAR_CACHE_DIR": str(tmp_path)})
+    assert rc == 0, err
+    assert res["patched"] and res["restored"] and res["cbs"]
+    assert res["env_on"]["TF_OVERRIDE_GLOBAL_THREADPOOL"] == "1"
+    assert res["env_off"] == {"TF_NUM_INTEROP_THREADS": None, "TF_OVERRIDE_GLOBAL_THREADPOOL": None}
+    assert not res["enabled"] and res["patches"] == []

@@ -1,0 +1,315 @@
+"""Apply thread plans inside a running program: enable(), disable(), status(), optimize().
+
+Which path applies when (see also the README):
+- enable() before TensorFlow's runtime starts (before the first op or Session; after
+  ``import tensorflow`` is fine): the process pools are set through TF_NUM_* variables,
+  from the model given, else the plan cache for this program, else the host alone;
+  TF_OVERRIDE_GLOBAL_THREADPOOL=1 is set so that later sessions own their intra-op pools.
+- every tf.compat.v1.Session gets a ConfigProto planned for its own graph (sessions.py).
+- tf.function / Keras: each function is analysed at its first trace (functions.py); when its
+  plan differs from the fixed process pools, use optimize(), and the next start picks the
+  plan from the cache.
+- enable() after the start: hooks still apply; the process pools cannot change (one warning).
+Every entry point fails open: an internal error leaves TensorFlow on its own settings.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+from tf_autopar.runtime import cache, controller, core
+from tf_autopar.runtime.safety import fail_open, maybe_fail, warn_once
+from tf_autopar.runtime.state import STATE, FunctionRecord, ProcessRecord, SessionRecord, Status
+
+log = logging.getLogger("tf_autopar.runtime")
+MODES = ("latency", "throughput", "training")
+
+__all__ = ["FunctionRecord", "ProcessRecord", "SessionRecord", "Status", "disable", "enable", "optimize", "status"]
+
+
+def enable(
+    model: Any = None,
+    mode: str = "latency",
+    *,
+    width: int | None = None,
+    streams: int | None = None,
+    sessions: bool = True,
+    functions: bool = True,
+    cache: bool = True,
+) -> Status:
+    """Plan TensorFlow's threads for this host (and ``model``) and apply them wherever still possible.
+
+    ``model``: a SavedModel directory or graph file, a bundled workload name, a width (int),
+    a GraphProfile, or a TF/Keras object. Call it before the first TensorFlow op for the
+    process pools to follow the plan; later calls still tune sessions and report functions.
+    Repeated calls return the current status and change nothing.
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if width is not None and (not isinstance(width, int) or width < 1):
+        raise ValueError(f"width must be a positive integer, got {width!r}")
+    with STATE.lock:
+        if STATE.enabled:
+            return STATE.snapshot()
+        t0 = time.perf_counter()
+        STATE.mode, STATE.streams, STATE.use_cache = mode, streams, cache
+        try:
+            maybe_fail("enable")
+            _apply_process(model, mode, width, streams, cache)
+            STATE.enabled = True
+            _install(sessions, functions)
+        except Exception as exc:  # fail open: undo everything, TF on its own settings
+            _undo()
+            fail_open("apply its thread plan", exc)
+        STATE.enable_ms = round((time.perf_counter() - t0) * 1e3, 3)
+        return STATE.snapshot()
+
+
+def disable() -> Status:
+    """Remove every hook and the variables enable() set; records stay readable in status()."""
+    with STATE.lock:
+        _undo()
+        return STATE.snapshot()
+
+
+def status() -> Status:
+    """What was applied where: process pools, each session, each function (data and text)."""
+    return STATE.snapshot()
+
+
+def optimize(fn_or_model: Any, *, mode: str = "latency", input_signature: Any = None) -> Any:
+    """A callable running the model's frozen inference graph in a session planned for it.
+
+    Same outputs as the model's traced call (bit for bit); numpy in, numpy out. For when the
+    process pools are already fixed and the model's plan differs (see status()).
+    """
+    from tf_autopar.runtime.optimize import optimize as _optimize
+
+    return _optimize(fn_or_model, mode=mode, input_signature=input_signature)
+
+
+# ------------------------------------------------------------------------------ internals
+
+
+def _undo() -> None:
+    from tf_autopar.runtime import functions as fn_hooks, sessions as session_hooks
+
+    for mod in (session_hooks, fn_hooks):
+        try:
+            mod.uninstall()
+        except Exception as exc:  # a hook we cannot remove must not break the caller
+            fail_open("remove a hook", exc)
+    controller.restore_env()
+    fn_hooks.reset_seen()
+    STATE.enabled = False
+    STATE.patches = []
+
+
+def _install(sessions: bool, functions: bool) -> None:
+    """Install the hooks now if TensorFlow is imported, else when it is (import hook)."""
+    if not (sessions or functions):
+        return
+    if controller.tf_loaded() and "tensorflow.python.client.session" in sys.modules:
+        _install_now(sessions, functions)
+    else:
+        _DeferredInstall.arm(sessions, functions)
+
+
+def _install_now(sessions: bool, functions: bool) -> None:
+    from tf_autopar.runtime import functions as fn_hooks, sessions as session_hooks
+
+    for wanted, mod in ((sessions, session_hooks), (functions, fn_hooks)):
+        if not wanted or mod.installed():
+            continue
+        try:
+            mod.install()
+            STATE.patches.append(mod.PATCH_NAME)
+        except Exception as exc:
+            fail_open(f"install the hook for {mod.PATCH_NAME}", exc)
+
+
+class _DeferredInstall:
+    """A meta-path finder that installs the hooks right after ``tensorflow`` is imported.
+
+    Keeps enable() before ``import tensorflow`` cheap (no TF import) while still catching the
+    first Session. It only watches for the one module name and removes itself after use.
+    """
+
+    wanted = (False, False)
+    _armed = False
+
+    @classmethod
+    def arm(cls, sessions: bool, functions: bool) -> None:
+        cls.wanted = (sessions, functions)
+        if not cls._armed:
+            sys.meta_path.insert(0, cls)  # type: ignore[arg-type]
+            cls._armed = True
+
+    @classmethod
+    def disarm(cls) -> None:
+        if cls._armed:
+            try:
+                sys.meta_path.remove(cls)  # type: ignore[arg-type]
+            except ValueError:
+                pass
+            cls._armed = False
+
+    @classmethod
+    def find_spec(cls, name: str, path: Any = None, target: Any = None) -> Any:
+        if name != "tensorflow" or not cls._armed:
+            return None
+        cls.disarm()
+        import importlib.util
+
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return spec
+        loader = spec.loader
+        original_exec = loader.exec_module
+
+        def exec_module(module: Any) -> None:
+            original_exec(module)
+            if STATE.enabled:
+                try:
+                    with STATE.lock:
+                        _install_now(*cls.wanted)
+                except Exception as exc:
+                    fail_open("install its TensorFlow hooks", exc)
+
+        loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+def _model_profile(model: Any, width: int | None, started: bool, use_cache: bool) -> tuple[Any, str]:
+    if width is None and model is None:
+        return None, "host"  # no import of the graph package: keeps enable() cheap
+    from tf_autopar.graph.profile import GraphProfile
+
+    if width is not None:
+        return GraphProfile.from_width(width), f"width {width}"
+    if isinstance(model, bool):
+        raise TypeError("model must be a path, a workload name, a width or a model object, not a bool")
+    if isinstance(model, int):
+        return GraphProfile.from_width(model), f"width {model}"
+    if isinstance(model, GraphProfile):
+        return model, model.source or "profile"
+    from tf_autopar.graph import analyze
+
+    maybe_fail("analysis")
+    if isinstance(model, (str, os.PathLike)):
+        text = os.fspath(model)
+        if os.path.exists(text):
+            return analyze(text), f"model {text}"  # read from disk: does not start TF
+        if not started:
+            return _workload_profile(text, use_cache), f"workload {text}"
+    return analyze(model), f"model {type(model).__name__}"
+
+
+def _workload_profile(name: str, use_cache: bool) -> Any:
+    """A bundled workload's profile without starting TF here: building it would fix the pools.
+
+    Analysed once in a child process, then read from the plan cache.
+    """
+    import workloads
+
+    workloads.module_path(name)  # ValueError naming the choices for an unknown name
+    key = f"workload:{name}:tiny"
+    found = cache.lookup_profile(key) if use_cache else None
+    if found:
+        return core.profile_from_dict(found)
+    code = (
+        "import json, sys; from tf_autopar.graph import analyze; "
+        "print(json.dumps(analyze(sys.argv[1]).to_dict()))"
+    )
+    env = dict(os.environ)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    log.info("analysing workload %s in a child process (once; cached afterwards)", name)
+    out = subprocess.run([sys.executable, "-c", code, name], env=env, capture_output=True, text=True, timeout=600)
+    if out.returncode != 0:
+        raise RuntimeError(f"analysing workload {name} failed: {out.stderr.strip().splitlines()[-1:]}")
+    data = json.loads(out.stdout.strip().splitlines()[-1])
+    if use_cache:
+        cache.store_profile(key, core.profile_summary(core.profile_from_dict(data)))
+    return core.profile_from_dict(data)
+
+
+def _apply_process(model: Any, mode: str, width: int | None, streams: int | None, use_cache: bool) -> None:
+    started = controller.runtime_started()
+    source_note = ""
+    try:
+        profile, source = _model_profile(model, width, started, use_cache)
+    except (TypeError, ValueError, FileNotFoundError):
+        raise
+    except Exception as exc:  # analysis trouble: plan for the host alone
+        fail_open(f"analyse the model {model!r}", exc)
+        profile, source = None, "host (model analysis failed)"
+    topo = core.topology()
+    if profile is None and use_cache and not started:
+        try:
+            entry = cache.lookup_program(cache.program_key(), cache.topology_key(topo), mode)
+            if entry:
+                profile = core.profile_from_dict(entry["profile"])
+                source = f"cache: {entry.get('name', '?')} ({str(entry.get('fingerprint', ''))[:12]})"
+        except Exception as exc:
+            fail_open("read the plan cache", exc)
+    STATE.process_profile = profile
+    plan = core.plan_for(profile, mode, width=None, streams=streams)
+    if not started:
+        _apply_before_start(plan, source)
+    else:
+        _report_late(plan, source + source_note)
+
+
+def _apply_before_start(plan: Any, source: str) -> None:
+    env = plan.to_env()
+    env.setdefault(controller.OVERRIDE_VAR, "1")  # per-session intra-op pools (eager path unaffected)
+    api_inter, api_intra = controller.api_pools()
+    applied, kept = controller.set_env(env)
+    kept = {k: v for k, v in kept.items()}
+    for name, value in (("tf.config.threading inter_op", api_inter), ("tf.config.threading intra_op", api_intra)):
+        if value:  # the user's API call wins over our variables at start
+            kept[name] = str(value)
+    controller.note_start_settings()
+    running = controller.running_pools()
+    STATE.process = ProcessRecord(
+        phase="before-start", planned_inter=plan.inter_op, planned_intra=plan.intra_op,
+        applied=applied, kept_user=kept, running_inter=running[0], running_intra=running[1],
+        per_session_intra=controller.per_session_intra(), source=source, explain=plan.explain(),
+    )
+
+
+def _report_late(plan: Any, source: str) -> None:
+    running = controller.running_pools()
+    not_applied = []
+    if (plan.inter_op, plan.intra_op) != running:
+        not_applied.append(
+            f"process pools stay inter_op={running[0]} intra_op={running[1]} (planned {plan.inter_op}x{plan.intra_op}): "
+            "TensorFlow fixes them when its runtime starts"
+        )
+    per_session = controller.per_session_intra()
+    if not per_session:
+        not_applied.append("per-session intra-op pools (TF_OVERRIDE_GLOBAL_THREADPOOL must be set before start)")
+    STATE.process = ProcessRecord(
+        phase="after-start", planned_inter=plan.inter_op, planned_intra=plan.intra_op,
+        not_applied=tuple(not_applied), running_inter=running[0], running_intra=running[1],
+        per_session_intra=per_session, source=source, explain=plan.explain(),
+    )
+    if not_applied:
+        hooks = []
+        if controller.tf_loaded():
+            hooks = ["per-session inter-op pools for new Sessions", "tf.function analysis at first trace"]
+        warn_once(
+            "late-enable",
+            "tf_autopar.enable() ran after TensorFlow's runtime started. Applied: "
+            + (", ".join(hooks) or "nothing yet")
+            + ". Not applied: " + "; ".join(not_applied)
+            + ". Fix: call tf_autopar.enable() before the first TensorFlow op (after `import tensorflow` is fine), "
+            "or start the program with `tf-autopar run -- python ...`, or use tf_autopar.optimize(model) for inference.",
+        )

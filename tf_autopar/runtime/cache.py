@@ -1,0 +1,189 @@
+"""A small persistent plan cache, so the next start of a program applies the right pools.
+
+File: ``$TF_AUTOPAR_CACHE_DIR/plans.json`` (else ``$XDG_CACHE_HOME/tf_autopar`` or
+``~/.cache/tf_autopar``). Layout::
+
+    {"version": 1,
+     "plans":    {"<fingerprint>|<topology key>|<mode>": {"plan": {...}, "profile": {...}, "name": ..., "updated": t}},
+     "programs": {"<program key>|<topology key>|<mode>": {"fingerprint": ..., "heavy_ops": n, "name": ..., "updated": t}},
+     "profiles": {"workload:<name>:<size>": {"profile": {...}, "updated": t}}}
+
+A program's entry names the heaviest graph it ran, since that is the one the process
+pools should fit. Writes take a file lock and replace the file atomically; a corrupt
+file is moved aside with one warning and the cache starts empty. Reads take no lock
+(the file is only ever replaced whole).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import sys
+import tempfile
+import time
+from typing import Any
+
+from tf_autopar.runtime.safety import warn_once
+
+log = logging.getLogger("tf_autopar.runtime")
+FILENAME = "plans.json"
+VERSION = 1
+MAX_ENTRIES = 500  # oldest entries are dropped beyond this
+
+
+def cache_dir() -> str:
+    explicit = os.environ.get("TF_AUTOPAR_CACHE_DIR")
+    if explicit:
+        return explicit
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "tf_autopar")
+
+
+def cache_path() -> str:
+    return os.path.join(cache_dir(), FILENAME)
+
+
+def topology_key(topology: Any) -> str:
+    """What of the host a plan depends on: budget, cores, sockets, NUMA, quota, runtime."""
+    facts = [
+        getattr(topology, "cpu_budget", None),
+        list(getattr(topology, "affinity", ())),
+        getattr(topology, "physical_cores", None),
+        getattr(topology, "threads_per_core", None),
+        len(getattr(topology, "numa_nodes", ()) or ()),
+        list(getattr(topology, "sockets", ())),
+        getattr(getattr(topology, "quota", None), "cpus", None),
+        getattr(topology, "threading_runtime", None),
+    ]
+    return hashlib.sha1(json.dumps(facts, default=str).encode()).hexdigest()[:16]
+
+
+def program_key(argv: list[str] | None = None) -> str:
+    """The running program: $TF_AUTOPAR_PROGRAM, else the script's real path and its arguments."""
+    explicit = os.environ.get("TF_AUTOPAR_PROGRAM")
+    if explicit:
+        return explicit
+    argv = list(sys.argv if argv is None else argv) or [""]
+    head = argv[0]
+    if head and os.path.exists(head):
+        head = os.path.realpath(head)
+    return hashlib.sha1(json.dumps([head, *argv[1:]]).encode()).hexdigest()[:16]
+
+
+def _empty() -> dict[str, Any]:
+    return {"version": VERSION, "plans": {}, "programs": {}, "profiles": {}}
+
+
+def load(path: str | None = None) -> dict[str, Any]:
+    """The cache's content; an unreadable or corrupt file gives an empty cache (moved aside, one warning)."""
+    path = path or cache_path()
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+        if not isinstance(data, dict) or data.get("version") != VERSION:
+            raise ValueError(f"unexpected layout (version {data.get('version') if isinstance(data, dict) else '?'})")
+        if not isinstance(data.get("plans"), dict) or not isinstance(data.get("programs"), dict):
+            raise ValueError("missing 'plans' or 'programs'")
+        if not isinstance(data.setdefault("profiles", {}), dict):
+            raise ValueError("'profiles' is not a mapping")
+        return data
+    except FileNotFoundError:
+        return _empty()
+    except (OSError, ValueError) as exc:
+        aside = f"{path}.corrupt-{int(time.time())}"
+        try:
+            os.replace(path, aside)
+            where = f"moved to {aside}"
+        except OSError:
+            where = "left in place"
+        warn_once(f"cache-corrupt:{path}", f"tf_autopar's plan cache {path} is unreadable ({exc}); {where}, starting fresh")
+        return _empty()
+
+
+def _write(path: str, data: dict[str, Any]) -> None:
+    directory = os.path.dirname(path)
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".plans-", suffix=".json", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=1, sort_keys=True)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _trim(entries: dict[str, Any]) -> None:
+    if len(entries) > MAX_ENTRIES:
+        for key in sorted(entries, key=lambda k: entries[k].get("updated", 0))[: len(entries) - MAX_ENTRIES]:
+            del entries[key]
+
+
+def store(
+    fingerprint: str,
+    topo_key: str,
+    mode: str,
+    plan: dict[str, Any],
+    profile: dict[str, Any],
+    name: str,
+    program: str | None = None,
+    path: str | None = None,
+) -> None:
+    """Add a graph's plan and point the program at it if it is the program's heaviest graph."""
+    from filelock import FileLock  # imported here: only writers pay for it
+
+    path = path or cache_path()
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with FileLock(path + ".lock", timeout=5):
+        data = load(path)
+        now = time.time()
+        data["plans"][f"{fingerprint}|{topo_key}|{mode}"] = {
+            "plan": plan, "profile": profile, "name": name, "updated": now,
+        }
+        if program is not None:
+            pkey = f"{program}|{topo_key}|{mode}"
+            old = data["programs"].get(pkey)
+            heavy = int(profile.get("heavy_ops", 0))
+            if old is None or old.get("fingerprint") == fingerprint or heavy >= int(old.get("heavy_ops", 0)):
+                data["programs"][pkey] = {"fingerprint": fingerprint, "heavy_ops": heavy, "name": name, "updated": now}
+        _trim(data["plans"])
+        _trim(data["programs"])
+        _write(path, data)
+
+
+def lookup_program(program: str, topo_key: str, mode: str, path: str | None = None) -> dict[str, Any] | None:
+    """The cached plan entry for this program on this host, or None."""
+    data = load(path)
+    entry = data["programs"].get(f"{program}|{topo_key}|{mode}")
+    if not entry:
+        return None
+    found = data["plans"].get(f"{entry.get('fingerprint')}|{topo_key}|{mode}")
+    if not found:
+        return None
+    return {"fingerprint": entry.get("fingerprint"), **found}
+
+
+def lookup(fingerprint: str, topo_key: str, mode: str, path: str | None = None) -> dict[str, Any] | None:
+    return load(path)["plans"].get(f"{fingerprint}|{topo_key}|{mode}")
+
+
+def lookup_profile(key: str, path: str | None = None) -> dict[str, Any] | None:
+    """A cached graph profile (e.g. of a bundled workload, which takes a TF process to analyse)."""
+    entry = load(path)["profiles"].get(key)
+    return entry.get("profile") if isinstance(entry, dict) else None
+
+
+def store_profile(key: str, profile: dict[str, Any], path: str | None = None) -> None:
+    from filelock import FileLock
+
+    path = path or cache_path()
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with FileLock(path + ".lock", timeout=5):
+        data = load(path)
+        data["profiles"][key] = {"profile": profile, "updated": time.time()}
+        _trim(data["profiles"])
+        _write(path, data)

@@ -1,0 +1,72 @@
+"""Planning glue shared by enable(), the session patch, the tf.function hook and optimize().
+
+Pure-ish decisions: topology (detected once per process), the plan for a profile under
+the user's environment (never our own variables), and which mode a graph gets.
+"""
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from typing import Any
+
+from tf_autopar.runtime import controller
+from tf_autopar.runtime.safety import maybe_fail
+
+_lock = threading.Lock()
+_topology: Any = None
+
+
+def topology() -> Any:
+    global _topology
+    with _lock:
+        if _topology is None:
+            from tf_autopar.topology import detect_topology
+
+            _topology = detect_topology()
+        return _topology
+
+
+def effective_mode(mode: str, profile: Any) -> str:
+    """Training graphs get the training plan when the user asked for latency (the default)."""
+    if mode == "latency" and profile is not None and getattr(profile, "training", False):
+        return "training"
+    return mode
+
+
+def plan_for(profile: Any, mode: str, *, width: int | None = None, streams: int | None = None) -> Any:
+    from tf_autopar.planning import plan
+
+    maybe_fail("plan")
+    return plan(
+        topology(), profile, effective_mode(mode, profile), width=width, env=controller.user_env(),
+        streams=streams if mode == "throughput" else None,
+    )
+
+
+def analyze_graph(graph_def: Any, source: str) -> tuple[Any, float]:
+    """(profile, milliseconds spent)."""
+    from tf_autopar.graph import analyze_graph_def
+
+    t0 = time.perf_counter()
+    maybe_fail("analysis")
+    profile = analyze_graph_def(graph_def, source=source)
+    return profile, (time.perf_counter() - t0) * 1e3
+
+
+def profile_from_dict(d: dict[str, Any]) -> Any:
+    from tf_autopar.graph.profile import GraphProfile
+
+    names = {f.name for f in dataclasses.fields(GraphProfile)}
+    data = {k: v for k, v in d.items() if k in names}
+    for key in ("level_widths",):
+        if key in data:
+            data[key] = tuple(data[key])
+    return GraphProfile(**data)
+
+
+def profile_summary(profile: Any) -> dict[str, Any]:
+    """The profile fields worth caching (small: no op histograms)."""
+    keep = ("heavy_ops", "depth", "avg_width", "max_width", "nodes", "functions", "training",
+            "uses_tf_data", "source", "fingerprint")
+    return {k: getattr(profile, k) for k in keep if hasattr(profile, k)}

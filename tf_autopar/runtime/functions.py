@@ -1,0 +1,120 @@
+"""tf.function and Keras: analyse each function's graph when it is first traced.
+
+Hook: TensorFlow calls every callable in
+``tensorflow.python.eager.polymorphic_function.transform.CONCRETE_FUNCTION_CALLBACKS`` with
+each new ConcreteFunction right after tracing (tracing_compilation._create_concrete_function).
+That covers tf.function, Keras 3's predict/fit/evaluate steps and SavedModel loading, and
+needs no wrapping of TensorFlow classes. Skipped: functions traced inside another function
+(the outer graph includes them), tf.data's own functions ("Dataset_*"), graphs without heavy
+ops, and re-traces of a function already seen (keyed by name and op count, so the analysis
+runs once per function).
+
+The process pools are fixed by the time a function runs, so a function whose plan differs
+from them cannot be re-pooled in place: one warning points to tf_autopar.optimize(), and the
+plan is written to the persistent cache so the next start of the same program applies it.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from tf_autopar.runtime import cache, controller, core, sessions
+from tf_autopar.runtime.safety import fail_open, maybe_fail, warn_once
+from tf_autopar.runtime.state import STATE, FunctionRecord
+
+PATCH_NAME = "tf.function first trace (CONCRETE_FUNCTION_CALLBACKS)"
+_SKIP_PREFIXES = ("Dataset_", "__inference_Dataset")
+_seen: dict[tuple[str, int], tuple[str, str]] = {}  # (name, ops) -> key into STATE.functions
+_installed = False
+
+
+def installed() -> bool:
+    return _installed
+
+
+def install() -> None:
+    global _installed
+    from tensorflow.python.eager.polymorphic_function import transform
+
+    if _callback not in transform.CONCRETE_FUNCTION_CALLBACKS:
+        transform.CONCRETE_FUNCTION_CALLBACKS.append(_callback)
+    _installed = True
+
+
+def uninstall() -> None:
+    global _installed
+    if "tensorflow.python.eager.polymorphic_function.transform" in __import__("sys").modules:
+        from tensorflow.python.eager.polymorphic_function import transform
+
+        while _callback in transform.CONCRETE_FUNCTION_CALLBACKS:
+            transform.CONCRETE_FUNCTION_CALLBACKS.remove(_callback)
+    _installed = False
+
+
+def _callback(concrete_fn: Any) -> None:
+    if not STATE.enabled or sessions.bypassed():
+        return
+    try:
+        on_trace(concrete_fn)
+    except Exception as exc:  # fail open: the function runs as traced
+        fail_open("analyse a traced tf.function", exc)
+
+
+def on_trace(concrete_fn: Any) -> None:
+    from tensorflow.python.framework import ops
+
+    graph = concrete_fn.graph
+    name = graph.name or "tf.function"
+    if name.startswith(_SKIP_PREFIXES) or ops.inside_function():
+        return
+    ops_count = len(graph.get_operations())
+    seen_key = (name, ops_count)
+    with STATE.lock:
+        known = _seen.get(seen_key)
+        if known is not None:
+            rec = STATE.functions.get(known)
+            if rec is not None:
+                STATE.functions[known] = dataclasses.replace(rec, traces=rec.traces + 1)
+            return
+        _seen[seen_key] = ("", "")  # claim it: analyse once even if traced from two threads
+    maybe_fail("function")
+    profile, ms = core.analyze_graph(graph.as_graph_def(), f"tf.function {name}")
+    if profile.heavy_ops == 0:
+        return
+    plan = core.plan_for(profile, STATE.mode, streams=STATE.streams)
+    running = controller.running_pools()
+    matches = (plan.inter_op, plan.intra_op) == running
+    cached = False
+    if not matches and STATE.use_cache:
+        try:
+            maybe_fail("cache")
+            cache.store(
+                profile.fingerprint, cache.topology_key(core.topology()), STATE.mode, plan.to_dict(),
+                core.profile_summary(profile), name, program=cache.program_key(),
+            )
+            cached = True
+        except Exception as exc:
+            fail_open("write the plan cache", exc)
+    record = FunctionRecord(
+        name=name, fingerprint=profile.fingerprint, heavy_ops=profile.heavy_ops,
+        avg_width=profile.avg_width, planned_inter=plan.inter_op, planned_intra=plan.intra_op,
+        matches_process=matches, cached=cached, analysis_ms=round(ms, 3),
+    )
+    key = (name, profile.fingerprint)
+    with STATE.lock:
+        _seen[seen_key] = key
+        STATE.functions[key] = record
+    if not matches:
+        warn_once(
+            "function-mismatch",
+            f"tf.function {name!r} (width {profile.avg_width}, {profile.heavy_ops} heavy ops) would run best with "
+            f"inter_op={plan.inter_op} intra_op={plan.intra_op}, but the process pools are already fixed at "
+            f"{running[0]}x{running[1]}. For inference now: fn = tf_autopar.optimize(model_or_function). "
+            + ("The plan is cached: the next start of this program applies it when enable() runs before TensorFlow starts."
+               if cached else ""),
+        )
+
+
+def reset_seen() -> None:
+    with STATE.lock:
+        _seen.clear()

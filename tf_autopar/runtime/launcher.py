@@ -1,0 +1,177 @@
+"""`tf-autopar run`: start a program (or N copies) with the plan applied from outside.
+
+For servers whose code cannot change. Decisions (pure: ``launch_specs``) are separated from
+process handling (``run``): each instance gets os.environ + the plan's variables for its
+slice of CPUs (a variable the user set is never overridden; OpenMP variables only appear
+for OpenMP builds, as the planner decides), TF_AUTOPAR_INSTANCE / TF_AUTOPAR_INSTANCES, and
+its own CPUs: ``numactl --physcpubind --membind`` when numactl exists and the host has
+several NUMA nodes, else ``os.sched_setaffinity`` in the child before exec. Signals
+SIGINT/SIGTERM/SIGHUP are forwarded to every child; the exit code is the first non-zero child
+status (128+signal for a child killed by a signal), 0 when all succeed.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import signal
+import subprocess
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@dataclass(frozen=True)
+class InstanceSpec:
+    index: int
+    cpus: tuple[int, ...]  # () = no binding
+    env_set: dict[str, str]  # variables set for this instance (not the whole environment)
+    env_kept: dict[str, str]  # the user's variables left as they were
+    argv: tuple[str, ...]  # the full command, numactl prefix included
+    binding: str  # "numactl", "sched_setaffinity", "none"
+    inter_op: int = 0
+    intra_op: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    instances: tuple[InstanceSpec, ...]
+    plan: dict[str, Any] = field(default_factory=dict)
+    explain: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"instances": [i.to_dict() for i in self.instances], "plan": self.plan, "explain": self.explain}
+
+
+def split_cpus(cpus: Sequence[int], n: int) -> list[tuple[int, ...]]:
+    """n disjoint, equal, contiguous slices of ``cpus`` (the remainder stays idle)."""
+    if n < 1:
+        raise ValueError(f"instances must be at least 1, got {n}")
+    cpus = sorted(cpus)
+    if n > len(cpus):
+        raise ValueError(f"{n} instances need at least {n} CPUs, only {len(cpus)} available: {cpus}")
+    size = len(cpus) // n
+    return [tuple(cpus[i * size:(i + 1) * size]) for i in range(n)]
+
+
+def restrict_topology(topology: Any, cores: Sequence[int]) -> Any:
+    """The topology as seen by a process bound to ``cores`` (budget shrinks accordingly)."""
+    allowed = set(cores)
+    missing = sorted(allowed - set(topology.affinity))
+    if missing:
+        raise ValueError(f"--cores names CPUs this process may not use: {missing} (allowed: {list(topology.affinity)})")
+    new_cores = tuple(
+        dataclasses.replace(c, cpus=tuple(x for x in c.cpus if x in allowed))
+        for c in topology.cores if any(x in allowed for x in c.cpus)
+    )
+    nodes = tuple(
+        dataclasses.replace(nd, cpus=tuple(x for x in nd.cpus if x in allowed))
+        for nd in topology.numa_nodes if any(x in allowed for x in nd.cpus)
+    )
+    budget = min(topology.cpu_budget, len(allowed))
+    return dataclasses.replace(topology, affinity=tuple(sorted(allowed)), cores=new_cores, numa_nodes=nodes, cpu_budget=budget)
+
+
+def launch_specs(
+    topology: Any,
+    command: Sequence[str],
+    *,
+    mode: str = "latency",
+    instances: int | None = None,
+    environ: Mapping[str, str],
+    numactl: str | None = None,
+) -> LaunchPlan:
+    """Decide each instance's CPUs, variables and command line (no side effects)."""
+    from tf_autopar.planning import plan as make_plan
+
+    if not command:
+        raise ValueError("no command given: use `tf-autopar run [options] -- COMMAND ...`")
+    n = instances or 1
+    if mode == "throughput":
+        p = make_plan(topology, None, "throughput", env=environ, streams=n if instances else None)
+        n = p.instances
+        slices = [tuple(c) for c in p.cpus] if p.cpus and len(p.cpus) == n else split_cpus(topology.affinity, n)
+    else:
+        slices = split_cpus(topology.affinity, n) if n > 1 else [tuple(topology.affinity)]
+        sub = restrict_topology(topology, slices[0]) if n > 1 else topology
+        p = make_plan(sub, None, mode, env=environ)
+        if n == 1 and p.cpus:
+            slices = [tuple(p.cpus[0])]
+    env_plan = p.to_env()
+    multi_numa = len(topology.numa_nodes) > 1
+    specs = []
+    for i, cpus in enumerate(slices):
+        env_set: dict[str, str] = {}
+        kept: dict[str, str] = {}
+        for key, value in env_plan.items():
+            if key in environ:
+                kept[key] = environ[key]
+            else:
+                env_set[key] = value
+        env_set["TF_AUTOPAR_INSTANCE"] = str(i)
+        env_set["TF_AUTOPAR_INSTANCES"] = str(n)
+        bind_all = set(cpus) == set(topology.affinity) and n == 1
+        argv = tuple(command)
+        if not cpus or bind_all:
+            binding = "none"
+        elif numactl and multi_numa:
+            nodes = sorted({nd.id for nd in topology.numa_nodes if set(nd.cpus) & set(cpus)})
+            argv = (numactl, f"--physcpubind={','.join(map(str, cpus))}", f"--membind={','.join(map(str, nodes))}", *command)
+            binding = "numactl"
+        else:
+            binding = "sched_setaffinity"
+        specs.append(InstanceSpec(i, tuple(cpus), env_set, kept, argv, binding, p.inter_op, p.intra_op))
+    return LaunchPlan(tuple(specs), p.to_dict(), p.explain())
+
+
+def _affinity_setter(cpus: tuple[int, ...]) -> Any:
+    def bind() -> None:
+        os.sched_setaffinity(0, cpus)
+
+    return bind
+
+
+def run(launch: LaunchPlan, environ: Mapping[str, str] | None = None) -> int:
+    """Start every instance, forward signals, wait; the exit code as described above."""
+    base = dict(os.environ if environ is None else environ)
+    children: list[subprocess.Popen] = []
+    previous = {}
+
+    def forward(signum: int, _frame: Any) -> None:
+        for child in children:
+            if child.poll() is None:
+                try:
+                    child.send_signal(signum)
+                except ProcessLookupError:
+                    pass
+
+    for sig in FORWARDED:
+        previous[sig] = signal.signal(sig, forward)
+    try:
+        for spec in launch.instances:
+            env = dict(base)
+            env.update(spec.env_set)
+            preexec = _affinity_setter(spec.cpus) if spec.binding == "sched_setaffinity" else None
+            try:
+                children.append(subprocess.Popen(list(spec.argv), env=env, preexec_fn=preexec))
+            except FileNotFoundError as exc:
+                forward(signal.SIGTERM, None)
+                for child in children:
+                    child.wait()
+                raise FileNotFoundError(f"cannot start {spec.argv[0]!r}: {exc.strerror}") from None
+        codes = [child.wait() for child in children]
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    for code in codes:
+        if code != 0:
+            return 128 + (-code) if code < 0 else code
+    return 0
+
+
+def find_numactl() -> str | None:
+    return shutil.which("numactl")

@@ -1,0 +1,172 @@
+"""Per-session thread pools for TF1-style sessions.
+
+``BaseSession.__init__`` is wrapped: Session, InteractiveSession and everything that builds
+them (MonitoredSession, SessionManager, tf.compat.v1.train.* helpers all call
+``session.Session(...)``) pass through it. The wrapper analyses the session's graph (memoised
+per graph and graph version), plans it, and hands TensorFlow a copy of the user's ConfigProto
+with inter/intra-op threads filled in where the user left 0 and ``use_per_session_threads``
+on, so two sessions with different graphs get different pools. The intra-op value is only
+the session's own when TF_OVERRIDE_GLOBAL_THREADPOOL=1 was set before the runtime started
+(enable() does that before start); otherwise it is the process pool, and the record says so.
+
+A graph that is still empty when the session is created (the user builds it afterwards) gets
+the process plan: a session's pools are created with the session and cannot change later.
+"""
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from typing import Any
+
+from tf_autopar.runtime import controller, core
+from tf_autopar.runtime.safety import fail_open, maybe_fail
+from tf_autopar.runtime.state import STATE, SessionRecord
+
+_original_init: Any = None
+_local = threading.local()  # .bypass: optimize() builds its own config
+_memo: "weakref.WeakKeyDictionary[Any, tuple[int, Any, float]]" = weakref.WeakKeyDictionary()
+PATCH_NAME = "tf.compat.v1.Session (BaseSession.__init__)"
+
+
+class bypass:
+    """Context manager: sessions created inside are left alone (optimize() plans its own)."""
+
+    def __enter__(self) -> None:
+        _local.bypass = getattr(_local, "bypass", 0) + 1
+
+    def __exit__(self, *exc: Any) -> None:
+        _local.bypass -= 1
+
+
+def bypassed() -> bool:
+    return bool(getattr(_local, "bypass", 0))
+
+
+def installed() -> bool:
+    return _original_init is not None
+
+
+def install() -> None:
+    global _original_init
+    if _original_init is not None:
+        return
+    from tensorflow.python.client import session
+
+    _original_init = session.BaseSession.__init__
+
+    def __init__(self: Any, target: str = "", graph: Any = None, config: Any = None) -> None:
+        _patched_init(self, target, graph, config)
+
+    __init__.__wrapped__ = _original_init  # type: ignore[attr-defined]
+    __init__.__doc__ = _original_init.__doc__
+    session.BaseSession.__init__ = __init__
+
+
+def uninstall() -> None:
+    global _original_init
+    if _original_init is None:
+        return
+    from tensorflow.python.client import session
+
+    session.BaseSession.__init__ = _original_init
+    _original_init = None
+
+
+def _patched_init(self: Any, target: str, graph: Any, config: Any) -> None:
+    original = _original_init or _find_original()
+    if getattr(_local, "bypass", 0) or not STATE.enabled:
+        return original(self, target, graph, config)
+    try:
+        planned, record = plan_session(graph, config)
+    except Exception as exc:  # fail open: the user's own config
+        fail_open("plan a Session's threads", exc)
+        return original(self, target, graph, config)
+    if planned is None:
+        return original(self, target, graph, config)
+    try:
+        original(self, target, graph, planned)
+    except Exception as exc:
+        if getattr(self, "_session", None) is not None:
+            raise
+        fail_open("create a Session with the planned ConfigProto", exc)
+        return original(self, target, graph, config)
+    with STATE.lock:
+        STATE.sessions.append(record)
+
+
+def _find_original() -> Any:
+    from tensorflow.python.client import session
+
+    init = session.BaseSession.__init__
+    return getattr(init, "__wrapped__", init)
+
+
+def graph_profile(graph: Any) -> tuple[Any, float]:
+    """The graph's profile, memoised per (graph, version): sessions often share one graph."""
+    version = graph.version
+    hit = _memo.get(graph)
+    if hit is not None and hit[0] == version:
+        return hit[1], 0.0
+    t0 = time.perf_counter()
+    graph_def = graph.as_graph_def()  # serialising the graph is part of the cost we add
+    export_ms = (time.perf_counter() - t0) * 1e3
+    profile, ms = core.analyze_graph(graph_def, f"Session graph ({version} ops)")
+    ms += export_ms
+    _memo[graph] = (version, profile, ms)
+    return profile, ms
+
+
+def plan_session(graph: Any, config: Any) -> tuple[Any, SessionRecord | None]:
+    """(ConfigProto to create the session with, record); (None, None) to leave it alone."""
+    from tensorflow.core.protobuf import config_pb2
+    from tensorflow.python.eager import context
+    from tensorflow.python.framework import ops
+
+    if graph is not None and not isinstance(graph, ops.Graph):
+        return None, None  # TensorFlow reports the user's mistake itself
+    if config is not None and not isinstance(config, config_pb2.ConfigProto):
+        return None, None
+    maybe_fail("session")
+    g = graph if graph is not None else ops.get_default_graph()
+    base = config if config is not None else context.context().config
+    user_fields = []
+    if base.inter_op_parallelism_threads:
+        user_fields.append(f"inter_op_parallelism_threads={base.inter_op_parallelism_threads}")
+    if base.intra_op_parallelism_threads:
+        user_fields.append(f"intra_op_parallelism_threads={base.intra_op_parallelism_threads}")
+    if len(base.session_inter_op_thread_pool):
+        user_fields.append("session_inter_op_thread_pool")
+
+    note = ""
+    if g.version == 0:
+        profile, ms = STATE.process_profile, 0.0
+        note = "graph empty when the session was created: process plan used"
+    else:
+        profile, ms = graph_profile(g)
+    plan = core.plan_for(profile, STATE.mode, streams=STATE.streams)
+
+    new = config_pb2.ConfigProto()
+    new.CopyFrom(base)
+    if not base.inter_op_parallelism_threads and plan.inter_op > 0:
+        new.inter_op_parallelism_threads = plan.inter_op
+    if not base.intra_op_parallelism_threads and plan.intra_op > 0:
+        new.intra_op_parallelism_threads = plan.intra_op
+    if not len(base.session_inter_op_thread_pool):
+        new.use_per_session_threads = True
+    intra_own = controller.per_session_intra()
+    record = SessionRecord(
+        session=STATE.next_session_name(),
+        graph_nodes=g.version,
+        fingerprint=getattr(profile, "fingerprint", "") if profile is not None else "",
+        avg_width=getattr(profile, "avg_width", 1) if profile is not None else 1,
+        heavy_ops=getattr(profile, "heavy_ops", 0) if profile is not None else 0,
+        inter_op=new.inter_op_parallelism_threads,
+        intra_op=new.intra_op_parallelism_threads,
+        per_session_threads=new.use_per_session_threads,
+        intra_per_session=intra_own,
+        user_fields=tuple(user_fields),
+        note=note,
+        analysis_ms=round(ms, 3),
+    )
+    return new, record
