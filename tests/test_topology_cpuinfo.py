@@ -76,3 +76,17 @@ def test_unwritable_cache_dir_still_answers(tmp_path):
     blocker.write_text("not a directory")
     env_dir = str(blocker / "sub")  # makedirs fails: the cache is skipped, not fatal
     assert _live_cpuinfo(env_dir)["vendor"] != ""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/cpuinfo"), reason="needs Linux /proc/cpuinfo")
+def test_cpu_details_off_never_runs_py_cpuinfo(tmp_path):
+    """enable()'s path: an empty cache must not cost py-cpuinfo's second, nor fill the cache."""
+    code = ("import json, sys; from tf_autopar.topology import detect_topology; "
+            "t = detect_topology(cpu_details=False); "
+            "print(json.dumps({'cpu': t.to_dict()['cpu'], 'imported': 'cpuinfo' in sys.modules}))")
+    env = dict(os.environ, TF_AUTOPAR_CACHE_DIR=str(tmp_path), PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = json.loads(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                                    timeout=120, check=True).stdout)
+    assert out["imported"] is False
+    assert out["cpu"]["model"] != "unknown" and out["cpu"]["vendor"] != "unknown"
+    assert not (tmp_path / "cpuinfo.json").exists()

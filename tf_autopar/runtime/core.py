@@ -23,7 +23,7 @@ def topology() -> Any:
         if _topology is None:
             from tf_autopar.topology import detect_topology
 
-            _topology = detect_topology()
+            _topology = detect_topology(cpu_details=False)
         return _topology
 
 

@@ -14,7 +14,7 @@ from .tf_runtime import detect_tf_runtime
 log = logging.getLogger("tf_autopar.topology")
 
 
-def detect_topology(root: str = "/", *, pid: int | None = None) -> Topology:
+def detect_topology(root: str = "/", *, pid: int | None = None, cpu_details: bool = True) -> Topology:
     """What this process (or `pid`) may use of the host's CPUs. Never imports TensorFlow.
 
     root: "/" for the running system, or a recorded tree (tests/fixtures/hosts/<name>)
@@ -22,6 +22,8 @@ def detect_topology(root: str = "/", *, pid: int | None = None) -> Topology:
     Missing or garbled files give warnings (Topology.warnings, and logged) and a safe
     fallback, never an exception; a root that is not a directory raises FileNotFoundError.
     The threading runtime always describes the TensorFlow importable here, whatever the root.
+    cpu_details=False skips py-cpuinfo on a cache miss (about 1 s) and parses /proc/cpuinfo:
+    planning needs no ISA details, and enable() must stay cheap on a program's first start.
     """
     if not os.path.isdir(root):
         raise FileNotFoundError(f"topology root {root!r} is not a directory")
@@ -77,7 +79,7 @@ def detect_topology(root: str = "/", *, pid: int | None = None) -> Topology:
         cpu_budget=cgroup.cpu_budget(len(affinity), quota),
         quota=quota,
         cpuset=restricting,
-        cpu=read_cpuinfo(fs, notes),
+        cpu=read_cpuinfo(fs, notes, allow_slow=cpu_details),
         threading_runtime=detect_tf_runtime().runtime,
         warnings=tuple(notes.warnings),
     )
