@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -48,6 +50,8 @@ def run_child(script: str, env: dict[str, str] | None = None, timeout: float = 2
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("TF_NUM_", "TF_OVERRIDE", "TF_AUTOPAR", "OMP_", "KMP_"))}
     full_env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p)
     full_env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    lease_dir = tempfile.mkdtemp(prefix="tfa_lease_")  # children of other tests are not co-workers
+    full_env["TF_AUTOPAR_LEASE_DIR"] = lease_dir
     full_env.update(env or {})
     code = PRELUDE + textwrap.dedent(script)
     if path is not None:
@@ -56,7 +60,10 @@ def run_child(script: str, env: dict[str, str] | None = None, timeout: float = 2
         cmd = [sys.executable, path, *(args or [])]
     else:
         cmd = [sys.executable, "-c", code, *(args or [])]
-    proc = subprocess.run(cmd, env=full_env, capture_output=True, text=True, timeout=timeout)
+    try:
+        proc = subprocess.run(cmd, env=full_env, capture_output=True, text=True, timeout=timeout)
+    finally:
+        shutil.rmtree(lease_dir, ignore_errors=True)
     result = {}
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT "):

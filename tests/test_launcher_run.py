@@ -89,9 +89,19 @@ def test_dry_run_json_and_bad_input():
     assert p.returncode == 2 and "cannot start" in err
 
 
-def test_split_cpus_is_disjoint_and_even():
-    from tf_autopar.runtime.launcher import split_cpus
+def test_instances_get_disjoint_whole_core_slices_each_planned_for_its_slice():
+    from tf_autopar.runtime.launcher import launch_specs
+    from tf_autopar.topology import detect_topology
 
-    assert split_cpus([3, 0, 1, 2, 4], 2) == [(0, 1), (2, 3)]
-    with pytest.raises(ValueError, match="need at least 3 CPUs"):
-        split_cpus([0, 1], 3)
+    topo = detect_topology(os.path.join(os.path.dirname(__file__), "fixtures", "hosts", "skylake-2s-24c-48t"))
+    launch = launch_specs(topo, ["true"], mode="latency", instances=4, environ={})
+    slices = [set(spec.cpus) for spec in launch.instances]
+    assert [len(s) for s in slices] == [12, 12, 12, 12]  # 6 cores x 2 hyperthreads each
+    assert set().union(*slices) == set(topo.affinity) and sum(map(len, slices)) == 48
+    for spec in launch.instances:
+        # a slice stays on one socket, and each instance plans for its own 6 cores
+        assert len({c.socket for c in topo.cores if set(c.cpus) <= set(spec.cpus)}) == 1
+        assert (spec.inter_op, spec.intra_op) == (1, 6)
+    # more instances than cores: the sharing rule, not an error
+    crowded = launch_specs(topo, ["true"], mode="latency", instances=30, environ={})
+    assert len(crowded.instances) == 30 and all(spec.intra_op == 1 for spec in crowded.instances)

@@ -217,3 +217,43 @@ def test_disable_removes_every_patch(tmp_path):
     assert res["env_on"]["TF_OVERRIDE_GLOBAL_THREADPOOL"] == "1"
     assert res["env_off"] == {"TF_NUM_INTEROP_THREADS": None, "TF_OVERRIDE_GLOBAL_THREADPOOL": None}
     assert not res["enabled"] and res["patches"] == []
+
+
+def test_cooperating_workers_plan_for_disjoint_shares(tmp_path):
+    """Two workers (WEB_CONCURRENCY=2, no launcher) each call enable(): each is bound to its own
+    core and plans 1x1, where TensorFlow's default would give both the whole host."""
+    needs_two_cpus()
+    import subprocess
+    import sys
+    import json
+
+    from _runtime_child import PRELUDE, ROOT
+
+    script = PRELUDE + textwrap.dedent("""
+    import glob, time
+    import tf_autopar
+    st = tf_autopar.enable()
+    import tensorflow as tf
+    (tf.ones([64, 64]) @ tf.ones([64, 64])).numpy()
+    open(os.path.join(sys.argv[1], f"ready-{os.getpid()}"), "w").close()
+    deadline = time.time() + 120  # hold the lease until both workers have claimed theirs
+    while len(glob.glob(os.path.join(sys.argv[1], "ready-*"))) < 2 and time.time() < deadline:
+        time.sleep(0.05)
+    report(affinity=sorted(os.sched_getaffinity(0)), share=st.process.share, bound=st.process.bound_cpus,
+           planned=[st.process.planned_inter, st.process.planned_intra], tf_compute=tf_compute_threads())
+    """)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TF_NUM_", "TF_AUTOPAR", "OMP_"))}
+    env.update(PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2", WEB_CONCURRENCY="2",
+               TF_AUTOPAR_LEASE_DIR=str(tmp_path / "lease"), TF_AUTOPAR_CACHE_DIR=str(tmp_path / "cache"))
+    workers = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], env=env, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
+    results = []
+    for w in workers:
+        out, err = w.communicate(timeout=240)
+        assert w.returncode == 0, err
+        results.append(json.loads(next(l for l in out.splitlines() if l.startswith("RESULT "))[7:]))
+    first, second = (set(r["affinity"]) for r in results)
+    assert first and second and not first & second  # each on its own core
+    assert sorted(r["share"]["index"] for r in results) == [0, 1]
+    assert all(r["share"]["source"] == "lease" and r["share"]["count"] == 2 for r in results)
+    assert all(r["planned"] == [1, 1] and r["tf_compute"] == 1 for r in results)

@@ -38,7 +38,7 @@ def run_command(args: argparse.Namespace) -> int:
         raise ValueError(f"--instances must be at least 1, got {args.instances}")
     topology = detect_topology()
     if args.cores:
-        topology = launcher.restrict_topology(topology, parse_cpulist(args.cores))
+        topology = launcher.restrict_to_cores(topology, parse_cpulist(args.cores))
     launch = launcher.launch_specs(
         topology, command, mode=args.mode, instances=args.instances, environ=os.environ,
         numactl=launcher.find_numactl(),

@@ -41,6 +41,7 @@ def enable(
     sessions: bool = True,
     functions: bool = True,
     cache: bool = True,
+    cooperate: bool = True,
 ) -> Status:
     """Plan TensorFlow's threads for this host (and ``model``) and apply them wherever still possible.
 
@@ -48,6 +49,9 @@ def enable(
     a GraphProfile, or a TF/Keras object. Call it before the first TensorFlow op for the
     process pools to follow the plan; later calls still tune sessions and report functions.
     Repeated calls return the current status and change nothing.
+    ``cooperate``: when other processes of this program (or ranks named in the environment:
+    LOCAL_RANK, TF_CONFIG, WEB_CONCURRENCY, ...) share the host, plan for this process's
+    share of the cores and bind to it (tf_autopar.coordination).
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
@@ -60,7 +64,7 @@ def enable(
         STATE.mode, STATE.streams, STATE.use_cache = mode, streams, cache
         try:
             maybe_fail("enable")
-            _apply_process(model, mode, width, streams, cache)
+            _apply_process(model, mode, width, streams, cache, cooperate)
             STATE.enabled = True
             _install(sessions, functions)
         except Exception as exc:  # fail open: undo everything, TF on its own settings
@@ -240,7 +244,22 @@ def _workload_profile(name: str, use_cache: bool) -> Any:
     return core.profile_from_dict(data)
 
 
-def _apply_process(model: Any, mode: str, width: int | None, streams: int | None, use_cache: bool) -> None:
+def _claim_share() -> Any:
+    """This process's share of the host, or None (alone, or coordination failed: fail open)."""
+    try:
+        from tf_autopar.coordination import claim_share
+
+        share = claim_share(core.host_topology())
+    except Exception as exc:
+        fail_open("coordinate with the other processes on this host", exc)
+        return None
+    core.use_share(share.topology(core.host_topology()))
+    return share
+
+
+def _apply_process(
+    model: Any, mode: str, width: int | None, streams: int | None, use_cache: bool, cooperate: bool = True
+) -> None:
     started = controller.runtime_started()
     source_note = ""
     try:
@@ -250,6 +269,7 @@ def _apply_process(model: Any, mode: str, width: int | None, streams: int | None
     except Exception as exc:  # analysis trouble: plan for the host alone
         fail_open(f"analyse the model {model!r}", exc)
         profile, source = None, "host (model analysis failed)"
+    share = _claim_share() if cooperate and not started else None
     topo = core.topology()
     if profile is None and use_cache and not started:
         try:
@@ -262,12 +282,25 @@ def _apply_process(model: Any, mode: str, width: int | None, streams: int | None
     STATE.process_profile = profile
     plan = core.plan_for(profile, mode, width=None, streams=streams)
     if not started:
-        _apply_before_start(plan, source)
+        _apply_before_start(plan, source, share)
     else:
         _report_late(plan, source + source_note)
 
 
-def _apply_before_start(plan: Any, source: str) -> None:
+def _binding(plan: Any, share: Any) -> tuple[int, ...]:
+    """The CPUs to bind to: the share's when it is pinned, else a restricted single-instance plan's."""
+    if share is not None and share.pin:
+        return tuple(share.cpus)
+    if share is not None and share.source == "even-split":
+        return ()  # every worker would bind to the same first cores
+    if plan.instances == 1 and plan.cpus:
+        return tuple(plan.cpus[0])
+    return ()
+
+
+def _apply_before_start(plan: Any, source: str, share: Any = None) -> None:
+    cpus = _binding(plan, share)
+    bound = cpus if cpus and controller.bind(cpus) else ()
     env = plan.to_env()
     env.setdefault(controller.OVERRIDE_VAR, "1")  # per-session intra-op pools (eager path unaffected)
     api_inter, api_intra = controller.api_pools()
@@ -282,6 +315,7 @@ def _apply_before_start(plan: Any, source: str) -> None:
         phase="before-start", planned_inter=plan.inter_op, planned_intra=plan.intra_op,
         applied=applied, kept_user=kept, running_inter=running[0], running_intra=running[1],
         per_session_intra=controller.per_session_intra(), source=source, explain=plan.explain(),
+        share=share.to_dict() if share is not None else None, bound_cpus=bound,
     )
 
 

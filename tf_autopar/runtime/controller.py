@@ -110,6 +110,17 @@ def per_session_intra() -> bool:
     return os.environ.get(OVERRIDE_VAR, "") not in ("", "0", "false", "False")
 
 
+def bind(cpus: tuple[int, ...]) -> bool:
+    """Bind this process to ``cpus`` before TF starts (its pool threads inherit the mask)."""
+    try:
+        if set(os.sched_getaffinity(0)) == set(cpus):
+            return False
+        os.sched_setaffinity(0, cpus)
+        return True
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
 def default_pool_size() -> int:
     """TensorFlow's own choice for 0 ("let TF pick"): the CPUs in the affinity mask."""
     try:

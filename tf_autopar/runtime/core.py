@@ -14,17 +14,28 @@ from tf_autopar.runtime import controller
 from tf_autopar.runtime.safety import maybe_fail
 
 _lock = threading.Lock()
-_topology: Any = None
+_host: Any = None  # the host as this process found it, detected once
+_share: Any = None  # what this process plans for when it shares the host with other workers
+
+
+def host_topology() -> Any:
+    global _host
+    with _lock:
+        if _host is None:
+            from tf_autopar.topology import detect_topology
+
+            _host = detect_topology(cpu_details=False)
+        return _host
 
 
 def topology() -> Any:
-    global _topology
-    with _lock:
-        if _topology is None:
-            from tf_autopar.topology import detect_topology
+    """What every plan of this process is made for: its share of the host, else the host."""
+    return _share if _share is not None else host_topology()
 
-            _topology = detect_topology(cpu_details=False)
-        return _topology
+
+def use_share(topology: Any) -> None:
+    global _share
+    _share = topology
 
 
 def effective_mode(mode: str, profile: Any) -> str:

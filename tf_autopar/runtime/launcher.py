@@ -47,33 +47,14 @@ class LaunchPlan:
         return {"instances": [i.to_dict() for i in self.instances], "plan": self.plan, "explain": self.explain}
 
 
-def split_cpus(cpus: Sequence[int], n: int) -> list[tuple[int, ...]]:
-    """n disjoint, equal, contiguous slices of ``cpus`` (the remainder stays idle)."""
-    if n < 1:
-        raise ValueError(f"instances must be at least 1, got {n}")
-    cpus = sorted(cpus)
-    if n > len(cpus):
-        raise ValueError(f"{n} instances need at least {n} CPUs, only {len(cpus)} available: {cpus}")
-    size = len(cpus) // n
-    return [tuple(cpus[i * size:(i + 1) * size]) for i in range(n)]
+def restrict_to_cores(topology: Any, cores: Sequence[int]) -> Any:
+    """The topology as seen by a process bound to ``cores`` (--cores): every CPU must be usable."""
+    from tf_autopar.coordination.slices import restrict
 
-
-def restrict_topology(topology: Any, cores: Sequence[int]) -> Any:
-    """The topology as seen by a process bound to ``cores`` (budget shrinks accordingly)."""
-    allowed = set(cores)
-    missing = sorted(allowed - set(topology.affinity))
+    missing = sorted(set(cores) - set(topology.affinity))
     if missing:
         raise ValueError(f"--cores names CPUs this process may not use: {missing} (allowed: {list(topology.affinity)})")
-    new_cores = tuple(
-        dataclasses.replace(c, cpus=tuple(x for x in c.cpus if x in allowed))
-        for c in topology.cores if any(x in allowed for x in c.cpus)
-    )
-    nodes = tuple(
-        dataclasses.replace(nd, cpus=tuple(x for x in nd.cpus if x in allowed))
-        for nd in topology.numa_nodes if any(x in allowed for x in nd.cpus)
-    )
-    budget = min(topology.cpu_budget, len(allowed))
-    return dataclasses.replace(topology, affinity=tuple(sorted(allowed)), cores=new_cores, numa_nodes=nodes, cpu_budget=budget)
+    return restrict(topology, cores)
 
 
 def launch_specs(
@@ -94,20 +75,25 @@ def launch_specs(
     if mode == "throughput":
         p = make_plan(topology, None, "throughput", env=environ, streams=n if instances else None)
         n = p.instances
-        slices = [tuple(c) for c in p.cpus] if p.cpus and len(p.cpus) == n else split_cpus(topology.affinity, n)
+        slices = [tuple(c) for c in p.cpus] if p.cpus else [tuple(topology.affinity)]
+        plans = [p] * n  # the plan's per-stream numbers are each instance's
+    elif n == 1:
+        p = make_plan(topology, None, mode, env=environ)
+        slices, plans = [tuple(p.cpus[0]) if p.cpus else tuple(topology.affinity)], [p]
     else:
-        slices = split_cpus(topology.affinity, n) if n > 1 else [tuple(topology.affinity)]
-        sub = restrict_topology(topology, slices[0]) if n > 1 else topology
-        p = make_plan(sub, None, mode, env=environ)
-        if n == 1 and p.cpus:
-            slices = [tuple(p.cpus[0])]
-    env_plan = p.to_env()
+        # the same slices as cooperating enable() workers get: whole cores, inside NUMA nodes
+        from tf_autopar.coordination.slices import restrict, split
+
+        parts = split(topology, n)
+        slices = [s.cpus for s in parts]
+        plans = [make_plan(restrict(topology, s.cpus, s.cores), None, mode, env=environ) for s in parts]
+        p = plans[0]
     multi_numa = len(topology.numa_nodes) > 1
     specs = []
-    for i, cpus in enumerate(slices):
+    for i, (cpus, ip) in enumerate(zip(slices, plans)):
         env_set: dict[str, str] = {}
         kept: dict[str, str] = {}
-        for key, value in env_plan.items():
+        for key, value in ip.to_env().items():
             if key in environ:
                 kept[key] = environ[key]
             else:
@@ -124,7 +110,7 @@ def launch_specs(
             binding = "numactl"
         else:
             binding = "sched_setaffinity"
-        specs.append(InstanceSpec(i, tuple(cpus), env_set, kept, argv, binding, p.inter_op, p.intra_op))
+        specs.append(InstanceSpec(i, tuple(cpus), env_set, kept, argv, binding, ip.inter_op, ip.intra_op))
     return LaunchPlan(tuple(specs), p.to_dict(), p.explain())
 
 

@@ -27,6 +27,8 @@ class ProcessRecord:
     per_session_intra: bool = False  # TF_OVERRIDE_GLOBAL_THREADPOOL was in force at start
     source: str = ""  # where the plan came from: "host", "model: ...", "cache: <fingerprint>"
     explain: str = ""
+    share: dict[str, Any] | None = None  # this process's share of the host (coordination.Share.to_dict())
+    bound_cpus: tuple[int, ...] = ()  # CPUs the process was bound to before TF started (() = not bound)
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,11 @@ class Status:
             for item in p.not_applied:
                 lines.append(f"  not applied: {item}")
             lines.append(f"  per-session intra-op pools: {'yes' if p.per_session_intra else 'no'}")
+            if p.share is not None and p.share.get("count", 1) > 1:
+                lines.append(f"  share: worker {p.share.get('index')} of {p.share.get('count')} "
+                             f"[{p.share.get('source')}]: {p.share.get('note', '')}")
+            if p.bound_cpus:
+                lines.append("  bound to CPUs " + ",".join(map(str, p.bound_cpus)))
         if self.patches:
             lines.append("hooks: " + ", ".join(self.patches))
         for s in self.sessions:

@@ -1,0 +1,234 @@
+"""The host-wide lease in real processes: simultaneous starts, killed workers, broken lease directories."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from tf_autopar.coordination import claim_share
+from tf_autopar.coordination.lease import LeaseError, acquire, group_key, lease_status
+from tf_autopar.topology.model import Core, NumaNode, Topology
+
+ROOT = Path(__file__).resolve().parents[1]
+GROUP_ENV = {"TF_AUTOPAR_GROUP": "coordination-test"}
+
+# argv: lease_dir, count ("-" = unknown), cores ("real" = this host, applied with apply_affinity), go-file
+CHILD = textwrap.dedent(r'''
+    import json, logging, os, sys, time
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
+    from tf_autopar.coordination import apply_affinity, claim_share
+    from tf_autopar.topology.model import Core, NumaNode, Topology
+    lease_dir, count, cores, go = sys.argv[1:5]
+    if cores == "real":
+        from tf_autopar.topology import detect_topology
+        topo = detect_topology()
+    else:
+        n = int(cores)
+        topo = Topology(host_cpus=n, affinity=tuple(range(n)), cores=tuple(Core(0, i, (i,)) for i in range(n)),
+                        numa_nodes=(NumaNode(0, tuple(range(n))),), cpu_budget=n)
+    while go != "-" and not os.path.exists(go):
+        time.sleep(0.001)
+    share = claim_share(topo, {"TF_AUTOPAR_GROUP": "coordination-test"}, lease_dir=lease_dir,
+                        count=None if count == "-" else int(count))
+    out = share.to_dict()
+    out["pid"] = os.getpid()
+    if cores == "real":
+        out["bound"] = apply_affinity(share)
+        out["affinity"] = sorted(os.sched_getaffinity(0))
+    print(json.dumps(out), flush=True)
+    sys.stdin.read()  # hold the lease until the test closes stdin
+''')
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env.pop("TF_AUTOPAR_LEASE_DIR", None)
+    return env
+
+
+class Workers:
+    """Child processes holding leases; all killed at the end of the test."""
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self, lease_dir, count, cores, go="-") -> subprocess.Popen:
+        p = subprocess.Popen([sys.executable, "-c", CHILD, str(lease_dir), str(count), str(cores), str(go)],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=_env())
+        self.procs.append(p)
+        return p
+
+    @staticmethod
+    def result(p: subprocess.Popen, timeout: float = 60) -> dict:
+        import selectors
+
+        sel = selectors.DefaultSelector()
+        sel.register(p.stdout, selectors.EVENT_READ)
+        if not sel.select(timeout):
+            raise AssertionError(f"worker {p.pid} printed nothing within {timeout} s")
+        line = p.stdout.readline()
+        if not line:
+            raise AssertionError(f"worker {p.pid} exited: {p.wait(10)} {p.stderr.read()}")
+        return json.loads(line)
+
+    @staticmethod
+    def stderr_after_exit(p: subprocess.Popen) -> str:
+        p.stdin.close()
+        p.wait(30)
+        return p.stderr.read()
+
+    def close(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait(30)
+            for f in (p.stdin, p.stdout, p.stderr):
+                try:
+                    f.close()
+                except Exception:
+                    pass
+
+
+@pytest.fixture
+def workers():
+    w = Workers()
+    yield w
+    w.close()
+
+
+def _start_together(workers, tmp_path, n, count, cores):
+    go = tmp_path / "go"
+    procs = [workers.start(tmp_path / "lease", count, cores, go) for _ in range(n)]
+    time.sleep(0.3)  # let every child reach the barrier (they poll for the go file)
+    go.touch()
+    return procs, [workers.result(p) for p in procs]
+
+
+def test_four_workers_at_once_get_disjoint_slices(workers, tmp_path):
+    _, shares = _start_together(workers, tmp_path, 4, 4, 8)
+    assert sorted(s["index"] for s in shares) == [0, 1, 2, 3]
+    assert all(s["source"] == "lease" and s["pin"] and s["shared_with"] == 1 for s in shares)
+    cpus = [c for s in shares for c in s["cpus"]]
+    assert sorted(cpus) == list(range(8)), "slices overlap or leave cores out"
+    assert all(len(s["cpus"]) == 2 and s["budget"] == 2 for s in shares)
+    status = lease_status(str(tmp_path / "lease" / group_key(GROUP_ENV, None, range(8))))
+    assert [(x["slot"], x["held"]) for x in status] == [(0, True), (1, True), (2, True), (3, True)]
+    assert {x["status"]["pid"] for x in status} == {s["pid"] for s in shares}
+
+
+def test_four_workers_on_this_host_follow_the_sharing_rule(workers, tmp_path):
+    host = sorted(os.sched_getaffinity(0))
+    _, shares = _start_together(workers, tmp_path, 4, 4, "real")
+    assert sorted(s["index"] for s in shares) == [0, 1, 2, 3]
+    if len(host) >= 4:
+        pytest.skip("this host has enough cores for four disjoint slices; the fake 8-core test covers that")
+    per_cpu: dict[int, int] = {}
+    for s in shares:
+        assert s["bound"] is True
+        assert s["affinity"] == s["cpus"] and len(s["cpus"]) == 1  # really bound, to one core
+        assert s["budget"] == 1 and s["shared_with"] >= 2 and "sharing rule" in s["note"]
+        per_cpu[s["cpus"][0]] = per_cpu.get(s["cpus"][0], 0) + 1
+    # workers i and i + cores share core i: balanced
+    assert max(per_cpu.values()) - min(per_cpu.values()) <= 1 and len(per_cpu) == min(len(host), 4)
+
+
+def test_killed_worker_slot_is_reused_by_the_next(workers, tmp_path):
+    procs, shares = _start_together(workers, tmp_path, 4, 4, 8)
+    victim_i = next(i for i, s in enumerate(shares) if s["index"] == 2)
+    victim = procs[victim_i]
+    os.kill(victim.pid, signal.SIGKILL)
+    victim.wait(30)
+    newcomer = workers.result(workers.start(tmp_path / "lease", 4, 8))
+    assert newcomer["index"] == 2 and newcomer["cpus"] == shares[victim_i]["cpus"]
+    assert f"reclaimed from pid {victim.pid}" in newcomer["note"]
+    # while the others live, a fifth process is beyond the count: it doubles up, never errors
+    fifth = workers.result(workers.start(tmp_path / "lease", 4, 8))
+    assert fifth["index"] == 4 and fifth["cpus"] == shares[next(i for i, s in enumerate(shares) if s["index"] == 0)]["cpus"]
+    assert fifth["shared_with"] == 2 and fifth["budget"] == 1 and "more processes than the count" in fifth["note"]
+
+
+def test_without_a_count_later_workers_see_the_earlier_ones(workers, tmp_path):
+    first = workers.start(tmp_path / "lease", "-", 8)
+    a = workers.result(first)
+    assert (a["source"], a["pin"], a["cpus"]) == ("single", False, list(range(8)))
+    second = workers.start(tmp_path / "lease", "-", 8)
+    b = workers.result(second)
+    assert (b["source"], b["index"], b["count"], b["cpus"]) == ("lease", 1, 2, [4, 5, 6, 7])
+    assert "no worker count is known" in workers.stderr_after_exit(second)
+
+
+def test_unwritable_lease_dir_falls_back_to_even_split(workers, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    p = workers.start(blocker / "lease", 4, 8)
+    s = workers.result(p)
+    assert (s["source"], s["index"], s["pin"], s["budget"], s["cpus"]) == ("even-split", None, False, 2, list(range(8)))
+    err = workers.stderr_after_exit(p)
+    assert err.count("WARNING") == 1 and "falling back to an even split" in err
+
+
+def test_corrupt_lease_dir_falls_back_and_garbled_status_is_repaired(workers, tmp_path):
+    group = tmp_path / "lease" / group_key(GROUP_ENV, None, range(8))
+    group.mkdir(parents=True)
+    (group / "slot-0.lock").mkdir()  # a directory where a slot file belongs
+    p = workers.start(tmp_path / "lease", 4, 8)
+    s = workers.result(p)
+    assert s["source"] == "even-split" and s["budget"] == 2
+    err = workers.stderr_after_exit(p)
+    assert err.count("WARNING") == 1 and "is a directory" in err
+
+    (group / "slot-0.lock").rmdir()
+    (group / "slot-0.lock").write_bytes(b"\x00\xff{garbage")  # torn status write in a free slot
+    s = workers.result(workers.start(tmp_path / "lease", 4, 8))
+    assert (s["source"], s["index"]) == ("lease", 0) and "garbled" in s["note"]
+    assert json.loads((group / "slot-0.lock").read_text())["pid"] == s["pid"]
+
+
+def test_lease_root_owned_by_someone_else_is_refused(tmp_path):
+    if os.getuid() != 0:
+        pytest.skip("needs root to chown")
+    root = tmp_path / "root"
+    root.mkdir(mode=0o700)
+    os.chown(root, 65534, 65534)
+    with pytest.raises(LeaseError, match="belongs to uid 65534"):
+        acquire(str(root / "g"), strict_root=str(root))
+
+
+def test_forked_child_takes_its_own_slot(tmp_path):
+    topo = Topology(host_cpus=4, affinity=(0, 1, 2, 3), cores=tuple(Core(0, i, (i,)) for i in range(4)),
+                    numa_nodes=(NumaNode(0, (0, 1, 2, 3)),), cpu_budget=4)
+    parent = claim_share(topo, GROUP_ENV, lease_dir=str(tmp_path), count=2)
+    try:
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # child: must not believe it holds the parent's slot
+            try:
+                child = claim_share(topo, GROUP_ENV, lease_dir=str(tmp_path), count=2)
+                os.write(w, json.dumps(child.to_dict()).encode())
+            finally:
+                os._exit(0)
+        os.close(w)
+        data = b""
+        while chunk := os.read(r, 65536):
+            data += chunk
+        os.waitpid(pid, 0)
+        child = json.loads(data)
+        assert (parent.lease_slot, child["lease_slot"]) == (0, 1)
+        assert set(parent.cpus).isdisjoint(child["cpus"])
+        # the child's exit (closing its inherited copy) did not free the parent's slot
+        again = claim_share(topo, GROUP_ENV, lease_dir=str(tmp_path), count=2)
+        assert again.lease_slot == 1
+        again.release()
+    finally:
+        parent.release()
+    with claim_share(topo, GROUP_ENV, lease_dir=str(tmp_path), count=2) as s:
+        assert s.lease_slot == 0  # released slots are free again

@@ -1,0 +1,256 @@
+"""Cooperative planning for several TensorFlow processes on one host, without the launcher.
+
+Gunicorn/uvicorn workers, multiprocessing pools, Horovod or tf.distribute ranks each call
+``enable()``; each must size its pools for its share of the host, not for the whole host.
+``claim_share(topology)`` decides that share; it has no side effect except holding a lease
+slot when it needs one. ``apply_affinity(share)`` binds the process (the runtime calls it);
+``share.topology(topology)`` is what the planner then plans for.
+
+How the share is decided, first match wins:
+
+1. placed: the process's affinity mask is already narrower than its cgroup allows (numactl,
+   taskset, mpirun binding, ``tf-autopar run``): that placement is kept, nothing is split,
+   nothing is pinned.
+2. ranks from the environment (see ranks.py: LOCAL_RANK/LOCAL_WORLD_SIZE, Open MPI, MPICH,
+   Slurm, TF_CONFIG): worker ``rank`` of ``size`` gets slice ``rank`` (slices.py). No files.
+3. a worker count but no rank (``count=``, TF_AUTOPAR_INSTANCES, WEB_CONCURRENCY): the lease
+   (lease.py) gives the index, the lowest free slot. A slot at or beyond the count (more
+   processes than announced, e.g. a restarted worker overlapping its predecessor) reuses
+   slice ``slot mod count`` and says so in ``note``.
+4. no count at all: the lease still gives the index; the count is the number of slots held
+   at claim time. A lone process gets the whole host (source "single"). This is best effort:
+   workers starting together may see fewer peers than there will be; announce the count
+   (TF_AUTOPAR_INSTANCES=N) for disjoint slices.
+5. the lease cannot be used (unwritable or corrupt directory): "even-split": no index, no
+   pinning, a CPU budget of capacity // count (1 process when the count is unknown), and one
+   warning. Never an exception.
+
+More workers than cores: see the sharing rule in slices.py (one core per worker, shared,
+1 x 1 threads each).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from tf_autopar.coordination.lease import Lease, LeaseError, acquire, default_root, group_key, lease_status
+from tf_autopar.coordination.ranks import LAUNCHER, Ranks, detect_ranks
+from tf_autopar.coordination.slices import Slice, capacity_cores, restrict, slice_for, split
+from tf_autopar.topology.model import Topology
+
+log = logging.getLogger("tf_autopar.coordination")
+
+__all__ = [
+    "LeaseError", "Ranks", "Share", "Slice", "apply_affinity", "claim_share", "detect_ranks",
+    "lease_status", "restrict", "split",
+]
+
+_warned: set[str] = set()
+
+
+def _warn_once(key: str, message: str) -> None:
+    if key not in _warned:
+        _warned.add(key)
+        log.warning("%s", message)
+
+
+@dataclass(frozen=True)
+class Share:
+    """This process's part of the host: which CPUs, how many to plan for, and why."""
+
+    index: int | None  # worker index; None when unknown (even-split)
+    count: int  # workers sharing the host (as known)
+    cpus: tuple[int, ...]  # CPUs this worker may use (the whole mask when not pinned)
+    source: str  # "env:LOCAL_RANK", "env:TF_CONFIG", ..., "lease", "even-split", "single", "placed"
+    shared_with: int = 1  # workers on these CPUs, this one included (sharing rule when > 1)
+    note: str = ""
+    budget: int = 1  # CPUs to plan for
+    pin: bool = False  # apply_affinity() binds to ``cpus``
+    _lease: Lease | None = field(default=None, repr=False, compare=False)
+
+    def topology(self, topology: Topology) -> Topology:
+        """``topology`` limited to this share: the planner's input for this worker."""
+        if set(self.cpus) == set(topology.affinity) and self.budget >= topology.cpu_budget:
+            return topology
+        return restrict(topology, self.cpus, self.budget)
+
+    @property
+    def lease_slot(self) -> int | None:
+        return self._lease.index if self._lease is not None else None
+
+    def release(self) -> None:
+        """Give the lease slot back now (process exit does it too)."""
+        if self._lease is not None:
+            self._lease.release()
+
+    def __enter__(self) -> "Share":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index, "count": self.count, "cpus": list(self.cpus), "source": self.source,
+            "shared_with": self.shared_with, "note": self.note, "budget": self.budget, "pin": self.pin,
+            "lease_slot": self.lease_slot,
+        }
+
+
+def _local_names() -> tuple[str, ...]:
+    try:
+        name = socket.gethostname()
+    except OSError:
+        return ()
+    return (name, name.split(".")[0])
+
+
+def placed(topology: Topology) -> bool:
+    """True when someone already narrowed this process's mask below what its cgroup allows."""
+    allowed = len(topology.cpuset) if topology.cpuset else topology.host_cpus
+    return bool(topology.affinity) and 0 < len(topology.affinity) < allowed
+
+
+def _from_slice(s: Slice, count: int, source: str, topology: Topology, note: str = "", lease: Lease | None = None) -> Share:
+    whole = set(s.cpus) == set(topology.affinity)
+    if s.shared_with > 1:
+        note = (note + "; " if note else "") + (
+            f"{count} workers for {len(capacity_cores(topology))} core(s): core shared by {s.shared_with} workers, "
+            "1 x 1 threads each (sharing rule)")
+    return Share(s.index if lease is None else lease.index, count, s.cpus, source, s.shared_with, note,
+                 budget=s.cores, pin=not whole, _lease=lease)
+
+
+def _whole(topology: Topology, source: str, count: int, index: int | None, note: str, budget: int | None = None,
+           lease: Lease | None = None) -> Share:
+    b = int(topology.cpu_budget) if budget is None else budget
+    return Share(index, count, tuple(topology.affinity), source, 1, note, budget=max(1, b), pin=False, _lease=lease)
+
+
+def claim_share(
+    topology: Topology,
+    env: Mapping[str, str] | None = None,
+    *,
+    lease_dir: str | None = None,
+    count: int | None = None,
+    argv: Sequence[str] | None = None,
+    local_names: Sequence[str] | None = None,
+) -> Share:
+    """Decide this worker's share of the host (rules in the module docstring). Never raises on
+    environment or lease trouble (warns once and falls back); ValueError on a bad ``count``.
+
+    ``lease_dir``: the lease root (default TF_AUTOPAR_LEASE_DIR, else /dev/shm/tf_autopar-<uid>).
+    ``count``: the number of workers, when the caller knows it (wins over the environment's count).
+    """
+    if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
+        raise ValueError(f"count must be a positive integer, got {count!r}")
+    env = os.environ if env is None else env
+    ranks = detect_ranks(env, _local_names() if local_names is None else local_names)
+    for w in ranks.warnings:
+        _warn_once("ranks:" + w, f"tf_autopar: {w}")
+
+    if ranks.source == LAUNCHER or placed(topology):
+        why = ("started by `tf-autopar run`, which already bound it" if ranks.source == LAUNCHER
+               else f"its affinity mask ({len(topology.affinity)} CPUs) was already narrowed by its launcher")
+        return _whole(topology, ranks.source if ranks.source == LAUNCHER else "placed",
+                      ranks.size or 1, ranks.rank, f"placement kept: {why}")
+
+    if ranks.rank is not None and ranks.size is not None and count in (None, ranks.size):
+        if ranks.size == 1:
+            return _whole(topology, ranks.source, 1, 0, "the only local worker")
+        s = slice_for(topology, ranks.rank, ranks.size)
+        return _from_slice(s, ranks.size, ranks.source, topology, f"rank {ranks.rank} of {ranks.size} from {ranks.source}")
+
+    n = count if count is not None else ranks.size
+    count_note = "count given" if count is not None else (f"count from {ranks.source}" if n else "no count known")
+    if lease_dir is not None:
+        root, strict = lease_dir, False
+    else:
+        root, explicit = default_root(env)
+        strict = not explicit
+    directory = os.path.join(root, group_key(env, argv, topology.affinity))
+    try:
+        lease = acquire(directory, count=n, strict_root=root if strict else None, argv=argv)
+    except (LeaseError, OSError) as exc:
+        return _even_split(topology, n, f"{exc}")
+
+    k = lease.index
+    prev = lease.previous
+    note = f"lease slot {k} in {directory}; {count_note}"
+    if prev is None:
+        note += "; the slot's status was garbled and has been rewritten"
+        log.info("tf_autopar: lease slot %s had garbled status content; rewritten", lease.path)
+    elif prev.get("pid") and prev.get("pid") != os.getpid():
+        note += f"; reclaimed from pid {prev.get('pid')} (exited)"
+    if n is None:
+        n_seen = max(lease.active, k + 1)
+        if n_seen == 1:
+            return _whole(topology, "single", 1, k, note + "; no other worker holds a slot: the whole host", lease=lease)
+        _warn_once("no-count", (
+            f"tf_autopar: {n_seen} cooperating processes seen but no worker count is known; slices are sized for "
+            f"{n_seen} and may overlap with workers that started earlier. Set TF_AUTOPAR_INSTANCES=N (or "
+            "WEB_CONCURRENCY) to the number of workers for disjoint slices."))
+        s = slice_for(topology, k, n_seen)
+        return _from_slice(s, n_seen, "lease", topology, note + f"; {n_seen} slots held at claim time", lease)
+    if n == 1 and k == 0:
+        return _whole(topology, "lease", 1, 0, note + "; the only worker", lease=lease)
+    if k >= n:  # more processes than announced: double up on slice k mod n, half its budget
+        base = slice_for(topology, k % n, n)
+        s = Slice(k, base.cpus, max(1, base.cores // 2) if base.shared_with == 1 else 1, base.shared_with + 1)
+        note += f"; more processes than the count {n}: shares slice {k % n} with its holder"
+        return _from_slice(s, n, "lease", topology, note, lease)
+    return _from_slice(slice_for(topology, k, n), n, "lease", topology, note, lease)
+
+
+def _even_split(topology: Topology, n: int | None, why: str) -> Share:
+    cap = len(capacity_cores(topology))
+    if n is None or n == 1:
+        _warn_once("lease:" + why, f"tf_autopar: lease unusable ({why}); planning for the whole host as one process")
+        return _whole(topology, "even-split", 1, None, f"lease unusable: {why}")
+    budget = max(1, cap // n)
+    _warn_once("lease:" + why, (
+        f"tf_autopar: lease unusable ({why}); falling back to an even split: {budget} of {cap} CPUs for each of "
+        f"{n} workers, no pinning"))
+    return _whole(topology, "even-split", n, None, f"lease unusable: {why}; budget {cap} // {n} workers",
+                  budget=budget)
+
+
+def apply_affinity(share: Share, pid: int = 0, *, all_threads: bool = False) -> bool:
+    """Bind to ``share.cpus`` when the share asks for it (``share.pin``).
+
+    ``pid`` 0 = the calling thread: threads started afterwards (TensorFlow's pools) inherit the
+    mask, so call it before TensorFlow starts. ``all_threads=True`` also moves every existing
+    thread of this process (for a late call). Returns True when bound; on failure (a cpuset
+    forbids it) warns once and returns False.
+    """
+    if not share.pin or not share.cpus:
+        return False
+    targets = [pid]
+    if all_threads and pid == 0:
+        try:
+            targets = [int(t) for t in os.listdir("/proc/self/task")]
+        except OSError:
+            targets = [0]
+    try:
+        for tid in targets:
+            try:
+                os.sched_setaffinity(tid, share.cpus)
+            except ProcessLookupError:  # a thread that just exited
+                continue
+    except (OSError, ValueError) as exc:
+        _warn_once("affinity", f"tf_autopar: cannot bind to CPUs {list(share.cpus)} ({exc}); left unbound")
+        return False
+    return True
+
+
+def status(topology: Topology | None = None, env: Mapping[str, str] | None = None, *,
+           lease_dir: str | None = None, argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """The lease group this program would join and its slots (for `tf-autopar status`-style reports)."""
+    env = os.environ if env is None else env
+    root = lease_dir if lease_dir is not None else default_root(env)[0]
+    cpus = topology.affinity if topology is not None else tuple(sorted(os.sched_getaffinity(0)))
+    directory = os.path.join(root, group_key(env, argv, cpus))
+    return {"directory": directory, "slots": lease_status(directory)}

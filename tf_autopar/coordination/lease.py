@@ -1,0 +1,317 @@
+"""A host-wide lease that hands each cooperating worker a slot number, for workers without ranks.
+
+Layout: ``<root>/<group>/slot-<i>.lock`` where
+
+- ``root`` is ``$TF_AUTOPAR_LEASE_DIR`` if set, else ``/dev/shm/tf_autopar-<uid>`` (memory
+  backed, cleared at boot), else ``<tempdir>/tf_autopar-<uid>`` when /dev/shm is absent.
+  The default root is created mode 0700 and must be a real directory owned by this user.
+- ``group`` is a hash of ``$TF_AUTOPAR_GROUP`` if set, else of the program (the interpreter
+  and ``sys.argv[0]`` resolved to a path: the same for gunicorn/uvicorn workers and
+  multiprocessing children, different for unrelated programs), plus the usable CPU set
+  (processes already placed on different CPUs by someone else never share slots).
+
+A slot is held by an exclusive, non-blocking ``flock`` on its file for the life of the
+process. The lock, not the file's content, is the lease: the kernel drops it when the
+process exits or is killed, so a dead worker's slot is free again at once and without
+races (no pid files to clean, no timeouts). The small JSON inside (pid, argv, time, slot,
+count) is for ``lease_status()`` only; garbled content in a free slot is overwritten.
+
+A worker takes the lowest free slot. A forked child does not inherit its parent's slot
+(``os.register_at_fork`` closes the inherited descriptor without unlocking it).
+
+Failures (unwritable root, a root or group path that is not a directory or is a symlink or
+belongs to another user, a slot path that is not a regular file, more than MAX_SLOTS slots)
+raise LeaseError; ``claim_share`` turns it into its even-split fallback and one warning.
+"""
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import stat
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+MAX_SLOTS = 4096
+SLOT_PREFIX, SLOT_SUFFIX = "slot-", ".lock"
+
+
+class LeaseError(OSError):
+    """The lease directory cannot be used (unwritable, or not what it should be)."""
+
+
+def default_root(env: Mapping[str, str] | None = None) -> tuple[str, bool]:
+    """(root directory, whether it was given explicitly by TF_AUTOPAR_LEASE_DIR)."""
+    env = os.environ if env is None else env
+    given = env.get("TF_AUTOPAR_LEASE_DIR", "").strip()
+    if given:
+        return given, True
+    base = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+    return os.path.join(base, f"tf_autopar-{os.getuid()}"), False
+
+
+def program_name(argv: Sequence[str] | None = None) -> str:
+    argv = sys.argv if argv is None else argv
+    first = argv[0] if argv else ""
+    if first and first not in ("-c", "-m", "-"):
+        first = os.path.realpath(first)
+    return f"{sys.executable}|{first}"
+
+
+def group_key(env: Mapping[str, str] | None = None, argv: Sequence[str] | None = None, cpus: Iterable[int] = ()) -> str:
+    """The lease group: TF_AUTOPAR_GROUP or the program, plus the usable CPUs (see module docstring)."""
+    env = os.environ if env is None else env
+    name = env.get("TF_AUTOPAR_GROUP", "").strip() or program_name(argv)
+    text = name + "|" + ",".join(str(c) for c in sorted(cpus))
+    return hashlib.sha1(text.encode()).hexdigest()[:16]
+
+
+def _ensure_dir(path: str, strict: bool) -> None:
+    """Create ``path`` (0700) if missing; check it is a usable directory."""
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise LeaseError(exc.errno or errno.EIO, f"cannot create lease directory {path}: {exc.strerror or exc}") from None
+    st = os.lstat(path) if strict else os.stat(path)
+    if stat.S_ISLNK(st.st_mode):
+        raise LeaseError(errno.ELOOP, f"lease directory {path} is a symlink")
+    if not stat.S_ISDIR(st.st_mode):
+        raise LeaseError(errno.ENOTDIR, f"lease directory {path} is not a directory")
+    if strict and st.st_uid != os.getuid():
+        raise LeaseError(errno.EPERM, f"lease directory {path} belongs to uid {st.st_uid}, not {os.getuid()}")
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise LeaseError(errno.EACCES, f"lease directory {path} is not writable")
+
+
+def _locked_inodes() -> set[tuple[int, int, int]] | None:
+    """(major, minor, inode) of every file with a FLOCK on this host, from /proc/locks; None if unreadable."""
+    try:
+        with open("/proc/locks", encoding="ascii", errors="replace") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return None
+    out: set[tuple[int, int, int]] = set()
+    for line in lines:
+        parts = line.split()
+        if "->" in parts:  # a waiter, not a holder
+            continue
+        if len(parts) >= 6 and parts[1] == "FLOCK":
+            try:
+                major, minor, inode = parts[5].split(":")
+                out.add((int(major, 16), int(minor, 16), int(inode)))
+            except ValueError:
+                continue
+    return out
+
+
+def _pid_alive(pid: Any) -> bool:
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _slot_index(name: str) -> int | None:
+    if not (name.startswith(SLOT_PREFIX) and name.endswith(SLOT_SUFFIX)):
+        return None
+    digits = name[len(SLOT_PREFIX): -len(SLOT_SUFFIX)]
+    return int(digits) if digits.isdigit() else None
+
+
+def _read_status(fd: int) -> dict[str, Any] | None:
+    """The slot's JSON, {} when empty, None when garbled."""
+    try:
+        raw = os.pread(fd, 65536, 0)
+    except OSError:
+        return None
+    if not raw.strip():
+        return {}
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+@dataclass
+class Lease:
+    """One held slot. ``release()`` (or process exit) frees it."""
+
+    directory: str
+    index: int
+    fd: int
+    pid: int
+    active: int  # slots of the group held at claim time, this one included
+    previous: dict[str, Any] | None = None  # what the slot's JSON said before (None: garbled)
+    _released: bool = field(default=False, repr=False)
+
+    @property
+    def path(self) -> str:
+        return os.path.join(self.directory, f"{SLOT_PREFIX}{self.index}{SLOT_SUFFIX}")
+
+    @property
+    def held(self) -> bool:
+        return not self._released and self.pid == os.getpid()
+
+    def release(self) -> None:
+        with _HELD_LOCK:
+            if self._released:
+                return
+            self._released = True
+            _HELD.discard(self)
+            if self.pid == os.getpid():
+                try:
+                    fcntl.flock(self.fd, fcntl.LOCK_UN)
+                except OSError:
+                    pass
+            try:
+                os.close(self.fd)
+            except OSError:
+                pass
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+
+_HELD: set[Lease] = set()
+_HELD_LOCK = threading.Lock()
+
+
+def _forget_in_child() -> None:
+    """After fork: close inherited slot descriptors WITHOUT unlocking (the parent still holds them)."""
+    for lease in list(_HELD):
+        lease._released = True
+        try:
+            os.close(lease.fd)
+        except OSError:
+            pass
+    _HELD.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
+
+
+def _open_slot(path: str) -> int:
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise LeaseError(errno.ELOOP, f"lease slot {path} is a symlink") from None
+        if exc.errno == errno.EISDIR:
+            raise LeaseError(errno.EISDIR, f"lease slot {path} is a directory, not a file") from None
+        raise LeaseError(exc.errno or errno.EIO, f"cannot open lease slot {path}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise LeaseError(errno.EINVAL, f"lease slot {path} is not a regular file")
+    return fd
+
+
+def _count_active(directory: str, own_fd: int) -> int:
+    locked = _locked_inodes()
+    own = os.fstat(own_fd)
+    active = 1
+    for name in os.listdir(directory):
+        if _slot_index(name) is None:
+            continue
+        path = os.path.join(directory, name)
+        try:
+            st = os.stat(path, follow_symlinks=False)
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) == (own.st_dev, own.st_ino):
+            continue
+        if locked is not None:
+            active += (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino) in locked
+        else:  # no /proc/locks: trust the recorded pid
+            try:
+                with open(path, encoding="utf-8") as fh:
+                    active += _pid_alive(json.load(fh).get("pid"))
+            except (OSError, ValueError, AttributeError):
+                continue
+    return active
+
+
+def acquire(directory: str, *, count: int | None = None, strict_root: str | None = None,
+            argv: Sequence[str] | None = None) -> Lease:
+    """Hold the lowest free slot in ``directory`` (created if missing). Raises LeaseError.
+
+    ``strict_root``: a parent that must be owned by this user and not be a symlink (the default root).
+    """
+    if strict_root is not None:
+        _ensure_dir(strict_root, strict=True)
+        _ensure_dir(directory, strict=True)
+    else:
+        _ensure_dir(os.path.dirname(os.path.abspath(directory)) or "/", strict=False)
+        _ensure_dir(directory, strict=False)
+    for index in range(MAX_SLOTS):
+        path = os.path.join(directory, f"{SLOT_PREFIX}{index}{SLOT_SUFFIX}")
+        fd = _open_slot(path)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        except OSError as exc:
+            os.close(fd)
+            raise LeaseError(exc.errno or errno.EIO, f"cannot lock lease slot {path}: {exc.strerror or exc}") from None
+        previous = _read_status(fd)
+        status = {"pid": os.getpid(), "argv": list(sys.argv if argv is None else argv)[:8],
+                  "time": time.time(), "slot": index, "count": count}
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(status).encode(), 0)
+            active = _count_active(directory, fd)
+        except OSError as exc:
+            os.close(fd)
+            raise LeaseError(exc.errno or errno.EIO, f"cannot write lease slot {path}: {exc.strerror or exc}") from None
+        lease = Lease(directory, index, fd, os.getpid(), active, previous)
+        with _HELD_LOCK:
+            _HELD.add(lease)
+        return lease
+    raise LeaseError(errno.ENOSPC, f"all {MAX_SLOTS} lease slots in {directory} are held")
+
+
+def lease_status(directory: str) -> list[dict[str, Any]]:
+    """Every slot file in ``directory``: its JSON and whether a live process holds it (no locking)."""
+    locked = _locked_inodes()
+    out = []
+    try:
+        names = sorted(os.listdir(directory), key=lambda n: (_slot_index(n) is None, _slot_index(n) or 0))
+    except OSError:
+        return []
+    for name in names:
+        index = _slot_index(name)
+        if index is None:
+            continue
+        path = os.path.join(directory, name)
+        try:
+            st = os.stat(path, follow_symlinks=False)
+            with open(path, "rb") as fh:
+                raw = fh.read(65536)
+            data = json.loads(raw) if raw.strip() else {}
+        except (OSError, ValueError):
+            data, st = None, None
+        held = None
+        if locked is not None and st is not None:
+            held = (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino) in locked
+        elif isinstance(data, dict):
+            held = _pid_alive(data.get("pid"))
+        out.append({"slot": index, "held": held, "status": data})
+    return out

@@ -1,0 +1,119 @@
+"""Cut this host's usable cores into one slice per worker, and the topology a worker plans for.
+
+Pure: Topology in, CPU ids out. The rules (documented in the README, "Several processes"):
+
+- Capacity. The cores cut are the first ``min(physical cores, cpu_budget)`` cores in the
+  planner's fill order (biggest socket, biggest NUMA node first). Under a cgroup quota the
+  workers therefore share as many whole cores as the quota pays for, instead of spreading
+  over every core and being throttled together.
+- N <= capacity. Slice sizes differ by at most one core (the first ``capacity % N`` slices
+  get the extra core: an idle core is lost throughput for independent servers, and an extra
+  core never slows a data-parallel rank). Slices are cut inside one NUMA node where the node
+  has room, like the planner's throughput streams; only leftovers cross nodes. A slice holds
+  whole physical cores: every logical CPU (SMT sibling) of its cores that is in the mask.
+- N > capacity (the sharing rule). Worker i gets core ``i mod capacity``; the workers on a
+  core share it and plan one inter-op x one intra-op thread each, so the host runs
+  N threads, not N x cores. ``shared_with`` counts the workers on that core.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+from tf_autopar.topology.model import Core, Topology
+
+
+@dataclass(frozen=True)
+class Slice:
+    index: int
+    cpus: tuple[int, ...]  # every logical CPU of the slice's cores inside the affinity mask, sorted
+    cores: int  # physical cores in the slice (the worker's CPU budget)
+    shared_with: int  # workers on these cores, this one included (1 = the cores are its own)
+
+
+def _cores(topology: Topology) -> tuple[Core, ...]:
+    if topology.cores:
+        return topology.cores
+    if not topology.affinity:
+        raise ValueError("topology has no cores and no CPUs in its affinity mask")
+    return tuple(Core(socket=0, core_id=cpu, cpus=(cpu,)) for cpu in topology.affinity)
+
+
+def capacity_cores(topology: Topology) -> list[Core]:
+    """The cores workers may share out, in the planner's fill order, limited to the CPU budget."""
+    from tf_autopar.planning.planner import ordered_cores
+
+    ordered = ordered_cores(_cores(topology))
+    return ordered[: max(1, min(len(ordered), int(topology.cpu_budget)))]
+
+
+def _sizes(total: int, n: int) -> list[int]:
+    base, extra = divmod(total, n)
+    return [base + 1] * extra + [base] * (n - extra)
+
+
+def _cut(cores: list[Core], sizes: list[int]) -> list[list[Core]]:
+    """Slices of the given sizes, each inside one NUMA node where the node has room."""
+    groups: dict[tuple[int, int], list[Core]] = {}
+    for c in cores:
+        groups.setdefault((c.socket, c.numa_node), []).append(c)
+    out: list[list[Core] | None] = [None] * len(sizes)
+    leftovers: list[Core] = []
+    pending = list(range(len(sizes)))
+    for group in groups.values():
+        for i in list(pending):
+            if len(group) >= sizes[i]:
+                out[i], group = group[: sizes[i]], group[sizes[i]:]
+                pending.remove(i)
+        leftovers += group
+    for i in pending:  # crossing slices: the sizes sum to len(cores), so leftovers suffice
+        out[i], leftovers = leftovers[: sizes[i]], leftovers[sizes[i]:]
+    return [s for s in out if s is not None]
+
+
+def _cpus(cores: Iterable[Core], mask: set[int]) -> tuple[int, ...]:
+    return tuple(sorted(cpu for c in cores for cpu in c.cpus if cpu in mask))
+
+
+def split(topology: Topology, count: int) -> list[Slice]:
+    """One slice per worker 0..count-1 (see the module docstring for the rules)."""
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ValueError(f"worker count must be a positive integer, got {count!r}")
+    cores = capacity_cores(topology)
+    mask = set(topology.affinity) or {cpu for c in cores for cpu in c.cpus}
+    if count <= len(cores):
+        return [Slice(i, _cpus(s, mask), len(s), 1) for i, s in enumerate(_cut(cores, _sizes(len(cores), count)))]
+    per_core = _sizes(count, len(cores))  # workers on core j: per_core[j]
+    return [Slice(i, _cpus([cores[i % len(cores)]], mask), 1, per_core[i % len(cores)]) for i in range(count)]
+
+
+def slice_for(topology: Topology, index: int, count: int) -> Slice:
+    if not 0 <= index < count:
+        raise ValueError(f"worker index {index} is outside 0..{count - 1}")
+    return split(topology, count)[index]
+
+
+def restrict(topology: Topology, cpus: Sequence[int], budget: int | None = None) -> Topology:
+    """``topology`` as seen by a process bound to ``cpus``: mask, cores, nodes and budget shrink.
+
+    ``budget`` (default: the physical cores kept) caps ``cpu_budget`` so that the planner
+    sizes the pools for this worker's share, not for the host.
+    """
+    allowed = set(cpus) & set(topology.affinity or cpus)
+    if not allowed:
+        raise ValueError(f"none of CPUs {sorted(set(cpus))} is in this process's mask {list(topology.affinity)}")
+    new_cores = tuple(
+        dataclasses.replace(c, cpus=tuple(x for x in c.cpus if x in allowed))
+        for c in topology.cores if any(x in allowed for x in c.cpus)
+    )
+    nodes = tuple(
+        dataclasses.replace(nd, cpus=tuple(x for x in nd.cpus if x in allowed))
+        for nd in topology.numa_nodes if any(x in allowed for x in nd.cpus)
+    )
+    physical = len(new_cores) or len(allowed)
+    limit = physical if budget is None else max(1, min(int(budget), physical))
+    return dataclasses.replace(
+        topology, affinity=tuple(sorted(allowed)), cores=new_cores, numa_nodes=nodes,
+        cpu_budget=max(1, min(int(topology.cpu_budget), limit)),
+    )
