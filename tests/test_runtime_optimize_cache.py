@@ -108,3 +108,41 @@ def test_corrupt_cache_is_moved_aside_with_one_warning(tmp_path, monkeypatch, ca
     # a lighter graph of the same program does not displace the heavier one
     cache.store("fp2", "topo", "latency", {"inter_op": 1}, {"heavy_ops": 1}, "g", program="prog")
     assert cache.lookup_program("prog", "topo", "latency")["fingerprint"] == "fp"
+
+
+def test_optimize_throughput_streams_run_concurrent_requests(tmp_path):
+    """mode="throughput": one tuned session per stream, each with its own pools; many threads
+    calling at once get the model's outputs."""
+    if cpus() < 2:
+        pytest.skip("needs 2 CPUs for two streams")
+    script = """
+    import tf_autopar
+    tf_autopar.enable(mode="throughput")
+    import tensorflow as tf, numpy as np, keras, threading
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((32,))
+    model = keras.Model(inp, keras.layers.Dense(8)(keras.layers.Dense(64, activation="relu")(inp)))
+    x = np.random.default_rng(0).random((4, 32), dtype=np.float32)
+    expected = model(x).numpy()
+    base = tf_compute_threads()
+    fast = tf_autopar.optimize(model, mode="throughput", streams=2)
+    results = [None] * 8
+    def worker(i): results[i] = fast(x)
+    ts = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+    [t.start() for t in ts]; [t.join() for t in ts]
+    report(same=all(np.array_equal(r, expected) for r in results), streams=len(fast.sessions),
+           configs=[[s._config.inter_op_parallelism_threads, s._config.intra_op_parallelism_threads]
+                    for s in fast.sessions],
+           new_inter_threads=tf_compute_threads() - base,
+           notes=[s.note for s in tf_autopar.status().sessions])
+    """
+    res, err, rc = run_child(script, {"TF_AUTOPAR_CACHE_DIR": str(tmp_path)})
+    assert rc == 0, err
+    assert res["same"]
+    assert res["streams"] == 2 and res["configs"] == [[1, 1], [1, 1]]  # 2 cores -> 2 streams of 1x1
+    assert res["new_inter_threads"] == 2  # each stream's session really has its own inter-op pool
+    assert res["notes"] == ["frozen inference graph stream 1/2", "frozen inference graph stream 2/2"]
+    with pytest.raises(ValueError, match="streams"):
+        from tf_autopar.runtime.optimize import OptimizedFunction
+
+        OptimizedFunction(object(), mode="latency", streams=2)

@@ -86,15 +86,18 @@ def status() -> Status:
     return STATE.snapshot()
 
 
-def optimize(fn_or_model: Any, *, mode: str = "latency", input_signature: Any = None) -> Any:
+def optimize(fn_or_model: Any, *, mode: str = "latency", input_signature: Any = None,
+             streams: int | None = None) -> Any:
     """A callable running the model's frozen inference graph in a session planned for it.
 
     Same outputs as the model's traced call (bit for bit); numpy in, numpy out. For when the
     process pools are already fixed and the model's plan differs (see status()).
+    ``mode="throughput"``: one session per planned stream (``streams`` to choose how many);
+    concurrent callers run on separate streams. Thread-safe.
     """
     from tf_autopar.runtime.optimize import optimize as _optimize
 
-    return _optimize(fn_or_model, mode=mode, input_signature=input_signature)
+    return _optimize(fn_or_model, mode=mode, input_signature=input_signature, streams=streams)
 
 
 # ------------------------------------------------------------------------------ internals

@@ -8,9 +8,15 @@ a ``tf.compat.v1.Session`` whose ConfigProto carries the model's plan and
 was in force at start). The graph is the one the traced function runs, so outputs match the
 function (and Keras 3's predict, which runs the same traced call) bit for bit.
 Inference only: frozen variables do not train.
+
+Throughput mode (``mode="throughput"``, optional ``streams=N``): the plan's streams become
+that many sessions over the same frozen graph, each with the stream's inter-op and intra-op
+pools; concurrent callers each take an idle stream (and wait when all are busy), so N
+requests run at once without oversubscribing the cores.
 """
 from __future__ import annotations
 
+import queue
 import threading
 from typing import Any, Sequence
 
@@ -26,11 +32,18 @@ class OptimizedFunction:
     ``input_signature`` was given or the Keras model declares its inputs. Thread-safe.
     """
 
-    def __init__(self, target: Any, mode: str = "latency", input_signature: Sequence[Any] | None = None) -> None:
+    def __init__(
+        self, target: Any, mode: str = "latency", input_signature: Sequence[Any] | None = None,
+        streams: int | None = None,
+    ) -> None:
         if mode not in ("latency", "throughput", "training"):
             raise ValueError(f"mode must be 'latency', 'throughput' or 'training', got {mode!r}")
+        if streams is not None and (mode != "throughput" or isinstance(streams, bool)
+                                    or not isinstance(streams, int) or streams < 1):
+            raise ValueError(f"streams must be a positive integer with mode='throughput', got {streams!r} ({mode})")
         self._target = target
         self._mode = mode
+        self._streams = streams
         self._lock = threading.Lock()
         self._compiled: dict[Any, _Compiled] = {}
         self._signature = list(input_signature) if input_signature is not None else _keras_signature(target)
@@ -88,37 +101,51 @@ class OptimizedFunction:
             return compiled
 
     def _compile(self, signature: tuple[Any, ...]) -> "_Compiled":
-        compiled = _Compiled.build(self._target, signature, self._mode)
+        compiled = _Compiled.build(self._target, signature, self._mode, self._streams)
         self._compiled[signature] = compiled
         self.plan, self.profile = compiled.plan, compiled.profile
         return compiled
 
     @property
     def session(self) -> Any:
-        return next(iter(self._compiled.values())).session if self._compiled else None
+        return self.sessions[0] if self.sessions else None
+
+    @property
+    def sessions(self) -> list[Any]:
+        """The tuned sessions of the first compiled signature: one per stream."""
+        return list(next(iter(self._compiled.values())).sessions) if self._compiled else []
 
     def close(self) -> None:
         with self._lock:
             for c in self._compiled.values():
-                c.session.close()
+                for session in c.sessions:
+                    session.close()
             self._compiled.clear()
 
 
 class _Compiled:
-    def __init__(self, session: Any, inputs: list[str], outputs: list[str], structure: Any, plan: Any, profile: Any) -> None:
-        self.session, self.inputs, self.outputs = session, inputs, outputs
+    def __init__(self, sessions: list[Any], inputs: list[str], outputs: list[str], structure: Any, plan: Any,
+                 profile: Any) -> None:
+        self.sessions, self.inputs, self.outputs = sessions, inputs, outputs
         self.structure, self.plan, self.profile = structure, plan, profile
+        self._idle: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        for session in sessions:
+            self._idle.put(session)
 
     def run(self, arrays: list[Any]) -> Any:
         import tensorflow as tf
 
         if len(arrays) != len(self.inputs):
             raise ValueError(f"expected {len(self.inputs)} input(s), got {len(arrays)}")
-        values = self.session.run(self.outputs, dict(zip(self.inputs, arrays)))
+        session = self._idle.get()  # one request per stream at a time
+        try:
+            values = session.run(self.outputs, dict(zip(self.inputs, arrays)))
+        finally:
+            self._idle.put(session)
         return tf.nest.pack_sequence_as(self.structure, values)
 
     @classmethod
-    def build(cls, target: Any, signature: tuple[Any, ...], mode: str) -> "_Compiled":
+    def build(cls, target: Any, signature: tuple[Any, ...], mode: str, streams: int | None = None) -> "_Compiled":
         import tensorflow as tf
         from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
@@ -133,7 +160,7 @@ class _Compiled:
         outputs = [t.name for t in frozen.outputs]
         structure = concrete.structured_outputs  # freezing flattens it to a list
         profile, ms = core.analyze_graph(graph_def, f"optimize({getattr(concrete, 'name', 'function')})")
-        plan = core.plan_for(profile, mode)
+        plan = core.plan_for(profile, mode, streams=streams)
         fields = plan.config_proto_fields()
         config = tf.compat.v1.ConfigProto(
             inter_op_parallelism_threads=fields["inter_op_parallelism_threads"],
@@ -141,17 +168,19 @@ class _Compiled:
             use_per_session_threads=True,
         )
         with sessions.bypass():
-            session = tf.compat.v1.Session(graph=graph, config=config)
+            tuned = [tf.compat.v1.Session(graph=graph, config=config) for _ in range(max(1, plan.instances))]
         graph.finalize()
         with STATE.lock:
-            STATE.sessions.append(SessionRecord(
-                session=STATE.next_session_name() + " (optimize)", graph_nodes=len(graph_def.node),
-                fingerprint=profile.fingerprint, avg_width=profile.avg_width, heavy_ops=profile.heavy_ops,
-                inter_op=config.inter_op_parallelism_threads, intra_op=config.intra_op_parallelism_threads,
-                per_session_threads=True, intra_per_session=controller.per_session_intra(),
-                note="frozen inference graph", analysis_ms=round(ms, 3),
-            ))
-        return cls(session, inputs, outputs, structure, plan, profile)
+            for i in range(len(tuned)):
+                stream = f" stream {i + 1}/{len(tuned)}" if len(tuned) > 1 else ""
+                STATE.sessions.append(SessionRecord(
+                    session=STATE.next_session_name() + " (optimize)", graph_nodes=len(graph_def.node),
+                    fingerprint=profile.fingerprint, avg_width=profile.avg_width, heavy_ops=profile.heavy_ops,
+                    inter_op=config.inter_op_parallelism_threads, intra_op=config.intra_op_parallelism_threads,
+                    per_session_threads=True, intra_per_session=controller.per_session_intra(),
+                    note="frozen inference graph" + stream, analysis_ms=round(ms, 3),
+                ))
+        return cls(tuned, inputs, outputs, structure, plan, profile)
 
 
 def _keras_signature(target: Any) -> list[Any] | None:
@@ -189,6 +218,10 @@ def _concrete(target: Any, signature: tuple[Any, ...]) -> Any:
     raise TypeError(f"optimize() needs a Keras model, a tf.function or a ConcreteFunction, got {type(target).__name__}")
 
 
-def optimize(fn_or_model: Any, *, mode: str = "latency", input_signature: Sequence[Any] | None = None) -> OptimizedFunction:
-    """A callable running ``fn_or_model``'s frozen inference graph in a session planned for it."""
-    return OptimizedFunction(fn_or_model, mode=mode, input_signature=input_signature)
+def optimize(
+    fn_or_model: Any, *, mode: str = "latency", input_signature: Sequence[Any] | None = None,
+    streams: int | None = None,
+) -> OptimizedFunction:
+    """A callable running ``fn_or_model``'s frozen inference graph in a session planned for it
+    (in throughput mode, one session per planned stream)."""
+    return OptimizedFunction(fn_or_model, mode=mode, input_signature=input_signature, streams=streams)
