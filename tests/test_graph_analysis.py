@@ -1,0 +1,243 @@
+"""GraphDef/FunctionDef protobufs -> GraphProfile, on hand-built graphs with known answers.
+
+Uses TensorFlow's protobuf classes (importing them imports the tensorflow package), so
+these tests are marked tf; no op is run."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+pytestmark = pytest.mark.tf
+
+graph_pb2 = pytest.importorskip("tensorflow.core.framework.graph_pb2")
+from tensorflow.core.framework import function_pb2, tensor_shape_pb2  # noqa: E402
+
+from tf_autopar.graph import analyze, analyze_graph_def  # noqa: E402
+from tf_autopar.graph import heavy_ops  # noqa: E402
+
+
+def node(container, name, op, *inputs, **funcs):
+    n = container.add()
+    n.name, n.op = name, op
+    n.input.extend(inputs)
+    for key, value in funcs.items():
+        if isinstance(value, list):
+            for v in value:
+                n.attr[key].list.func.add().name = v
+        else:
+            n.attr[key].func.name = value
+    return n
+
+
+def const(container, name, rank):
+    n = node(container, name, "Const")
+    shape = n.attr["value"].tensor.tensor_shape
+    for _ in range(rank):
+        shape.dim.add().size = 4
+    return n
+
+
+def matmul_function(lib, fname, length, passthrough=False):
+    """fname(x[, y]) -> (chain of `length` MatMuls on x[, y unchanged])."""
+    f = lib.function.add()
+    f.signature.name = fname
+    f.signature.input_arg.add().name = "x"
+    f.signature.output_arg.add().name = "out"
+    prev = "x"
+    for i in range(length):
+        node(f.node_def, f"mm{i}", "MatMul", prev, prev)
+        prev = f"mm{i}:product:0"
+    f.ret["out"] = prev
+    if passthrough:
+        f.signature.input_arg.add().name = "y"
+        f.signature.output_arg.add().name = "same"
+        node(f.node_def, "id", "Identity", "y")
+        f.ret["same"] = "id:output:0"
+    return f
+
+
+def test_parallel_calls_of_one_function_are_spliced_and_memoised():
+    g = graph_pb2.GraphDef()
+    matmul_function(g.library, "chain2", 2)
+    node(g.node, "x", "Placeholder")
+    node(g.node, "c1", "StatefulPartitionedCall", "x", f="chain2")
+    node(g.node, "c2", "PartitionedCall", "x", f="chain2")
+    node(g.node, "add", "AddV2", "c1", "c2:0")
+    node(g.node, "head", "MatMul", "add", "add")
+    p = analyze_graph_def(g)
+    assert (p.heavy_ops, p.depth, p.level_widths) == (5, 3, (2, 2, 1))
+    assert (p.avg_width, p.max_width, p.functions) == (1, 2, 1)
+    assert p.op_types["MatMul"] == 5 and p.nodes == 5 + 2 * 2
+
+
+def test_call_outputs_leave_at_their_own_heavy_level():
+    g = graph_pb2.GraphDef()
+    matmul_function(g.library, "f", 3, passthrough=True)
+    node(g.node, "x", "Placeholder")
+    node(g.node, "call", "StatefulPartitionedCall", "x", "x", f="f")
+    node(g.node, "after_passthrough", "MatMul", "call:1", "call:1")  # reads y, untouched by the chain
+    node(g.node, "after_chain", "MatMul", "call:0", "call:0")
+    node(g.node, "after_all", "MatMul", "^call", "x")  # a control edge waits for the whole body
+    p = analyze_graph_def(g)
+    assert p.heavy_ops == 6 and p.depth == 4
+    assert p.level_widths == (2, 1, 1, 2)
+
+
+def test_direct_function_call_by_op_type_and_function_format_ports():
+    g = graph_pb2.GraphDef()
+    matmul_function(g.library, "inner", 2, passthrough=True)
+    outer = g.library.function.add()
+    outer.signature.name = "outer"
+    outer.signature.input_arg.add().name = "a"
+    outer.signature.output_arg.add().name = "r"
+    node(outer.node_def, "call", "inner", "a", "a")  # op type = function name
+    node(outer.node_def, "mm", "MatMul", "call:same:0", "call:same:0")
+    outer.ret["r"] = "mm:product:0"
+    node(g.node, "x", "Placeholder")
+    node(g.node, "c", "PartitionedCall", "x", f="outer")
+    node(g.node, "m", "MatMul", "c", "c")
+    p = analyze_graph_def(g)
+    # inner's chain (2) runs beside mm (reads the passthrough); m waits for mm only
+    assert (p.heavy_ops, p.depth, p.functions) == (4, 2, 2)
+    assert p.level_widths == (2, 2)
+
+
+def test_while_body_counts_once_and_if_takes_the_heaviest_branch():
+    g = graph_pb2.GraphDef()
+    matmul_function(g.library, "body", 2)
+    matmul_function(g.library, "cond", 0)
+    matmul_function(g.library, "then", 3)
+    matmul_function(g.library, "else", 1)
+    node(g.node, "x", "Placeholder")
+    node(g.node, "loop", "While", "x", cond="cond", body="body")
+    node(g.node, "branch", "StatelessIf", "x", "loop", then_branch="else", else_branch="then")
+    node(g.node, "case", "Case", "x", branches=["else", "body"])
+    p = analyze_graph_def(g)
+    # loop: depth 2; if: heaviest branch (3) after the loop; case: body branch (2) in parallel
+    assert (p.heavy_ops, p.depth) == (2 + 3 + 2, 5)
+    assert p.level_widths == (2, 2, 1, 1, 1)
+    assert p.functions == 4
+
+
+def test_tf1_while_loop_back_edge_is_dropped():
+    g = graph_pb2.GraphDef()
+    node(g.node, "x", "Placeholder")
+    node(g.node, "enter", "Enter", "x")
+    node(g.node, "merge", "Merge", "enter", "next")
+    node(g.node, "switch", "Switch", "merge", "pred")
+    node(g.node, "pred", "LoopCond", "merge")
+    node(g.node, "body_mm", "MatMul", "switch:1", "switch:1")
+    node(g.node, "body_mm2", "MatMul", "body_mm", "body_mm")
+    node(g.node, "next", "NextIteration", "body_mm2")
+    node(g.node, "exit", "Exit", "switch")
+    node(g.node, "head", "MatMul", "exit", "exit")
+    p = analyze_graph_def(g)
+    assert (p.heavy_ops, p.depth) == (3, 3)
+
+
+def test_embedding_gathers_are_heavy_only_on_tables():
+    g = graph_pb2.GraphDef()
+    node(g.node, "ids", "Placeholder")
+    node(g.node, "var", "VarHandleOp")
+    node(g.node, "read", "ReadVariableOp", "var")
+    node(g.node, "axis", "Const")
+    node(g.node, "g_var", "GatherV2", "read", "ids", "axis")
+    node(g.node, "v1", "VariableV2")
+    node(g.node, "v1/read", "Identity", "v1")
+    node(g.node, "g_tf1", "Gather", "v1/read", "ids")
+    const(g.node, "table", 2)
+    node(g.node, "g_frozen", "GatherV2", "table", "ids", "axis")
+    node(g.node, "shape", "Shape", "ids")
+    node(g.node, "g_shape", "GatherV2", "shape", "ids", "axis")
+    const(g.node, "vec", 1)
+    node(g.node, "g_vec", "GatherV2", "vec", "ids", "axis")
+    node(g.node, "rg", "ResourceGather", "var", "ids")
+    node(g.node, "seg", "SparseSegmentMean", "g_var", "ids", "ids")
+    p = analyze_graph_def(g)
+    assert p.heavy_op_types == {"GatherV2": 2, "Gather": 1, "ResourceGather": 1, "SparseSegmentMean": 1}
+    assert (p.depth, p.level_widths) == (2, (4, 1))
+
+
+def test_gradient_ops_count_unless_excluded():
+    g = graph_pb2.GraphDef()
+    node(g.node, "x", "Placeholder")
+    node(g.node, "conv", "Conv2D", "x", "x")
+    node(g.node, "gradient_tape/conv/Conv2DBackpropInput", "Conv2DBackpropInput", "conv", "x")
+    node(g.node, "gradient_tape/conv/Conv2DBackpropFilter", "Conv2DBackpropFilter", "conv", "x")
+    node(g.node, "gradients/dense/MatMul_1", "MatMul", "conv", "x")
+    matmul_function(g.library, "__inference___backward_f_12", 2)
+    node(g.node, "bwd", "PartitionedCall", "conv", f="__inference___backward_f_12")
+    p = analyze_graph_def(g)
+    assert p.training and (p.heavy_ops, p.depth, p.level_widths) == (6, 3, (1, 4, 1))
+    q = analyze_graph_def(g, include_gradients=False)
+    assert q.training and (q.heavy_ops, q.depth) == (1, 1)
+    assert q.fingerprint == p.fingerprint  # same structure, different counting
+
+
+def test_forward_graph_is_not_training_and_tf_data_is_detected():
+    g = graph_pb2.GraphDef()
+    node(g.node, "it", "IteratorV2")
+    node(g.node, "next", "IteratorGetNext", "it")
+    node(g.node, "mm", "MatMul", "next", "next")
+    p = analyze_graph_def(g)
+    assert not p.training and p.uses_tf_data
+    assert not analyze_graph_def(graph_pb2.GraphDef()).uses_tf_data
+
+
+def test_fingerprint_ignores_node_order_but_not_structure():
+    def build(order, rewire=False):
+        g = graph_pb2.GraphDef()
+        spec = [("x", "Placeholder", []), ("a", "MatMul", ["x", "x"]), ("b", "MatMul", ["x", "a" if rewire else "x"])]
+        for i in order:
+            node(g.node, spec[i][0], spec[i][1], *spec[i][2])
+        return analyze_graph_def(g)
+
+    base = build([0, 1, 2])
+    assert build([2, 0, 1]).fingerprint == base.fingerprint
+    assert build([2, 0, 1]).depth == base.depth == 1
+    changed = build([0, 1, 2], rewire=True)
+    assert changed.fingerprint != base.fingerprint and changed.depth == 2
+
+
+def test_no_heavy_ops_gives_width_one():
+    g = graph_pb2.GraphDef()
+    node(g.node, "x", "Placeholder")
+    node(g.node, "y", "Relu", "x")
+    p = analyze_graph_def(g)
+    assert (p.heavy_ops, p.depth, p.avg_width, p.max_width) == (0, 0, 1, 1)
+
+
+def test_graph_def_passed_to_analyze_and_outputs_prune():
+    g = graph_pb2.GraphDef()
+    node(g.node, "x", "Placeholder")
+    node(g.node, "a", "MatMul", "x", "x")
+    node(g.node, "unused", "MatMul", "x", "x")
+    assert analyze(g).heavy_ops == 2
+    assert analyze_graph_def(g, outputs=["a:0"]).heavy_ops == 1
+    with pytest.raises(ValueError, match="'nope:0' is not a node"):
+        analyze_graph_def(g, outputs=["nope:0"])
+
+
+def test_synthetic_graph_invariants():
+    rng = random.Random(7)
+    g = graph_pb2.GraphDef()
+    for i in range(3000):
+        ins = [f"n{rng.randrange(max(0, i - 20), i)}" for _ in range(2)] if i else []
+        node(g.node, f"n{i}", rng.choice(["MatMul", "Relu", "AddV2", "Conv2D"]), *ins)
+    p = analyze_graph_def(g)
+    assert sum(p.level_widths) == p.heavy_ops == p.op_types.get("MatMul", 0) + p.op_types.get("Conv2D", 0)
+    assert len(p.level_widths) == p.depth and p.nodes == 3000
+
+
+def test_every_heavy_op_type_is_registered_in_tensorflow():
+    from tensorflow.core.framework import op_def_pb2
+    from tensorflow.python.client import pywrap_tf_session as c_api
+
+    buf = c_api.TF_GetAllOpList()
+    ops = op_def_pb2.OpList()
+    ops.ParseFromString(c_api.TF_GetBuffer(buf))
+    registered = {o.name for o in ops.op}
+    missing = sorted(set(heavy_ops.HEAVY_OP_TYPES) - registered)
+    assert not missing, f"not TF 2.21 op types: {missing}"
+    assert heavy_ops.CONDITIONAL_GATHER_OP_TYPES <= registered

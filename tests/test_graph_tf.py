@@ -1,0 +1,147 @@
+"""analyze() on real TensorFlow / Keras 3 objects, with known answers (small models)."""
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.tf
+
+tf = pytest.importorskip("tensorflow")
+keras = pytest.importorskip("keras")
+
+from tf_autopar.graph import analyze  # noqa: E402
+
+
+def test_tf1_graph_with_parallel_matmul_chains():
+    k, length = 3, 4
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, (8, 8))
+        outs = []
+        for c in range(k):
+            y = x
+            for i in range(length):
+                w = tf.constant(1.0, shape=(8, 8), name=f"w{c}_{i}")
+                y = tf.nn.relu(tf.matmul(y, w))
+            outs.append(y)
+        tf.add_n(outs)
+    p = analyze(g)
+    assert (p.heavy_ops, p.depth, p.avg_width, p.max_width) == (k * length, length, k, k)
+    assert p.heavy_op_types == {"MatMul": k * length} and not p.training
+
+
+def inception_model():
+    inp = keras.Input((16, 16, 8))
+    stem = keras.layers.Conv2D(8, 3, padding="same")(inp)
+    b1 = keras.layers.Conv2D(4, 1)(stem)
+    b2 = keras.layers.Conv2D(4, 3, padding="same")(keras.layers.Conv2D(4, 1)(stem))
+    b3 = keras.layers.Conv2D(4, 1)(stem)
+    for _ in range(2):
+        b3 = keras.layers.Conv2D(4, 3, padding="same")(b3)
+    b4 = keras.layers.Conv2D(4, 1)(keras.layers.MaxPooling2D(3, 1, padding="same")(stem))
+    x = keras.layers.Concatenate()([b1, b2, b3, b4])
+    x = keras.layers.Flatten()(keras.layers.GlobalAveragePooling2D()(x))
+    return keras.Model(inp, keras.layers.Dense(10)(x), name="inception")
+
+
+def test_keras_inception_module_predict_path():
+    p = analyze(inception_model())
+    assert "predict" in p.source
+    # stem, branches of 1, 2, 3 and 1 convs, then the dense head
+    assert (p.heavy_ops, p.depth) == (9, 5)
+    assert p.level_widths == (1, 4, 2, 1, 1)
+    assert (p.avg_width, p.max_width) == (1, 4)
+    assert p.heavy_op_types == {"Conv2D": 8, "MatMul": 1}
+
+
+def test_keras_residual_blocks():
+    inp = keras.Input((8, 8, 4))
+    x = keras.layers.Conv2D(4, 3, padding="same")(inp)
+    for _ in range(3):
+        y = keras.layers.Conv2D(4, 3, padding="same", activation="relu")(x)
+        y = keras.layers.BatchNormalization()(keras.layers.Conv2D(4, 3, padding="same")(y))
+        x = keras.layers.ReLU()(keras.layers.Add()([x, y]))
+    p = analyze(keras.Model(inp, x))
+    assert (p.heavy_ops, p.depth, p.avg_width, p.max_width) == (7, 7, 1, 1)
+
+
+def test_embedding_heavy_recommender():
+    users, items = keras.Input((1,), dtype="int32"), keras.Input((1,), dtype="int32")
+    u = keras.layers.Flatten()(keras.layers.Embedding(50, 8)(users))
+    v = keras.layers.Flatten()(keras.layers.Embedding(60, 8)(items))
+    u2 = keras.layers.Flatten()(keras.layers.Embedding(50, 8)(users))
+    v2 = keras.layers.Flatten()(keras.layers.Embedding(60, 8)(items))
+    gmf = keras.layers.Multiply()([u, v])
+    mlp = keras.layers.Dense(8)(keras.layers.Dense(16)(keras.layers.Concatenate()([u2, v2])))
+    out = keras.layers.Dense(1)(keras.layers.Concatenate()([gmf, mlp]))
+    p = analyze(keras.Model([users, items], out))
+    # 4 look-ups at level 1, MLP dense x2, output dense
+    assert p.heavy_op_types == {"GatherV2": 4, "MatMul": 3}
+    assert (p.heavy_ops, p.depth, p.level_widths) == (7, 4, (4, 1, 1, 1))
+    assert p.avg_width == 1 and p.max_width == 4
+
+
+def test_tf_function_with_while_loop():
+    w = tf.Variable(tf.eye(4))
+
+    @tf.function(input_signature=[tf.TensorSpec((None, 4))])
+    def f(x):
+        def body(i, y):
+            return i + 1, tf.matmul(tf.matmul(y, w), w)
+
+        _, y = tf.while_loop(lambda i, y: i < 5, body, (tf.constant(0), x))
+        return tf.matmul(y, w)
+
+    p = analyze(f)
+    assert p.heavy_ops == 3 and p.depth == 3  # body counted once, then the final matmul
+    assert p.functions >= 2 and p.op_types["While"] == 1
+    cf = f.get_concrete_function()
+    assert analyze(cf).fingerprint == p.fingerprint
+
+
+def test_nested_tf_functions_are_descended():
+    w = tf.Variable(tf.eye(4))
+
+    @tf.function
+    def inner(x):
+        return tf.matmul(tf.matmul(x, w), w)
+
+    @tf.function(input_signature=[tf.TensorSpec((2, 4))])
+    def outer(x):
+        return inner(x) + inner(x * 2.0)
+
+    p = analyze(outer)
+    assert (p.heavy_ops, p.depth, p.max_width) == (4, 2, 2)
+
+
+def test_training_graph_counts_backprop_ops():
+    inp = keras.Input((8, 8, 3))
+    x = keras.layers.Conv2D(4, 3)(keras.layers.Conv2D(4, 3)(inp))
+    model = keras.Model(inp, keras.layers.Dense(2)(keras.layers.Flatten()(x)))
+
+    @tf.function(input_signature=[tf.TensorSpec((2, 8, 8, 3)), tf.TensorSpec((2, 2))])
+    def step(x, t):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean((model(x, training=True) - t) ** 2)
+        return tape.gradient(loss, model.trainable_variables)
+
+    p = analyze(step)
+    assert p.training
+    assert p.heavy_op_types["Conv2DBackpropFilter"] == 2 and p.heavy_op_types["Conv2DBackpropInput"] >= 1
+    forward = analyze(step, include_gradients=False)
+    assert forward.training and (forward.heavy_ops, forward.depth) == (3, 3)
+    assert p.heavy_ops > forward.heavy_ops and p.depth > forward.depth
+    assert not analyze(model).training
+
+
+def test_unsupported_and_untraceable_objects():
+    with pytest.raises(TypeError, match=r"builtins\.int.*supported: tf\.Graph"):
+        analyze(3)
+
+    @tf.function
+    def needs_args(x):
+        return x
+
+    with pytest.raises(TypeError, match="input_signature"):
+        analyze(needs_args)
+    with pytest.raises(ValueError, match="no known inputs"):
+        analyze(keras.Sequential([keras.layers.Dense(2)]))

@@ -1,0 +1,341 @@
+"""Turn any supported object into GraphDef(s) + function library, then profile it.
+
+TensorFlow is imported only when the object is a TensorFlow object (which means TF is
+already imported) or when a file must be parsed with TF's protobuf classes. Reading a
+SavedModel uses ``tensorflow.core.protobuf.saved_model_pb2`` only: that imports the
+``tensorflow`` package but creates no op and no context, so the runtime (and its thread
+pools) is still unstarted afterwards and ``tf.config.threading`` can still be set. That
+is what lets a plan be made before TensorFlow fixes its pools (tested).
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import re
+from typing import Any
+
+from tf_autopar.graph.analysis import analyze_function, analyze_graph_def
+from tf_autopar.graph.profile import GraphProfile
+
+log = logging.getLogger("tf_autopar.graph")
+
+SUPPORTED = (
+    "tf.Graph",
+    "GraphDef",
+    "MetaGraphDef",
+    "SavedModel protobuf",
+    "tf.function with an input_signature",
+    "ConcreteFunction",
+    "Keras 3 model",
+    "SavedModel directory",
+    "path to saved_model.pb(txt) or a GraphDef .pb/.pbtxt file",
+    "workload name",
+)
+
+_SAVER_FUNCTION = re.compile(r"^__inference__traced_(save|restore)_\d+$")
+
+
+def analyze(
+    obj: Any,
+    *,
+    include_gradients: bool = True,
+    signature: str | None = None,
+    input_signature: Any = None,
+    workload_mode: str = "infer",
+    workload_size: str = "tiny",
+) -> GraphProfile:
+    """Profile the heavy-op structure of a model (see width.py for the definitions).
+
+    ``include_gradients``: count heavy ops of the backward pass. Default True: they are
+    real compute scheduled by the same inter-op pool (Conv2DBackpropInput and
+    Conv2DBackpropFilter of one layer are independent, so a training graph is wider than
+    its forward pass). Measured (``benchmarks/bench_graph.py --training``, 2-core shared
+    host, 3 interleaved fresh-process rounds): a plain CNN has average width 1 with or
+    without gradients (max 2 vs 1); an inception-style CNN 4 with, 2 without (max 8 vs
+    4). On 2 cores both counts lead to the same capped pool size, and 1x2 beat 2x1 for both
+    models (95 vs 130 ms, 47 vs 75 ms per step), so the measurement found nothing in
+    favour of excluding gradients as the authors' tuner did; we keep them (and the
+    option) until a many-core measurement says otherwise. ``signature``: which SavedModel /
+    MetaGraphDef signature to follow (default ``serving_default``). ``input_signature``:
+    input specs for a Keras model without known inputs or a tf.function without a
+    signature. ``workload_mode``/``workload_size``: for a bundled workload name.
+    """
+    if isinstance(obj, (str, os.PathLike)):
+        return _from_path_or_workload(
+            os.fspath(obj), include_gradients, signature, workload_mode, workload_size
+        )
+    kw = {"include_gradients": include_gradients}
+    full_name = getattr(getattr(obj, "DESCRIPTOR", None), "full_name", None)
+    if full_name == "tensorflow.GraphDef":
+        return analyze_graph_def(obj, **kw)
+    if full_name == "tensorflow.MetaGraphDef":
+        return _from_meta_graph(obj, signature, "MetaGraphDef", include_gradients)
+    if full_name == "tensorflow.SavedModel":
+        return _from_saved_model_proto(obj, signature, "SavedModel protobuf", include_gradients)
+    module = type(obj).__module__ or ""
+    if module.startswith(("keras", "tf_keras")) and hasattr(obj, "make_predict_function"):
+        return _from_keras(obj, input_signature, include_gradients)
+    if module.startswith("tensorflow"):
+        if hasattr(obj, "function_def") and hasattr(obj, "graph"):  # ConcreteFunction
+            return analyze_graph_def(
+                obj.graph.as_graph_def(), source=f"ConcreteFunction {obj.name}", **kw
+            )
+        if hasattr(obj, "get_concrete_function"):  # tf.function
+            return _from_tf_function(obj, input_signature, include_gradients)
+        if hasattr(obj, "as_graph_def"):  # tf.Graph (and FuncGraph)
+            return analyze_graph_def(obj.as_graph_def(), source=f"tf.Graph ({type(obj).__name__})", **kw)
+    raise TypeError(
+        f"cannot analyse an object of type {type(obj).__module__}.{type(obj).__qualname__}; "
+        f"supported: {', '.join(SUPPORTED)}"
+    )
+
+
+# --- TensorFlow / Keras objects ---------------------------------------------------------
+def _from_tf_function(fn: Any, input_signature: Any, include_gradients: bool) -> GraphProfile:
+    name = getattr(fn, "__name__", None) or getattr(fn, "name", "tf.function")
+    try:
+        cf = fn.get_concrete_function(*input_signature) if input_signature else fn.get_concrete_function()
+    except (TypeError, ValueError) as exc:
+        raise TypeError(
+            f"cannot trace tf.function {name!r} without arguments: give it an input_signature, "
+            f"pass input_signature=... here, or pass f.get_concrete_function(<specs>) ({exc})"
+        ) from exc
+    return analyze_graph_def(
+        cf.graph.as_graph_def(), include_gradients=include_gradients, source=f"tf.function {name}"
+    )
+
+
+def _keras_input_specs(model: Any) -> Any:
+    import tensorflow as tf
+
+    def spec(t: Any) -> Any:
+        return tf.TensorSpec(tuple(t.shape), t.dtype, name=getattr(t, "name", None))
+
+    try:
+        structure = model.input
+    except (AttributeError, ValueError):
+        try:
+            inputs = model.inputs
+        except (AttributeError, ValueError):
+            inputs = None
+        if not inputs:
+            raise ValueError(
+                f"Keras model {model.name!r} has no known inputs (never built or called); "
+                "call it once, give it a keras.Input, or pass input_signature=[tf.TensorSpec(...)]"
+            ) from None
+        structure = inputs[0] if len(inputs) == 1 else list(inputs)
+    return tf.nest.map_structure(spec, structure)
+
+
+def _from_keras(model: Any, input_signature: Any, include_gradients: bool) -> GraphProfile:
+    """What ``model.predict`` runs: Keras 3's TF trainer traces ``predict_function`` (a
+    tf.function around ``predict_step`` -> ``model(x, training=False)``) and calls it with
+    ``[(x,)]``, one batch per step; we trace the same function with the model's input
+    specs (batch dimension None)."""
+    import tensorflow as tf
+
+    if input_signature is not None:
+        specs = input_signature[0] if len(input_signature) == 1 else list(input_signature)
+    else:
+        specs = _keras_input_specs(model)
+    source = f"Keras model {model.name!r} (predict)"
+    try:
+        model.make_predict_function()
+        cf = model.predict_function.get_concrete_function([(specs,)])
+    except (AttributeError, TypeError, ValueError) as exc:
+        log.info("Keras predict_function could not be traced (%s); tracing model(x, training=False)", exc)
+        fn = tf.function(lambda x: model(x, training=False))
+        cf = fn.get_concrete_function(specs)
+        source = f"Keras model {model.name!r} (call, training=False)"
+    return analyze_graph_def(cf.graph.as_graph_def(), include_gradients=include_gradients, source=source)
+
+
+# --- protobufs ----------------------------------------------------------------------------
+def _from_meta_graph(mg: Any, signature: str | None, where: str, include_gradients: bool) -> GraphProfile:
+    """Follow a signature (``serving_default`` by default) from the graph's fetches; without
+    signatures, a TF2 SavedModel's entry function; else the whole graph."""
+    sigs = {k: v for k, v in mg.signature_def.items() if not k.startswith("__")}
+    if signature is not None and signature not in sigs:
+        raise ValueError(f"{where} has no signature {signature!r}; it has {sorted(sigs) or 'none'}")
+    chosen = signature or ("serving_default" if "serving_default" in sigs else (sorted(sigs)[0] if sigs else None))
+    if chosen is not None:
+        outputs = [t.name for t in sigs[chosen].outputs.values() if t.name]
+        if outputs:
+            return analyze_graph_def(
+                mg.graph_def,
+                include_gradients=include_gradients,
+                outputs=outputs,
+                source=f"{where}, signature {chosen}",
+            )
+    entry = _entry_function(mg)
+    if entry is not None:
+        name, why = entry
+        return analyze_function(
+            name, mg.graph_def.library, include_gradients=include_gradients, source=f"{where}, {why} {name}"
+        )
+    return analyze_graph_def(mg.graph_def, include_gradients=include_gradients, source=where)
+
+
+def _entry_function(mg: Any) -> tuple[str, str] | None:
+    """A TF2 SavedModel saved without signatures: the root object's ``__call__``, else the
+    heaviest function no other function calls (saver functions excluded)."""
+    og = mg.object_graph_def
+    if og.nodes:
+        for child in og.nodes[0].children:
+            if child.local_name != "__call__":
+                continue
+            node = og.nodes[child.node_id]
+            kind = node.WhichOneof("kind")
+            if kind == "function" and node.function.concrete_functions:
+                return node.function.concrete_functions[0], "__call__"
+            if kind == "bare_concrete_function":
+                return node.bare_concrete_function.concrete_function_name, "__call__"
+    library = mg.graph_def.library.function
+    if not library:
+        return None
+    called: set[str] = set()
+    for holder in [mg.graph_def.node] + [f.node_def for f in library]:
+        for node in holder:
+            called.add(node.op)
+            for value in node.attr.values():
+                if value.HasField("func"):
+                    called.add(value.func.name)
+                elif value.HasField("list"):
+                    called.update(f.name for f in value.list.func)
+    roots = [
+        f.signature.name
+        for f in library
+        if f.signature.name not in called and not _SAVER_FUNCTION.match(f.signature.name)
+    ]
+    if not roots:
+        return None
+    if len(roots) == 1:
+        return roots[0], "entry function"
+    best = max(roots, key=lambda r: (lambda p: (p.heavy_ops, p.depth))(analyze_function(r, library)))
+    log.info("no signature and no __call__: analysing the heaviest of %d entry functions, %s", len(roots), best)
+    return best, "heaviest entry function"
+
+
+def _from_saved_model_proto(sm: Any, signature: str | None, where: str, include_gradients: bool) -> GraphProfile:
+    if not sm.meta_graphs:
+        raise ValueError(f"corrupt SavedModel protobuf {where}: it holds no MetaGraph")
+    mg = next((m for m in sm.meta_graphs if "serve" in m.meta_info_def.tags), sm.meta_graphs[0])
+    return _from_meta_graph(mg, signature, where, include_gradients)
+
+
+def read_saved_model(path: str) -> Any:
+    """Parse ``saved_model.pb`` (or ``.pbtxt``) of a SavedModel directory, or such a file,
+    with the protobuf classes only."""
+    if os.path.isdir(path):
+        pb, pbtxt = os.path.join(path, "saved_model.pb"), os.path.join(path, "saved_model.pbtxt")
+        if os.path.isfile(pb):
+            file = pb
+        elif os.path.isfile(pbtxt):
+            file = pbtxt
+        else:
+            raise ValueError(f"{path} is not a SavedModel directory: it has no saved_model.pb/saved_model.pbtxt")
+    else:
+        file = path
+    from google.protobuf import message, text_format
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    sm = saved_model_pb2.SavedModel()
+    try:
+        if file.endswith(".pbtxt"):
+            with open(file, encoding="utf-8") as f:
+                text_format.Parse(f.read(), sm)
+        else:
+            with open(file, "rb") as f:
+                sm.ParseFromString(f.read())
+    except (message.DecodeError, text_format.ParseError, UnicodeDecodeError, ValueError) as exc:
+        raise ValueError(f"corrupt SavedModel protobuf {file}: {exc}") from None
+    if not sm.meta_graphs:
+        raise ValueError(f"corrupt SavedModel protobuf {file}: it holds no MetaGraph")
+    return sm
+
+
+def _read_graph_file(path: str) -> Any:
+    """A frozen GraphDef (.pb binary, .pbtxt text), or a MetaGraphDef file."""
+    from google.protobuf import message, text_format
+    from tensorflow.core.framework import graph_pb2
+    from tensorflow.core.protobuf import meta_graph_pb2
+
+    text = path.endswith((".pbtxt", ".txt"))
+    errors = []
+    for cls in (graph_pb2.GraphDef, meta_graph_pb2.MetaGraphDef):
+        proto = cls()
+        try:
+            if text:
+                with open(path, encoding="utf-8") as f:
+                    text_format.Parse(f.read(), proto)
+            else:
+                with open(path, "rb") as f:
+                    proto.ParseFromString(f.read())
+        except (message.DecodeError, text_format.ParseError, UnicodeDecodeError, ValueError) as exc:
+            errors.append(f"{cls.__name__}: {exc}")
+            continue
+        nodes = proto.node if cls is graph_pb2.GraphDef else proto.graph_def.node
+        if len(nodes):
+            return proto
+        errors.append(f"{cls.__name__}: no nodes")
+    raise ValueError(f"{path} is not a GraphDef, MetaGraphDef or SavedModel file ({'; '.join(errors)})")
+
+
+# --- paths and workloads ------------------------------------------------------------------
+def _looks_like_path(s: str) -> bool:
+    return os.sep in s or s.startswith((".", "~")) or s.endswith((".pb", ".pbtxt"))
+
+
+def _from_path_or_workload(
+    s: str, include_gradients: bool, signature: str | None, mode: str, size: str
+) -> GraphProfile:
+    path = os.path.expanduser(s)
+    if os.path.isdir(path) or (
+        os.path.isfile(path) and os.path.basename(path) in ("saved_model.pb", "saved_model.pbtxt")
+    ):
+        sm = read_saved_model(path)
+        return _from_saved_model_proto(sm, signature, f"SavedModel {s}", include_gradients)
+    if os.path.isfile(path):
+        proto = _read_graph_file(path)
+        profile = analyze(proto, include_gradients=include_gradients, signature=signature)
+        return dataclasses.replace(profile, source=f"{profile.source} from {s}")
+    if not _looks_like_path(s):
+        profile = _from_workload(s, mode, size, include_gradients)
+        if profile is not None:
+            return profile
+        raise FileNotFoundError(f"{s!r} is neither an existing path nor a known workload name")
+    raise FileNotFoundError(f"no such file or directory: {s!r}")
+
+
+def _from_workload(name: str, mode: str, size: str, include_gradients: bool) -> GraphProfile | None:
+    """A bundled workload's graph, via ``workloads.runner.graph_def(name, mode=, size=)``
+    when the runner provides it, else its Keras model's predict graph. None when the
+    ``workloads`` package is missing or does not know the name."""
+    try:
+        import workloads  # noqa: PLC0415
+    except ImportError:
+        return None
+    get = getattr(workloads, "get", None)
+    if get is None:
+        return None
+    try:
+        workload = get(name)
+    except (KeyError, ValueError, LookupError):
+        return None
+    if workload is None:
+        return None
+    source = f"workload {name} ({mode}, {size})"
+    try:
+        from workloads import runner  # noqa: PLC0415
+    except ImportError:
+        runner = None
+    graph_def_fn = getattr(runner, "graph_def", None)
+    if graph_def_fn is not None:
+        profile = analyze(graph_def_fn(name, mode=mode, size=size), include_gradients=include_gradients)
+    else:
+        if mode != "infer":
+            raise ValueError(f"workload {name!r}: mode {mode!r} needs workloads.runner.graph_def")
+        model = workload.build_model(workload.hyperparameters(size))
+        profile = _from_keras(model, None, include_gradients)
+    return dataclasses.replace(profile, source=source)
