@@ -1,0 +1,68 @@
+"""End to end with the real pieces: the workloads runner, the graph analysis and the planner
+in child processes (TensorFlow runs only in the children), under a real quota when possible."""
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tf_autopar.validation import results
+from tf_autopar.validation.cgroup import CgroupUnavailable, check_writable, find_cpu_controller, leftover_groups
+
+pytestmark = pytest.mark.tf  # ~25 s on a quiet 2-core host (plan child + 3 fresh TF processes)
+
+MAIN = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _require_pieces():
+    try:
+        graph = importlib.import_module("tf_autopar.graph")
+        importlib.import_module("workloads.fathom.autoenc")
+    except ImportError as exc:
+        pytest.skip(f"piece not built yet: {exc}")
+    if not hasattr(graph, "analyze"):
+        pytest.skip("tf_autopar.graph.analyze not built yet")
+
+
+def test_validate_a_real_workload_with_the_real_plan(tmp_path):
+    _require_pieces()
+    try:
+        controller = find_cpu_controller()
+        check_writable(controller)
+    except CgroupUnavailable:
+        controller = None
+    out = tmp_path / "v.json"
+    cmd = [sys.executable, "-m", "tf_autopar.cli.main", "validate", "autoenc", "--modes", "infer1", "--size", "tiny",
+           "--rounds", "1", "--steps", "2", "--warmup", "1", "--space", "none", "--json", str(out), "--no-progress"]
+    if controller:
+        cmd += ["--cpu-quota", "1"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (MAIN, os.environ.get("PYTHONPATH")) if p)}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _, stderr = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, stderr[-3000:]
+    doc = json.loads(out.read_text())
+    results.validate_document(doc)
+    row = doc["rows"][0]
+    assert row["plan"]["status"] == "ok", row["plan"]
+    assert row["plan"]["profile"]["heavy_ops"] > 0
+    ours = row["configs"]["tf_autopar"]
+    for name in row["order"]:
+        run = row["configs"][name]["runs"][0]
+        assert run["status"] == "ok", run
+        assert len(run["step_times_s"]) == 2 and run["path"] == "function"
+    assert row["summary"]["ours"] == "tf_autopar" and "tf-default" in row["summary"]["speedup"]
+    if controller:
+        # the plan was computed inside the quota group and saw the quota: one CPU's worth of threads
+        assert row["plan"]["quota_source"] == "detected"
+        assert (ours["inter"] or 99) * (ours["intra"] or 99) <= 1
+        assert row["configs"]["tf-default"]["runs"][0]["cpu_stat"]["nr_periods"] > 0
+        assert leftover_groups(controller, proc.pid) == []
+    assert "tensorflow" not in sys.modules

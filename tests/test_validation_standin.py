@@ -1,0 +1,83 @@
+"""A stand-in for `tf-autopar workloads run` used by the validation tests (no tests here).
+
+Run as a script it accepts the workloads runner's arguments, does a tiny pure-Python
+busy loop per step (no TensorFlow: the tests exercise the harness, not TF) and prints the
+runner's JSON object. Environment knobs make it misbehave on purpose:
+
+- STANDIN_LOG=path     append one JSON line per run: workload, mode, batch, thread env seen, pid, affinity
+- STANDIN_CRASH=IxJ    exit 3 when started with TF_NUM_INTEROP_THREADS=I, TF_NUM_INTRAOP_THREADS=J
+- STANDIN_HANG=IxJ     sleep for an hour in that configuration (timeouts)
+- STANDIN_HANG_ALL=1   every run sleeps for an hour (Ctrl-C tests)
+- STANDIN_HANG_AFTER=N every run after the N-th logged one sleeps for an hour (Ctrl-C tests)
+- STANDIN_BADJSON=IxJ  print something that is not JSON in that configuration
+- STANDIN_BURN_S=S     two processes burn CPU for S seconds before the steps (throttling under a quota)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+
+def _threads() -> str:
+    return f"{os.environ.get('TF_NUM_INTEROP_THREADS', '0')}x{os.environ.get('TF_NUM_INTRAOP_THREADS', '0')}"
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("name")
+    p.add_argument("--mode")
+    p.add_argument("--batch", type=int)
+    p.add_argument("--steps", type=int)
+    p.add_argument("--size")
+    p.add_argument("--warmup", type=int)
+    p.add_argument("--json", action="store_true")
+    a = p.parse_args()
+    threads = _threads()
+    log = os.environ.get("STANDIN_LOG")
+    previous = 0
+    if log:
+        if os.path.exists(log):
+            with open(log) as f:
+                previous = sum(1 for _ in f)
+        with open(log, "a") as f:
+            f.write(json.dumps({"workload": a.name, "mode": a.mode, "batch": a.batch, "threads": threads,
+                                "omp": os.environ.get("OMP_NUM_THREADS"), "pid": os.getpid(),
+                                "affinity": sorted(os.sched_getaffinity(0))}) + "\n")
+    hang_after = os.environ.get("STANDIN_HANG_AFTER")
+    if hang_after is not None and previous >= int(hang_after):
+        time.sleep(3600)
+    if os.environ.get("STANDIN_HANG_ALL") or os.environ.get("STANDIN_HANG") == threads:
+        time.sleep(3600)
+    if os.environ.get("STANDIN_CRASH") == threads:
+        print("stand-in: simulated crash", file=sys.stderr)
+        return 3
+    if os.environ.get("STANDIN_BADJSON") == threads:
+        print("this is not json")
+        return 0
+    burn = float(os.environ.get("STANDIN_BURN_S", "0"))
+    if burn > 0:  # two busy processes, like a multi-threaded runtime would be
+        pid = os.fork()
+        end = time.monotonic() + burn
+        while time.monotonic() < end:
+            pass
+        if pid == 0:
+            os._exit(0)
+        os.waitpid(pid, 0)
+    times = []
+    for _ in range(a.warmup + a.steps):
+        t = time.perf_counter()
+        sum(i * i for i in range(2000 * a.batch))
+        times.append(time.perf_counter() - t)
+    times = times[a.warmup:]
+    s = sorted(times)
+    print(json.dumps({"workload": a.name, "mode": a.mode, "size": a.size, "batch": a.batch, "steps": a.steps,
+                      "path": "function", "step_times_s": times, "median_s": s[len(s) // 2], "p10_s": s[0],
+                      "p90_s": s[-1], "losses": [], "peak_rss_mb": 10.0, "build_s": 0.0}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

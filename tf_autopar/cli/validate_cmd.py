@@ -1,0 +1,149 @@
+"""`tf-autopar validate`: compare our plan with the baselines and the searched optimum.
+
+Every configuration runs in a fresh process (TF fixes its pools at start), interleaved
+round by round; see tf_autopar/validation/harness.py. This command never imports
+TensorFlow itself.
+"""
+from __future__ import annotations
+
+import argparse
+import shlex
+import signal
+import sys
+from typing import Any
+
+from tf_autopar.validation.plan_child import ROW_MODES
+
+# --quick (the README default): a wide vision model with parallel branches (Inception v3,
+# inference at batch 1 and training), a wide recommender at batch 1 (Wide&Deep: the
+# latency-bound case where fewer threads won on this kind of host) and a sequential conv net
+# (AlexNet, training), at tiny size. 4 rows x (5 distinct configurations x 3 rounds + 1 plan)
+# = 64 fresh processes on a 2-CPU host, ~6 s each: about 7 minutes.
+QUICK_ROWS = (("inception_v3", "infer1"), ("inception_v3", "train"), ("wide_deep", "infer1"), ("alexnet", "train"))
+QUICK_WORKLOADS = tuple(dict.fromkeys(w for w, _ in QUICK_ROWS))
+QUICK_MODES = ("infer1", "train")
+QUICK = {"size": "tiny", "rounds": 3, "steps": 10, "warmup": 2}
+FULL = {"size": "paper", "rounds": 5, "steps": 20, "warmup": 3}
+DEFAULT_TIMEOUT_S = {"tiny": 180.0, "paper": 1800.0}
+
+
+def add_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "validate",
+        help="measure our plan against TF's default, TF/Intel recommendations and a searched optimum",
+        description="Runs every configuration in fresh processes, interleaved round by round, and reports "
+                    "medians, our speedup over each baseline and our share of the optimum.",
+    )
+    p.add_argument("workloads", nargs="*", metavar="WORKLOAD",
+                   help="workloads to validate (default: all; --quick: " + ", ".join(QUICK_WORKLOADS) + ")")
+    p.add_argument("--modes", default=None,
+                   help="comma-separated rows per workload: infer1 (inference, batch 1), infer (published batch), "
+                        "train (default: all three; --quick: " + ", ".join(f"{w}/{m}" for w, m in QUICK_ROWS) + ")")
+    p.add_argument("--size", choices=("tiny", "paper"), default=None, help="workload size (default paper; --quick: tiny)")
+    p.add_argument("--quick", action="store_true",
+                   help="representative subset at tiny size, 3 rounds: under 10 minutes on 2 cores")
+    p.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 5; --quick 3)")
+    p.add_argument("--steps", type=int, default=None, help="timed steps per run (default 20; --quick 10)")
+    p.add_argument("--warmup", type=int, default=None, help="untimed steps per run first (default 3; --quick 2)")
+    p.add_argument("--space", choices=("auto", "full", "grid", "none"), default="auto",
+                   help="search space: auto = full up to 4 CPUs, bounded grid above; none = baselines and plan only")
+    p.add_argument("--cpu-quota", type=float, default=None, metavar="Q",
+                   help="run every configuration inside a real cgroup CPU quota of Q CPUs (needs root)")
+    p.add_argument("--timeout", type=float, default=None, help="seconds per run before it is killed and recorded "
+                                                                 "as a timeout (default 180 tiny, 1800 paper)")
+    p.add_argument("--json", metavar="OUT.json", default=None, help="write every raw timing as JSON ('-' = stdout)")
+    p.add_argument("--plot", metavar="OUT.png", default=None, help="bar chart of our speedups per row")
+    p.add_argument("--details", action="store_true", help="also print every configuration of every row")
+    p.add_argument("--runner", default=None,
+                   help="command prefix that runs one workload and prints its JSON (default: "
+                        "'python -m tf_autopar.cli.main workloads run'); receives NAME --mode --batch --steps "
+                        "--size --warmup --json")
+    p.add_argument("--plan-threads", metavar="INTERxINTRA", default=None,
+                   help="validate this fixed setting as 'ours' instead of computing tf_autopar's plan "
+                        "(e.g. 1x2; skips the per-row planning process)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.add_argument("--estimate", action="store_true", help="print the run count and time estimate, then exit")
+    p.set_defaults(func=run)
+
+
+def _sigterm(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def parse_threads(text: str) -> tuple[int, int]:
+    """'2x4' -> (2, 4); ValueError naming the problem otherwise."""
+    parts = text.lower().split("x")
+    if len(parts) != 2 or not all(p.strip().isdigit() for p in parts) or not all(int(p) > 0 for p in parts):
+        raise ValueError(f"--plan-threads expects INTERxINTRA with positive integers, e.g. 1x2; got {text!r}")
+    return int(parts[0]), int(parts[1])
+
+
+def run(args: argparse.Namespace) -> int:
+    from tf_autopar.topology import detect_topology
+    from tf_autopar.validation import report
+    from tf_autopar.validation.harness import DEFAULT_RUNNER, Harness, Options, fixed_plan_provider, make_rows
+    from tf_autopar.validation.results import OURS
+    from tf_autopar.validation.space import thread_config
+    from tf_autopar.validation.progress import Progress
+
+    preset = QUICK if args.quick else FULL
+    size = args.size or preset["size"]
+    modes = tuple(m.strip() for m in args.modes.split(",") if m.strip()) if args.modes else \
+        (QUICK_MODES if args.quick else tuple(ROW_MODES))
+    for m in modes:
+        if m not in ROW_MODES:
+            raise ValueError(f"unknown mode {m!r} in --modes; choose from {', '.join(ROW_MODES)}")
+    import workloads
+
+    names = list(args.workloads) or list(QUICK_WORKLOADS if args.quick else workloads.names())
+    for n in names:
+        workloads.module_path(n)  # ValueError listing the names on an unknown one
+    options = Options(
+        rounds=args.rounds or preset["rounds"],
+        steps=args.steps or preset["steps"],
+        warmup=preset["warmup"] if args.warmup is None else args.warmup,
+        timeout_s=args.timeout or DEFAULT_TIMEOUT_S[size],
+        cpu_quota=args.cpu_quota,
+        space=args.space,
+        runner=tuple(shlex.split(args.runner)) if args.runner else DEFAULT_RUNNER,
+    )
+    options.check()
+    out = sys.stderr if args.json == "-" else sys.stdout
+    topology = detect_topology()
+    if args.quick and not args.workloads and not args.modes:
+        rows = [row for w, m in QUICK_ROWS for row in make_rows([w], [m], size)]
+        modes = tuple(dict.fromkeys(m for _, m in QUICK_ROWS))
+    else:
+        rows = make_rows(names, modes, size)
+    harness_args = {k: v for k, v in vars(args).items() if k != "func"}
+    progress = Progress(0, enabled=not args.no_progress)
+    checkpoint = (lambda doc: report.write_json(doc, args.json)) if args.json and args.json != "-" else None
+    provider = None
+    if args.plan_threads:
+        inter, intra = parse_threads(args.plan_threads)
+        provider = fixed_plan_provider(thread_config(inter, intra, openmp=topology.threading_runtime == "openmp",
+                                                     name=OURS, kind="plan"))
+    harness = Harness(topology, options, progress=progress, checkpoint=checkpoint, args=harness_args,
+                      plan_provider=provider)
+    procs, seconds = harness.estimate(rows)
+    print(f"validating {len(rows)} row(s) ({', '.join(r.key for r in rows)}; size {size}); "
+          f"{harness.space.describe()}", file=out)
+    print(f"up to {procs} fresh processes, roughly {seconds / 60:.0f} min (estimate; the progress bar's ETA is "
+          f"measured)", file=out, flush=True)
+    if args.estimate:
+        return 0
+    previous = signal.signal(signal.SIGTERM, _sigterm)
+    try:
+        doc = harness.run(rows)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    print(report.format_table(doc, details=args.details), file=out)
+    if args.json == "-":
+        print(report.to_json(doc))
+    elif args.json:
+        report.write_json(doc, args.json)
+        print(f"raw timings written to {args.json}", file=out)
+    if args.plot:
+        report.plot(doc, args.plot)
+        print(f"chart written to {args.plot}", file=out)
+    return 130 if doc.get("interrupted") else 0

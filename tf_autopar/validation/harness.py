@@ -1,0 +1,334 @@
+"""Orchestration of ``tf-autopar validate``: rows x configurations x interleaved rounds.
+
+For each row (workload, mode) the harness computes our plan (in a child process, see
+plan_child.py), lists the configurations (TensorFlow's default, the TF- and
+Intel-recommended settings, our plan, the search space), runs every *distinct* one once
+per round in a fresh process, round after round (A B C ... A B C ...), and records every
+timing. Configurations that start identical processes run once and are reported as
+"same as" the first. A crash or timeout is recorded and the run goes on. Ctrl-C (or
+SIGTERM, turned into KeyboardInterrupt by the CLI) stops after killing the running child
+and removing its group; the document then holds everything measured so far.
+
+This process never imports TensorFlow: it would compete for the CPUs it measures.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import logging
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+from tf_autopar.validation import results
+from tf_autopar.validation.cgroup import CpuController, QuotaGroup, check_writable, find_cpu_controller
+from tf_autopar.validation.plan_child import ROW_MODES
+from tf_autopar.validation.progress import Progress
+from tf_autopar.validation.runner import OK, ChildResult, check_step_payload, clean_env, run_child
+from tf_autopar.validation.space import Config, SearchSpace, baseline_configs, config_from_plan, search_space
+
+log = logging.getLogger("tf_autopar.validation")
+
+DEFAULT_RUNNER: tuple[str, ...] = (sys.executable, "-m", "tf_autopar.cli.main", "workloads", "run")
+PLAN_CHILD: tuple[str, ...] = (sys.executable, "-m", "tf_autopar.validation.plan_child")
+# Seconds per fresh process used for the up-front estimate (import TF ~2.5 s, build, steps);
+# the progress bar's ETA uses measured times instead.
+EST_PROCESS_S = {"tiny": 6.0, "paper": 45.0}
+
+
+@dataclass(frozen=True)
+class RowSpec:
+    workload: str
+    mode: str  # "infer1" (inference, batch 1), "infer" (published batch), "train"
+    batch: int
+    size: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.workload}/{self.mode}"
+
+    @property
+    def runner_mode(self) -> str:
+        return ROW_MODES[self.mode][0]
+
+
+@dataclass(frozen=True)
+class Options:
+    rounds: int = 3
+    steps: int = 10
+    warmup: int = 2
+    timeout_s: float = 300.0
+    plan_timeout_s: float = 600.0
+    cpu_quota: float | None = None
+    space: str = "auto"
+    runner: tuple[str, ...] = DEFAULT_RUNNER
+
+    def check(self) -> None:
+        if self.rounds < 1:
+            raise ValueError(f"--rounds must be at least 1, got {self.rounds}")
+        if self.steps < 1:
+            raise ValueError(f"--steps must be at least 1, got {self.steps}")
+        if self.warmup < 0:
+            raise ValueError(f"--warmup must be >= 0, got {self.warmup}")
+        if self.timeout_s <= 0:
+            raise ValueError(f"--timeout must be positive, got {self.timeout_s}")
+        if self.cpu_quota is not None and not self.cpu_quota > 0:
+            raise ValueError(f"--cpu-quota must be a positive number of CPUs, got {self.cpu_quota}")
+        if not self.runner:
+            raise ValueError("the runner command is empty")
+
+
+def make_rows(workload_names: Sequence[str], modes: Sequence[str], size: str,
+              batches: Mapping[str, int] | None = None) -> list[RowSpec]:
+    """Rows in workload-major order; the published batch comes from the workload registry."""
+    for m in modes:
+        if m not in ROW_MODES:
+            raise ValueError(f"unknown mode {m!r}; choose from {', '.join(ROW_MODES)}")
+    rows = []
+    for name in workload_names:
+        published = (batches or {}).get(name)
+        if published is None and any(m != "infer1" for m in modes):
+            import workloads
+
+            published = workloads.get(name).default_batch
+        for m in modes:
+            rows.append(RowSpec(name, m, 1 if m == "infer1" else int(published), size))
+    return rows
+
+
+def runner_command(runner: Sequence[str], row: RowSpec, options: Options) -> list[str]:
+    """The workloads-runner command line for one run of ``row`` (configuration is in the env)."""
+    return [*runner, row.workload, "--mode", row.runner_mode, "--batch", str(row.batch),
+            "--steps", str(options.steps), "--size", row.size, "--warmup", str(options.warmup), "--json"]
+
+
+# (row, child env, quota group or None, quota CPUs or None) -> (our Config or None, info for the report)
+PlanProvider = Callable[[RowSpec, Mapping[str, str], "QuotaGroup | None", "float | None"], tuple["Config | None", dict]]
+
+
+class ChildPlanProvider:
+    """Our plan for a row, computed by ``plan_child`` in a fresh process (inside the quota group)."""
+
+    def __init__(self, command: Sequence[str] = PLAN_CHILD, timeout_s: float = 600.0) -> None:
+        self.command = tuple(command)
+        self.timeout_s = timeout_s
+
+    def __call__(self, row: RowSpec, env: Mapping[str, str], group: QuotaGroup | None,
+                 quota: float | None) -> tuple[Config | None, dict]:
+        cmd = [*self.command, row.workload, row.mode, row.size]
+        if quota is not None:
+            cmd += ["--quota", repr(quota)]
+        res = run_child(cmd, env, self.timeout_s, group=group)
+        if res.status != OK or res.payload is None:
+            return None, {"status": res.status, "error": res.error, "stderr_tail": res.stderr_tail}
+        info = {"status": "ok", **{k: res.payload.get(k) for k in
+                                   ("plan_mode", "plan", "env", "explain", "profile", "quota_source")}}
+        return config_from_plan(results.OURS, res.payload, "plan"), info
+
+
+def fixed_plan_provider(config: Config) -> PlanProvider:
+    """A provider returning one given plan (tests; or validating a hand-made setting)."""
+
+    def provide(row: RowSpec, env: Mapping[str, str], group: QuotaGroup | None, quota: float | None):
+        return config, {"status": "ok", "source": "fixed", "plan": config.to_dict()}
+
+    return provide
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def distinct_slots(configs: Sequence[Config], runtime: str, affinity: tuple[int, ...]) -> tuple[list[str], dict[str, str]]:
+    """Configs to run (first of each effect class, in order) and alias -> the config it is the same as."""
+    first: dict[tuple, str] = {}
+    order: list[str] = []
+    same_as: dict[str, str] = {}
+    for c in configs:
+        key = c.effect_key(runtime, affinity)
+        if key in first:
+            same_as[c.name] = first[key]
+        else:
+            first[key] = c.name
+            order.append(c.name)
+    return order, same_as
+
+
+class Harness:
+    def __init__(
+        self,
+        topology: Any,
+        options: Options,
+        *,
+        baselines: Sequence[Config] | None = None,
+        plan_provider: PlanProvider | None = None,
+        progress: Progress | None = None,
+        checkpoint: Callable[[dict], None] | None = None,
+        args: Mapping[str, Any] | None = None,
+        controller: CpuController | None = None,
+    ) -> None:
+        options.check()
+        self.topology = topology
+        self.options = options
+        self.baselines = list(baselines) if baselines is not None else baseline_configs(topology)
+        self.plan_provider = plan_provider or ChildPlanProvider(timeout_s=options.plan_timeout_s)
+        self.progress = progress
+        self.checkpoint = checkpoint
+        self.args = dict(args or {})
+        self.space: SearchSpace = search_space(topology, options.space)
+        self.env, self.scrubbed = clean_env()
+        self.controller = None
+        if options.cpu_quota is not None:
+            self.controller = controller or find_cpu_controller()
+            check_writable(self.controller)
+        self._seq = 0
+
+    # ---------------------------------------------------------------- planning
+
+    def estimate(self, rows: Sequence[RowSpec]) -> tuple[int, float]:
+        """(processes, seconds): an upper bound on children and a rough duration."""
+        per_row = self._max_slots()
+        procs = len(rows) * (per_row * self.options.rounds + 1)
+        per_proc = EST_PROCESS_S.get(rows[0].size if rows else "tiny", 6.0)
+        per_proc += (self.options.steps + self.options.warmup) * (0.05 if rows and rows[0].size == "tiny" else 0.5)
+        return procs, procs * per_proc
+
+    def _max_slots(self) -> int:
+        """Distinct processes per round: baselines and search deduplicated, plus our plan if it is new."""
+        order, _ = distinct_slots([*self.baselines, *self.space.configs], self.topology.threading_runtime,
+                                  tuple(self.topology.affinity))
+        return len(order) + 1
+
+    @contextlib.contextmanager
+    def _group(self, tag: str) -> Iterator[QuotaGroup | None]:
+        if self.controller is None:
+            yield None
+            return
+        with QuotaGroup(self.controller, self.options.cpu_quota, tag) as group:
+            yield group
+
+    # ---------------------------------------------------------------- running
+
+    def new_document(self) -> dict[str, Any]:
+        return {
+            "schema": results.SCHEMA_VERSION,
+            "tool": "tf-autopar validate",
+            "host": self.topology.to_dict(),
+            "started": _now(),
+            "finished": None,
+            "interrupted": False,
+            "args": self.args,
+            "options": {
+                "rounds": self.options.rounds, "steps": self.options.steps, "warmup": self.options.warmup,
+                "timeout_s": self.options.timeout_s, "cpu_quota": self.options.cpu_quota,
+                "runner": list(self.options.runner),
+            },
+            "cgroup": None if self.controller is None else
+            {"version": self.controller.version, "path": self.controller.path},
+            "space": self.space.to_dict(),
+            "scrubbed_env": self.scrubbed,
+            "rows": [],
+            "geomean": results.geomeans([]),
+        }
+
+    def run(self, rows: Sequence[RowSpec], doc: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Run every row; returns the document (``interrupted`` set if Ctrl-C stopped it)."""
+        doc = doc if doc is not None else self.new_document()
+        if self.progress is not None:
+            self.progress.set_total(self.estimate(rows)[0])
+        try:
+            for row in rows:
+                self._run_row(row, doc)
+                self._finish(doc)
+                if self.checkpoint is not None:
+                    self.checkpoint(doc)
+        except KeyboardInterrupt:
+            doc["interrupted"] = True
+            log.warning("interrupted: keeping what was measured so far")
+        finally:
+            self._finish(doc)
+            doc["finished"] = _now()
+            if self.progress is not None:
+                self.progress.close()
+        return doc
+
+    def _finish(self, doc: dict[str, Any]) -> None:
+        for row in doc["rows"]:
+            row["summary"] = results.summarize_row(row, self.topology.logical_cpus)
+        doc["geomean"] = results.geomeans(doc["rows"])
+
+    def _tick(self, label: str) -> None:
+        if self.progress is not None:
+            self.progress.update(label)
+
+    def _run_row(self, row: RowSpec, doc: dict[str, Any]) -> None:
+        row_doc: dict[str, Any] = {"workload": row.workload, "mode": row.mode, "batch": row.batch,
+                                   "size": row.size, "plan": {"status": "pending"}, "order": [], "configs": {}}
+        doc["rows"].append(row_doc)  # in the document before anything runs: Ctrl-C keeps partial rows
+        with self._group("plan") as group:
+            ours, info = self.plan_provider(row, self.env, group, self.options.cpu_quota)
+            if group is not None:
+                info["cpu_stat"] = group.stat().to_dict()
+        row_doc["plan"] = info
+        self._tick(f"{row.key} planned" + ("" if ours else " (plan FAILED)"))
+        configs = [*self.baselines, *([ours] if ours is not None else []), *self.space.configs]
+        names = [c.name for c in configs]
+        if len(set(names)) != len(names):
+            raise ValueError(f"configuration names must be unique, got {names}")
+        order, same_as = distinct_slots(configs, self.topology.threading_runtime, tuple(self.topology.affinity))
+        row_doc["order"] = order
+        for c in configs:
+            row_doc["configs"][c.name] = {**c.to_dict(), "same_as": same_as.get(c.name), "runs": []}
+        if self.progress is not None:
+            # the estimate assumed no duplicates; shrink the total now that this row's slots are known
+            self.progress.set_total(self.progress.total - (self._max_slots() - len(order)) * self.options.rounds)
+        by_name = {c.name: c for c in configs}
+        cmd = runner_command(self.options.runner, row, self.options)
+        for r in range(1, self.options.rounds + 1):
+            for name in order:
+                cfg = by_name[name]
+                run = self._run_one(cmd, cfg, r)
+                row_doc["configs"][name]["runs"].append(run)
+                med = run.get("median_s")
+                shown = f"{med * 1e3:.2f} ms" if run["status"] == OK and med else run["status"].upper()
+                self._tick(f"{row.key} round {r}/{self.options.rounds} {name}: {shown}")
+
+    def _run_one(self, cmd: Sequence[str], cfg: Config, rnd: int) -> dict[str, Any]:
+        self._seq += 1
+        env = {**self.env, **cfg.env_dict}
+        with self._group(cfg.name.replace("/", "_")) as group:
+            res = run_child(cmd, env, self.options.timeout_s, cpus=cfg.cpus, group=group,
+                            validate=check_step_payload)
+        return run_record(res, rnd, self._seq)
+
+
+def run_record(res: ChildResult, rnd: int, seq: int) -> dict[str, Any]:
+    """One run as stored in the document (every raw step time kept)."""
+    from tf_autopar.validation import stats
+
+    p = res.payload or {}
+    times = [float(t) for t in p.get("step_times_s", [])] if res.status == OK else []
+    rec: dict[str, Any] = {
+        "round": rnd,
+        "seq": seq,
+        "status": res.status,
+        "step_times_s": times,
+        "median_s": stats.median(times) if times else None,
+        "p10_s": p.get("p10_s"),
+        "p90_s": p.get("p90_s"),
+        "wall_s": round(res.wall_s, 3),
+        "returncode": res.returncode,
+        "error": res.error,
+        "stderr_tail": res.stderr_tail if res.status != OK else "",
+        "cpu_stat": res.cpu_stat,
+    }
+    for key in ("peak_rss_mb", "build_s", "losses", "path"):
+        if key in p:
+            rec[key] = p[key]
+    return rec
+
+
+__all__ = [
+    "DEFAULT_RUNNER", "ChildPlanProvider", "Harness", "Options", "PlanProvider", "RowSpec",
+    "distinct_slots", "fixed_plan_provider", "make_rows", "run_record", "runner_command",
+]

@@ -1,0 +1,92 @@
+"""Compute tf_autopar's plan for one workload row, in a child process; prints one JSON object.
+
+Why a child: the graph analysis needs TensorFlow and the harness never imports it (a
+harness with TF loaded would itself compete for the CPUs it measures). Under
+``--cpu-quota`` this child runs inside a quota group like the measured runs, so
+``detect_topology()`` sees the quota the way a containerised user's process would. If the
+detector does not report the group's quota (e.g. a cgroup namespace hides the path), the
+known quota is injected into the Topology with ``dataclasses.replace`` and the output says
+so (``quota_source``: "detected", "injected" or "none").
+
+Usage: python -m tf_autopar.validation.plan_child WORKLOAD ROW_MODE SIZE [--quota CPUS]
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+
+# Row modes -> (workloads runner mode, planner mode). Inference rows are one request at a
+# time in one process, so both inference rows are planned for latency.
+ROW_MODES = {"infer1": ("infer", "latency"), "infer": ("infer", "latency"), "train": ("train", "training")}
+
+
+def _with_quota(topology, cpus: float):
+    from tf_autopar.topology import cpu_budget
+    from tf_autopar.topology.model import CpuQuota
+
+    from tf_autopar.validation.cgroup import MIN_QUOTA_US, PERIOD_US, CgroupUnavailable, find_cpu_controller
+
+    try:
+        version = find_cpu_controller().version
+    except CgroupUnavailable:
+        version = 1
+    quota_us = max(MIN_QUOTA_US, int(round(cpus * PERIOD_US)))
+    quota = CpuQuota(cpus=quota_us / PERIOD_US, quota_us=quota_us, period_us=PERIOD_US,
+                     cgroup_version=version, path="injected by tf-autopar validate")
+    return dataclasses.replace(topology, quota=quota, cpu_budget=cpu_budget(len(topology.affinity), quota))
+
+
+def compute(workload: str, row_mode: str, size: str, quota: float | None) -> dict:
+    if row_mode not in ROW_MODES:
+        raise ValueError(f"unknown row mode {row_mode!r}; choose from {', '.join(ROW_MODES)}")
+    runner_mode, plan_mode = ROW_MODES[row_mode]
+    from tf_autopar.graph import analyze
+    from tf_autopar.planning import plan
+    from tf_autopar.topology import detect_topology
+    from workloads import runner
+
+    topology = detect_topology()
+    quota_source = "none"
+    if quota is not None:
+        detected = topology.quota
+        if detected is not None and abs(detected.cpus - quota) < 0.01:
+            quota_source = "detected"
+        else:
+            topology = _with_quota(topology, quota)
+            quota_source = "injected"
+    elif topology.quota is not None:
+        quota_source = "detected"
+    profile = analyze(runner.graph_def(workload, runner_mode, size))
+    # env={}: the plan under test must not inherit thread settings from the harness's shell.
+    the_plan = plan(topology, profile, plan_mode, env={})
+    return {
+        "workload": workload,
+        "row_mode": row_mode,
+        "plan_mode": plan_mode,
+        "plan": the_plan.to_dict(),
+        "env": the_plan.to_env(),
+        "explain": the_plan.explain(),
+        "profile": profile.to_dict(),
+        "topology": topology.to_dict(),
+        "quota_source": quota_source,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tf_autopar.validation.plan_child")
+    parser.add_argument("workload")
+    parser.add_argument("row_mode", choices=sorted(ROW_MODES))
+    parser.add_argument("size")
+    parser.add_argument("--quota", type=float, default=None)
+    args = parser.parse_args(argv)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    out = compute(args.workload, args.row_mode, args.size, args.quota)
+    sys.stdout.write(json.dumps(out, default=str) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,227 @@
+"""Rendering a validation document: the text table, the JSON file and the PNG chart."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from typing import Any, Mapping
+
+from tf_autopar.validation.results import OURS, canonical
+from tf_autopar.validation.space import BASELINES
+from tf_autopar.validation.stats import BELOW_OPTIMUM
+
+SHORT = {"tf-default": "vs default", "tf-recommended": "vs tf-rec", "intel-recommended": "vs intel"}
+
+
+def _ms(x: float | None) -> str:
+    """Milliseconds with 3 significant digits at least (sub-ms latency rows need them)."""
+    if x is None:
+        return "-"
+    ms = x * 1e3
+    return f"{ms:.3f}" if ms < 1 else f"{ms:.2f}" if ms < 100 else f"{ms:.1f}"
+
+
+def _range(sp: Mapping[str, Any]) -> str:
+    return "-" if sp.get("min") is None else f"{_ms(sp['min'])}-{_ms(sp['max'])}"
+
+
+def _ratio(c: Mapping[str, Any] | None) -> str:
+    if not c or c.get("value") is None:
+        return "-"
+    p = c.get("paired") or {}
+    if p.get("n", 0) >= 2 and p.get("min") is not None:
+        return f"{c['value']:.2f} ({p['min']:.2f}-{p['max']:.2f})"
+    return f"{c['value']:.2f}"
+
+
+def _threads(row: Mapping[str, Any], name: str | None) -> str:
+    if not name:
+        return "-"
+    cfg = row["configs"][name]
+    inter, intra = cfg.get("inter", 0), cfg.get("intra", 0)
+    text = f"{inter}x{intra}" if (inter or intra) else "0x0"
+    if cfg.get("omp"):
+        text += f" omp{cfg['omp']}"
+    if cfg.get("cpus"):
+        text += " bound"
+    return text
+
+
+def _table(header: list[str], lines: list[list[str]]) -> list[str]:
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *lines)]
+    fmt = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+    return [fmt(header), fmt(["-" * w for w in widths]), *(fmt(l) for l in lines)]
+
+
+def format_table(doc: Mapping[str, Any], details: bool = False) -> str:
+    """The human report: one line per row, geometric means, flagged rows and failures."""
+    out = []
+    opts = doc.get("options", {})
+    out.append(
+        f"tf-autopar validate: {len(doc['rows'])} row(s), {opts.get('rounds')} rounds x {opts.get('steps')} steps "
+        f"(warm-up {opts.get('warmup')}), fresh process per run"
+        + (f", CPU quota {opts['cpu_quota']:g}" if opts.get("cpu_quota") else "")
+    )
+    out.append(f"search space: {doc['space']['description']}")
+    if doc.get("interrupted"):
+        out.append("INTERRUPTED: partial results below")
+    header = ["workload", "mode", "batch", "ours", "ours ms (min-max)", *(SHORT[b] for b in BASELINES),
+              "optimum", "ours/opt", ""]
+    lines = []
+    for row in doc["rows"]:
+        s = row.get("summary") or {}
+        cfgs = s.get("configs", {})
+        ours = cfgs.get(OURS)
+        if ours:
+            sp = ours["spread_s"]
+            ours_ms = f"{_ms(ours['median_s'])} ({_range(sp)})" if ours["median_s"] else ours["status"]
+        else:
+            ours_ms = "plan failed" if row.get("plan", {}).get("status") not in (None, "ok", "pending") else "-"
+        cols = []
+        for b in BASELINES:
+            if b in row["configs"] and OURS in row["configs"] and \
+                    canonical(row["configs"], b) == canonical(row["configs"], OURS):
+                cols.append("1.00 (same)")
+            else:
+                cols.append(_ratio(s.get("speedup", {}).get(b)))
+        opt = s.get("optimum")
+        opt_text = "-" if not opt else (opt if opt in BASELINES or opt == OURS else _threads(row, opt))
+        if opt and OURS in row["configs"] and canonical(row["configs"], OURS) == opt:
+            opt_text = "ours"
+        flag = f"< {BELOW_OPTIMUM:.2f}" if s.get("below_optimum") else ""
+        lines.append([row["workload"], row["mode"], str(row["batch"]), _threads(row, OURS) if OURS in row["configs"] else "-",
+                      ours_ms, *cols, opt_text, _ratio(s.get("ours_vs_optimum")), flag])
+    geo = doc.get("geomean", {})
+    g = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
+    lines.append(["geomean", "", "", "", "", *(g(geo.get("speedup", {}).get(b)) for b in BASELINES), "",
+                  g(geo.get("ours_vs_optimum")), ""])
+    out += _table(header, lines)
+    out.append("speedups = baseline time / our time (>1: ours faster), median of per-round paired ratios (min-max);"
+               " ours/opt = optimum time / our time.")
+    flagged = [r for r in doc["rows"] if r.get("summary", {}).get("below_optimum")]
+    if flagged:
+        out.append(f"rows below {BELOW_OPTIMUM:.2f} of the optimum:")
+        for r in flagged:
+            out.append(f"  {r['workload']}/{r['mode']}: " + "; ".join(r["summary"]["reasons"]))
+    failures = []
+    for row in doc["rows"]:
+        if row.get("plan", {}).get("status") not in (None, "ok", "pending"):
+            failures.append(f"  {row['workload']}/{row['mode']} plan: {row['plan']['status']}: "
+                            f"{row['plan'].get('error', '')} {_last_line(row['plan'].get('stderr_tail', ''))}")
+        for name, cfg in row["configs"].items():
+            for run in cfg.get("runs", []):
+                if run["status"] != "ok":
+                    failures.append(f"  {row['workload']}/{row['mode']} {name} round {run['round']}: {run['status']}"
+                                    f" ({run.get('error', '')}) {_last_line(run.get('stderr_tail', ''))}")
+    if failures:
+        out.append("failed runs (recorded; the run went on):")
+        out += failures
+    if opts.get("cpu_quota"):
+        out.append(f"throttled CFS periods under the {opts['cpu_quota']:g}-CPU quota (cpu.stat nr_throttled/nr_periods,"
+                   " whole process incl. start-up):")
+        for row in doc["rows"]:
+            parts = []
+            for name, c in (row.get("summary") or {}).get("configs", {}).items():
+                t = c.get("throttling")
+                if t and not c.get("same_as") and t.get("throttled_fraction") is not None:
+                    parts.append(f"{name} {t['throttled_fraction']:.0%}")
+            out.append(f"  {row['workload']}/{row['mode']}: " + (", ".join(parts) or "-"))
+    if details:
+        out.append("")
+        out += format_details(doc)
+    return "\n".join(out)
+
+
+def format_details(doc: Mapping[str, Any]) -> list[str]:
+    """Every configuration of every row: threads, status, median and range over rounds."""
+    out = []
+    for row in doc["rows"]:
+        out.append(f"{row['workload']}/{row['mode']} batch {row['batch']} (order per round: {' '.join(row['order'])})")
+        lines = []
+        for name, c in (row.get("summary") or {}).get("configs", {}).items():
+            sp = c["spread_s"]
+            thr = c.get("throttling") or {}
+            lines.append([name, _threads(row, name), c["status"], f"{c['rounds_ok']}/{c['rounds']}",
+                          _ms(c["median_s"]), _range(sp),
+                          f"same as {c['same_as']}" if c.get("same_as") else "",
+                          "" if thr.get("throttled_fraction") is None else f"throttled {thr['throttled_fraction']:.0%}"])
+        out += ["  " + l for l in _table(["config", "threads", "status", "ok", "median ms", "range ms", "", ""], lines)]
+    return out
+
+
+def _last_line(text: str) -> str:
+    lines = [l for l in (text or "").strip().splitlines() if l.strip()]
+    return lines[-1][-160:] if lines else ""
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, (set, frozenset, tuple)):
+        return list(obj)
+    return str(obj)
+
+
+def to_json(doc: Mapping[str, Any]) -> str:
+    return json.dumps(doc, indent=1, default=_json_default, allow_nan=False)
+
+
+def write_json(doc: Mapping[str, Any], path: str) -> None:
+    """Atomically (write then rename): an interrupt mid-write never leaves a truncated file."""
+    text = to_json(doc)
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".validate_", suffix=".json", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def plot(doc: Mapping[str, Any], path: str) -> None:
+    """Grouped bars per row: our speedup over each baseline and our share of the optimum."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in doc["rows"] if (r.get("summary") or {}).get("ours")]
+    series = [(SHORT[b].replace("vs ", "over "), b) for b in BASELINES] + [("ours / optimum", None)]
+    colors = ["#4c72b0", "#55a868", "#c44e52", "#8c8c8c"]
+    n = max(1, len(rows))
+    fig, ax = plt.subplots(figsize=(max(7.0, 1.1 * n + 3.5), 4.2))
+    width = 0.8 / len(series)
+    for k, (label, base) in enumerate(series):
+        vals, lo, hi = [], [], []
+        for r in rows:
+            c = r["summary"]["ours_vs_optimum"] if base is None else r["summary"]["speedup"].get(base)
+            v = (c or {}).get("value")
+            p = (c or {}).get("paired") or {}
+            vals.append(v if v is not None else 0.0)
+            lo.append(max(0.0, (v or 0) - p["q25"]) if v is not None and p.get("q25") is not None else 0.0)
+            hi.append(max(0.0, p["q75"] - (v or 0)) if v is not None and p.get("q75") is not None else 0.0)
+        xs = [i + (k - (len(series) - 1) / 2) * width for i in range(len(rows))]
+        ax.bar(xs, vals, width, label=label, color=colors[k], yerr=[lo, hi], capsize=2)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.axhline(BELOW_OPTIMUM, color="#8c8c8c", linewidth=0.6, linestyle="--")
+    ax.set_xticks(range(len(rows)))
+    ax.set_xticklabels([f"{r['workload']}\n{r['mode']} b{r['batch']}" for r in rows], fontsize=8)
+    ax.set_ylabel("speedup of tf_autopar (x); share of optimum")
+    fig.text(0.01, 0.01, "bars: median of per-round paired ratios; whiskers: their interquartile range",
+             fontsize=7, color="#555555")
+    geo = doc.get("geomean", {})
+    parts = [f"{SHORT[b]} {geo['speedup'][b]:.2f}" for b in BASELINES if geo.get("speedup", {}).get(b)]
+    if geo.get("ours_vs_optimum"):
+        parts.append(f"of optimum {geo['ours_vs_optimum']:.2f}")
+    quota = doc.get("options", {}).get("cpu_quota")
+    ax.set_title("tf_autopar vs baselines" + (f" (CPU quota {quota:g})" if quota else "")
+                 + ("\ngeomean " + ", ".join(parts) if parts else ""), fontsize=10)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,221 @@
+"""The validation document: per-row summaries, geometric means and a schema check.
+
+Pure functions over the JSON-ready document the harness builds, so a saved run can be
+re-summarised (or checked by automation) without re-running anything.
+
+Document (``SCHEMA_VERSION`` 1)::
+
+  {"schema": 1, "tool": "tf-autopar validate", "host": Topology.to_dict(), "started": ISO time,
+   "finished": ISO time | null, "interrupted": bool, "args": {...}, "space": SearchSpace.to_dict(),
+   "scrubbed_env": [names removed from the children's environment],
+   "rows": [{"workload", "mode" (infer1|infer|train), "batch", "size", "plan": {...} ,
+             "order": [config names run each round, in order],
+             "configs": {name: {"kind", "inter", "intra", "omp", "env", "cpus", "same_as",
+                                "runs": [{"round", "seq", "status" (ok|crash|timeout), "median_s",
+                                          "step_times_s", "wall_s", "returncode", "error",
+                                          "stderr_tail", "cpu_stat", ...}]}},
+             "summary": {...}}],
+   "geomean": {...}}
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+from tf_autopar.validation import stats
+from tf_autopar.validation.space import BASELINES
+
+SCHEMA_VERSION = 1
+OURS = "tf_autopar"
+STATUSES = ("ok", "crash", "timeout")
+ROW_MODES = ("infer1", "infer", "train")
+
+
+def canonical(configs: Mapping[str, Any], name: str) -> str:
+    """The config whose runs ``name`` shares ("same as")."""
+    seen = set()
+    while configs[name].get("same_as") and name not in seen:
+        seen.add(name)
+        name = configs[name]["same_as"]
+    return name
+
+
+def round_medians(config: Mapping[str, Any]) -> dict[int, float]:
+    """round -> median step time of that round's run, for runs that finished cleanly."""
+    out = {}
+    for run in config.get("runs", []):
+        if run.get("status") == "ok" and run.get("median_s") is not None:
+            out[int(run["round"])] = float(run["median_s"])
+    return out
+
+
+def effective_threads(config: Mapping[str, Any], logical_cpus: int) -> tuple[int, int]:
+    width = len(config.get("cpus") or ()) or logical_cpus
+    return (int(config.get("inter") or 0) or width, int(config.get("intra") or 0) or width)
+
+
+def _config_status(runs: list[Mapping[str, Any]]) -> str:
+    statuses = {r.get("status") for r in runs}
+    if not runs:
+        return "not-run"
+    if statuses == {"ok"}:
+        return "ok"
+    if "ok" in statuses:
+        return "partial"
+    return "timeout" if statuses == {"timeout"} else "crash" if statuses == {"crash"} else "failed"
+
+
+def _throttling(runs: list[Mapping[str, Any]]) -> dict[str, Any] | None:
+    stats_ = [r["cpu_stat"] for r in runs if r.get("cpu_stat")]
+    if not stats_:
+        return None
+    periods = sum(int(s.get("nr_periods", 0)) for s in stats_)
+    throttled = sum(int(s.get("nr_throttled", 0)) for s in stats_)
+    return {
+        "nr_periods": periods,
+        "nr_throttled": throttled,
+        "throttled_us": sum(float(s.get("throttled_us", 0.0)) for s in stats_),
+        "throttled_fraction": throttled / periods if periods else None,
+    }
+
+
+def summarize_row(row: Mapping[str, Any], logical_cpus: int) -> dict[str, Any]:
+    """Medians and spreads per config, our speedups over each baseline, our share of the optimum."""
+    configs = row["configs"]
+    per_config: dict[str, Any] = {}
+    medians: dict[str, dict[int, float]] = {}
+    for name, cfg in configs.items():
+        canon = canonical(configs, name)
+        runs = configs[canon].get("runs", [])
+        rm = round_medians(configs[canon])
+        medians[name] = rm
+        spread = stats.Spread.of(list(rm.values()))
+        per_config[name] = {
+            "same_as": cfg.get("same_as"),
+            "status": _config_status(runs),
+            "rounds": len(runs),
+            "rounds_ok": spread.n,
+            "median_s": spread.to_dict()["median"],
+            "spread_s": spread.to_dict(),
+            "threads": list(effective_threads(cfg, logical_cpus)),
+            "throttling": _throttling(runs),
+        }
+    canon_medians = {n: stats.median(medians[n].values()) for n in configs if not configs[n].get("same_as")}
+    optimum = stats.best(canon_medians)
+    summary: dict[str, Any] = {"configs": per_config, "optimum": optimum, "ours": None,
+                               "speedup": {}, "ours_vs_optimum": None, "below_optimum": False, "reasons": []}
+    if optimum is not None:
+        summary["optimum_aliases"] = sorted(n for n in configs if canonical(configs, n) == optimum)
+    if OURS not in configs or not medians.get(OURS):
+        summary["reasons"] = ["our plan did not run cleanly" if OURS in configs else "our plan is unavailable"]
+        return summary
+    summary["ours"] = OURS
+    ours = medians[OURS]
+    for base in BASELINES:
+        if base in configs and medians.get(base):
+            summary["speedup"][base] = stats.Comparison.of(medians[base], ours).to_dict()
+    if optimum is not None:
+        frac = stats.Comparison.of(medians[optimum], ours)
+        summary["ours_vs_optimum"] = frac.to_dict()
+        reasons = stats.below_optimum_reasons(
+            frac,
+            effective_threads(configs[OURS], logical_cpus),
+            effective_threads(configs[optimum], logical_cpus),
+        )
+        summary["below_optimum"] = bool(reasons)
+        summary["reasons"] = reasons
+    return summary
+
+
+def geomeans(rows: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """Geometric means over rows of the headline speedups and of our share of the optimum."""
+    out: dict[str, Any] = {"speedup": {}, "rows": 0, "below_optimum": []}
+    for base in BASELINES:
+        vals = [r["summary"]["speedup"][base]["value"] for r in rows
+                if r.get("summary") and base in r["summary"].get("speedup", {})]
+        out["speedup"][base] = _none_nan(stats.geomean(v for v in vals if v is not None))
+    fracs = [r["summary"]["ours_vs_optimum"]["value"] for r in rows
+             if r.get("summary") and r["summary"].get("ours_vs_optimum")]
+    out["ours_vs_optimum"] = _none_nan(stats.geomean(v for v in fracs if v is not None))
+    out["rows"] = len([f for f in fracs if f is not None])
+    out["below_optimum"] = [f"{r['workload']}/{r['mode']}" for r in rows
+                            if r.get("summary", {}).get("below_optimum")]
+    return out
+
+
+def _none_nan(x: float) -> float | None:
+    return None if not math.isfinite(x) else x
+
+
+# ------------------------------------------------------------------ schema check
+
+def _need(obj: Mapping[str, Any], key: str, types: type | tuple, where: str) -> Any:
+    if key not in obj:
+        raise ValueError(f"{where}: missing key {key!r}")
+    value = obj[key]
+    if not isinstance(value, types):
+        raise ValueError(f"{where}.{key}: expected {types}, got {type(value).__name__}")
+    return value
+
+
+def validate_document(doc: Mapping[str, Any]) -> None:
+    """Raise ValueError naming the first place ``doc`` departs from the schema above."""
+    if _need(doc, "schema", int, "doc") != SCHEMA_VERSION:
+        raise ValueError(f"doc.schema: expected {SCHEMA_VERSION}, got {doc['schema']}")
+    _need(doc, "host", dict, "doc")
+    _need(doc, "started", str, "doc")
+    _need(doc, "interrupted", bool, "doc")
+    _need(doc, "args", dict, "doc")
+    space = _need(doc, "space", dict, "doc")
+    for key in ("kind", "searched", "full_size", "description"):
+        _need(space, key, (str, int), "doc.space")
+    rows = _need(doc, "rows", list, "doc")
+    for i, row in enumerate(rows):
+        where = f"doc.rows[{i}]"
+        _need(row, "workload", str, where)
+        if _need(row, "mode", str, where) not in ROW_MODES:
+            raise ValueError(f"{where}.mode: {row['mode']!r} not in {ROW_MODES}")
+        _need(row, "batch", int, where)
+        _need(row, "size", str, where)
+        _need(row, "plan", dict, where)
+        order = _need(row, "order", list, where)
+        configs = _need(row, "configs", dict, where)
+        for name in order:
+            if name not in configs:
+                raise ValueError(f"{where}.order: {name!r} is not a config")
+        for name, cfg in configs.items():
+            cw = f"{where}.configs[{name!r}]"
+            for key in ("inter", "intra"):
+                _need(cfg, key, int, cw)
+            _need(cfg, "env", dict, cw)
+            same_as = cfg.get("same_as")
+            if same_as is not None and same_as not in configs:
+                raise ValueError(f"{cw}.same_as: {same_as!r} is not a config")
+            runs = _need(cfg, "runs", list, cw)
+            if same_as is not None and runs:
+                raise ValueError(f"{cw}: an alias must not hold runs of its own")
+            for j, run in enumerate(runs):
+                rw = f"{cw}.runs[{j}]"
+                _need(run, "round", int, rw)
+                _need(run, "seq", int, rw)
+                status = _need(run, "status", str, rw)
+                if status not in STATUSES:
+                    raise ValueError(f"{rw}.status: {status!r} not in {STATUSES}")
+                times = _need(run, "step_times_s", list, rw)
+                if status == "ok":
+                    if not times or not all(isinstance(t, (int, float)) and t > 0 for t in times):
+                        raise ValueError(f"{rw}.step_times_s: an ok run needs positive step times")
+                    _need(run, "median_s", (int, float), rw)
+                _need(run, "stderr_tail", str, rw)
+                if "cpu_stat" in run and run["cpu_stat"] is not None:
+                    for key in ("nr_periods", "nr_throttled"):
+                        _need(run["cpu_stat"], key, int, rw + ".cpu_stat")
+        if "summary" in row:
+            summary = _need(row, "summary", dict, where)
+            _need(summary, "configs", dict, where + ".summary")
+            _need(summary, "speedup", dict, where + ".summary")
+            _need(summary, "below_optimum", bool, where + ".summary")
+            _need(summary, "reasons", list, where + ".summary")
+    geo = _need(doc, "geomean", dict, "doc")
+    _need(geo, "speedup", dict, "doc.geomean")
+    _need(geo, "below_optimum", list, "doc.geomean")
