@@ -11,7 +11,6 @@ import pytest
 pytestmark = pytest.mark.tf
 
 graph_pb2 = pytest.importorskip("tensorflow.core.framework.graph_pb2")
-from tensorflow.core.framework import function_pb2, tensor_shape_pb2  # noqa: E402
 
 from tf_autopar.graph import analyze, analyze_graph_def  # noqa: E402
 from tf_autopar.graph import heavy_ops  # noqa: E402

@@ -71,7 +71,7 @@ def render(profile: GraphProfile, top: int = 10) -> str:
         lines.append("heavy op types: " + ", ".join(f"{k} {v}" for k, v in profile.heavy_op_types.items()))
     if profile.op_types:
         shown = list(profile.op_types.items())[:top]
-        lines.append(f"top op types:  " + ", ".join(f"{k} {v}" for k, v in shown))
+        lines.append("top op types:  " + ", ".join(f"{k} {v}" for k, v in shown))
     if profile.level_widths:
         lines.append("heavy ops per level: " + _sparkline(profile.level_widths))
     return "\n".join(lines)

@@ -32,19 +32,11 @@ class Slice:
     shared_with: int  # workers on these cores, this one included (1 = the cores are its own)
 
 
-def _cores(topology: Topology) -> tuple[Core, ...]:
-    if topology.cores:
-        return topology.cores
-    if not topology.affinity:
-        raise ValueError("topology has no cores and no CPUs in its affinity mask")
-    return tuple(Core(socket=0, core_id=cpu, cpus=(cpu,)) for cpu in topology.affinity)
-
-
 def capacity_cores(topology: Topology) -> list[Core]:
     """The cores workers may share out, in the planner's fill order, limited to the CPU budget."""
     from tf_autopar.planning.planner import ordered_cores
 
-    ordered = ordered_cores(_cores(topology))
+    ordered = ordered_cores(topology.planning_cores())
     return ordered[: max(1, min(len(ordered), int(topology.cpu_budget)))]
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from tf_autopar.planning.plan import Setting, ThreadPlan
-from tf_autopar.planning.planner import KMP_AFFINITY, KMP_BLOCKTIME, MODES, _cores
+from tf_autopar.planning.planner import KMP_AFFINITY, KMP_BLOCKTIME, MODES
 from tf_autopar.planning.user_settings import read_user_settings
 from tf_autopar.topology.model import Topology
 
@@ -29,7 +29,7 @@ def baseline_plan(name: str, topology: Topology, env: Mapping[str, str] | None =
         raise ValueError(f"unknown baseline {name!r}; choose from {', '.join(BASELINES)}")
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; choose from {', '.join(MODES)}")
-    cores = _cores(topology)
+    cores = topology.planning_cores()
     physical = len(cores)
     sockets = max(1, len({c.socket for c in cores}))
     logical = len(topology.affinity) or sum(len(c.cpus) for c in cores)

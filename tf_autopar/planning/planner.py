@@ -92,15 +92,6 @@ def _runtime(topology: Topology) -> tuple[str, list[str]]:
 # ------------------------------------------------------------------------------ budget
 
 
-def _cores(topology: Topology) -> tuple[Core, ...]:
-    if topology.cores:
-        return topology.cores
-    if not topology.affinity:
-        raise ValueError("topology has no cores and no CPUs in its affinity mask")
-    # No core information: treat each CPU of the mask as a core of socket 0.
-    return tuple(Core(socket=0, core_id=cpu, cpus=(cpu,)) for cpu in topology.affinity)
-
-
 def ordered_cores(cores: tuple[Core, ...]) -> list[Core]:
     """Cores in fill order: biggest socket first, its biggest NUMA node first (ties: lowest id)."""
     per_socket: dict[int, int] = {}
@@ -116,7 +107,7 @@ def ordered_cores(cores: tuple[Core, ...]) -> list[Core]:
 
 def select_budget(topology: Topology, use_hyperthreads: bool) -> tuple[list[Unit], list[str]]:
     """The logical CPUs the plan may use, in fill order, and the facts that decided them."""
-    cores = _cores(topology)
+    cores = topology.planning_cores()
     budget = max(1, int(topology.cpu_budget))
     facts = [_host_fact(topology, cores)]
     facts += [f"topology warning: {w}" for w in topology.warnings]
@@ -168,7 +159,7 @@ def _groups(units: list[Unit]) -> list[list[Unit]]:
 
 def _binding(units: list[Unit], topology: Topology) -> tuple[tuple[int, ...], ...]:
     """Bind only when the plan leaves some core of the mask unused."""
-    if len({u.core for u in units}) < len(_cores(topology)):
+    if len({u.core for u in units}) < len(topology.planning_cores()):
         return (tuple(sorted(u.cpu for u in units)),)
     return ()
 

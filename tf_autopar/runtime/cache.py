@@ -24,20 +24,13 @@ import tempfile
 import time
 from typing import Any
 
+from tf_autopar._paths import cache_dir
 from tf_autopar.runtime.safety import warn_once
 
 log = logging.getLogger("tf_autopar.runtime")
 FILENAME = "plans.json"
 VERSION = 1
 MAX_ENTRIES = 500  # oldest entries are dropped beyond this
-
-
-def cache_dir() -> str:
-    explicit = os.environ.get("TF_AUTOPAR_CACHE_DIR")
-    if explicit:
-        return explicit
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "tf_autopar")
 
 
 def cache_path() -> str:

@@ -9,17 +9,11 @@ import json
 import logging
 import os
 
+from tf_autopar._paths import cache_dir
+
 log = logging.getLogger("tf_autopar.topology")
 
 MAX_ENTRIES = 16  # per file: one per CPU model / TF install seen from this home directory
-
-
-def cache_dir() -> str:
-    explicit = os.environ.get("TF_AUTOPAR_CACHE_DIR")
-    if explicit:
-        return explicit
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "tf_autopar")
 
 
 def load_cache(name: str) -> dict:

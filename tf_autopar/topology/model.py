@@ -75,6 +75,14 @@ class Topology:
     def threads_per_core(self) -> int:
         return max((len(c.cpus) for c in self.cores), default=1)
 
+    def planning_cores(self) -> tuple[Core, ...]:
+        """The physical cores, or, when the readers found no core layout, each CPU as a core."""
+        if self.cores:
+            return self.cores
+        if not self.affinity:
+            raise ValueError("topology has no cores and no CPUs in its affinity mask")
+        return tuple(Core(socket=0, core_id=cpu, cpus=(cpu,)) for cpu in self.affinity)
+
     def cores_on_socket(self, socket: int) -> tuple[Core, ...]:
         return tuple(c for c in self.cores if c.socket == socket)
 
