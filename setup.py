@@ -1,5 +1,24 @@
 """tf_autopar: CPU thread auto-configuration for TensorFlow."""
+import shutil
+from pathlib import Path
+
 from setuptools import find_packages, setup
+from setuptools.command.build_py import build_py as _build_py
+
+HERE = Path(__file__).resolve().parent
+
+
+class build_py(_build_py):
+    """Ship native/ (the op tracer's C++ source, built on first use) as tf_autopar/tracing/native_src/."""
+
+    def run(self) -> None:
+        super().run()
+        dst = Path(self.build_lib) / "tf_autopar" / "tracing" / "native_src"
+        dst.mkdir(parents=True, exist_ok=True)
+        for f in sorted((HERE / "native").iterdir()):
+            if f.suffix in (".cc", ".h", ".sh"):
+                shutil.copy2(f, dst / f.name)
+
 
 setup(
     name="tf_autopar",
@@ -21,5 +40,6 @@ setup(
         "test": ["pytest>=8", "hypothesis>=6.100", "pytest-timeout>=2.3"],
         "plot": ["matplotlib>=3.8"],
     },
+    cmdclass={"build_py": build_py},
     entry_points={"console_scripts": ["tf-autopar=tf_autopar.cli.main:main"]},
 )
