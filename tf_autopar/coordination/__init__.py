@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -102,6 +101,8 @@ class Share:
 
 def _local_names() -> tuple[str, ...]:
     try:
+        import socket
+
         name = socket.gethostname()
     except OSError:
         return ()
@@ -148,7 +149,9 @@ def claim_share(
     if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
         raise ValueError(f"count must be a positive integer, got {count!r}")
     env = os.environ if env is None else env
-    ranks = detect_ranks(env, _local_names() if local_names is None else local_names)
+    if local_names is None:  # the host's names only matter for TF_CONFIG's addresses
+        local_names = _local_names() if "TF_CONFIG" in env else ()
+    ranks = detect_ranks(env, local_names)
     for w in ranks.warnings:
         _warn_once("ranks:" + w, f"tf_autopar: {w}")
 

@@ -27,16 +27,16 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import hashlib
 import json
 import os
 import stat
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
+
+from tf_autopar._keys import stable_key
 
 MAX_SLOTS = 4096
 SLOT_PREFIX, SLOT_SUFFIX = "slot-", ".lock"
@@ -52,7 +52,12 @@ def default_root(env: Mapping[str, str] | None = None) -> tuple[str, bool]:
     given = env.get("TF_AUTOPAR_LEASE_DIR", "").strip()
     if given:
         return given, True
-    base = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+    if os.path.isdir("/dev/shm"):
+        base = "/dev/shm"
+    else:
+        import tempfile
+
+        base = tempfile.gettempdir()
     return os.path.join(base, f"tf_autopar-{os.getuid()}"), False
 
 
@@ -69,7 +74,7 @@ def group_key(env: Mapping[str, str] | None = None, argv: Sequence[str] | None =
     env = os.environ if env is None else env
     name = env.get("TF_AUTOPAR_GROUP", "").strip() or program_name(argv)
     text = name + "|" + ",".join(str(c) for c in sorted(cpus))
-    return hashlib.sha1(text.encode()).hexdigest()[:16]
+    return stable_key(text)
 
 
 def _ensure_dir(path: str, strict: bool) -> None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import subprocess
 import sys
 import time
 from typing import Any
@@ -238,6 +237,8 @@ def _workload_profile(name: str, use_cache: bool) -> Any:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     log.info("analysing workload %s in a child process (once; cached afterwards)", name)
+    import subprocess  # only for a workload name, once
+
     out = subprocess.run([sys.executable, "-c", code, name], env=env, capture_output=True, text=True, timeout=600)
     if out.returncode != 0:
         raise RuntimeError(f"analysing workload {name} failed: {out.stderr.strip().splitlines()[-1:]}")

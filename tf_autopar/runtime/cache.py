@@ -15,15 +15,14 @@ file is moved aside with one warning and the cache starts empty. Reads take no l
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
 import sys
-import tempfile
 import time
 from typing import Any
 
+from tf_autopar._keys import stable_key
 from tf_autopar._paths import cache_dir
 from tf_autopar.runtime.safety import warn_once
 
@@ -49,7 +48,7 @@ def topology_key(topology: Any) -> str:
         getattr(getattr(topology, "quota", None), "cpus", None),
         getattr(topology, "threading_runtime", None),
     ]
-    return hashlib.sha1(json.dumps(facts, default=str).encode()).hexdigest()[:16]
+    return stable_key(json.dumps(facts, default=str))
 
 
 def program_key(argv: list[str] | None = None) -> str:
@@ -61,7 +60,7 @@ def program_key(argv: list[str] | None = None) -> str:
     head = argv[0]
     if head and os.path.exists(head):
         head = os.path.realpath(head)
-    return hashlib.sha1(json.dumps([head, *argv[1:]]).encode()).hexdigest()[:16]
+    return stable_key(json.dumps([head, *argv[1:]]))
 
 
 def _empty() -> dict[str, Any]:
@@ -97,6 +96,8 @@ def load(path: str | None = None) -> dict[str, Any]:
 def _write(path: str, data: dict[str, Any]) -> None:
     directory = os.path.dirname(path)
     os.makedirs(directory, exist_ok=True)
+    import tempfile  # only when writing
+
     fd, tmp = tempfile.mkstemp(prefix=".plans-", suffix=".json", dir=directory)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:

@@ -109,7 +109,9 @@ def graph_profile(graph: Any) -> tuple[Any, float]:
     if hit is not None and hit[0] == version:
         return hit[1], 0.0
     t0 = time.perf_counter()
-    graph_def = graph.as_graph_def()  # serialising the graph is part of the cost we add
+    from tf_autopar.graph.loaders import structure_graph_def
+
+    graph_def = structure_graph_def(graph)  # serialising the graph is part of the cost we add
     export_ms = (time.perf_counter() - t0) * 1e3
     profile, ms = core.analyze_graph(graph_def, f"Session graph ({version} ops)")
     ms += export_ms

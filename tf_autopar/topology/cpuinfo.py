@@ -10,9 +10,10 @@ missing or fails, /proc/cpuinfo is parsed directly too (with a warning).
 """
 from __future__ import annotations
 
-import zlib
 import logging
 from collections.abc import Iterable
+
+from tf_autopar._keys import stable_key
 
 from ._cache import load_cache, store_cache
 from ._fs import HostFS, Notes
@@ -106,8 +107,7 @@ _CACHE_FORMAT = "2"  # bump when CpuInfo's content or NOTABLE_ISA changes
 
 def _key(fields: dict[str, str]) -> str:
     basis = _CACHE_FORMAT + "\n" + "\n".join(fields.get(k, "") for k in ("vendor_id", "model name", "flags", "CPU implementer", "CPU part", "Features"))
-    data = basis.encode()
-    return f"{zlib.crc32(data):08x}-{zlib.adler32(data):08x}-{len(data)}"  # zlib: hashlib's import costs ms
+    return stable_key(basis)
 
 
 def _from_py_cpuinfo() -> CpuInfo:
