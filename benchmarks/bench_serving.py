@@ -7,11 +7,11 @@ releases them all at once and each serves ``--requests`` requests one after anot
 each. Build and warm-up are excluded. Configurations:
 
 - ``default``: no settings at all (each process sizes its pools for the whole host).
-- ``enable``: each process cooperates without the launcher. ``--via coordination`` (default):
-  ``claim_share`` (count from TF_AUTOPAR_INSTANCES=N, index from the host-wide lease, like
-  gunicorn workers with WEB_CONCURRENCY) + ``apply_affinity`` + the plan for its share,
-  applied as TF_NUM_* before TensorFlow starts. ``--via enable``: ``tf_autopar.enable()``
-  alone (use once enable() claims the share itself).
+- ``enable``: each process calls ``tf_autopar.enable()`` (``--via enable``, the default), which
+  claims its share (count from TF_AUTOPAR_INSTANCES=N, as gunicorn workers get from
+  WEB_CONCURRENCY; index from the host-wide lease), binds to it and plans for it before
+  TensorFlow starts. ``--via coordination`` does the same steps by hand (claim_share,
+  apply_affinity, plan, TF_NUM_*), to tell the library's mechanism from enable()'s glue.
 
 Rounds interleave the configurations (default, enable, default, enable, ...; the order
 alternates per round), every run in fresh processes. ``--cpu-quota Q`` runs every round a
@@ -58,8 +58,9 @@ def serve(args: argparse.Namespace) -> int:
         if args.via == "enable":
             import tf_autopar
 
-            st = tf_autopar.enable()
-            info["enable"] = str(getattr(st, "process", ""))[:400]
+            proc = tf_autopar.enable().process
+            info["share"], info["bound"] = proc.share, bool(proc.bound_cpus)
+            info["plan"] = f"{proc.planned_inter}x{proc.planned_intra}"
         else:
             from tf_autopar.coordination import apply_affinity, claim_share
             from tf_autopar.planning import plan
@@ -205,7 +206,7 @@ def run_group(config: str, n: int, quota_cpus: float | None, args: argparse.Name
         "config": config, "procs": n, "quota": quota_cpus, "throughput": len(lat) / span,
         "p50_ms": float(np.percentile(lat, 50) * 1e3), "p99_ms": float(np.percentile(lat, 99) * 1e3),
         "nr_throttled": throttled,
-        "servers": [{k: r.get(k) for k in ("pid", "share", "plan", "bound", "affinity", "mean_s", "enable")}
+        "servers": [{k: r.get(k) for k in ("pid", "share", "plan", "bound", "affinity", "mean_s")}
                     for r in results],
     }
 
@@ -272,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--cpu-quota", type=float, default=None, help="also run under one cgroup with this CPU quota")
-    p.add_argument("--via", choices=("coordination", "enable"), default="coordination")
+    p.add_argument("--via", choices=("coordination", "enable"), default="enable")
     p.add_argument("--timeout", type=float, default=900)
     p.add_argument("--quick", action="store_true", help="smoke run: tiny size, 20 requests, 1 round")
     p.add_argument("--json", action="store_true", help="print the raw runs and summary as JSON")
