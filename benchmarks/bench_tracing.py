@@ -337,6 +337,16 @@ def main(argv: list[str] | None = None) -> int:
                        env={**os.environ, "PYTHONPATH": str(REPO)})
     results: list[dict] = []
     t_start = time.time()
+    meta = {"path": args.path, "size": args.size, "rounds": args.rounds, "steps": args.steps,
+            "batch": args.batch, "warmup": args.warmup}
+
+    def save(partial: bool) -> None:  # after every run, so an interrupted benchmark keeps its data
+        if args.json:
+            doc = {"meta": {**meta, "partial": partial}, "results": results}
+            if not partial:
+                doc["summary"] = summarize(results, workloads, configs)
+            Path(args.json).write_text(json.dumps(doc, indent=1))
+
     for rnd in range(args.rounds):
         for wi, w in enumerate(workloads):
             k = (rnd + wi) % len(configs)
@@ -346,6 +356,7 @@ def main(argv: list[str] | None = None) -> int:
                         "ours_backend": args.ours_backend}
                 r = run_child(spec, args.timeout)
                 results.append(r)
+                save(partial=True)
                 print(f"[{time.time() - t_start:7.1f}s] round {rnd} {w:>14} {c:>10}: "
                       f"{r.get('median_s', float('nan')) * 1e3:9.2f} ms/step"
                       + (f"  stop {r['stop_s'] * 1e3:.1f} ms" if "stop_s" in r else ""), file=sys.stderr)
@@ -355,16 +366,13 @@ def main(argv: list[str] | None = None) -> int:
                         "ours_backend": args.ours_backend, "paired_windows": 6}
                 r = run_child(spec, args.timeout)
                 results.append(r)
+                save(partial=True)
                 po = r.get("paired_overhead", {})
                 print(f"[{time.time() - t_start:7.1f}s] round {rnd} {w:>14}     paired: ours {po.get('ours', 0):+.1%} "
                       f"profiler {po.get('profiler', 0):+.1%}, heavy ours/profiler "
                       f"{r.get('fidelity_ratio') or float('nan'):.3f}", file=sys.stderr)
-    summary = summarize(results, workloads, configs)
-    meta = {"path": args.path, "size": args.size, "rounds": args.rounds, "steps": args.steps,
-            "batch": args.batch, "warmup": args.warmup}
-    print(render(summary, configs, meta))
-    if args.json:
-        Path(args.json).write_text(json.dumps({"meta": meta, "summary": summary, "results": results}, indent=1))
+    print(render(summarize(results, workloads, configs), configs, meta))
+    save(partial=False)
     return 0
 
 
