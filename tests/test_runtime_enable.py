@@ -71,7 +71,9 @@ def test_intra_op_threads_really_used_and_user_variable_kept(tmp_path):
     assert user["kept"] == {"TF_NUM_INTRAOP_THREADS": "1"}
     assert user["env"] == "1"
     assert user["planned_intra"] == 1  # the plan reports the user's value
-    assert user["intra"]["busy"] == 1  # and TF really ran every matmul on one thread
+    # and TF really ran the matmuls one thread at a time: at most one core's worth of CPU per
+    # second of wall time (which thread ran them may change; other load only lowers the ratio)
+    assert user["intra"]["cpu_per_wall"] < 1.3, user["intra"]
 
 
 def test_two_sessions_get_their_own_pools(tmp_path):
