@@ -16,19 +16,11 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from tf_autopar.planning.user_settings import KNOBS
+
 FORMATS = ("env", "json", "tfserving", "python", "text")
 
-# Plan field -> environment variable (kept in sync with user_settings.KNOBS).
-_ENV_OF = {
-    "inter_op": "TF_NUM_INTEROP_THREADS",
-    "intra_op": "TF_NUM_INTRAOP_THREADS",
-    "omp_threads": "OMP_NUM_THREADS",
-    "mkl_threads": "MKL_NUM_THREADS",
-    "kmp_blocktime": "KMP_BLOCKTIME",
-    "kmp_affinity": "KMP_AFFINITY",
-    "kmp_hw_subset": "KMP_HW_SUBSET",
-    "override_global_threadpool": "TF_OVERRIDE_GLOBAL_THREADPOOL",
-}
+_ENV_OF = KNOBS  # plan field -> environment variable
 
 _EXPLAIN_ORDER = ("instances", "inter_op", "intra_op", *list(_ENV_OF)[2:], "tf_data_threads", "cpus")
 
