@@ -28,16 +28,18 @@ def tf_compute_threads():
     return sum(1 for c, _ in _threads().values() if c == "tf_Compute")
 def busy_threads(run, frac=0.15):
     """Threads that did at least frac of the CPU work while run() ran (intra-op threads in use)."""
-    import time, resource
+    import threading, time, resource
     before = _threads(); r0 = resource.getrusage(resource.RUSAGE_SELF); w = time.perf_counter()
     run()
     w = time.perf_counter() - w; r1 = resource.getrusage(resource.RUSAGE_SELF); after = _threads()
-    deltas = [(after[t][1] - before.get(t, (None, 0))[1], after[t][0]) for t in after]
-    total = sum(d for d, _ in deltas) or 1
+    me = threading.get_native_id()
+    deltas = [(after[t][1] - before.get(t, (None, 0))[1], after[t][0], t) for t in after]
+    total = sum(d for d, _, _ in deltas) or 1
     cpu = (r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime)
-    return {"busy": sum(1 for d, _ in deltas if d >= frac * total),
-            # intra-op (Eigen) pool threads are named like the process; inter-op ones tf_Compute
-            "pool_busy": sum(1 for d, c in deltas if d >= 0.05 * total and c != "tf_Compute"),
+    return {"busy": sum(1 for d, _, _ in deltas if d >= frac * total),
+            # intra-op (Eigen) pool threads are named like the process; inter-op ones tf_Compute;
+            # the calling thread (also named like the process) feeds and fetches, so it is left out
+            "pool_busy": sum(1 for d, c, t in deltas if d >= 0.05 * total and c != "tf_Compute" and t != me),
             "ticks": total, "cpu_per_wall": cpu / w}
 def report(**kw):
     print("RESULT " + json.dumps(kw, default=str), flush=True)

@@ -232,3 +232,20 @@ def test_forked_child_takes_its_own_slot(tmp_path):
         parent.release()
     with claim_share(topo, GROUP_ENV, lease_dir=str(tmp_path), count=2) as s:
         assert s.lease_slot == 0  # released slots are free again
+
+
+def test_a_live_process_that_released_its_slot_no_longer_holds_it(tmp_path):
+    """Held means the named process's descriptor still has the flock, not merely that its pid lives."""
+    d = str(tmp_path / "g")
+    first, second = acquire(d), acquire(d)
+    try:
+        assert (first.index, second.index, second.active) == (0, 1, 2)
+        assert [x["held"] for x in lease_status(d)] == [True, True]
+        first.release()
+        assert [x["held"] for x in lease_status(d)] == [False, True]
+        third = acquire(d)
+        assert (third.index, third.active) == (0, 2)
+        third.release()
+    finally:
+        first.release()
+        second.release()

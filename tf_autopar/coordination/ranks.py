@@ -26,8 +26,7 @@ rank >= size, bad JSON) is reported in ``warnings`` and the next source is tried
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, NamedTuple
 
 # (rank variable, size variable, source label); "" rank = count only.
 PAIRS: tuple[tuple[str, str], ...] = (
@@ -43,8 +42,7 @@ LAUNCHER = "env:TF_AUTOPAR_INSTANCE"
 JOB_ORDER = ("chief", "master", "worker", "ps")
 
 
-@dataclass(frozen=True)
-class Ranks:
+class Ranks(NamedTuple):
     """This process's local rank among ``size`` workers on this host; rank None = count only."""
 
     rank: int | None

@@ -18,14 +18,12 @@ Pure: Topology in, CPU ids out. The rules (documented in the README, "Several pr
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Iterable, NamedTuple, Sequence
 
 from tf_autopar.topology.model import Core, Topology
 
 
-@dataclass(frozen=True)
-class Slice:
+class Slice(NamedTuple):
     index: int
     cpus: tuple[int, ...]  # every logical CPU of the slice's cores inside the affinity mask, sorted
     cores: int  # physical cores in the slice (the worker's CPU budget)

@@ -30,8 +30,7 @@ Frameworks", TACO 2021, adapted to how TensorFlow 2 really threads):
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
 from tf_autopar.planning.plan import Setting, ThreadPlan, format_cpus
 from tf_autopar.planning.user_settings import KNOBS, UserSettings, read_user_settings
@@ -44,8 +43,7 @@ KMP_BLOCKTIME = 1
 KMP_AFFINITY = "granularity=fine,compact,1,0"
 
 
-@dataclass(frozen=True)
-class Unit:
+class Unit(NamedTuple):
     """One logical CPU the plan may keep busy, with where it sits."""
 
     cpu: int
@@ -266,8 +264,7 @@ def _keep_user(settings: dict[str, Setting], user: UserSettings, budget: int, fa
 # ------------------------------------------------------------------------------ layout
 
 
-@dataclass(frozen=True)
-class Layout:
+class Layout(NamedTuple):
     """How the usable CPUs are cut into instances, before any thread counts."""
 
     instances: int

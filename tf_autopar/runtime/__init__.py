@@ -23,7 +23,7 @@ from typing import Any
 
 from tf_autopar.runtime import cache, controller, core
 from tf_autopar.runtime.safety import fail_open, maybe_fail, warn_once
-from tf_autopar.runtime.state import STATE, FunctionRecord, ProcessRecord, SessionRecord, Status
+from tf_autopar.runtime.state import STATE, ProcessRecord, Status
 
 log = logging.getLogger("tf_autopar.runtime")
 MODES = ("latency", "throughput", "training")
@@ -351,3 +351,11 @@ def _report_late(plan: Any, source: str) -> None:
             + ". Fix: call tf_autopar.enable() before the first TensorFlow op (after `import tensorflow` is fine), "
             "or start the program with `tf-autopar run -- python ...`, or use tf_autopar.optimize(model) for inference.",
         )
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("SessionRecord", "FunctionRecord"):  # defined on first use (see records.py)
+        from tf_autopar.runtime import records
+
+        return getattr(records, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -20,7 +20,7 @@ from typing import Any
 
 from tf_autopar.runtime import cache, controller, core, sessions
 from tf_autopar.runtime.safety import fail_open, maybe_fail, warn_once
-from tf_autopar.runtime.state import STATE, FunctionRecord
+from tf_autopar.runtime.state import STATE
 
 PATCH_NAME = "tf.function first trace (CONCRETE_FUNCTION_CALLBACKS)"
 _SKIP_PREFIXES = ("Dataset_", "__inference_Dataset")
@@ -95,6 +95,8 @@ def on_trace(concrete_fn: Any) -> None:
             cached = True
         except Exception as exc:
             fail_open("write the plan cache", exc)
+    from tf_autopar.runtime.records import FunctionRecord
+
     record = FunctionRecord(
         name=name, fingerprint=profile.fingerprint, heavy_ops=profile.heavy_ops,
         avg_width=profile.avg_width, planned_inter=plan.inter_op, planned_intra=plan.intra_op,

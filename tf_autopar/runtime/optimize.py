@@ -22,7 +22,7 @@ from typing import Any, Sequence
 
 from tf_autopar.runtime import controller, core, sessions
 from tf_autopar.runtime.safety import fail_open
-from tf_autopar.runtime.state import STATE, SessionRecord
+from tf_autopar.runtime.state import STATE
 
 
 class OptimizedFunction:
@@ -170,6 +170,8 @@ class _Compiled:
         with sessions.bypass():
             tuned = [tf.compat.v1.Session(graph=graph, config=config) for _ in range(max(1, plan.instances))]
         graph.finalize()
+        from tf_autopar.runtime.records import SessionRecord
+
         with STATE.lock:
             for i in range(len(tuned)):
                 stream = f" stream {i + 1}/{len(tuned)}" if len(tuned) > 1 else ""

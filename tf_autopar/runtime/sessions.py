@@ -17,11 +17,14 @@ from __future__ import annotations
 import threading
 import time
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tf_autopar.runtime import controller, core
 from tf_autopar.runtime.safety import fail_open, maybe_fail
-from tf_autopar.runtime.state import STATE, SessionRecord
+from tf_autopar.runtime.state import STATE
+
+if TYPE_CHECKING:
+    from tf_autopar.runtime.records import SessionRecord
 
 _original_init: Any = None
 _local = threading.local()  # .bypass: optimize() builds its own config
@@ -157,6 +160,8 @@ def plan_session(graph: Any, config: Any) -> tuple[Any, SessionRecord | None]:
     if not len(base.session_inter_op_thread_pool):
         new.use_per_session_threads = True
     intra_own = controller.per_session_intra()
+    from tf_autopar.runtime.records import SessionRecord
+
     record = SessionRecord(
         session=STATE.next_session_name(),
         graph_nodes=g.version,

@@ -9,7 +9,10 @@ from __future__ import annotations
 import dataclasses
 import threading
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tf_autopar.runtime.records import FunctionRecord, SessionRecord
 
 
 @dataclass(frozen=True)
@@ -29,36 +32,6 @@ class ProcessRecord:
     explain: str = ""
     share: dict[str, Any] | None = None  # this process's share of the host (coordination.Share.to_dict())
     bound_cpus: tuple[int, ...] = ()  # CPUs the process was bound to before TF started (() = not bound)
-
-
-@dataclass(frozen=True)
-class SessionRecord:
-    session: str  # "Session#3"
-    graph_nodes: int
-    fingerprint: str
-    avg_width: int
-    heavy_ops: int
-    inter_op: int  # in the ConfigProto the session was created with
-    intra_op: int
-    per_session_threads: bool
-    intra_per_session: bool  # the intra-op value really applies to this session alone
-    user_fields: tuple[str, ...] = ()  # ConfigProto fields the user set and we kept
-    note: str = ""
-    analysis_ms: float = 0.0
-
-
-@dataclass(frozen=True)
-class FunctionRecord:
-    name: str
-    fingerprint: str
-    heavy_ops: int
-    avg_width: int
-    planned_inter: int
-    planned_intra: int
-    matches_process: bool
-    traces: int = 1
-    cached: bool = False  # written to the plan cache for the next start
-    analysis_ms: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -167,3 +140,13 @@ class Registry:
 
 
 STATE = Registry()
+
+
+def __getattr__(name: str) -> Any:
+    # The per-session and per-function records live in records.py, imported on first use: each
+    # dataclass costs ~0.7 ms to define, and enable() should not pay for records it has not made.
+    if name in ("SessionRecord", "FunctionRecord"):
+        from tf_autopar.runtime import records
+
+        return getattr(records, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

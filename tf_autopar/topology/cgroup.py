@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 import posixpath
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ._fs import HostFS, Notes
 from .cpulist import parse_cpulist
@@ -41,23 +41,20 @@ from .model import CpuQuota
 log = logging.getLogger("tf_autopar.topology")
 
 
-@dataclass(frozen=True)
-class Mount:
+class Mount(NamedTuple):
     root: str  # the group shown at the mount's top ("/" unless a sub-tree is bind-mounted)
     mountpoint: str
     fstype: str  # "cgroup" (v1) or "cgroup2"
     options: frozenset[str]  # super options: v1 controller names live here ("cpu", "cpuacct")
 
 
-@dataclass(frozen=True)
-class Membership:
+class Membership(NamedTuple):
     hierarchy: int
     controllers: tuple[str, ...]  # () for the v2 unified hierarchy
     path: str
 
 
-@dataclass(frozen=True)
-class GroupDir:
+class GroupDir(NamedTuple):
     """One group of this process, mapped to a host directory, with its visible ancestors."""
 
     version: int

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ._fs import HostFS, Notes
 from .cpulist import parse_cpulist
@@ -25,8 +25,7 @@ CPU_DIR = "/sys/devices/system/cpu"
 NODE_DIR = "/sys/devices/system/node"
 
 
-@dataclass(frozen=True)
-class CpuPlace:
+class CpuPlace(NamedTuple):
     """Where one logical CPU sits, as the kernel reports it."""
 
     package: int

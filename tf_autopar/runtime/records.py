@@ -1,0 +1,38 @@
+"""What enable() applied to each Session and each traced function (see state.py).
+
+A module of its own so that enable() does not define these dataclasses until a session or a
+function actually appears.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SessionRecord:
+    session: str  # "Session#3"
+    graph_nodes: int
+    fingerprint: str
+    avg_width: int
+    heavy_ops: int
+    inter_op: int  # in the ConfigProto the session was created with
+    intra_op: int
+    per_session_threads: bool
+    intra_per_session: bool  # the intra-op value really applies to this session alone
+    user_fields: tuple[str, ...] = ()  # ConfigProto fields the user set and we kept
+    note: str = ""
+    analysis_ms: float = 0.0
+
+
+@dataclass(frozen=True)
+class FunctionRecord:
+    name: str
+    fingerprint: str
+    heavy_ops: int
+    avg_width: int
+    planned_inter: int
+    planned_intra: int
+    matches_process: bool
+    traces: int = 1
+    cached: bool = False  # written to the plan cache for the next start
+    analysis_ms: float = 0.0
