@@ -7,6 +7,10 @@ releases them all at once and each serves ``--requests`` requests one after anot
 each. Build and warm-up are excluded. Configurations:
 
 - ``default``: no settings at all (each process sizes its pools for the whole host).
+- ``solo`` (reference, once per round): ONE server bound to one core with 1x1 pools, alone on
+  the host. Its mean service time t1 gives the ceiling for N >= C servers on C usable CPUs,
+  C / t1 requests per second (C = the quota when there is one): what no thread setting can
+  beat unless a single request gets faster. Reported next to both configurations.
 - ``enable``: each process calls ``tf_autopar.enable()`` (``--via enable``, the default), which
   claims its share (count from TF_AUTOPAR_INSTANCES=N, as gunicorn workers get from
   WEB_CONCURRENCY; index from the host-wide lease), binds to it and plans for it before
@@ -46,6 +50,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 CONFIGS = ("default", "enable")
+REFERENCE = "solo"
 
 
 # ------------------------------------------------------------------------------ server (child)
@@ -54,7 +59,11 @@ CONFIGS = ("default", "enable")
 def serve(args: argparse.Namespace) -> int:
     """One server process: settle threads, build, warm up, say ready, wait, serve, report."""
     info: dict = {"pid": os.getpid(), "config": args.config}
-    if args.config == "enable":
+    if args.config == "solo":
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+        os.environ.update(TF_NUM_INTEROP_THREADS="1", TF_NUM_INTRAOP_THREADS="1")
+        info["plan"] = "1x1"
+    elif args.config == "enable":
         if args.via == "enable":
             import tf_autopar
 
@@ -218,9 +227,13 @@ def med(values: list[float]) -> tuple[float, float, float]:
     return statistics.median(values), min(values), max(values)
 
 
+def _cpus() -> int:
+    return len(os.sched_getaffinity(0))
+
+
 def summarize(runs: list[dict]) -> list[dict]:
     rows = []
-    keys = sorted({(r["procs"], r["quota"] or 0.0) for r in runs})
+    keys = sorted({(r["procs"], r["quota"] or 0.0) for r in runs if r["config"] != REFERENCE})
     for procs, quota in keys:
         by = {c: [r for r in runs if r["procs"] == procs and (r["quota"] or 0.0) == quota and r["config"] == c]
               for c in CONFIGS}
@@ -232,6 +245,14 @@ def summarize(runs: list[dict]) -> list[dict]:
             if rs[0]["nr_throttled"] is not None:
                 row[c]["nr_throttled"] = med([r["nr_throttled"] for r in rs])
             row[c]["plans"] = sorted({str(s.get("plan") or "tf-default") + "@" + str(s.get("affinity")) for s in rs[0]["servers"]})
+        solo = [r["servers"][0]["mean_s"] for r in runs if r["config"] == REFERENCE]
+        if solo:
+            usable = min(procs, _cpus(), quota or procs)
+            t1 = statistics.median(solo)
+            row["ceiling"] = {"t1_ms": t1 * 1e3, "throughput": usable / t1, "cpus": usable}
+            for c in CONFIGS:
+                if c in row:
+                    row[c]["of_ceiling"] = row[c]["throughput"][0] / row["ceiling"]["throughput"]
         if all(c in row for c in CONFIGS):
             d, e = row["default"], row["enable"]
             row["ratio"] = {
@@ -247,20 +268,25 @@ def markdown(rows: list[dict]) -> str:
     def cell(t: tuple[float, float, float], fmt: str = "{:.1f}") -> str:
         return f"{fmt.format(t[0])} [{fmt.format(t[1])}-{fmt.format(t[2])}]"
 
-    out = ["| procs | quota | config | total req/s | p50 ms | p99 ms | throttled periods | plan@cpus |",
-           "|---|---|---|---|---|---|---|---|"]
+    out = ["| procs | quota | config | total req/s | of ceiling | p50 ms | p99 ms | throttled periods | plan@cpus |",
+           "|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         for c in CONFIGS:
             if c not in row:
                 continue
             r = row[c]
             thr = cell(r["nr_throttled"], "{:.0f}") if "nr_throttled" in r else "-"
-            out.append(f"| {row['procs']} | {row['quota'] or '-'} | {c} | {cell(r['throughput'], '{:.2f}')} | "
+            ceiling = f"{r['of_ceiling']:.2f}" if "of_ceiling" in r else "-"
+            out.append(f"| {row['procs']} | {row['quota'] or '-'} | {c} | {cell(r['throughput'], '{:.2f}')} | {ceiling} | "
                        f"{cell(r['p50_ms'])} | {cell(r['p99_ms'])} | {thr} | {', '.join(r['plans'])} |")
         if "ratio" in row:
             q = row["ratio"]
-            out.append(f"| {row['procs']} | {row['quota'] or '-'} | **enable/default** | **{q['throughput']:.2f}x** | "
+            out.append(f"| {row['procs']} | {row['quota'] or '-'} | **enable/default** | **{q['throughput']:.2f}x** | | "
                        f"{q['p50']:.2f}x | {q['p99']:.2f}x | | |")
+        if "ceiling" in row:
+            cl = row["ceiling"]
+            out.append(f"| {row['procs']} | {row['quota'] or '-'} | ceiling ({cl['cpus']:g} CPU / solo {cl['t1_ms']:.1f} ms) | "
+                       f"{cl['throughput']:.2f} | 1.00 | | | | |")
     return "\n".join(out)
 
 
@@ -275,12 +301,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cpu-quota", type=float, default=None, help="also run under one cgroup with this CPU quota")
     p.add_argument("--via", choices=("coordination", "enable"), default="enable")
     p.add_argument("--timeout", type=float, default=900)
+    p.add_argument("--no-ceiling", action="store_true", help="skip the single-server reference run")
     p.add_argument("--quick", action="store_true", help="smoke run: tiny size, 20 requests, 1 round")
     p.add_argument("--json", action="store_true", help="print the raw runs and summary as JSON")
     p.add_argument("--out", default="", help="also write the JSON here")
     # child mode
     p.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--config", choices=CONFIGS, help=argparse.SUPPRESS)
+    p.add_argument("--config", choices=CONFIGS + (REFERENCE,), help=argparse.SUPPRESS)
     p.add_argument("--go", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.serve:
@@ -292,6 +319,11 @@ def main(argv: list[str] | None = None) -> int:
     runs = []
     for r in range(args.rounds):
         order = CONFIGS if r % 2 == 0 else CONFIGS[::-1]
+        if not args.no_ceiling:
+            res = run_group(REFERENCE, 1, None, args)
+            runs.append(res)
+            print(f"round {r + 1}/{args.rounds} solo (1 server, 1 core, 1x1) {res['servers'][0]['mean_s'] * 1e3:.1f} ms "
+                  "per request", file=sys.stderr, flush=True)
         for n in counts:
             for q in quotas:
                 for c in order:

@@ -176,3 +176,14 @@ def test_structure_graph_def_drops_constant_payloads_not_the_analysis():
                   "heavy_op_types", "functions", "fingerprint"):
         assert getattr(a, field) == getattr(b, field), field
     assert (b.heavy_ops, b.depth) == (3, 3)  # gather on the table -> matmul -> matmul in the function
+
+
+def test_structure_graph_def_serialises_small_graphs_whole():
+    """Small constants: one as_graph_def() is cheaper than the op-by-op copy, and identical."""
+    from tf_autopar.graph.loaders import structure_graph_def
+
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 16])
+        tf.nn.relu(tf.matmul(x, tf.constant(np.ones((16, 16), np.float32))))
+    assert structure_graph_def(g) == g.as_graph_def()
