@@ -13,7 +13,7 @@
   status() against the Session constructor alone and against constructor + first run (where TF
   really builds the executors). Goal: analysis < 5% of session creation.
 
-Usage: python benchmarks/bench_enable.py [--rounds N] [--workloads a,b] [--size tiny|paper] [--quick] [--json]
+Usage: python benchmarks/bench_enable.py [--rounds N] [--workloads a,b] [--size tiny|paper] [--parts start,sessions] [--quick] [--json]
 """
 from __future__ import annotations
 
@@ -135,6 +135,7 @@ def main() -> int:
     ap.add_argument("--workloads", default=None, help="comma list (default: all bundled)")
     ap.add_argument("--size", default="tiny", choices=("tiny", "paper"))
     ap.add_argument("--quick", action="store_true", help="2 rounds, 2 reps, 2 workloads: checks it runs")
+    ap.add_argument("--parts", default="start,sessions", help="which measurements: start, sessions or both")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     sys.path.insert(0, ROOT)
@@ -145,7 +146,9 @@ def main() -> int:
     if args.quick:
         rounds, reps, names = 2, 2, names[:2] if not args.workloads else names
     with tempfile.TemporaryDirectory(prefix="bench_enable_") as cache_dir:
-        report = {"start": start_cost(rounds, cache_dir), "sessions": session_cost(names, args.size, reps, cache_dir)}
+        parts = set(args.parts.split(","))
+        report = {"start": start_cost(rounds, cache_dir) if "start" in parts else {},
+                  "sessions": session_cost(names, args.size, reps, cache_dir) if "sessions" in parts else {}}
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
