@@ -113,7 +113,8 @@ def structure_graph_def(graph: Any) -> Any:
     payload = 0
     for op in ops:
         if op.type == "Const":
-            dtype, shape = op.get_attr("dtype"), op.outputs[0].shape
+            out = op.outputs[0]  # its dtype and shape are cached on the tensor: no attr lookup
+            dtype, shape = out.dtype, out.shape
             stubs[op.name] = (dtype, shape)
             payload += (shape.num_elements() or 0) * dtype.size
     if payload <= SMALL_PAYLOAD_PER_OP * max(1, len(ops)):
