@@ -13,8 +13,10 @@ Layout: ``<root>/<group>/slot-<i>.lock`` where
 A slot is held by an exclusive, non-blocking ``flock`` on its file for the life of the
 process. The lock, not the file's content, is the lease: the kernel drops it when the
 process exits or is killed, so a dead worker's slot is free again at once and without
-races (no pid files to clean, no timeouts). The small JSON inside (pid, argv, time, slot,
-count) is for ``lease_status()`` only; garbled content in a free slot is overwritten.
+races (no pid files to clean, no timeouts). The small JSON inside (pid, fd, argv, time, slot,
+count) names the holder: counting the active slots and ``lease_status()`` check that this pid
+still holds the lock through that descriptor (``/proc/<pid>/fdinfo/<fd>``). Garbled content in
+a free slot is overwritten.
 
 A worker takes the lowest free slot. A forked child does not inherit its parent's slot
 (``os.register_at_fork`` closes the inherited descriptor without unlocking it).
