@@ -14,7 +14,7 @@ from tf_autopar.validation.space import baseline_configs, config_from_plan, sear
 
 
 def topo(sockets: int = 1, cores_per_socket: int = 2, smt: int = 1, runtime: str = "eigen") -> Topology:
-    cores, cpu = [], 0
+    cores: list[Core] = []
     n_cores = sockets * cores_per_socket
     for s in range(sockets):
         for c in range(cores_per_socket):
