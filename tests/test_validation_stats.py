@@ -181,6 +181,25 @@ def test_summarize_row_on_hand_numbers():
     assert s["configs"]["tf_autopar"]["spread_s"]["min"] == pytest.approx(0.9)
 
 
+def test_under_a_quota_the_mean_step_ranks_configurations():
+    """A burst-then-throttled run: most steps fast, a few stalled for the rest of the CFS period.
+    Its median looks best; its mean (the sustained rate) is what a quota leaves."""
+    row = hand_row()
+    bursty = row["configs"]["2x1"]
+    for run in bursty["runs"]:
+        run["step_times_s"] = [0.5] * 8 + [4.0] * 2  # median 0.5, mean 1.2
+        run["median_s"] = 0.5
+    by_median = results.summarize_row(row, 2)
+    by_mean = results.summarize_row(row, 2, results.statistic_for(1.0))
+    assert results.statistic_for(None) == "median" and by_median["statistic"] == "median"
+    assert by_median["optimum"] == "2x1"
+    assert by_mean["statistic"] == "mean" and by_mean["optimum"] == "tf-recommended"  # ours, 1.0 s flat
+    assert by_mean["configs"]["2x1"]["median_s"] == pytest.approx(1.2)
+    assert by_mean["ours_vs_optimum"]["value"] == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="statistic"):
+        results.summarize_row(row, 2, "p90")
+
+
 def test_summary_without_a_plan_and_geomeans():
     row = hand_row()
     del row["configs"]["tf_autopar"]

@@ -254,7 +254,8 @@ class Harness:
 
     def _finish(self, doc: dict[str, Any]) -> None:
         for row in doc["rows"]:
-            row["summary"] = results.summarize_row(row, self.topology.logical_cpus)
+            row["summary"] = results.summarize_row(row, self.topology.logical_cpus,
+                                                   results.statistic_for(self.options.cpu_quota))
         doc["geomean"] = results.geomeans(doc["rows"])
 
     def _tick(self, label: str) -> None:

@@ -99,6 +99,9 @@ def format_table(doc: Mapping[str, Any], details: bool = False) -> str:
     out += _table(header, lines)
     out.append("speedups = baseline time / our time (>1: ours faster), median of per-round paired ratios (min-max);"
                " ours/opt = optimum time / our time.")
+    if any((r.get("summary") or {}).get("statistic") == "mean" for r in doc["rows"]):
+        out.append("step time = each run's MEAN step (under a CPU quota a median hides the throttled steps),"
+                   " median over rounds.")
     flagged = [r for r in doc["rows"] if r.get("summary", {}).get("below_optimum")]
     if flagged:
         out.append(f"rows below {BELOW_OPTIMUM:.2f} of the optimum:")
