@@ -23,7 +23,10 @@ median overhead over rounds and its range (min..max).
 Kernel speed differs from process to process on a shared machine (here up to 2x between
 fresh processes of the same configuration), so each round also runs one more fresh process
 ("paired") that alternates windows of none / ours / tf.profiler (rotating order, 6 windows of
-steps/2 steps each): its paired overheads are reported in a second table, and its heavy-op
+steps/2 steps each): its paired overheads are reported in a second table, with the
+"window" overhead: the wall time of a whole traced window (start, steps, stop: what a user
+waits for; tf.profiler's stop serialises and writes its xplane.pb) against an untraced
+window of the same steps in the same process. Its heavy-op
 times give the fidelity figure: agreement = |median(ours) / median(tf.profiler) - 1| of the
 heavy-op time per step on the same process's steps (with --no-paired: the cross-process
 medians). Heavy-op time is computed from both tracers' events by the same code.
@@ -32,6 +35,7 @@ Usage:
   python benchmarks/bench_tracing.py                        # full run (the lead's quiet machine)
   python benchmarks/bench_tracing.py --quick                # tiny sizes, 2 rounds: checks it runs
   python benchmarks/bench_tracing.py --workloads resnet50 --rounds 3 --json out.json
+  python benchmarks/bench_tracing.py --paired-only --rounds 3 --steps 10 --json out.json
 """
 from __future__ import annotations
 
@@ -144,23 +148,29 @@ def child(spec: dict) -> dict:
         from tf_autopar.tracing.model import heavy_share, op_table
 
         per: dict = {"none": [], "ours": [], "profiler": []}
+        windows: dict = {"none": [], "ours": [], "profiler": []}  # start + steps + stop, wall seconds
         heavy: dict = {"ours": [], "profiler": []}
         order = list(per)
         for k in range(spec.get("paired_windows", 6)):
             for c in order[k % 3:] + order[:k % 3]:
                 times.clear()
+                w0 = time.perf_counter()
                 if c == "none":
                     measure()
+                    windows[c].append(time.perf_counter() - w0)
                 elif c == "ours":
                     with tf_autopar.trace(backend=spec.get("ours_backend", "auto")) as t:
                         measure()
+                    windows[c].append(time.perf_counter() - w0)  # the trace is collected on exit
                     heavy["ours"].append(t.heavy_share().heavy_s / steps)
                 else:
                     d = tempfile.mkdtemp(prefix="bench_prof_")
                     origin = time.time_ns()
+                    w0 = time.perf_counter()
                     tf.profiler.experimental.start(d)
                     measure()
-                    tf.profiler.experimental.stop()
+                    tf.profiler.experimental.stop()  # serialises and writes xplane.pb
+                    windows[c].append(time.perf_counter() - w0)
                     files = glob.glob(os.path.join(d, "**", "*.xplane.pb"), recursive=True)
                     table = op_table([parse_xspace(open(files[0], "rb").read(), origin)], 0, 2**62)
                     heavy["profiler"].append(heavy_share(table, 0.0, classify).heavy_s / steps)
@@ -170,6 +180,9 @@ def child(spec: dict) -> dict:
         out.update(
             paired_median_s={c: float(np.median(v)) for c, v in per.items()},
             paired_overhead={c: float(np.median(v)) / base - 1 for c, v in per.items() if c != "none"},
+            window_s=windows,
+            window_overhead={c: float(np.median(v)) / float(np.median(windows["none"])) - 1
+                             for c, v in windows.items() if c != "none"},
             ours_heavy_per_step_s=heavy["ours"], profiler_heavy_per_step_s=heavy["profiler"],
             fidelity_ratio=(float(np.median(heavy["ours"]) / np.median(heavy["profiler"]))
                             if np.median(heavy["profiler"]) > 0 else None),
@@ -237,13 +250,16 @@ def summarize(results: list[dict], workloads: list[str], configs: list[str]) -> 
         ours, prof = ws.get("ours", {}).get("heavy_per_step_s"), ws.get("profiler", {}).get("heavy_per_step_s")
         ws["heavy_agreement_across_processes"] = abs(ours - prof) / prof if ours and prof else None
         paired = [r for r in results if r["workload"] == w and r["config"] == "paired"]
+        if ws["none_median_ms"] is None and paired:  # --paired-only: the untraced windows' steps
+            ws["none_median_ms"] = 1e3 * statistics.median(r["paired_median_s"]["none"] for r in paired)
         fid = [r["fidelity_ratio"] for r in paired if r.get("fidelity_ratio")]
         ws["heavy_agreement"] = abs(statistics.median(fid) - 1) if fid else ws["heavy_agreement_across_processes"]
         ws["heavy_ratio_same_process"] = statistics.median(fid) if fid else None
         for c in ("ours", "profiler"):
-            vals = [r["paired_overhead"][c] for r in paired if c in r.get("paired_overhead", {})]
-            if vals:
-                ws[f"paired_{c}"] = {"median": statistics.median(vals), "min": min(vals), "max": max(vals)}
+            for key, name in (("paired_overhead", "paired"), ("window_overhead", "window")):
+                vals = [r[key][c] for r in paired if c in r.get(key, {})]
+                if vals:
+                    ws[f"{name}_{c}"] = {"median": statistics.median(vals), "min": min(vals), "max": max(vals)}
         summary[w] = ws
     return summary
 
@@ -264,8 +280,9 @@ def render(summary: dict, configs: list[str], meta: dict) -> str:
         "",
         "Paired (one fresh process per round alternating none / ours / tf.profiler windows):",
         "",
-        "| workload | ours overhead | tf.profiler overhead | heavy-op time ours / tf.profiler |",
-        "|---|---|---|---|",
+        "| workload | ours overhead | tf.profiler overhead | window: ours | window: tf.profiler "
+        "| heavy-op time ours / tf.profiler |",
+        "|---|---|---|---|---|---|",
     ]
     for w, ws in summary.items():
         cells = [w, f"{ws['none_median_ms']:.1f} ms" if ws.get("none_median_ms") else "-"]
@@ -284,8 +301,8 @@ def render(summary: dict, configs: list[str], meta: dict) -> str:
         lines.append("| " + " | ".join(cells) + " |")
         if "paired_ours" in ws or "paired_profiler" in ws:
             pc = [w]
-            for c in ("ours", "profiler"):
-                e = ws.get(f"paired_{c}")
+            for key in ("paired_ours", "paired_profiler", "window_ours", "window_profiler"):
+                e = ws.get(key)
                 pc.append("-" if not e else f"{pct(e['median'])} [{pct(e['min'])}..{pct(e['max'])}]")
             ratio = ws.get("heavy_ratio_same_process")
             pc.append("-" if ratio is None else f"{ratio:.3f}")
@@ -308,6 +325,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--timeout", type=float, default=1800, help="per child process, seconds")
     p.add_argument("--ours-backend", default="auto", choices=("auto", "native", "profiler"))
+    p.add_argument("--paired-only", action="store_true",
+                   help="only the paired processes (per-step and whole-window overheads, fidelity)")
     p.add_argument("--no-paired", dest="paired", action="store_false",
                    help="skip the per-round paired process (alternating none/ours/tf.profiler windows)")
     p.add_argument("--quick", action="store_true",
@@ -350,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
     for rnd in range(args.rounds):
         for wi, w in enumerate(workloads):
             k = (rnd + wi) % len(configs)
-            for c in configs[k:] + configs[:k]:  # rotate the order every round
+            for c in ([] if args.paired_only else configs[k:] + configs[:k]):  # rotate the order every round
                 spec = {"workload": w, "config": c, "round": rnd, "size": args.size, "batch": args.batch,
                         "steps": args.steps, "warmup": args.warmup, "path": args.path,
                         "ours_backend": args.ours_backend}

@@ -240,3 +240,104 @@ def test_every_heavy_op_type_is_registered_in_tensorflow():
     missing = sorted(set(heavy_ops.HEAVY_OP_TYPES) - registered)
     assert not missing, f"not TF 2.21 op types: {missing}"
     assert heavy_ops.CONDITIONAL_GATHER_OP_TYPES <= registered
+
+
+# --- each heavy op's work, from recorded shapes (graph/work.py)
+
+
+def shaped(container, name, op, shape, *inputs, **attrs):
+    """A node with a recorded output shape (as add_shapes=True writes it)."""
+    n = node(container, name, op, *inputs)
+    s = n.attr["_output_shapes"].list.shape.add()
+    for d in shape:
+        s.dim.add().size = d
+    for key, value in attrs.items():
+        if isinstance(value, bool):
+            n.attr[key].b = value
+        else:
+            n.attr[key].s = value.encode()
+    return n
+
+
+@pytest.mark.parametrize("op, a, b, out, attrs, expected", [
+    ("MatMul", (8, 64), (64, 32), (8, 32), {}, 8 * 32 * 64),
+    ("MatMul", (64, 8), (64, 32), (8, 32), {"transpose_a": True}, 8 * 32 * 64),
+    ("BatchMatMulV2", (4, 8, 16), (4, 16, 8), (4, 8, 8), {}, 4 * 8 * 8 * 16),
+    ("BatchMatMulV2", (4, 16, 8), (4, 16, 8), (4, 8, 8), {"adj_x": True}, 4 * 8 * 8 * 16),
+    ("Einsum", (2, 5, 7), (7, 3), (2, 5, 3), {"equation": "bij,jk->bik"}, 2 * 5 * 3 * 7),
+    ("Einsum", (2, 5, 7), (7, 3), (2, 5, 3), {"equation": "...j,jk->...k"}, 2 * 5 * 3 * 7),
+    # Conv2D: output x kh*kw*cin (filter HWIO)
+    ("Conv2D", (1, 32, 32, 3), (3, 3, 3, 16), (1, 32, 32, 16), {}, 32 * 32 * 16 * 27),
+    ("DepthwiseConv2dNative", (1, 32, 32, 8), (3, 3, 8, 1), (1, 32, 32, 8), {}, 32 * 32 * 8 * 9),
+    ("MatMul", (-1, 64), (64, 32), (-1, 32), {}, None),  # a None batch: unknown
+])
+def test_op_work_of_contractions(op, a, b, out, attrs, expected):
+    g = graph_pb2.GraphDef()
+    shaped(g.node, "a", "Placeholder", a)
+    shaped(g.node, "b", "Placeholder", b)
+    shaped(g.node, "op", op, out, "a", "b", **attrs)
+    assert analyze_graph_def(g).typical_op_work == expected
+
+
+def test_conv_backprops_do_the_forward_work():
+    g = graph_pb2.GraphDef()
+    shaped(g.node, "x", "Placeholder", (2, 16, 16, 4))
+    shaped(g.node, "w", "Placeholder", (3, 3, 4, 8))
+    shaped(g.node, "dy", "Placeholder", (2, 16, 16, 8))
+    shaped(g.node, "sizes", "Const", (4,))
+    shaped(g.node, "dx", "Conv2DBackpropInput", (2, 16, 16, 4), "sizes", "w", "dy")
+    shaped(g.node, "dw", "Conv2DBackpropFilter", (3, 3, 4, 8), "x", "sizes", "dy")
+    forward = 2 * 16 * 16 * 8 * (3 * 3 * 4)
+    p = analyze_graph_def(g)
+    assert p.heavy_ops == 2 and p.typical_op_work == forward
+
+
+def test_typical_work_is_the_work_weighted_median():
+    from tf_autopar.graph.work import typical_work
+
+    assert typical_work([(10, 1), (100, 1)]) == 100
+    assert typical_work([(10, 1)] * 9 + [(1000, 1)]) == 1000  # one op holds most of the work
+    assert typical_work([(10, 50), (100, 1)]) == 10  # a loop body running 50 times
+    assert typical_work([(10, 1), (None, 1)]) is None and typical_work([]) is None
+
+
+def test_lookup_of_a_few_rows_is_light_and_a_loop_counts_its_trips():
+    """A gather of one 32-wide row is bookkeeping; a While whose maximum_iterations is
+    Max(Const 40) runs its body's matmul 40 times per step."""
+    g = graph_pb2.GraphDef()
+    shaped(g.node, "ids", "Placeholder", (1,))
+    shaped(g.node, "table", "ReadVariableOp", (1000, 32))
+    shaped(g.node, "emb", "GatherV2", (1, 32), "table", "ids")
+    shaped(g.node, "w", "ReadVariableOp", (32, 32))
+    shaped(g.node, "head", "MatMul", (1, 32), "emb", "w")  # 1024 MACs, once
+    n = node(g.node, "n", "Const")
+    n.attr["value"].tensor.dtype = 3  # int32
+    n.attr["value"].tensor.int_val.append(40)
+    node(g.node, "max_iter", "Max", "n", "axis")
+    node(g.node, "loop", "StatelessWhile", "counter", "max_iter", "head", cond="cond", body="body")
+    lib = g.library
+    for fname in ("cond", "body"):
+        f = lib.function.add()
+        f.signature.name = fname
+        for arg in ("counter", "max_iter", "h"):
+            f.signature.input_arg.add().name = arg
+        h_shape = f.arg_attr[2].attr["_output_shapes"].list.shape.add()  # arguments carry their shapes
+        for d in (1, 16):
+            h_shape.dim.add().size = d
+        if fname == "body":
+            shaped(f.node_def, "v", "ReadVariableOp", (16, 16))
+            shaped(f.node_def, "mm", "MatMul", (1, 16), "h", "v:value:0")  # 256 MACs, 40 times
+    p = analyze_graph_def(g)
+    assert p.heavy_op_types == {"MatMul": 2}  # the one-row gather is not heavy
+    assert p.typical_op_work == 256  # 40 x 256 = 10240 MACs outweigh the head's 1024
+
+
+def test_lookup_of_many_rows_stays_heavy():
+    from tf_autopar.graph.heavy_ops import MIN_LOOKUP_ELEMENTS
+
+    g = graph_pb2.GraphDef()
+    shaped(g.node, "ids", "Placeholder", (MIN_LOOKUP_ELEMENTS,))
+    shaped(g.node, "table", "ReadVariableOp", (10**6, 1))
+    shaped(g.node, "emb", "GatherV2", (MIN_LOOKUP_ELEMENTS, 1), "table", "ids")
+    p = analyze_graph_def(g)
+    assert p.heavy_op_types == {"GatherV2": 1} and p.typical_op_work == MIN_LOOKUP_ELEMENTS

@@ -186,4 +186,72 @@ def test_structure_graph_def_serialises_small_graphs_whole():
     with g.as_default():
         x = tf.compat.v1.placeholder(tf.float32, [None, 16])
         tf.nn.relu(tf.matmul(x, tf.constant(np.ones((16, 16), np.float32))))
-    assert structure_graph_def(g) == g.as_graph_def()
+    lean, full = structure_graph_def(g), g.as_graph_def()
+    assert [(n.name, n.op, list(n.input)) for n in lean.node] == [(n.name, n.op, list(n.input)) for n in full.node]
+    for a, b in zip(lean.node, full.node):  # only the heavy op gains its shapes (for its work)
+        extra = set(a.attr) - set(b.attr)
+        assert extra == ({"_output_shapes", "_tf_autopar_input_shapes"} if a.op == "MatMul" else set()), a.name
+        assert all(a.attr[k] == b.attr[k] for k in b.attr)
+
+
+@pytest.mark.parametrize("frozen", [False, True], ids=["whole", "op-by-op"])
+def test_heavy_op_work_from_a_real_graph(frozen):
+    """Three matmuls of known sizes and a relu: the typical op's work is the matmul that holds
+    the median multiply-add, in both ways structure_graph_def builds the GraphDef; a None
+    batch leaves it unknown."""
+    from tf_autopar.graph.loaders import structure_graph_def
+
+    def build(batch):
+        g = tf.Graph()
+        with g.as_default():
+            x = tf.compat.v1.placeholder(tf.float32, [batch, 64])
+            big = 700 if frozen else 8  # > 4 KB of constants per op: the op-by-op copy
+            pad = tf.constant(np.zeros((big, 1024), np.float32))
+            a = tf.matmul(x, tf.ones((64, 128)))  # 64 x 128 MACs per row
+            b = tf.matmul(a, tf.ones((128, 256)))  # 128 x 256
+            c = tf.matmul(b, tf.ones((256, 32)))  # 256 x 32
+            tf.nn.relu(c + tf.reduce_sum(pad))
+        return g
+
+    lean = structure_graph_def(build(4))
+    assert (len(lean.node[1].attr["value"].tensor.tensor_content) == 0) == frozen  # the pad constant
+    p = analyze(lean)
+    assert p.heavy_ops == 3 and p.depth == 3
+    # works 4*128*64 = 32768, 4*256*128 = 131072, 4*32*256 = 32768: 131072 holds the median
+    assert p.typical_op_work == 131072
+    assert analyze(structure_graph_def(build(None))).typical_op_work is None
+
+
+def test_while_loop_work_counts_its_iterations():
+    """A loop over a fixed-length sequence (Keras RNN style, maximum_iterations constant):
+    its body's small matmul runs 50 times a step and outweighs one larger matmul outside."""
+    w_small, w_big = tf.Variable(tf.ones((8, 8))), tf.Variable(tf.ones((8, 200)))
+
+    @tf.function(input_signature=[tf.TensorSpec((1, 8))])
+    def f(x):
+        _, y = tf.while_loop(lambda i, y: i < 50, lambda i, y: (i + 1, tf.matmul(y, w_small)),
+                             (tf.constant(0), x), maximum_iterations=50)
+        return tf.matmul(y, w_big)
+
+    p = analyze(f)
+    assert p.heavy_ops == 2
+    assert p.typical_op_work == 64  # 50 runs x 64 MACs = 3200 > 1600 in the final 1x8x200 matmul
+
+
+def test_tiny_lookups_are_not_heavy():
+    """A look-up of a few rows (batch 1) is bookkeeping; at a real batch it is heavy."""
+    from tf_autopar.graph.heavy_ops import MIN_LOOKUP_ELEMENTS
+
+    table = tf.Variable(tf.ones((1000, 32)))
+    w = tf.Variable(tf.ones((32, 8)))
+
+    def profile(batch):
+        @tf.function(input_signature=[tf.TensorSpec((batch,), tf.int32)])
+        def f(ids):
+            return tf.matmul(tf.gather(table, ids), w)
+        return analyze(f)
+
+    assert 1 * 32 < MIN_LOOKUP_ELEMENTS <= 256 * 32
+    assert profile(1).heavy_op_types == {"MatMul": 1}
+    assert profile(256).heavy_op_types == {"ResourceGather": 1, "MatMul": 1} or \
+        profile(256).heavy_op_types == {"GatherV2": 1, "MatMul": 1}

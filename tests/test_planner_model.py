@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tf_autopar.planning.planner import SMALL_OP_WORK
 from tf_autopar.planning.user_settings import ENV_VARS
 
 pytestmark = pytest.mark.tf
@@ -40,7 +41,12 @@ def test_plan_takes_the_width_from_a_workload():
     # the rule on 24 physical cores: p = min(avg, max width, 24)
     p = min(avg, max_width, 24)
     assert plan["inter_op"] == p
-    if plan["runtime"] == "eigen":
+    work = next(f for f in plan["facts"] if f.startswith("typical heavy op"))  # tiny size: known batch
+    number = re.match(r"typical heavy op: ([\d.,]+)( M)?", work)
+    mac = float(number.group(1).replace(",", "")) * (1e6 if number.group(2) else 1)
+    if mac < SMALL_OP_WORK * 0.99:  # the fact is rounded to 0.1 M
+        assert plan["intra_op"] == 1 and "small ops" in plan["settings"]["intra_op"]["reason"]
+    elif plan["runtime"] == "eigen":
         assert plan["intra_op"] == (24 if p >= 2 else 12)  # width 1 stays on one socket
     else:
         assert plan["intra_op"] == (24 if p >= 2 else 12) // p

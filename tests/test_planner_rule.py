@@ -318,3 +318,45 @@ def test_topology_warnings_are_reported():
 
     t = dataclasses.replace(hosts()["this"], warnings=("bad cpulist '0-3,x'",))
     assert "topology warning: bad cpulist '0-3,x'" in plan(t).explain()
+
+
+# --- small ops: the typical heavy op's work decides one intra-op thread (planner.SMALL_OP_WORK)
+
+
+def _sized(width: int, work: int | None) -> GraphProfile:
+    return GraphProfile(heavy_ops=4 * width, depth=4, avg_width=width, max_width=width, typical_op_work=work)
+
+
+@pytest.mark.parametrize("runtime", ["eigen", "openmp"])
+def test_small_ops_get_one_intra_op_thread_and_keep_their_width(runtime):
+    from tf_autopar.planning.planner import SMALL_OP_WORK
+
+    host = hosts(runtime)["skylake"]
+    small = plan(host, _sized(2, SMALL_OP_WORK - 1))
+    assert (small.inter_op, small.intra_op) == (2, 1)
+    assert small.omp_threads == (1 if runtime == "openmp" else None)
+    assert "small ops" in small.explain() and "multiply-adds" in small.explain()
+    big = plan(host, _sized(2, SMALL_OP_WORK))
+    assert big.intra_op == (24 if runtime == "eigen" else 12)
+    assert "small ops" not in big.explain()
+
+
+def test_unknown_op_work_keeps_the_width_rule():
+    """A None batch leaves the work unknown: the planner claims nothing about op size."""
+    host = hosts()["arm"]
+    assert plan(host, _sized(1, None)).intra_op == plan(host, width=1).intra_op
+
+
+def test_small_ops_respect_the_users_intra_op_setting():
+    p = plan(hosts()["skylake"], _sized(1, 1000), env={"TF_NUM_INTRAOP_THREADS": "6"})
+    assert p.intra_op == 6 and p.settings["intra_op"].source == "user"
+    assert "the rule would give 1" in p.explain()
+
+
+def test_small_ops_in_training_and_throughput_modes():
+    host = hosts()["skylake"]
+    assert plan(host, _sized(1, 1000), "training").intra_op == 1
+    # 24 CPUs -> 12 streams of 2 CPUs: each stream's ops run on one thread when small
+    streams = plan(host, _sized(1, 1000), "throughput")
+    assert (streams.instances, streams.intra_op) == (12, 1) and "small ops" in streams.explain()
+    assert plan(host, _sized(1, 10**9), "throughput").intra_op == 2

@@ -98,7 +98,7 @@ def test_corrupt_cache_is_moved_aside_with_one_warning(tmp_path, monkeypatch, ca
     (tmp_path / "plans.json").write_text("{not json")
     STATE.warned_keys.discard(f"cache-corrupt:{tmp_path / 'plans.json'}")
     with caplog.at_level("WARNING", logger="tf_autopar"):
-        assert cache.load() == {"version": 1, "plans": {}, "programs": {}, "profiles": {}}
+        assert cache.load() == {"version": cache.VERSION, "plans": {}, "programs": {}, "profiles": {}}
     assert not (tmp_path / "plans.json").exists()
     assert len(list(tmp_path.glob("plans.json.corrupt-*"))) == 1
     assert sum("unreadable" in r.getMessage() for r in caplog.records) == 1
@@ -107,6 +107,21 @@ def test_corrupt_cache_is_moved_aside_with_one_warning(tmp_path, monkeypatch, ca
     # a lighter graph of the same program does not displace the heavier one
     cache.store("fp2", "topo", "latency", {"inter_op": 1}, {"heavy_ops": 1}, "g", program="prog")
     assert cache.lookup_program("prog", "topo", "latency")["fingerprint"] == "fp"
+
+
+def test_cache_from_an_older_version_is_dropped_quietly(tmp_path, monkeypatch, caplog):
+    """Plans made by an older planner are not reused after an upgrade, and that is no error."""
+    from tf_autopar.runtime import cache
+
+    monkeypatch.setenv("TF_AUTOPAR_CACHE_DIR", str(tmp_path))
+    old = {"version": cache.VERSION - 1, "plans": {"fp|topo|latency": {"plan": {"inter_op": 9}}}, "programs": {}}
+    (tmp_path / "plans.json").write_text(json.dumps(old))
+    with caplog.at_level("WARNING", logger="tf_autopar"):
+        assert cache.load()["plans"] == {}
+    assert not caplog.records
+    assert not list(tmp_path.glob("plans.json.corrupt-*"))
+    cache.store("fp", "topo", "latency", {"inter_op": 2}, {"heavy_ops": 3}, "f")
+    assert json.loads((tmp_path / "plans.json").read_text())["version"] == cache.VERSION
 
 
 def test_optimize_throughput_streams_run_concurrent_requests(tmp_path):

@@ -292,7 +292,7 @@ class Built:
         """The tf.function's graph as a GraphDef, function library included (for analysis)."""
         _check(self.size, mode)
         concrete = self.infer_concrete() if mode == "infer" else self.train_concrete()
-        return concrete.graph.as_graph_def()
+        return concrete.graph.as_graph_def(add_shapes=True)  # shapes give each heavy op's work
 
     def session(self, mode: str = "infer", config: Any = None) -> InferSession | TrainSession:
         """The same computation in a tf.compat.v1.Session built with ``config`` (a ConfigProto)."""
@@ -415,6 +415,7 @@ def run(
     }
 
 
-def graph_def(name: Workload | str, mode: str = "infer", size: str = "tiny") -> Any:
-    """Convenience: build ``name`` at ``size`` and return its GraphDef for ``mode``."""
-    return build(name, size=size).graph_def(mode)
+def graph_def(name: Workload | str, mode: str = "infer", size: str = "tiny", batch: int | None = None) -> Any:
+    """Convenience: build ``name`` at ``size`` (and ``batch``, default: the published one) and
+    return its GraphDef for ``mode``, with static shapes."""
+    return build(name, size=size, batch=batch).graph_def(mode)

@@ -48,6 +48,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 from tf_autopar.graph import heavy_ops as H
 from tf_autopar.graph.profile import GraphProfile
 from tf_autopar.graph.width import avg_width, max_width, propagate
+from tf_autopar.graph.work import INPUT_SHAPES_ATTR, const_ints, op_work, output_shapes, proto_shape, typical_work
 
 log = logging.getLogger("tf_autopar.graph")
 
@@ -76,6 +77,8 @@ class _Summary:
     training: bool = False
     tf_data: bool = False
     back_edges: int = 0
+    # per heavy op (per call site): (work per run or None when unknown, runs per step)
+    works: tuple[tuple[int | None, int], ...] = ()
 
     @property
     def depth(self) -> int:
@@ -138,7 +141,12 @@ class _Analyzer:
             prefix = None if name in self.fingerprinted else f"{name}/"
             self.fingerprinted.add(name)
             ret = [fdef.ret.get(arg.name, "") for arg in fdef.signature.output_arg]
-            body = self.body(list(fdef.node_def), function_format=True, grad_ctx=grad_ctx, ret=ret, fp_prefix=prefix)
+            args = {}
+            for k, arg in enumerate(fdef.signature.input_arg):
+                shapes = output_shapes(fdef.arg_attr[k]) if k in fdef.arg_attr else []
+                args[arg.name] = shapes[:1]
+            body = self.body(list(fdef.node_def), function_format=True, grad_ctx=grad_ctx, ret=ret,
+                             fp_prefix=prefix, arg_shapes=args)
         finally:
             self.active.discard(name)
         body.functions = body.functions | {name}
@@ -146,7 +154,7 @@ class _Analyzer:
         self.memo[key] = body
         return body
 
-    def _call_summary(self, node: Any, op: str, grad_ctx: bool) -> tuple[_Summary, bool] | None:
+    def _call_summary(self, node: Any, op: str, grad_ctx: bool, trips: int = 1) -> tuple[_Summary, bool] | None:
         """(summary, per_output) for a call-like node, or None when it is an ordinary op."""
         if op in _CALL_OPS:
             names = _attr_func_names(node, "f")
@@ -157,7 +165,9 @@ class _Analyzer:
             parts = [p for p in parts if p is not None]
             if not parts:
                 return None
-            return _sequence(parts), False
+            looped = _sequence(parts)
+            looped.works = tuple((w, runs * trips) for w, runs in looped.works)
+            return looped, False
         if op in _IF_OPS or op in _CASE_OPS:
             keys = ("then_branch", "else_branch") if op in _IF_OPS else ("branches",)
             branches = [self.function(n, grad_ctx) for k in keys for n in _attr_func_names(node, k)]
@@ -181,6 +191,7 @@ class _Analyzer:
         grad_ctx: bool,
         ret: Sequence[str] = (),
         fp_prefix: str | None = "",
+        arg_shapes: Mapping[str, list[Any]] | None = None,
     ) -> _Summary:
         n = len(nodes)
         names = [nd.name for nd in nodes]
@@ -208,6 +219,7 @@ class _Analyzer:
         calls: dict[int, tuple[int, int, int, dict[str, int] | None]] = {}
         extra_preds: list[list[int]] = []
         extra_weight: list[int] = []
+        works: list[tuple[int | None, int]] = []
 
         def gradient_node(i: int) -> bool:
             return grad_ctx or H.is_gradient_op_type(ops[i]) or H.is_gradient_node_name(names[i])
@@ -222,13 +234,18 @@ class _Analyzer:
                 training = training or grad
                 if grad and not include_gradients:
                     continue
+                work = self._work(nodes[i], index, nodes, arg_shapes, function_format)
+                if cls == H.EMBEDDING and work is not None and work < H.MIN_LOOKUP_ELEMENTS:
+                    continue  # a look-up of a few rows: bookkeeping, not worth a thread
                 weight[i] = 1
                 unit.append(i)
                 heavy_types[op] += 1
+                works.append((work, 1))
                 continue
             if op in _STRUCTURAL or op in library:
                 call_grad = gradient_node(i)
-                found = self._call_summary(nodes[i], op, call_grad)
+                trips = _trip_count(nodes[i], index, nodes) if op in _WHILE_OPS else 1
+                found = self._call_summary(nodes[i], op, call_grad, trips)
                 if found is None:
                     continue
                 s, per_output = found
@@ -241,6 +258,7 @@ class _Analyzer:
                 training = training or s.training
                 tf_data = tf_data or s.tf_data
                 back_edges += s.back_edges
+                works.extend(s.works)
                 done_id = n + len(extra_weight)
                 extra_preds.append([i])
                 extra_weight.append(s.depth)
@@ -334,6 +352,7 @@ class _Analyzer:
             training=training,
             tf_data=tf_data,
             back_edges=back_edges + result.back_edges,
+            works=tuple(works),
         )
 
     @staticmethod
@@ -364,6 +383,37 @@ class _Analyzer:
         if call is not None:
             return self._output_node(call, name, j, function_format)
         return k
+
+    @staticmethod
+    def _work(node: Any, index: Mapping[str, int], nodes: Sequence[Any], arg_shapes: Mapping[str, list[Any]] | None,
+              function_format: bool) -> int | None:
+        """The op's work from its and its inputs' recorded shapes (work.py); None if unknown."""
+        def shape_of(ref: str) -> Any:
+            name, _, rest = ref.partition(":")
+            k = index.get(name)
+            if k is None:
+                found = arg_shapes.get(name) if arg_shapes else None
+                return found[0] if found else None
+            shapes = output_shapes(nodes[k])
+            if len(shapes) == 1:
+                return shapes[0]
+            if not function_format:  # "name" or "name:port"
+                port = int(rest) if rest.isdigit() else 0
+                return shapes[port] if port < len(shapes) else None
+            return None  # "name:out_arg:i" of a multi-output op: its port needs the OpDef
+
+        refs = [s for s in node.input if not s.startswith("^")]
+        recorded = list(node.attr[INPUT_SHAPES_ATTR].list.shape) if INPUT_SHAPES_ATTR in node.attr else None
+
+        def input_shape(i: int) -> Any:
+            if recorded is not None:
+                proto = recorded[i] if i < len(recorded) else None
+            else:
+                proto = shape_of(refs[i]) if i < len(refs) else None
+            return None if proto is None else proto_shape(proto)
+
+        own = output_shapes(node)
+        return op_work(node, proto_shape(own[0]) if own else None, input_shape)
 
     @staticmethod
     def _gathers_table(node: Any, index: Mapping[str, int], ops: Sequence[str], nodes: Sequence[Any]) -> bool:
@@ -403,6 +453,27 @@ def _no_gc() -> Iterator[None]:
             gc.enable()
 
 
+def _trip_count(node: Any, index: Mapping[str, int], nodes: Sequence[Any]) -> int:
+    """A While loop's iterations when its maximum_iterations (input 1 of a TF2 While) is a
+    constant, as Keras RNNs over a fixed-length sequence make it: Const, or Max/Min/Identity
+    of one. 1 when unknown: the loop body's work then counts once."""
+    if len(node.input) < 2:
+        return 1
+    ref = node.input[1]
+    for _ in range(4):
+        k = index.get(ref.lstrip("^").split(":", 1)[0])
+        if k is None:
+            return 1
+        found = nodes[k]
+        if found.op == "Const":
+            values = const_ints(found)
+            return max(1, max(values)) if values else 1
+        if found.op not in ("Max", "Min", "Identity", "Cast") or not found.input:
+            return 1
+        ref = found.input[0]
+    return 1
+
+
 def _sequence(parts: Sequence[_Summary]) -> _Summary:
     """Bodies run one after the other (a While's cond, then its body)."""
     out = _Summary(level_widths=tuple(w for p in parts for w in p.level_widths))
@@ -414,6 +485,7 @@ def _sequence(parts: Sequence[_Summary]) -> _Summary:
         out.training = out.training or p.training
         out.tf_data = out.tf_data or p.tf_data
         out.back_edges += p.back_edges
+        out.works += p.works
     return out
 
 
@@ -459,6 +531,7 @@ def _profile(analyzer: _Analyzer, summary: _Summary, source: str) -> GraphProfil
         functions=len(summary.functions),
         training=summary.training,
         uses_tf_data=summary.tf_data,
+        typical_op_work=typical_work(summary.works),
         source=source,
         fingerprint=digest.hexdigest(),
     )

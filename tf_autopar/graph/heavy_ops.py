@@ -31,6 +31,9 @@ Classes and why each is heavy:
   on a ``ReadVariableOp``, frozen graphs emit it on a 2-D ``Const``, while ``GatherV2`` on
   a shape vector is bookkeeping and stays light; ``SparseSegmentSum/Mean/SqrtN``
   (+``WithNumSegments``) (the combiner of ``embedding_lookup_sparse``) and their grads.
+  A look-up whose static output has fewer than ``MIN_LOOKUP_ELEMENTS`` elements (a few
+  rows at batch 1) is light: Wide&Deep at batch 1 has 60 such look-ups, which made its
+  width 13, and two inter-op threads ran it 6% slower than one (README, "small ops").
 - recurrent: fused recurrent cells that run a whole gate matmul (or a whole sequence)
   in one kernel: LSTMBlockCell, BlockLSTM{,V2}, GRUBlockCell, CudnnRNN{,V2,V3}, and
   their gradients. (Keras 3 LSTM/GRU on CPU unroll into MatMuls inside a While loop,
@@ -124,6 +127,9 @@ HEAVY_OP_TYPES: dict[str, str] = {
 
 #: Heavy op types that only exist in gradient computations (they mark a training graph).
 GRADIENT_HEAVY_OP_TYPES: frozenset[str] = frozenset(_CONV_BACKPROP + _EMBEDDING_GRAD + _RECURRENT_GRAD)
+
+#: Look-ups reading fewer elements than this (16 KB of float32) are light (see above).
+MIN_LOOKUP_ELEMENTS = 4096
 
 #: Gathers that are heavy only when their params input (input 0) is an embedding table.
 CONDITIONAL_GATHER_OP_TYPES: frozenset[str] = frozenset({"GatherV2", "Gather"})

@@ -15,8 +15,10 @@ import os
 import re
 from typing import Any
 
+from tf_autopar.graph import heavy_ops as H
 from tf_autopar.graph.analysis import analyze_function, analyze_graph_def
 from tf_autopar.graph.profile import GraphProfile
+from tf_autopar.graph.work import INPUT_SHAPES_ATTR
 
 log = logging.getLogger("tf_autopar.graph")
 
@@ -110,31 +112,70 @@ def structure_graph_def(graph: Any) -> Any:
 
     ops = graph.get_operations()
     stubs: dict[str, tuple[Any, Any]] = {}
+    heavy: list[int] = []  # positions of heavy-typed ops: they get their shapes (work.py)
     payload = 0
-    for op in ops:
-        if op.type == "Const":
+    for i, op in enumerate(ops):
+        kind = op.type
+        if kind == "Const":
             out = op.outputs[0]  # its dtype and shape are cached on the tensor: no attr lookup
             dtype, shape = out.dtype, out.shape
             stubs[op.name] = (dtype, shape)
             payload += (shape.num_elements() or 0) * dtype.size
-    if payload <= SMALL_PAYLOAD_PER_OP * max(1, len(ops)):
-        return graph.as_graph_def()
-    graph_def = graph_pb2.GraphDef()
-    nodes = graph_def.node
-    for op in ops:
-        stub = stubs.get(op.name)
-        if stub is None:
-            nodes.append(op.node_def)
-            continue
-        node = nodes.add(name=op.name, op="Const", device=op.device)
-        node.input.extend("^" + c.name for c in op.control_inputs)
-        tensor = node.attr["value"].tensor
-        tensor.dtype = stub[0].as_datatype_enum
-        tensor.tensor_shape.CopyFrom(stub[1].as_proto())
-        node.attr["dtype"].type = tensor.dtype
+        elif kind in H.HEAVY_OP_TYPES or kind in H.CONDITIONAL_GATHER_OP_TYPES:
+            heavy.append(i)
     functions = getattr(graph, "_functions", {})  # what as_graph_def() copies into its library
-    graph_def.library.function.extend(f.cached_definition for f in functions.values())
+    if payload <= SMALL_PAYLOAD_PER_OP * max(1, len(ops)):
+        graph_def = graph.as_graph_def()
+    else:
+        graph_def = graph_pb2.GraphDef()
+        nodes = graph_def.node
+        for op in ops:
+            stub = stubs.get(op.name)
+            if stub is None:
+                nodes.append(op.node_def)
+                continue
+            node = nodes.add(name=op.name, op="Const", device=op.device)
+            node.input.extend("^" + c.name for c in op.control_inputs)
+            tensor = node.attr["value"].tensor
+            tensor.dtype = stub[0].as_datatype_enum
+            tensor.tensor_shape.CopyFrom(stub[1].as_proto())
+            node.attr["dtype"].type = tensor.dtype
+        graph_def.library.function.extend(f.cached_definition for f in functions.values())
+    _add_heavy_shapes(graph_def.node, ops, heavy)
+    for fdef in graph_def.library.function:  # loop and branch bodies: shapes from their traced graphs
+        body = getattr(functions.get(fdef.signature.name), "_cached_graph", None)  # never re-traced
+        if body is None:
+            continue
+        for node in fdef.node_def:
+            if node.op in H.HEAVY_OP_TYPES or node.op in H.CONDITIONAL_GATHER_OP_TYPES:
+                try:
+                    _write_shapes(node, body.get_operation_by_name(node.name))
+                except (KeyError, ValueError):
+                    continue
     return graph_def
+
+
+def _add_heavy_shapes(nodes: Any, ops: list[Any], heavy: list[int]) -> None:
+    """Write the output and input shapes of heavy ops (positions ``heavy`` in both ``ops``
+    and ``nodes``) on their NodeDefs: far cheaper than ``add_shapes=True``, which shapes
+    every node."""
+    by_name: dict[str, Any] | None = None
+    for i in heavy:
+        op = ops[i]
+        node = nodes[i] if i < len(nodes) else None
+        if node is None or node.name != op.name:  # as_graph_def kept another order: look it up
+            by_name = by_name or {n.name: n for n in nodes}
+            node = by_name.get(op.name)
+            if node is None:
+                continue
+        _write_shapes(node, op)
+
+
+def _write_shapes(node: Any, op: Any) -> None:
+    if "_output_shapes" not in node.attr:
+        node.attr["_output_shapes"].list.shape.extend(t.shape.as_proto() for t in op.outputs[:1])
+    if INPUT_SHAPES_ATTR not in node.attr:
+        node.attr[INPUT_SHAPES_ATTR].list.shape.extend(t.shape.as_proto() for t in op.inputs)
 
 
 def _from_tf_function(fn: Any, input_signature: Any, include_gradients: bool) -> GraphProfile:

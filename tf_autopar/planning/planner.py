@@ -16,6 +16,11 @@ Frameworks", TACO 2021, adapted to how TensorFlow 2 really threads):
    affinity. Eigen builds (stock pip TF, and "unknown") share one intra-op pool between
    all inter-op threads: intra = usable, since dividing would idle cores whenever one op
    runs alone; no OpenMP variables.
+   Small ops: when the model's typical heavy op (the work-weighted median, graph/work.py,
+   known only when every heavy op's shapes are static) does fewer than SMALL_OP_WORK
+   multiply-adds, intra = 1 (OMP = 1): waking and joining a second thread costs more than
+   such an op gains. Inter-op stays p, so a wide model still runs independent ops on the
+   other CPUs (Speech's two RNN directions: 2x1).
 4. Modes. latency: one request at a time; the plan stays on min(p, nodes) NUMA nodes
    (sockets first), since a node or socket only pays off when it can own a branch;
    restricted plans bind to their CPUs. training: every socket in the budget (large
@@ -39,6 +44,12 @@ from tf_autopar.topology.model import Core, Topology
 log = logging.getLogger("tf_autopar.planning")
 
 MODES = ("latency", "throughput", "training")
+# Below this typical heavy-op size (multiply-adds), one intra-op thread beats all of them.
+# Fitted on the 2-core host of the README's validation, batch 1, no quota: DeepQ (2.7 M) ran
+# 1.9x faster with one thread, Speech (1.0 M, two RNN directions) 1.6x faster at 2x1 than 2x2,
+# Wide&Deep (0.9 M) 1.1x; SqueezeNet (27 M), DenseNet (48 M) and every bigger model ran
+# 1.1-1.8x faster with two. 8 M is the geometric middle of the 2.7 M / 27 M gap.
+SMALL_OP_WORK = 8_000_000
 KMP_BLOCKTIME = 1
 KMP_AFFINITY = "granularity=fine,compact,1,0"
 
@@ -205,8 +216,14 @@ def restrict_latency(units: list[Unit], p: int) -> tuple[list[Unit], str]:
     )
 
 
-def intra_threads(runtime: str, cpus: int, inter: int) -> tuple[int, int | None, str]:
-    """(intra_op, omp_threads, reason) for ``cpus`` CPUs shared by ``inter`` inter-op threads."""
+def intra_threads(runtime: str, cpus: int, inter: int, op_work: int | None = None) -> tuple[int, int | None, str]:
+    """(intra_op, omp_threads, reason) for ``cpus`` CPUs shared by ``inter`` inter-op threads,
+    for ops of typical size ``op_work`` multiply-adds (None: unknown)."""
+    if op_work is not None and op_work < SMALL_OP_WORK and cpus > 1:
+        return 1, (1 if runtime == "openmp" else None), (
+            f"small ops: the typical heavy op does {_mac(op_work)} multiply-adds, under {_mac(SMALL_OP_WORK)}; "
+            "waking a second thread per op costs more than it gains, so one thread per op"
+            + (f" (the {inter} inter-op threads run independent ops on the other CPUs)" if inter > 1 else ""))
     if runtime == "openmp":
         n = max(1, cpus // inter)
         return n, n, (
@@ -217,6 +234,10 @@ def intra_threads(runtime: str, cpus: int, inter: int) -> tuple[int, int | None,
         f"Eigen runtime: one intra-op pool shared by all {inter} inter-op thread(s); it gets all {cpus} CPUs "
         "(dividing would idle cores whenever one op runs alone); no OpenMP variables"
     )
+
+
+def _mac(n: int) -> str:
+    return f"{n / 1e6:.1f} M" if n >= 100_000 else f"{n:,}"
 
 
 # ------------------------------------------------------------------------------ throughput
@@ -316,7 +337,9 @@ def single_layout(units: list[Unit], mode: str, p: int, topology: Topology, fact
 # ------------------------------------------------------------------------------ settings
 
 
-def planned_settings(layout: Layout, mode: str, runtime: str, uses_tf_data: bool, user: UserSettings) -> dict[str, Setting]:
+def planned_settings(
+    layout: Layout, mode: str, runtime: str, uses_tf_data: bool, user: UserSettings, op_work: int | None = None
+) -> dict[str, Setting]:
     """Every knob with its planned value and reason (user settings not applied yet)."""
     inter, floor_why = _tf_data_floor(layout.inter, uses_tf_data)
     settings = {
@@ -325,7 +348,7 @@ def planned_settings(layout: Layout, mode: str, runtime: str, uses_tf_data: bool
     }
     # A user's explicit inter-op count is what shares the CPUs, so the OpenMP division uses it.
     inter_for_division = user.inter_op if user.inter_op else inter
-    intra, omp, intra_why = intra_threads(runtime, layout.per_instance, inter_for_division)
+    intra, omp, intra_why = intra_threads(runtime, layout.per_instance, inter_for_division, op_work)
     settings["intra_op"] = Setting(intra, "planned", intra_why)
     if omp is not None:
         settings["omp_threads"] = Setting(omp, "planned", "OMP_NUM_THREADS = MKL_NUM_THREADS = intra_op")
@@ -389,11 +412,14 @@ def plan(
 
     p, p_why = model_pools(profile, len(units))
     facts.append(p_why)
+    op_work = getattr(profile, "typical_op_work", None)
+    if op_work is not None:
+        facts.append(f"typical heavy op: {_mac(op_work)} multiply-adds (work-weighted median, from static shapes)")
     if mode == "throughput":
         layout = throughput_layout(units, streams, p, facts)
     else:
         layout = single_layout(units, mode, p, topology, facts)
-    settings = planned_settings(layout, mode, runtime, tf_data, user)
+    settings = planned_settings(layout, mode, runtime, tf_data, user, op_work)
     _keep_user(settings, user, len(units), facts)
     _mkl_follows_user_omp(settings)
 

@@ -3,7 +3,7 @@
 File: ``$TF_AUTOPAR_CACHE_DIR/plans.json`` (else ``$XDG_CACHE_HOME/tf_autopar`` or
 ``~/.cache/tf_autopar``). Layout::
 
-    {"version": 1,
+    {"version": 2,
      "plans":    {"<fingerprint>|<topology key>|<mode>": {"plan": {...}, "profile": {...}, "name": ..., "updated": t}},
      "programs": {"<program key>|<topology key>|<mode>": {"fingerprint": ..., "heavy_ops": n, "name": ..., "updated": t}},
      "profiles": {"workload:<name>:<size>": {"profile": {...}, "updated": t}}}
@@ -28,7 +28,8 @@ from tf_autopar.runtime.safety import warn_once
 
 log = logging.getLogger("tf_autopar.runtime")
 FILENAME = "plans.json"
-VERSION = 1
+# 2: plans use each heavy op's work (the small-op rule); older entries are dropped, not reused.
+VERSION = 2
 MAX_ENTRIES = 500  # oldest entries are dropped beyond this
 
 
@@ -73,6 +74,9 @@ def load(path: str | None = None) -> dict[str, Any]:
     try:
         with open(path, encoding="utf-8") as fh:
             data = json.load(fh)
+        if isinstance(data, dict) and isinstance(data.get("version"), int) and 0 < data["version"] < VERSION:
+            log.info("plan cache %s is from an older tf_autopar (version %s): starting fresh", path, data["version"])
+            return _empty()  # an upgrade, not corruption: replaced on the next write
         if not isinstance(data, dict) or data.get("version") != VERSION:
             raise ValueError(f"unexpected layout (version {data.get('version') if isinstance(data, dict) else '?'})")
         if not isinstance(data.get("plans"), dict) or not isinstance(data.get("programs"), dict):

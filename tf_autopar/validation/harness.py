@@ -115,7 +115,7 @@ class ChildPlanProvider:
 
     def __call__(self, row: RowSpec, env: Mapping[str, str], group: QuotaGroup | None,
                  quota: float | None) -> tuple[Config | None, dict]:
-        cmd = [*self.command, row.workload, row.mode, row.size]
+        cmd = [*self.command, row.workload, row.mode, row.size, "--batch", str(row.batch)]
         if quota is not None:
             cmd += ["--quota", repr(quota)]
         res = run_child(cmd, env, self.timeout_s, group=group)

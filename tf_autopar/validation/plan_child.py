@@ -8,7 +8,10 @@ detector does not report the group's quota (e.g. a cgroup namespace hides the pa
 known quota is injected into the Topology with ``dataclasses.replace`` and the output says
 so (``quota_source``: "detected", "injected" or "none").
 
-Usage: python -m tf_autopar.validation.plan_child WORKLOAD ROW_MODE SIZE [--quota CPUS]
+The graph is built at the row's batch: each heavy op's work, which decides the intra-op
+threads for small ops, grows with it.
+
+Usage: python -m tf_autopar.validation.plan_child WORKLOAD ROW_MODE SIZE [--batch B] [--quota CPUS]
 """
 from __future__ import annotations
 
@@ -39,7 +42,7 @@ def _with_quota(topology, cpus: float):
     return dataclasses.replace(topology, quota=quota, cpu_budget=cpu_budget(len(topology.affinity), quota))
 
 
-def compute(workload: str, row_mode: str, size: str, quota: float | None) -> dict:
+def compute(workload: str, row_mode: str, size: str, quota: float | None, batch: int | None = None) -> dict:
     if row_mode not in ROW_MODES:
         raise ValueError(f"unknown row mode {row_mode!r}; choose from {', '.join(ROW_MODES)}")
     runner_mode, plan_mode = ROW_MODES[row_mode]
@@ -59,7 +62,9 @@ def compute(workload: str, row_mode: str, size: str, quota: float | None) -> dic
             quota_source = "injected"
     elif topology.quota is not None:
         quota_source = "detected"
-    profile = analyze(runner.graph_def(workload, runner_mode, size))
+    if batch is None and row_mode == "infer1":
+        batch = 1
+    profile = analyze(runner.graph_def(workload, runner_mode, size, batch=batch))
     # env={}: the plan under test must not inherit thread settings from the harness's shell.
     the_plan = plan(topology, profile, plan_mode, env={})
     return {
@@ -81,9 +86,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("row_mode", choices=sorted(ROW_MODES))
     parser.add_argument("size")
     parser.add_argument("--quota", type=float, default=None)
+    parser.add_argument("--batch", type=int, default=None, help="default: 1 for infer1, else the published batch")
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    out = compute(args.workload, args.row_mode, args.size, args.quota)
+    out = compute(args.workload, args.row_mode, args.size, args.quota, args.batch)
     sys.stdout.write(json.dumps(out, default=str) + "\n")
     return 0
 

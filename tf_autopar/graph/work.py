@@ -1,0 +1,164 @@
+"""How much arithmetic one heavy op does, from the static shapes in a GraphDef. Pure: no TF.
+
+The width rule says how many ops may run at once; it says nothing about whether one op
+is worth splitting across threads. Measured on this host (README, "small ops"): at batch 1,
+DeepQ's convolutions (about 2 M multiply-adds each) ran 1.9x slower with two intra-op
+threads than with one, while SqueezeNet's (about 10 M+) ran 1.35x faster. Waking a
+second thread and joining it costs a fixed few tens of microseconds per op; only ops with
+enough work pay that back. So the analysis records each heavy op's work and the planner
+compares the typical op against a measured threshold.
+
+Work is counted in multiply-adds (MACs) for contractions and in output elements for
+look-ups (they move memory, one element per row read):
+
+- MatMul / BatchMatMul / fused and oneDNN variants: output elements x K.
+- Einsum: output elements x the product of the contracted index sizes.
+- Convolutions (forward and both backprops): output elements x kh*kw*cin, i.e. the
+  output (or the incoming gradient) times the filter's elements per output channel;
+  depthwise: output elements x kh*kw.
+- Gathers and sparse-segment combiners: output elements.
+- Anything else, or any unknown dimension (a None batch): unknown (None). The planner
+  only acts on work it knows.
+
+Shapes come from the ``_output_shapes`` attribute: TensorFlow writes it on function-body
+nodes and on function arguments (``arg_attr``), and on top-level nodes when the GraphDef
+is made with ``add_shapes=True``; ``structure_graph_def`` writes only heavy ops' output and
+input shapes (``INPUT_SHAPES_ATTR``), which costs far less.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Sequence
+
+from tf_autopar.graph import heavy_ops as H
+
+Shape = tuple[int, ...]  # fully known dimensions only
+#: Input shapes of a heavy op, written by ``structure_graph_def`` (a private NodeDef attribute).
+INPUT_SHAPES_ATTR = "_tf_autopar_input_shapes"
+
+
+def proto_shape(shape_proto: Any) -> Shape | None:
+    """A TensorShapeProto as a tuple, or None when its rank or any dimension is unknown."""
+    if shape_proto.unknown_rank:
+        return None
+    dims = tuple(int(d.size) for d in shape_proto.dim)
+    return None if any(d < 0 for d in dims) else dims
+
+
+def output_shapes(node_or_attr_owner: Any) -> list[Any]:
+    """The ``_output_shapes`` list of a NodeDef (or an ArgAttrs), as TensorShapeProtos."""
+    attr = node_or_attr_owner.attr
+    if "_output_shapes" not in attr:
+        return []
+    return list(attr["_output_shapes"].list.shape)
+
+
+def _elements(shape: Shape | None) -> int | None:
+    return None if shape is None else math.prod(shape)
+
+
+def _matmul_k(node: Any, a: Shape | None) -> int | None:
+    if a is None or len(a) < 2:
+        return None
+    key = "adj_x" if "BatchMatMul" in node.op else "transpose_a"
+    transposed = node.attr[key].b if key in node.attr else False
+    return a[-2] if transposed else a[-1]
+
+
+def _einsum_contracted(equation: str, inputs: Sequence[Shape | None]) -> int | None:
+    """Product of the sizes of indices summed over (in some input, not in the output)."""
+    if "->" not in equation:
+        return None
+    lhs, out = equation.replace(" ", "").split("->")
+    specs = lhs.split(",")
+    if len(specs) != len(inputs):
+        return None
+    sizes: dict[str, int] = {}
+    for spec, shape in zip(specs, inputs):
+        if shape is None:
+            return None
+        if "..." in spec:
+            head, tail = spec.split("...")
+            pairs = list(zip(head, shape[: len(head)])) + list(zip(tail, shape[len(shape) - len(tail):]))
+        else:
+            if len(spec) != len(shape):
+                return None
+            pairs = list(zip(spec, shape))
+        sizes.update(pairs)
+    contracted = set("".join(specs).replace(".", "")) - set(out)
+    return math.prod(sizes.get(c, 1) for c in contracted)
+
+
+def op_work(node: Any, out: Shape | None, input_shape: Callable[[int], Shape | None]) -> int | None:
+    """Multiply-adds (or elements moved) of one run of ``node``; None when shapes are unknown.
+
+    ``out``: the node's first output shape. ``input_shape(i)``: the shape of its i-th input.
+    """
+    cls = H.heavy_class(node.op)
+    op = node.op
+    if cls == H.MATMUL:
+        if "Sparse" in op or "Quantized" in op:
+            return None
+        if "Einsum" in op:
+            equation = node.attr["equation"].s.decode() if "equation" in node.attr else ""
+            n_in = sum(1 for s in node.input if not s.startswith("^"))
+            k = _einsum_contracted(equation, [input_shape(i) for i in range(n_in)])
+        else:
+            k = _matmul_k(node, input_shape(0))
+        n = _elements(out)
+        return None if k is None or n is None else n * k
+    if cls == H.EMBEDDING or op in H.CONDITIONAL_GATHER_OP_TYPES:
+        return _elements(out)  # look-ups: rows read
+    if cls == H.CONVOLUTION:
+        backprop_filter = "BackpropFilter" in op
+        backprop_input = "BackpropInput" in op
+        if "Quantized" in op or "Pad" in op:
+            return None
+        filt = out if backprop_filter else input_shape(1)
+        flow = input_shape(2) if (backprop_filter or backprop_input) else out
+        if filt is None or flow is None or len(filt) < 3:
+            return None
+        if "Depthwise" in op:
+            per_output = math.prod(filt[:-2])
+        else:
+            per_output = math.prod(filt) // max(1, filt[-1])
+        return math.prod(flow) * per_output
+    return None
+
+
+def typical_work(works: Sequence[tuple[int | None, int]]) -> int | None:
+    """The work-weighted median op size over (work per run, runs per step) pairs: half of
+    a step's heavy work runs in ops at most this big. None when any op's work is unknown
+    or there are none (then nothing is claimed)."""
+    if not works or any(w is None for w, _ in works):
+        return None
+    ordered = sorted((w, runs) for w, runs in works)  # type: ignore[misc]
+    total = sum(w * runs for w, runs in ordered)
+    if total <= 0:
+        return 0
+    running = 0
+    for w, runs in ordered:
+        running += w * runs
+        if 2 * running >= total:
+            return int(w)
+    return int(ordered[-1][0])
+
+
+_INT_DTYPES = {3: "int32_val", 9: "int64_val"}  # DataType enum -> TensorProto field
+
+
+def const_ints(node: Any) -> list[int]:
+    """The integer values of a small Const NodeDef (int32/int64), without TensorFlow."""
+    try:
+        tensor = node.attr["value"].tensor
+    except (AttributeError, KeyError):
+        return []
+    field = _INT_DTYPES.get(tensor.dtype)
+    if field is None:
+        return []
+    values = list(getattr(tensor, "int_val" if field == "int32_val" else field))
+    if not values and tensor.tensor_content:
+        import numpy as np
+
+        values = np.frombuffer(tensor.tensor_content, dtype=np.int32 if tensor.dtype == 3 else np.int64).tolist()
+    return [int(v) for v in values]
