@@ -48,7 +48,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 from tf_autopar.graph import heavy_ops as H
 from tf_autopar.graph.profile import GraphProfile
 from tf_autopar.graph.width import avg_width, max_width, propagate
-from tf_autopar.graph.work import INPUT_SHAPES_ATTR, const_ints, op_work, output_shapes, proto_shape, typical_work
+from tf_autopar.graph.work import WORK_ATTR, const_ints, op_work, output_shapes, proto_shape, typical_work
 
 log = logging.getLogger("tf_autopar.graph")
 
@@ -387,7 +387,12 @@ class _Analyzer:
     @staticmethod
     def _work(node: Any, index: Mapping[str, int], nodes: Sequence[Any], arg_shapes: Mapping[str, list[Any]] | None,
               function_format: bool) -> int | None:
-        """The op's work from its and its inputs' recorded shapes (work.py); None if unknown."""
+        """The op's work (work.py): as structure_graph_def recorded it, else from the recorded
+        shapes of the op and its inputs; None if unknown."""
+        if WORK_ATTR in node.attr:
+            recorded = node.attr[WORK_ATTR].i
+            return None if recorded < 0 else recorded
+
         def shape_of(ref: str) -> Any:
             name, _, rest = ref.partition(":")
             k = index.get(name)
@@ -403,13 +408,9 @@ class _Analyzer:
             return None  # "name:out_arg:i" of a multi-output op: its port needs the OpDef
 
         refs = [s for s in node.input if not s.startswith("^")]
-        recorded = list(node.attr[INPUT_SHAPES_ATTR].list.shape) if INPUT_SHAPES_ATTR in node.attr else None
 
         def input_shape(i: int) -> Any:
-            if recorded is not None:
-                proto = recorded[i] if i < len(recorded) else None
-            else:
-                proto = shape_of(refs[i]) if i < len(refs) else None
+            proto = shape_of(refs[i]) if i < len(refs) else None
             return None if proto is None else proto_shape(proto)
 
         own = output_shapes(node)

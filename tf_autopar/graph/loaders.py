@@ -18,7 +18,7 @@ from typing import Any
 from tf_autopar.graph import heavy_ops as H
 from tf_autopar.graph.analysis import analyze_function, analyze_graph_def
 from tf_autopar.graph.profile import GraphProfile
-from tf_autopar.graph.work import INPUT_SHAPES_ATTR
+from tf_autopar.graph.work import WORK_ATTR, op_work
 
 log = logging.getLogger("tf_autopar.graph")
 
@@ -141,7 +141,7 @@ def structure_graph_def(graph: Any) -> Any:
             tensor.tensor_shape.CopyFrom(stub[1].as_proto())
             node.attr["dtype"].type = tensor.dtype
         graph_def.library.function.extend(f.cached_definition for f in functions.values())
-    _add_heavy_shapes(graph_def.node, ops, heavy)
+    _add_heavy_work(graph_def.node, ops, heavy)
     for fdef in graph_def.library.function:  # loop and branch bodies: shapes from their traced graphs
         body = getattr(functions.get(fdef.signature.name), "_cached_graph", None)  # never re-traced
         if body is None:
@@ -149,16 +149,16 @@ def structure_graph_def(graph: Any) -> Any:
         for node in fdef.node_def:
             if node.op in H.HEAVY_OP_TYPES or node.op in H.CONDITIONAL_GATHER_OP_TYPES:
                 try:
-                    _write_shapes(node, body.get_operation_by_name(node.name))
+                    _write_work(node, body.get_operation_by_name(node.name))
                 except (KeyError, ValueError):
                     continue
     return graph_def
 
 
-def _add_heavy_shapes(nodes: Any, ops: list[Any], heavy: list[int]) -> None:
-    """Write the output and input shapes of heavy ops (positions ``heavy`` in both ``ops``
-    and ``nodes``) on their NodeDefs: far cheaper than ``add_shapes=True``, which shapes
-    every node."""
+def _add_heavy_work(nodes: Any, ops: list[Any], heavy: list[int]) -> None:
+    """Write each heavy op's work (work.py) on its NodeDef, from the live op's static shapes
+    (``heavy``: positions in both ``ops`` and ``nodes``). One int per heavy op: shapes as
+    protobufs cost 25 us per op, a visible share of a small model's session creation."""
     by_name: dict[str, Any] | None = None
     for i in heavy:
         op = ops[i]
@@ -168,14 +168,23 @@ def _add_heavy_shapes(nodes: Any, ops: list[Any], heavy: list[int]) -> None:
             node = by_name.get(op.name)
             if node is None:
                 continue
-        _write_shapes(node, op)
+        _write_work(node, op)
 
 
-def _write_shapes(node: Any, op: Any) -> None:
-    if "_output_shapes" not in node.attr:
-        node.attr["_output_shapes"].list.shape.extend(t.shape.as_proto() for t in op.outputs[:1])
-    if INPUT_SHAPES_ATTR not in node.attr:
-        node.attr[INPUT_SHAPES_ATTR].list.shape.extend(t.shape.as_proto() for t in op.inputs)
+def _static(tensor: Any) -> tuple[int, ...] | None:
+    try:
+        dims = tensor.shape.as_list()
+    except ValueError:  # unknown rank
+        return None
+    return None if None in dims else tuple(dims)
+
+
+def _write_work(node: Any, op: Any) -> None:
+    inputs = op.inputs
+    outputs = op.outputs
+    work = op_work(node, _static(outputs[0]) if outputs else None,
+                   lambda i: _static(inputs[i]) if i < len(inputs) else None)
+    node.attr[WORK_ATTR].i = -1 if work is None else work
 
 
 def _from_tf_function(fn: Any, input_signature: Any, include_gradients: bool) -> GraphProfile:

@@ -22,8 +22,8 @@ look-ups (they move memory, one element per row read):
 
 Shapes come from the ``_output_shapes`` attribute: TensorFlow writes it on function-body
 nodes and on function arguments (``arg_attr``), and on top-level nodes when the GraphDef
-is made with ``add_shapes=True``; ``structure_graph_def`` writes only heavy ops' output and
-input shapes (``INPUT_SHAPES_ATTR``), which costs far less.
+is made with ``add_shapes=True``. ``structure_graph_def`` instead computes each heavy op's work
+from the live op and writes it as one integer (``WORK_ATTR``), which costs far less.
 """
 from __future__ import annotations
 
@@ -33,8 +33,9 @@ from typing import Any, Callable, Sequence
 from tf_autopar.graph import heavy_ops as H
 
 Shape = tuple[int, ...]  # fully known dimensions only
-#: Input shapes of a heavy op, written by ``structure_graph_def`` (a private NodeDef attribute).
-INPUT_SHAPES_ATTR = "_tf_autopar_input_shapes"
+#: A heavy op's work as computed by ``structure_graph_def`` from the live op (a private NodeDef
+#: attribute; -1 = unknown).
+WORK_ATTR = "_tf_autopar_work"
 
 
 def proto_shape(shape_proto: Any) -> Shape | None:
