@@ -360,3 +360,14 @@ def test_small_ops_in_training_and_throughput_modes():
     streams = plan(host, _sized(1, 1000), "throughput")
     assert (streams.instances, streams.intra_op) == (12, 1) and "small ops" in streams.explain()
     assert plan(host, _sized(1, 10**9), "throughput").intra_op == 2
+
+
+def test_tiny_ops_run_on_one_inter_op_thread_too():
+    from tf_autopar.planning.planner import TINY_OP_WORK
+
+    host = hosts()["skylake"]
+    tiny = plan(host, _sized(4, TINY_OP_WORK - 1))
+    assert (tiny.inter_op, tiny.intra_op) == (1, 1) and "tiny ops" in tiny.explain()
+    assert plan(host, _sized(4, TINY_OP_WORK)).inter_op == 4
+    # tf.data still gets its two inter-op threads
+    assert plan(host, _sized(4, TINY_OP_WORK - 1), tf_data=True).inter_op == 2

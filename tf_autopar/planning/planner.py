@@ -20,7 +20,8 @@ Frameworks", TACO 2021, adapted to how TensorFlow 2 really threads):
    known only when every heavy op's shapes are static) does fewer than SMALL_OP_WORK
    multiply-adds, intra = 1 (OMP = 1): waking and joining a second thread costs more than
    such an op gains. Inter-op stays p, so a wide model still runs independent ops on the
-   other CPUs (Speech's two RNN directions: 2x1).
+   other CPUs (Speech's two RNN directions: 2x1). Tiny ops (under TINY_OP_WORK) get p = 1
+   as well: handing an op to another inter-op thread costs about as long as running it.
 4. Modes. latency: one request at a time; the plan stays on min(p, nodes) NUMA nodes
    (sockets first), since a node or socket only pays off when it can own a branch;
    restricted plans bind to their CPUs. training: every socket in the budget (large
@@ -50,6 +51,10 @@ MODES = ("latency", "throughput", "training")
 # Wide&Deep (0.9 M) 1.1x; SqueezeNet (27 M), DenseNet (48 M) and every bigger model ran
 # 1.1-1.8x faster with two. 8 M is the geometric middle of the 2.7 M / 27 M gap.
 SMALL_OP_WORK = 8_000_000
+# Below this typical size, one inter-op thread too: an op runs in about the time a hand-off to
+# another thread takes (~10-20 us here). MemNet training (32 K) ran 1.4x faster at 1x1 than at
+# 2x1, Speech at batch 1 (1.0 M, long RNN branches) 1.6x faster at 2x1 than at 1x1.
+TINY_OP_WORK = 200_000
 KMP_BLOCKTIME = 1
 KMP_AFFINITY = "granularity=fine,compact,1,0"
 
@@ -415,6 +420,10 @@ def plan(
     op_work = getattr(profile, "typical_op_work", None)
     if op_work is not None:
         facts.append(f"typical heavy op: {_mac(op_work)} multiply-adds (work-weighted median, from static shapes)")
+        if op_work < TINY_OP_WORK and p > 1:
+            p = 1
+            facts.append(f"tiny ops (under {_mac(TINY_OP_WORK)} multiply-adds): 1 inter-op pool, since handing an op "
+                         "to another thread takes about as long as running it")
     if mode == "throughput":
         layout = throughput_layout(units, streams, p, facts)
     else:
