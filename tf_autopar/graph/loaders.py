@@ -106,13 +106,15 @@ def structure_graph_def(graph: Any) -> Any:
     weights (575 MB for VGG-19), and copying them cost 97% of a Session's creation time in
     analysis. The analysis needs names, op types, inputs, attributes and, for constants,
     only dtype and shape (the embedding-table rule looks at the rank). Small graphs with small
-    constants are serialised whole: that is faster than the op-by-op copy.
+    constants are serialised whole: that is faster than the op-by-op copy. Each heavy op (in
+    nested function bodies too) carries its work as a private int attribute (work.py),
+    computed from the live op's static shapes, which a GraphDef does not keep.
     """
     from tensorflow.core.framework import graph_pb2
 
     ops = graph.get_operations()
     stubs: dict[str, tuple[Any, Any]] = {}
-    heavy: list[int] = []  # positions of heavy-typed ops: they get their shapes (work.py)
+    heavy: list[int] = []  # positions of heavy-typed ops: they get their work recorded (work.py)
     payload = 0
     for i, op in enumerate(ops):
         kind = op.type
@@ -142,7 +144,7 @@ def structure_graph_def(graph: Any) -> Any:
             node.attr["dtype"].type = tensor.dtype
         graph_def.library.function.extend(f.cached_definition for f in functions.values())
     _add_heavy_work(graph_def.node, ops, heavy)
-    for fdef in graph_def.library.function:  # loop and branch bodies: shapes from their traced graphs
+    for fdef in graph_def.library.function:  # loop and branch bodies: work from their traced graphs
         body = getattr(functions.get(fdef.signature.name), "_cached_graph", None)  # never re-traced
         if body is None:
             continue
