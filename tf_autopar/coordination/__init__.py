@@ -25,8 +25,8 @@ How the share is decided, first match wins:
    pinning, a CPU budget of capacity // count (1 process when the count is unknown), and one
    warning. Never an exception.
 
-More workers than cores: see the sharing rule in slices.py (1 x 1 threads each, bound to the
-cores of one NUMA node, which its workers share).
+More workers than cores: see the sharing rule in slices.py (one core per worker, shared,
+1 x 1 threads each).
 """
 from __future__ import annotations
 
@@ -38,7 +38,6 @@ from typing import Any, Mapping, Sequence
 from tf_autopar.coordination.lease import Lease, LeaseError, acquire, default_root, group_key, lease_status
 from tf_autopar.coordination.ranks import LAUNCHER, Ranks, detect_ranks
 from tf_autopar.coordination.slices import Slice, capacity_cores, restrict, slice_for, split
-from tf_autopar.planning.plan import format_cpus
 from tf_autopar.topology.model import Topology
 
 log = logging.getLogger("tf_autopar.coordination")
@@ -120,8 +119,8 @@ def _from_slice(s: Slice, count: int, source: str, topology: Topology, note: str
     whole = set(s.cpus) == set(topology.affinity)
     if s.shared_with > 1:
         note = (note + "; " if note else "") + (
-            f"{count} workers for {len(capacity_cores(topology))} core(s): {s.shared_with} workers share CPUs "
-            f"{format_cpus(s.cpus)} (one NUMA node), 1 x 1 threads each (sharing rule)")
+            f"{count} workers for {len(capacity_cores(topology))} core(s): core shared by {s.shared_with} workers, "
+            "1 x 1 threads each (sharing rule)")
     return Share(s.index if lease is None else lease.index, count, s.cpus, source, s.shared_with, note,
                  budget=s.cores, pin=not whole, _lease=lease)
 

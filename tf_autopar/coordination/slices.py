@@ -11,12 +11,9 @@ Pure: Topology in, CPU ids out. The rules (documented in the README, "Several pr
   core never slows a data-parallel rank). Slices are cut inside one NUMA node where the node
   has room, like the planner's throughput streams; only leftovers cross nodes. A slice holds
   whole physical cores: every logical CPU (SMT sibling) of its cores that is in the mask.
-- N > capacity (the sharing rule). Worker i is counted on core ``i mod capacity`` and plans
-  one inter-op x one intra-op thread, so the host runs N threads, not N x cores. It is bound
-  to every capacity core of that core's NUMA node, not to the one core: the kernel can then
-  move a worker to a core whose other workers are idle (servers' loads are uneven, and the
-  last requests of a batch would otherwise leave cores idle), while the workers stay on
-  their node's memory. ``shared_with`` counts the workers bound to those cores.
+- N > capacity (the sharing rule). Worker i gets core ``i mod capacity``; the workers on a
+  core share it and plan one inter-op x one intra-op thread each, so the host runs
+  N threads, not N x cores. ``shared_with`` counts the workers on that core.
 """
 from __future__ import annotations
 
@@ -77,18 +74,8 @@ def split(topology: Topology, count: int) -> list[Slice]:
     mask = set(topology.affinity) or {cpu for c in cores for cpu in c.cpus}
     if count <= len(cores):
         return [Slice(i, _cpus(s, mask), len(s), 1) for i, s in enumerate(_cut(cores, _sizes(len(cores), count)))]
-    node_of = [(c.socket, c.numa_node) for c in cores]
-    per_core = _sizes(count, len(cores))  # workers counted on core j: per_core[j]
-    node_cores: dict[tuple[int, int], list[Core]] = {}
-    node_workers: dict[tuple[int, int], int] = {}
-    for j, c in enumerate(cores):
-        node_cores.setdefault(node_of[j], []).append(c)
-        node_workers[node_of[j]] = node_workers.get(node_of[j], 0) + per_core[j]
-    out = []
-    for i in range(count):
-        node = node_of[i % len(cores)]
-        out.append(Slice(i, _cpus(node_cores[node], mask), 1, node_workers[node]))
-    return out
+    per_core = _sizes(count, len(cores))  # workers on core j: per_core[j]
+    return [Slice(i, _cpus([cores[i % len(cores)]], mask), 1, per_core[i % len(cores)]) for i in range(count)]
 
 
 def slice_for(topology: Topology, index: int, count: int) -> Slice:
