@@ -194,8 +194,11 @@ def test_parallel_branches_show_in_the_width(builds):
     """What the planner reads: Inception and Wide&Deep have parallel heavy ops, DenseNet none."""
     from tf_autopar.graph import analyze
 
-    names = ("inception_v3", "densenet", "squeezenet", "wide_deep", "ncf")
-    prof = {n: analyze(builds(n).graph_def("infer")) for n in names}
+    from workloads import runner
+
+    prof = {n: analyze(builds(n).graph_def("infer")) for n in ("inception_v3", "densenet", "squeezenet")}
+    # recommenders at a batch whose look-ups read >= MIN_LOOKUP_ELEMENTS (fewer are light: heavy_ops.py)
+    prof.update({n: analyze(runner.graph_def(n, "infer", "tiny", batch=8192)) for n in ("wide_deep", "ncf")})
     assert prof["inception_v3"].max_width >= 4  # four-branch Inception modules
     assert prof["densenet"].max_width == 1  # a single chain despite the concatenations
     assert prof["squeezenet"].max_width == 2  # the two expand convolutions
