@@ -8,8 +8,6 @@ Facts this rests on (TF 2.21, checked by experiment):
 - TF_OVERRIDE_GLOBAL_THREADPOOL=1 is read once at start; then every Session gets its own
   intra-op pool (its ConfigProto's ``intra_op_parallelism_threads``). Eager code and
   tf.function keep using the context's pool, unchanged in speed and thread use.
-- Threads inherit the creating thread's affinity and scheduling policy, so binding or
-  re-scheduling the main thread before the start covers every pool thread TF starts.
 - "Started" = the eager context has a C handle, or a Session was created (a session fixes
   the process pools without initialising the eager context; TF counts sessions in a
   monitoring cell).
@@ -21,7 +19,6 @@ import sys
 from typing import Mapping
 
 OVERRIDE_VAR = "TF_OVERRIDE_GLOBAL_THREADPOOL"
-SCHED_VAR = "TF_AUTOPAR_SCHED_BATCH"  # "0": never switch a core-sharing worker to SCHED_BATCH
 POOL_VARS = ("TF_NUM_INTEROP_THREADS", "TF_NUM_INTRAOP_THREADS")
 
 # variables tf_autopar set in this process -> the value set (to tell them from the user's)
@@ -122,29 +119,6 @@ def bind(cpus: tuple[int, ...]) -> bool:
         return True
     except (AttributeError, OSError, ValueError):
         return False
-
-
-def batch_schedule() -> str:
-    """Switch this thread, and the pool threads TF will start from it, to SCHED_BATCH.
-
-    For workers that share a core (the sharing rule): SCHED_BATCH tasks do not preempt the
-    running task when they wake, so each worker keeps the core for whole time slices instead
-    of evicting the other worker's cache at every thread hand-off. Returns what was done, or
-    why not: "" when applied. A policy the user chose (anything but SCHED_OTHER) and
-    TF_AUTOPAR_SCHED_BATCH=0 are respected.
-    """
-    if os.environ.get(SCHED_VAR, "").strip().lower() in ("0", "false", "no", "off"):
-        return f"kept SCHED_OTHER ({SCHED_VAR}={os.environ[SCHED_VAR]})"
-    try:
-        policy = os.sched_getscheduler(0)
-        if policy == os.SCHED_BATCH:
-            return "already SCHED_BATCH"
-        if policy != os.SCHED_OTHER:
-            return f"kept your scheduling policy ({policy})"
-        os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
-    except (AttributeError, OSError) as exc:
-        return f"could not set SCHED_BATCH: {exc}"
-    return ""
 
 
 def default_pool_size() -> int:
