@@ -371,3 +371,46 @@ def test_tiny_ops_run_on_one_inter_op_thread_too():
     assert plan(host, _sized(4, TINY_OP_WORK)).inter_op == 4
     # tf.data still gets its two inter-op threads
     assert plan(host, _sized(4, TINY_OP_WORK - 1), tf_data=True).inter_op == 2
+
+
+# --- training: ops under TRAIN_SMALL_OP_WORK run 2 inter-op x 1 intra-op where the graph is 2-wide
+
+
+def _chain(work: int | None, max_width: int = 2) -> GraphProfile:
+    """A chain net's training graph: average width 1, 2-wide where the gradients pair up."""
+    return GraphProfile(heavy_ops=15, depth=10, avg_width=1, max_width=max_width, typical_op_work=work, training=True)
+
+
+def test_training_with_mid_size_ops_pairs_the_gradients():
+    from tf_autopar.planning.planner import SMALL_OP_WORK, TRAIN_SMALL_OP_WORK
+
+    this = hosts()["this"]
+    mid = plan(this, _chain(85_000_000), "training")  # DeepQ's training graph
+    assert (mid.inter_op, mid.intra_op) == (2, 1)
+    assert "input and weight gradients" in mid.explain() and "small ops" in mid.explain()
+    # the same graph planned for inference keeps the latency limit: 85 M ops get both threads
+    assert (plan(this, _chain(85_000_000), "latency").inter_op, plan(this, _chain(85_000_000)).intra_op) == (1, 2)
+    # at the limit, the width rule and every CPU for each op, as before
+    big = plan(this, _chain(TRAIN_SMALL_OP_WORK), "training")
+    assert (big.inter_op, big.intra_op) == (1, 2) and "gradients" not in big.explain()
+    assert SMALL_OP_WORK < TRAIN_SMALL_OP_WORK
+
+
+def test_training_pairs_need_a_two_wide_graph_and_leave_tiny_and_wide_graphs_alone():
+    from tf_autopar.planning.planner import TINY_OP_WORK
+
+    this = hosts()["this"]
+    chain = plan(this, _chain(50_000_000, max_width=1), "training")  # nothing to pair
+    assert (chain.inter_op, chain.intra_op) == (1, 1)
+    tiny = plan(this, _chain(TINY_OP_WORK - 1), "training")
+    assert (tiny.inter_op, tiny.intra_op) == (1, 1)
+    wide = plan(hosts()["skylake"], GraphProfile(heavy_ops=40, depth=10, avg_width=4, max_width=27,
+                                                 typical_op_work=200_000_000, training=True), "training")
+    assert (wide.inter_op, wide.intra_op) == (4, 1)  # already wider than a pair: the width rule stands
+    unknown = plan(this, _chain(None), "training")
+    assert (unknown.inter_op, unknown.intra_op) == (1, 2)  # unknown work: nothing claimed
+
+
+def test_training_pairs_respect_the_users_inter_op_setting():
+    p = plan(hosts()["this"], _chain(85_000_000), "training", env={"TF_NUM_INTEROP_THREADS": "1"})
+    assert (p.inter_op, p.intra_op) == (1, 1) and p.settings["inter_op"].source == "user"

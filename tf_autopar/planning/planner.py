@@ -22,6 +22,8 @@ Frameworks", TACO 2021, adapted to how TensorFlow 2 really threads):
    such an op gains. Inter-op stays p, so a wide model still runs independent ops on the
    other CPUs (Speech's two RNN directions: 2x1). Tiny ops (under TINY_OP_WORK) get p = 1
    as well: handing an op to another inter-op thread costs about as long as running it.
+   Training graphs use TRAIN_SMALL_OP_WORK as the limit and get p >= 2 where the graph is
+   2-wide (a backward pass's input and weight gradients): 2x1 on 2 cores.
 4. Modes. latency: one request at a time; the plan stays on min(p, nodes) NUMA nodes
    (sockets first), since a node or socket only pays off when it can own a branch;
    restricted plans bind to their CPUs. training: every socket in the budget (large
@@ -55,6 +57,14 @@ SMALL_OP_WORK = 8_000_000
 # another thread takes (~10-20 us here). MemNet training (32 K) ran 1.4x faster at 1x1 than at
 # 2x1, Speech at batch 1 (1.0 M, long RNN branches) 1.6x faster at 2x1 than at 1x1.
 TINY_OP_WORK = 200_000
+# Training graphs: below this typical size, 2 inter-op x 1 intra-op thread. A backward pass
+# computes each layer's input gradient and weight gradient independently, so two inter-op
+# threads keep both cores busy with one thread per op, while ops this size barely gain from
+# a second intra-op thread. Fitted on the README's training rows (paper size, 2 cores): at
+# 17-221 M (NCF, DeepQ, Wide&Deep) the second intra-op thread gained 1.03-1.27x and 2x1 was
+# 1.1-1.3x faster than 1x2; at 430 M and more (SqueezeNet, DenseNet, the conv nets) the second
+# thread gained 1.6-1.9x and 1x2 or 2x2 was best. 300 M is the geometric middle of the gap.
+TRAIN_SMALL_OP_WORK = 300_000_000
 KMP_BLOCKTIME = 1
 KMP_AFFINITY = "granularity=fine,compact,1,0"
 
@@ -221,12 +231,19 @@ def restrict_latency(units: list[Unit], p: int) -> tuple[list[Unit], str]:
     )
 
 
-def intra_threads(runtime: str, cpus: int, inter: int, op_work: int | None = None) -> tuple[int, int | None, str]:
+def small_op_limit(mode: str) -> int:
+    """Typical heavy-op work below which one intra-op thread per op is planned."""
+    return TRAIN_SMALL_OP_WORK if mode == "training" else SMALL_OP_WORK
+
+
+def intra_threads(
+    runtime: str, cpus: int, inter: int, op_work: int | None = None, small: int = SMALL_OP_WORK
+) -> tuple[int, int | None, str]:
     """(intra_op, omp_threads, reason) for ``cpus`` CPUs shared by ``inter`` inter-op threads,
-    for ops of typical size ``op_work`` multiply-adds (None: unknown)."""
-    if op_work is not None and op_work < SMALL_OP_WORK and cpus > 1:
+    for ops of typical size ``op_work`` multiply-adds (None: unknown); ``small``: the limit."""
+    if op_work is not None and op_work < small and cpus > 1:
         return 1, (1 if runtime == "openmp" else None), (
-            f"small ops: the typical heavy op does {_mac(op_work)} multiply-adds, under {_mac(SMALL_OP_WORK)}; "
+            f"small ops: the typical heavy op does {_mac(op_work)} multiply-adds, under {_mac(small)}; "
             "waking a second thread per op costs more than it gains, so one thread per op"
             + (f" (the {inter} inter-op threads run independent ops on the other CPUs)" if inter > 1 else ""))
     if runtime == "openmp":
@@ -353,7 +370,8 @@ def planned_settings(
     }
     # A user's explicit inter-op count is what shares the CPUs, so the OpenMP division uses it.
     inter_for_division = user.inter_op if user.inter_op else inter
-    intra, omp, intra_why = intra_threads(runtime, layout.per_instance, inter_for_division, op_work)
+    intra, omp, intra_why = intra_threads(runtime, layout.per_instance, inter_for_division, op_work,
+                                          small_op_limit(mode))
     settings["intra_op"] = Setting(intra, "planned", intra_why)
     if omp is not None:
         settings["omp_threads"] = Setting(omp, "planned", "OMP_NUM_THREADS = MKL_NUM_THREADS = intra_op")
@@ -420,10 +438,17 @@ def plan(
     op_work = getattr(profile, "typical_op_work", None)
     if op_work is not None:
         facts.append(f"typical heavy op: {_mac(op_work)} multiply-adds (work-weighted median, from static shapes)")
-        if op_work < TINY_OP_WORK and p > 1:
-            p = 1
-            facts.append(f"tiny ops (under {_mac(TINY_OP_WORK)} multiply-adds): 1 inter-op pool, since handing an op "
-                         "to another thread takes about as long as running it")
+        if op_work < TINY_OP_WORK:
+            if p > 1:
+                p = 1
+                facts.append(f"tiny ops (under {_mac(TINY_OP_WORK)} multiply-adds): 1 inter-op pool, since handing an "
+                             "op to another thread takes about as long as running it")
+        elif mode == "training" and op_work < TRAIN_SMALL_OP_WORK:
+            pairs = min(2, profile.max_width, len(units))
+            if pairs > p:
+                p = pairs
+                facts.append(f"training with small ops: {p} inter-op pools, so that each layer's independent input "
+                             "and weight gradients run side by side, one thread each")
     if mode == "throughput":
         layout = throughput_layout(units, streams, p, facts)
     else:
