@@ -270,6 +270,10 @@ def shaped(container, name, op, shape, *inputs, **attrs):
     ("Conv2D", (1, 32, 32, 3), (3, 3, 3, 16), (1, 32, 32, 16), {}, 32 * 32 * 16 * 27),
     ("DepthwiseConv2dNative", (1, 32, 32, 8), (3, 3, 8, 1), (1, 32, 32, 8), {}, 32 * 32 * 8 * 9),
     ("MatMul", (-1, 64), (64, 32), (-1, 32), {}, None),  # a None batch: unknown
+    # an input of unknown shape (a TensorList pop in a loop's gradient): K from the other input
+    ("MatMul", (-1, 16), (4, 8), (16, 8), {"transpose_a": True}, 16 * 8 * 4),
+    ("MatMul", (-1, -1), (8, 4), (16, 8), {"transpose_b": True}, 16 * 8 * 4),
+    ("BatchMatMulV2", (-1, 8, 16), (4, 8, 16), (4, 8, 8), {"adj_y": True}, 4 * 8 * 8 * 16),
 ])
 def test_op_work_of_contractions(op, a, b, out, attrs, expected):
     g = graph_pb2.GraphDef()

@@ -58,12 +58,19 @@ def _elements(shape: Shape | None) -> int | None:
     return None if shape is None else math.prod(shape)
 
 
-def _matmul_k(node: Any, a: Shape | None) -> int | None:
-    if a is None or len(a) < 2:
-        return None
-    key = "adj_x" if "BatchMatMul" in node.op else "transpose_a"
-    transposed = node.attr[key].b if key in node.attr else False
-    return a[-2] if transposed else a[-1]
+def _matmul_k(node: Any, a: Shape | None, b: Shape | None) -> int | None:
+    """The contracted dimension, from whichever input's shape is known (a weight gradient's
+    saved activation, popped from a TensorList in a loop, often has no recorded shape)."""
+    batch = "BatchMatMul" in node.op
+
+    def transposed(key: str) -> bool:
+        return node.attr[key].b if key in node.attr else False
+
+    if a is not None and len(a) >= 2:
+        return a[-2] if transposed("adj_x" if batch else "transpose_a") else a[-1]
+    if b is not None and len(b) >= 2:
+        return b[-1] if transposed("adj_y" if batch else "transpose_b") else b[-2]
+    return None
 
 
 def _einsum_contracted(equation: str, inputs: Sequence[Shape | None]) -> int | None:
@@ -105,7 +112,7 @@ def op_work(node: Any, out: Shape | None, input_shape: Callable[[int], Shape | N
             n_in = sum(1 for s in node.input if not s.startswith("^"))
             k = _einsum_contracted(equation, [input_shape(i) for i in range(n_in)])
         else:
-            k = _matmul_k(node, input_shape(0))
+            k = _matmul_k(node, input_shape(0), input_shape(1))
         n = _elements(out)
         return None if k is None or n is None else n * k
     if cls == H.EMBEDDING or op in H.CONDITIONAL_GATHER_OP_TYPES:
