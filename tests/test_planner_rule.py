@@ -400,17 +400,28 @@ def test_training_pairs_need_a_two_wide_graph_and_leave_tiny_and_wide_graphs_alo
     from tf_autopar.planning.planner import TINY_OP_WORK
 
     this = hosts()["this"]
-    chain = plan(this, _chain(50_000_000, max_width=1), "training")  # nothing to pair
-    assert (chain.inter_op, chain.intra_op) == (1, 1)
+    chain = plan(this, _chain(50_000_000, max_width=1), "training")  # nothing to pair: every CPU per op
+    assert (chain.inter_op, chain.intra_op) == (1, 2)
     tiny = plan(this, _chain(TINY_OP_WORK - 1), "training")
     assert (tiny.inter_op, tiny.intra_op) == (1, 1)
     wide = plan(hosts()["skylake"], GraphProfile(heavy_ops=40, depth=10, avg_width=4, max_width=27,
                                                  typical_op_work=200_000_000, training=True), "training")
-    assert (wide.inter_op, wide.intra_op) == (4, 1)  # already wider than a pair: the width rule stands
+    assert (wide.inter_op, wide.intra_op) == (4, 6)  # already wider than a pair: the width rule stands
     unknown = plan(this, _chain(None), "training")
     assert (unknown.inter_op, unknown.intra_op) == (1, 2)  # unknown work: nothing claimed
 
 
+@pytest.mark.parametrize("runtime", ["eigen", "openmp"])
+def test_training_pairs_divide_a_big_host_instead_of_idling_it(runtime):
+    """2x1 is what 2 cores measured; 24 cores get 2 x 12, not 2 busy cores and 22 idle ones."""
+    p = plan(hosts(runtime)["skylake"], _chain(85_000_000), "training")
+    assert (p.inter_op, p.intra_op) == (2, 12)
+    assert p.omp_threads == (12 if runtime == "openmp" else None)
+    assert "divided among the 2 inter-op threads: 12 per op" in p.explain()
+    # inference keeps one thread per small op
+    assert plan(hosts(runtime)["skylake"], _chain(1_000_000)).intra_op == 1
+
+
 def test_training_pairs_respect_the_users_inter_op_setting():
     p = plan(hosts()["this"], _chain(85_000_000), "training", env={"TF_NUM_INTEROP_THREADS": "1"})
-    assert (p.inter_op, p.intra_op) == (1, 1) and p.settings["inter_op"].source == "user"
+    assert (p.inter_op, p.intra_op) == (1, 2) and p.settings["inter_op"].source == "user"

@@ -23,7 +23,8 @@ Frameworks", TACO 2021, adapted to how TensorFlow 2 really threads):
    other CPUs (Speech's two RNN directions: 2x1). Tiny ops (under TINY_OP_WORK) get p = 1
    as well: handing an op to another inter-op thread costs about as long as running it.
    Training graphs use TRAIN_SMALL_OP_WORK as the limit and get p >= 2 where the graph is
-   2-wide (a backward pass's input and weight gradients): 2x1 on 2 cores.
+   2-wide (a backward pass's input and weight gradients), with the CPUs divided among the p
+   inter-op threads: 2x1 on 2 cores, 2x12 on 24.
 4. Modes. latency: one request at a time; the plan stays on min(p, nodes) NUMA nodes
    (sockets first), since a node or socket only pays off when it can own a branch;
    restricted plans bind to their CPUs. training: every socket in the budget (large
@@ -64,6 +65,7 @@ TINY_OP_WORK = 200_000
 # 17-221 M (NCF, DeepQ, Wide&Deep) the second intra-op thread gained 1.03-1.27x and 2x1 was
 # 1.1-1.3x faster than 1x2; at 430 M and more (SqueezeNet, DenseNet, the conv nets) the second
 # thread gained 1.6-1.9x and 1x2 or 2x2 was best. 300 M is the geometric middle of the gap.
+# Checked out of sample in session 4 (README): AutoEnc and Speech at 2x1 are at the optimum.
 TRAIN_SMALL_OP_WORK = 300_000_000
 KMP_BLOCKTIME = 1
 KMP_AFFINITY = "granularity=fine,compact,1,0"
@@ -231,21 +233,27 @@ def restrict_latency(units: list[Unit], p: int) -> tuple[list[Unit], str]:
     )
 
 
-def small_op_limit(mode: str) -> int:
-    """Typical heavy-op work below which one intra-op thread per op is planned."""
-    return TRAIN_SMALL_OP_WORK if mode == "training" else SMALL_OP_WORK
-
-
 def intra_threads(
-    runtime: str, cpus: int, inter: int, op_work: int | None = None, small: int = SMALL_OP_WORK
+    runtime: str, cpus: int, inter: int, op_work: int | None = None, training: bool = False
 ) -> tuple[int, int | None, str]:
     """(intra_op, omp_threads, reason) for ``cpus`` CPUs shared by ``inter`` inter-op threads,
-    for ops of typical size ``op_work`` multiply-adds (None: unknown); ``small``: the limit."""
+    for ops of typical size ``op_work`` multiply-adds (None: unknown).
+
+    Small ops get one thread each (inference, and tiny ops anywhere). In training, ops under
+    TRAIN_SMALL_OP_WORK get the CPUs divided among the inter-op threads, since the gradient
+    pairs keep every inter-op thread busy: 1 each at 2x1 on 2 cores, and no plan that idles
+    most of a big host for an op size measured only on 2 cores.
+    """
+    small = TRAIN_SMALL_OP_WORK if training else SMALL_OP_WORK
     if op_work is not None and op_work < small and cpus > 1:
-        return 1, (1 if runtime == "openmp" else None), (
-            f"small ops: the typical heavy op does {_mac(op_work)} multiply-adds, under {_mac(small)}; "
-            "waking a second thread per op costs more than it gains, so one thread per op"
-            + (f" (the {inter} inter-op threads run independent ops on the other CPUs)" if inter > 1 else ""))
+        training = training and op_work >= TINY_OP_WORK  # tiny ops: one thread each in any mode
+        n = max(1, cpus // inter) if training else 1
+        return n, (n if runtime == "openmp" else None), (
+            f"small ops: the typical heavy op does {_mac(op_work)} multiply-adds, under {_mac(small)}"
+            + (f" for training; the {cpus} CPUs are divided among the {inter} inter-op threads: {n} per op"
+               if training else
+               "; waking a second thread per op costs more than it gains, so one thread per op"
+               + (f" (the {inter} inter-op threads run independent ops on the other CPUs)" if inter > 1 else "")))
     if runtime == "openmp":
         n = max(1, cpus // inter)
         return n, n, (
@@ -371,7 +379,7 @@ def planned_settings(
     # A user's explicit inter-op count is what shares the CPUs, so the OpenMP division uses it.
     inter_for_division = user.inter_op if user.inter_op else inter
     intra, omp, intra_why = intra_threads(runtime, layout.per_instance, inter_for_division, op_work,
-                                          small_op_limit(mode))
+                                          training=mode == "training")
     settings["intra_op"] = Setting(intra, "planned", intra_why)
     if omp is not None:
         settings["omp_threads"] = Setting(omp, "planned", "OMP_NUM_THREADS = MKL_NUM_THREADS = intra_op")
