@@ -77,8 +77,11 @@ def main(argv: list[str] | None = None) -> int:
         rows[key] = replan(rows[key], config)
     assert doc is not None
     stat = results.statistic_for(doc["options"].get("cpu_quota"))
+    rounds = {s["file"]: s["options"]["rounds"] for s in sources}
+    complete = all(len(c["runs"]) >= rounds.get(r.get("source", ""), 0)
+                   for r in rows.values() for c in r["configs"].values() if not c.get("same_as"))
     merged = {**doc, "rows": sorted(rows.values(), key=lambda r: (r["workload"], r["mode"])),
-              "sources": sources}
+              "sources": sources, "interrupted": not complete}
     for row in merged["rows"]:
         row["summary"] = results.summarize_row(row, doc["host"].get("logical_cpus", 2), stat)
     merged["geomean"] = results.geomeans(merged["rows"])
