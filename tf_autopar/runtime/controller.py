@@ -17,7 +17,9 @@ Facts this rests on (TF 2.21, checked by experiment):
 """
 from __future__ import annotations
 
+import ctypes
 import os
+import platform
 import sys
 from typing import Mapping
 
@@ -127,6 +129,13 @@ def bind(cpus: tuple[int, ...]) -> bool:
         return False
 
 
+class _SchedAttr(ctypes.Structure):
+    _fields_ = [("size", ctypes.c_uint32), ("sched_policy", ctypes.c_uint32), ("sched_flags", ctypes.c_uint64),
+                ("sched_nice", ctypes.c_int32), ("sched_priority", ctypes.c_uint32),
+                ("sched_runtime", ctypes.c_uint64), ("sched_deadline", ctypes.c_uint64),
+                ("sched_period", ctypes.c_uint64), ("util_min", ctypes.c_uint32), ("util_max", ctypes.c_uint32)]
+
+
 def request_slice(environ: Mapping[str, str] | None = None) -> str:
     """Ask the kernel for longer time slices for this thread and the pool threads TF will start.
 
@@ -137,9 +146,6 @@ def request_slice(environ: Mapping[str, str] | None = None) -> str:
     Returns what was done, or why not. Only SCHED_OTHER threads are touched; TF_AUTOPAR_SHARED_SLICE_MS
     sets the length (0: leave the kernel's default).
     """
-    import ctypes  # here, not at import: enable() runs on every start
-    import platform
-
     env = os.environ if environ is None else environ
     raw = env.get(SLICE_VAR, "").strip()
     try:
@@ -154,15 +160,9 @@ def request_slice(environ: Mapping[str, str] | None = None) -> str:
     try:
         if os.sched_getscheduler(0) != os.SCHED_OTHER:
             return "time slice not changed: you chose a scheduling policy for this process"
-        class SchedAttr(ctypes.Structure):  # struct sched_attr, linux/sched/types.h
-            _fields_ = [("size", ctypes.c_uint32), ("sched_policy", ctypes.c_uint32), ("sched_flags", ctypes.c_uint64),
-                        ("sched_nice", ctypes.c_int32), ("sched_priority", ctypes.c_uint32),
-                        ("sched_runtime", ctypes.c_uint64), ("sched_deadline", ctypes.c_uint64),
-                        ("sched_period", ctypes.c_uint64), ("util_min", ctypes.c_uint32), ("util_max", ctypes.c_uint32)]
-
         libc = ctypes.CDLL(None, use_errno=True)
-        attr = SchedAttr(size=ctypes.sizeof(SchedAttr), sched_policy=os.SCHED_OTHER,
-                         sched_nice=os.getpriority(os.PRIO_PROCESS, 0), sched_runtime=int(ms * 1e6))
+        attr = _SchedAttr(size=ctypes.sizeof(_SchedAttr), sched_policy=os.SCHED_OTHER,
+                          sched_nice=os.getpriority(os.PRIO_PROCESS, 0), sched_runtime=int(ms * 1e6))
         if libc.syscall(number, 0, ctypes.byref(attr), 0) != 0:
             return f"time slice not changed: sched_setattr failed ({os.strerror(ctypes.get_errno())})"
     except (AttributeError, OSError) as exc:
