@@ -16,8 +16,6 @@ each. Build and warm-up are excluded. Configurations:
   WEB_CONCURRENCY; index from the host-wide lease), binds to it and plans for it before
   TensorFlow starts. ``--via coordination`` does the same steps by hand (claim_share,
   apply_affinity, plan, TF_NUM_*), to tell the library's mechanism from enable()'s glue.
-- ``enable-fair`` (only with ``--configs``): enable() with TF_AUTOPAR_SHARED_SLICE_MS=0, so workers
-  that share a core keep the kernel's time slice: measures what the longer slice is worth.
 
 Rounds interleave the configurations (default, enable, default, enable, ...; the order
 alternates per round), every run in fresh processes. ``--cpu-quota Q`` runs every round a
@@ -51,7 +49,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-CONFIGS = ("default", "enable", "enable-fair")
+CONFIGS = ("default", "enable")
 REFERENCE = "solo"
 
 
@@ -65,15 +63,12 @@ def serve(args: argparse.Namespace) -> int:
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
         os.environ.update(TF_NUM_INTEROP_THREADS="1", TF_NUM_INTRAOP_THREADS="1")
         info["plan"] = "1x1"
-    elif args.config in ("enable", "enable-fair"):
-        if args.config == "enable-fair":
-            os.environ["TF_AUTOPAR_SHARED_SLICE_MS"] = "0"
+    elif args.config == "enable":
         if args.via == "enable":
             import tf_autopar
 
             proc = tf_autopar.enable().process
             info["share"], info["bound"] = proc.share, bool(proc.bound_cpus)
-            info["scheduling"] = proc.scheduling
             info["plan"] = f"{proc.planned_inter}x{proc.planned_intra}"
         else:
             from tf_autopar.coordination import apply_affinity, claim_share
@@ -220,7 +215,7 @@ def run_group(config: str, n: int, quota_cpus: float | None, args: argparse.Name
         "config": config, "procs": n, "quota": quota_cpus, "throughput": len(lat) / span,
         "p50_ms": float(np.percentile(lat, 50) * 1e3), "p99_ms": float(np.percentile(lat, 99) * 1e3),
         "nr_throttled": throttled,
-        "servers": [{k: r.get(k) for k in ("pid", "share", "plan", "bound", "affinity", "scheduling", "mean_s")}
+        "servers": [{k: r.get(k) for k in ("pid", "share", "plan", "bound", "affinity", "mean_s")}
                     for r in results],
     }
 
@@ -258,14 +253,13 @@ def summarize(runs: list[dict]) -> list[dict]:
             for c in CONFIGS:
                 if c in row:
                     row[c]["of_ceiling"] = row[c]["throughput"][0] / row["ceiling"]["throughput"]
-        for c, key in (("enable", "ratio"), ("enable-fair", "ratio_fair")):
-            if c in row and "default" in row:
-                d, e = row["default"], row[c]
-                row[key] = {
-                    "throughput": e["throughput"][0] / d["throughput"][0],
-                    "p50": e["p50_ms"][0] / d["p50_ms"][0],
-                    "p99": e["p99_ms"][0] / d["p99_ms"][0],
-                }
+        if all(c in row for c in CONFIGS):
+            d, e = row["default"], row["enable"]
+            row["ratio"] = {
+                "throughput": e["throughput"][0] / d["throughput"][0],
+                "p50": e["p50_ms"][0] / d["p50_ms"][0],
+                "p99": e["p99_ms"][0] / d["p99_ms"][0],
+            }
         rows.append(row)
     return rows
 
@@ -285,11 +279,10 @@ def markdown(rows: list[dict]) -> str:
             ceiling = f"{r['of_ceiling']:.2f}" if "of_ceiling" in r else "-"
             out.append(f"| {row['procs']} | {row['quota'] or '-'} | {c} | {cell(r['throughput'], '{:.2f}')} | {ceiling} | "
                        f"{cell(r['p50_ms'])} | {cell(r['p99_ms'])} | {thr} | {', '.join(r['plans'])} |")
-        for key, name in (("ratio", "enable"), ("ratio_fair", "enable-fair")):
-            if key in row:
-                q = row[key]
-                out.append(f"| {row['procs']} | {row['quota'] or '-'} | **{name}/default** | **{q['throughput']:.2f}x** | | "
-                           f"{q['p50']:.2f}x | {q['p99']:.2f}x | | |")
+        if "ratio" in row:
+            q = row["ratio"]
+            out.append(f"| {row['procs']} | {row['quota'] or '-'} | **enable/default** | **{q['throughput']:.2f}x** | | "
+                       f"{q['p50']:.2f}x | {q['p99']:.2f}x | | |")
         if "ceiling" in row:
             cl = row["ceiling"]
             out.append(f"| {row['procs']} | {row['quota'] or '-'} | ceiling ({cl['cpus']:g} CPU / solo {cl['t1_ms']:.1f} ms) | "
@@ -307,8 +300,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--cpu-quota", type=float, default=None, help="also run under one cgroup with this CPU quota")
     p.add_argument("--via", choices=("coordination", "enable"), default="enable")
-    p.add_argument("--configs", default="default,enable",
-                   help="comma-separated, interleaved: default, enable, enable-fair (enable() with the kernel's time slice)")
     p.add_argument("--timeout", type=float, default=900)
     p.add_argument("--no-ceiling", action="store_true", help="skip the single-server reference run")
     p.add_argument("--quick", action="store_true", help="smoke run: tiny size, 20 requests, 1 round")
@@ -323,15 +314,11 @@ def main(argv: list[str] | None = None) -> int:
         return serve(args)
     if args.quick:
         args.size, args.requests, args.rounds, args.warmup = "tiny", 20, 1, 2
-    configs = tuple(c.strip() for c in args.configs.split(",") if c.strip())
-    unknown = sorted(set(configs) - set(CONFIGS))
-    if unknown or not configs:
-        p.error(f"--configs: unknown {', '.join(unknown) or '(empty)'}; choose from {', '.join(CONFIGS)}")
     counts = [int(x) for x in args.procs.split(",") if x.strip()]
     quotas: list[float | None] = [None] + ([args.cpu_quota] if args.cpu_quota else [])
     runs = []
     for r in range(args.rounds):
-        order = configs if r % 2 == 0 else configs[::-1]
+        order = CONFIGS if r % 2 == 0 else CONFIGS[::-1]
         if not args.no_ceiling:
             res = run_group(REFERENCE, 1, None, args)
             runs.append(res)

@@ -221,12 +221,13 @@ def test_disable_removes_every_patch(tmp_path):
     assert not res["enabled"] and res["patches"] == []
 
 
-def _cooperating_workers(tmp_path, n: int, env_per_worker=None) -> list[dict]:
-    """n real worker processes (WEB_CONCURRENCY=n, no launcher) each calling enable() and running
-    a TF op; each reports its affinity, share, plan, pool threads and every thread's time slice."""
-    import json
+def test_cooperating_workers_plan_for_disjoint_shares(tmp_path):
+    """Two workers (WEB_CONCURRENCY=2, no launcher) each call enable(): each is bound to its own
+    core and plans 1x1, where TensorFlow's default would give both the whole host."""
+    needs_two_cpus()
     import subprocess
     import sys
+    import json
 
     from _runtime_child import PRELUDE, ROOT
 
@@ -237,74 +238,24 @@ def _cooperating_workers(tmp_path, n: int, env_per_worker=None) -> list[dict]:
     import tensorflow as tf
     (tf.ones([64, 64]) @ tf.ones([64, 64])).numpy()
     open(os.path.join(sys.argv[1], f"ready-{os.getpid()}"), "w").close()
-    deadline = time.time() + 120  # hold the lease until every worker has claimed its own
-    while len(glob.glob(os.path.join(sys.argv[1], "ready-*"))) < int(sys.argv[2]) and time.time() < deadline:
+    deadline = time.time() + 120  # hold the lease until both workers have claimed theirs
+    while len(glob.glob(os.path.join(sys.argv[1], "ready-*"))) < 2 and time.time() < deadline:
         time.sleep(0.05)
-    import ctypes, platform
-    class Attr(ctypes.Structure):
-        _fields_ = [(n, t) for n, t in (("size", ctypes.c_uint32), ("policy", ctypes.c_uint32),
-                    ("flags", ctypes.c_uint64), ("nice", ctypes.c_int32), ("priority", ctypes.c_uint32),
-                    ("runtime", ctypes.c_uint64), ("deadline", ctypes.c_uint64), ("period", ctypes.c_uint64),
-                    ("util_min", ctypes.c_uint32), ("util_max", ctypes.c_uint32))]
-    getattr_nr = {"x86_64": 315, "aarch64": 275}.get(platform.machine())
-    slices = set()
-    for t in os.listdir("/proc/self/task"):
-        a = Attr()
-        if getattr_nr and ctypes.CDLL(None).syscall(getattr_nr, int(t), ctypes.byref(a), ctypes.sizeof(a), 0) == 0:
-            slices.add(a.runtime)
     report(affinity=sorted(os.sched_getaffinity(0)), share=st.process.share, bound=st.process.bound_cpus,
-           planned=[st.process.planned_inter, st.process.planned_intra], tf_compute=tf_compute_threads(),
-           scheduling=st.process.scheduling, slices=sorted(slices), threads=len(os.listdir("/proc/self/task")))
+           planned=[st.process.planned_inter, st.process.planned_intra], tf_compute=tf_compute_threads())
     """)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TF_NUM_", "TF_AUTOPAR", "OMP_"))}
-    env.update(PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2", WEB_CONCURRENCY=str(n),
+    env.update(PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2", WEB_CONCURRENCY="2",
                TF_AUTOPAR_LEASE_DIR=str(tmp_path / "lease"), TF_AUTOPAR_CACHE_DIR=str(tmp_path / "cache"))
-    workers = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path), str(n)],
-                                env={**env, **((env_per_worker or {}).get(i, {}))}, text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE) for i in range(n)]
+    workers = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], env=env, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
     results = []
     for w in workers:
         out, err = w.communicate(timeout=240)
         assert w.returncode == 0, err
         results.append(json.loads(next(l for l in out.splitlines() if l.startswith("RESULT "))[7:]))
-    return results
-
-
-def test_cooperating_workers_plan_for_disjoint_shares(tmp_path):
-    """Two workers each get their own core and plan 1x1, where TensorFlow's default would give
-    both the whole host. Nothing is shared, so the scheduler is left alone."""
-    needs_two_cpus()
-    results = _cooperating_workers(tmp_path, 2)
     first, second = (set(r["affinity"]) for r in results)
     assert first and second and not first & second  # each on its own core
     assert sorted(r["share"]["index"] for r in results) == [0, 1]
     assert all(r["share"]["source"] == "lease" and r["share"]["count"] == 2 for r in results)
     assert all(r["planned"] == [1, 1] and r["tf_compute"] == 1 for r in results)
-    assert all(r["scheduling"] == "" and 5_000_000 not in r["slices"] for r in results)
-
-
-def _kernel_has_custom_slices() -> bool:
-    import platform
-
-    try:
-        major, minor = (int(x) for x in platform.release().split(".")[:2])
-    except ValueError:
-        return False
-    return (major, minor) >= (6, 12) and platform.machine() in ("x86_64", "aarch64")
-
-
-def test_workers_sharing_a_core_get_longer_time_slices_unless_told_not_to(tmp_path):
-    """Four workers on a 2-core host: two per core (the sharing rule). Every thread of a sharing
-    worker, TensorFlow's pools included, runs with a 5 ms slice; TF_AUTOPAR_SHARED_SLICE_MS=0 opts out."""
-    needs_two_cpus()
-    if cpus() >= 4:
-        pytest.skip("four workers get whole cores here; the sharing rule needs more workers than cores")
-    if not _kernel_has_custom_slices():
-        pytest.skip("custom time slices need Linux 6.12+ (EEVDF) on x86_64 or aarch64")
-    results = _cooperating_workers(tmp_path, 4, {3: {"TF_AUTOPAR_SHARED_SLICE_MS": "0"}})
-    assert all(r["share"]["shared_with"] >= 2 and len(r["affinity"]) == 1 for r in results)
-    kept = [r for r in results if "TF_AUTOPAR_SHARED_SLICE_MS=0" in r["scheduling"]]
-    sliced = [r for r in results if r["scheduling"] == "time slice 5 ms"]
-    assert len(kept) == 1 and len(sliced) == 3, [r["scheduling"] for r in results]
-    assert all(r["slices"] == [5_000_000] and r["threads"] > r["tf_compute"] for r in sliced)  # TF's pools too
-    assert 5_000_000 not in kept[0]["slices"]

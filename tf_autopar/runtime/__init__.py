@@ -305,9 +305,6 @@ def _binding(plan: Any, share: Any) -> tuple[int, ...]:
 def _apply_before_start(plan: Any, source: str, share: Any = None) -> None:
     cpus = _binding(plan, share)
     bound = cpus if cpus and controller.bind(cpus) else ()
-    # workers taking turns on a core: longer slices, fewer swaps (controller.request_slice)
-    shared = share is not None and share.pin and share.shared_with > 1
-    scheduling = controller.request_slice() if shared else ""
     env = plan.to_env()
     env.setdefault(controller.OVERRIDE_VAR, "1")  # per-session intra-op pools (eager path unaffected)
     api_inter, api_intra = controller.api_pools()
@@ -322,7 +319,7 @@ def _apply_before_start(plan: Any, source: str, share: Any = None) -> None:
         phase="before-start", planned_inter=plan.inter_op, planned_intra=plan.intra_op,
         applied=applied, kept_user=kept, running_inter=running[0], running_intra=running[1],
         per_session_intra=controller.per_session_intra(), source=source, explain=plan.explain(),
-        share=share.to_dict() if share is not None else None, bound_cpus=bound, scheduling=scheduling,
+        share=share.to_dict() if share is not None else None, bound_cpus=bound,
     )
 
 

@@ -8,25 +8,17 @@ Facts this rests on (TF 2.21, checked by experiment):
 - TF_OVERRIDE_GLOBAL_THREADPOOL=1 is read once at start; then every Session gets its own
   intra-op pool (its ConfigProto's ``intra_op_parallelism_threads``). Eager code and
   tf.function keep using the context's pool, unchanged in speed and thread use.
-- Threads inherit the creating thread's affinity and scheduler attributes (including the
-  EEVDF time slice, Linux 6.12+), so setting them on the main thread before the start covers
-  every pool thread TF starts.
 - "Started" = the eager context has a C handle, or a Session was created (a session fixes
   the process pools without initialising the eager context; TF counts sessions in a
   monitoring cell).
 """
 from __future__ import annotations
 
-import ctypes
 import os
-import platform
 import sys
 from typing import Mapping
 
 OVERRIDE_VAR = "TF_OVERRIDE_GLOBAL_THREADPOOL"
-SLICE_VAR = "TF_AUTOPAR_SHARED_SLICE_MS"  # time slice for workers sharing a core; 0 keeps the kernel's
-SHARED_SLICE_MS = 5
-_SCHED_SETATTR = {"x86_64": 314, "aarch64": 274}  # syscall numbers; Python has no wrapper
 POOL_VARS = ("TF_NUM_INTEROP_THREADS", "TF_NUM_INTRAOP_THREADS")
 
 # variables tf_autopar set in this process -> the value set (to tell them from the user's)
@@ -127,47 +119,6 @@ def bind(cpus: tuple[int, ...]) -> bool:
         return True
     except (AttributeError, OSError, ValueError):
         return False
-
-
-class _SchedAttr(ctypes.Structure):
-    _fields_ = [("size", ctypes.c_uint32), ("sched_policy", ctypes.c_uint32), ("sched_flags", ctypes.c_uint64),
-                ("sched_nice", ctypes.c_int32), ("sched_priority", ctypes.c_uint32),
-                ("sched_runtime", ctypes.c_uint64), ("sched_deadline", ctypes.c_uint64),
-                ("sched_period", ctypes.c_uint64), ("util_min", ctypes.c_uint32), ("util_max", ctypes.c_uint32)]
-
-
-def request_slice(environ: Mapping[str, str] | None = None) -> str:
-    """Ask the kernel for longer time slices for this thread and the pool threads TF will start.
-
-    For workers that share a core (the sharing rule). Linux 6.12+ (EEVDF) takes a fair task's
-    ``sched_runtime`` as its slice; the default (0.75 ms x (1 + log2 CPUs), 1.4 ms here) makes
-    two workers swap several times per request and evict each other's cache. Measured with four
-    SqueezeNet servers on two cores (README). Older kernels accept and ignore the request.
-    Returns what was done, or why not. Only SCHED_OTHER threads are touched; TF_AUTOPAR_SHARED_SLICE_MS
-    sets the length (0: leave the kernel's default).
-    """
-    env = os.environ if environ is None else environ
-    raw = env.get(SLICE_VAR, "").strip()
-    try:
-        ms = float(raw) if raw else SHARED_SLICE_MS
-    except ValueError:
-        return f"time slice not changed: {SLICE_VAR}={raw!r} is not a number of milliseconds"
-    if ms <= 0:
-        return f"time slice not changed ({SLICE_VAR}={raw})"
-    number = _SCHED_SETATTR.get(platform.machine())
-    if number is None or not sys.platform.startswith("linux"):
-        return f"time slice not changed: no sched_setattr on {sys.platform}/{platform.machine()}"
-    try:
-        if os.sched_getscheduler(0) != os.SCHED_OTHER:
-            return "time slice not changed: you chose a scheduling policy for this process"
-        libc = ctypes.CDLL(None, use_errno=True)
-        attr = _SchedAttr(size=ctypes.sizeof(_SchedAttr), sched_policy=os.SCHED_OTHER,
-                          sched_nice=os.getpriority(os.PRIO_PROCESS, 0), sched_runtime=int(ms * 1e6))
-        if libc.syscall(number, 0, ctypes.byref(attr), 0) != 0:
-            return f"time slice not changed: sched_setattr failed ({os.strerror(ctypes.get_errno())})"
-    except (AttributeError, OSError) as exc:
-        return f"time slice not changed: {exc}"
-    return f"time slice {ms:g} ms"
 
 
 def default_pool_size() -> int:

@@ -32,7 +32,6 @@ class ProcessRecord:
     explain: str = ""
     share: dict[str, Any] | None = None  # this process's share of the host (coordination.Share.to_dict())
     bound_cpus: tuple[int, ...] = ()  # CPUs the process was bound to before TF started (() = not bound)
-    scheduling: str = ""  # for a worker sharing its core: the time slice requested, or why not
 
 
 @dataclass(frozen=True)
@@ -72,8 +71,6 @@ class Status:
                              f"[{p.share.get('source')}]: {p.share.get('note', '')}")
             if p.bound_cpus:
                 lines.append("  bound to CPUs " + ",".join(map(str, p.bound_cpus)))
-            if p.scheduling:
-                lines.append(f"  scheduling: {p.scheduling}")
         if self.patches:
             lines.append("hooks: " + ", ".join(self.patches))
         for s in self.sessions:
