@@ -373,7 +373,7 @@ def test_tiny_ops_run_on_one_inter_op_thread_too():
     assert plan(host, _sized(4, TINY_OP_WORK - 1), tf_data=True).inter_op == 2
 
 
-# --- training: ops under TRAIN_SMALL_OP_WORK run 2 inter-op x 1 intra-op where the graph is 2-wide
+# --- training: ops under TRAIN_SMALL_OP_WORK get >= 2 inter-op threads where the graph is 2-wide
 
 
 def _chain(work: int | None, max_width: int = 2) -> GraphProfile:
@@ -385,27 +385,28 @@ def test_training_with_mid_size_ops_pairs_the_gradients():
     from tf_autopar.planning.planner import SMALL_OP_WORK, TRAIN_SMALL_OP_WORK
 
     this = hosts()["this"]
-    mid = plan(this, _chain(85_000_000), "training")  # DeepQ's training graph
-    assert (mid.inter_op, mid.intra_op) == (2, 1)
-    assert "input and weight gradients" in mid.explain() and "small ops" in mid.explain()
-    # the same graph planned for inference keeps the latency limit: 85 M ops get both threads
-    assert (plan(this, _chain(85_000_000), "latency").inter_op, plan(this, _chain(85_000_000)).intra_op) == (1, 2)
-    # at the limit, the width rule and every CPU for each op, as before
+    mid = plan(this, _chain(85_000_000), "training")  # DeepQ's training graph: 2x2
+    assert (mid.inter_op, mid.intra_op) == (2, 2)
+    assert "input and weight gradients" in mid.explain() and "small ops" not in mid.explain()
+    small = plan(this, _chain(SMALL_OP_WORK - 1), "training")  # ops too small for two threads each: 2x1
+    assert (small.inter_op, small.intra_op) == (2, 1) and "small ops" in small.explain()
+    # the same graph planned for inference keeps the width rule: 1 inter-op thread
+    assert (plan(this, _chain(85_000_000)).inter_op, plan(this, _chain(85_000_000)).intra_op) == (1, 2)
+    # at the limit, the width rule as before
     big = plan(this, _chain(TRAIN_SMALL_OP_WORK), "training")
     assert (big.inter_op, big.intra_op) == (1, 2) and "gradients" not in big.explain()
-    assert SMALL_OP_WORK < TRAIN_SMALL_OP_WORK
 
 
 def test_training_pairs_need_a_two_wide_graph_and_leave_tiny_and_wide_graphs_alone():
     from tf_autopar.planning.planner import TINY_OP_WORK
 
     this = hosts()["this"]
-    chain = plan(this, _chain(50_000_000, max_width=1), "training")  # nothing to pair: every CPU per op
+    chain = plan(this, _chain(1_000_000, max_width=1), "training")  # nothing to pair: every CPU per op
     assert (chain.inter_op, chain.intra_op) == (1, 2)
     tiny = plan(this, _chain(TINY_OP_WORK - 1), "training")
     assert (tiny.inter_op, tiny.intra_op) == (1, 1)
     wide = plan(hosts()["skylake"], GraphProfile(heavy_ops=40, depth=10, avg_width=4, max_width=27,
-                                                 typical_op_work=200_000_000, training=True), "training")
+                                                 typical_op_work=1_000_000, training=True), "training")
     assert (wide.inter_op, wide.intra_op) == (4, 6)  # already wider than a pair: the width rule stands
     unknown = plan(this, _chain(None), "training")
     assert (unknown.inter_op, unknown.intra_op) == (1, 2)  # unknown work: nothing claimed
@@ -413,8 +414,8 @@ def test_training_pairs_need_a_two_wide_graph_and_leave_tiny_and_wide_graphs_alo
 
 @pytest.mark.parametrize("runtime", ["eigen", "openmp"])
 def test_training_pairs_divide_a_big_host_instead_of_idling_it(runtime):
-    """2x1 is what 2 cores measured; 24 cores get 2 x 12, not 2 busy cores and 22 idle ones."""
-    p = plan(hosts(runtime)["skylake"], _chain(85_000_000), "training")
+    """2x1 is what 2 cores measured for small ops; 24 cores get 2 x 12, not 22 idle cores."""
+    p = plan(hosts(runtime)["skylake"], _chain(1_000_000), "training")
     assert (p.inter_op, p.intra_op) == (2, 12)
     assert p.omp_threads == (12 if runtime == "openmp" else None)
     assert "divided among the 2 inter-op threads: 12 per op" in p.explain()
@@ -423,5 +424,5 @@ def test_training_pairs_divide_a_big_host_instead_of_idling_it(runtime):
 
 
 def test_training_pairs_respect_the_users_inter_op_setting():
-    p = plan(hosts()["this"], _chain(85_000_000), "training", env={"TF_NUM_INTEROP_THREADS": "1"})
+    p = plan(hosts()["this"], _chain(1_000_000), "training", env={"TF_NUM_INTEROP_THREADS": "1"})
     assert (p.inter_op, p.intra_op) == (1, 2) and p.settings["inter_op"].source == "user"

@@ -22,9 +22,9 @@ Frameworks", TACO 2021, adapted to how TensorFlow 2 really threads):
    such an op gains. Inter-op stays p, so a wide model still runs independent ops on the
    other CPUs (Speech's two RNN directions: 2x1). Tiny ops (under TINY_OP_WORK) get p = 1
    as well: handing an op to another inter-op thread costs about as long as running it.
-   Training graphs use TRAIN_SMALL_OP_WORK as the limit and get p >= 2 where the graph is
-   2-wide (a backward pass's input and weight gradients), with the CPUs divided among the p
-   inter-op threads: 2x1 on 2 cores, 2x12 on 24.
+   Training graphs with a typical op under TRAIN_SMALL_OP_WORK get p >= 2 where the graph
+   is 2-wide (a backward pass's input and weight gradients): 2x2 here; under SMALL_OP_WORK
+   the CPUs are divided among the p inter-op threads instead (2x1 here, 2x12 on 24 cores).
 4. Modes. latency: one request at a time; the plan stays on min(p, nodes) NUMA nodes
    (sockets first), since a node or socket only pays off when it can own a branch;
    restricted plans bind to their CPUs. training: every socket in the budget (large
@@ -58,14 +58,15 @@ SMALL_OP_WORK = 8_000_000
 # another thread takes (~10-20 us here). MemNet training (32 K) ran 1.4x faster at 1x1 than at
 # 2x1, Speech at batch 1 (1.0 M, long RNN branches) 1.6x faster at 2x1 than at 1x1.
 TINY_OP_WORK = 200_000
-# Training graphs: below this typical size, 2 inter-op x 1 intra-op thread. A backward pass
-# computes each layer's input gradient and weight gradient independently, so two inter-op
-# threads keep both cores busy with one thread per op, while ops this size barely gain from
-# a second intra-op thread. Fitted on the README's training rows (paper size, 2 cores): at
-# 17-221 M (NCF, DeepQ, Wide&Deep) the second intra-op thread gained 1.03-1.27x and 2x1 was
-# 1.1-1.3x faster than 1x2; at 430 M and more (SqueezeNet, DenseNet, the conv nets) the second
-# thread gained 1.6-1.9x and 1x2 or 2x2 was best. 300 M is the geometric middle of the gap.
-# Checked out of sample in session 4 (README): AutoEnc and Speech at 2x1 are at the optimum.
+# Training graphs: below this typical size, at least 2 inter-op threads where the graph is
+# 2-wide. A backward pass computes each layer's input and weight gradients independently, and
+# ops this size do not fill the cores alone. Fitted on the README's training rows (paper size,
+# 2 cores): at 17-221 M (NCF, DeepQ, Wide&Deep, AutoEnc, Speech) 2x1 or 2x2 beat 1x2 by
+# 1.1-1.3x; at 430 M and more (SqueezeNet, DenseNet, the conv nets) a second intra-op thread
+# gained 1.6-1.9x and 1 inter-op thread did as well. 300 M is the geometric middle of the gap.
+# Intra-op stays all CPUs from SMALL_OP_WORK up: between 2x1 and 2x2 the paper-size rows
+# differ by at most 8% with signs that flip between runs, while 2x1 lost 18-23% on AlexNet's
+# tiny training graph (54 M) in both quick runs; 2x2 never lost more than 7%.
 TRAIN_SMALL_OP_WORK = 300_000_000
 KMP_BLOCKTIME = 1
 KMP_AFFINITY = "granularity=fine,compact,1,0"
@@ -239,18 +240,17 @@ def intra_threads(
     """(intra_op, omp_threads, reason) for ``cpus`` CPUs shared by ``inter`` inter-op threads,
     for ops of typical size ``op_work`` multiply-adds (None: unknown).
 
-    Small ops get one thread each (inference, and tiny ops anywhere). In training, ops under
-    TRAIN_SMALL_OP_WORK get the CPUs divided among the inter-op threads, since the gradient
-    pairs keep every inter-op thread busy: 1 each at 2x1 on 2 cores, and no plan that idles
-    most of a big host for an op size measured only on 2 cores.
+    Small ops (under SMALL_OP_WORK) get one thread each in inference and tiny ops anywhere; in
+    training they get the CPUs divided among the inter-op threads, since the gradient pairs
+    keep every inter-op thread busy: 1 each at 2x1 on 2 cores, and no plan that idles most of
+    a big host for an op size measured only on 2 cores.
     """
-    small = TRAIN_SMALL_OP_WORK if training else SMALL_OP_WORK
-    if op_work is not None and op_work < small and cpus > 1:
+    if op_work is not None and op_work < SMALL_OP_WORK and cpus > 1:
         training = training and op_work >= TINY_OP_WORK  # tiny ops: one thread each in any mode
         n = max(1, cpus // inter) if training else 1
         return n, (n if runtime == "openmp" else None), (
-            f"small ops: the typical heavy op does {_mac(op_work)} multiply-adds, under {_mac(small)}"
-            + (f" for training; the {cpus} CPUs are divided among the {inter} inter-op threads: {n} per op"
+            f"small ops: the typical heavy op does {_mac(op_work)} multiply-adds, under {_mac(SMALL_OP_WORK)}"
+            + (f" in training; the {cpus} CPUs are divided among the {inter} inter-op threads: {n} per op"
                if training else
                "; waking a second thread per op costs more than it gains, so one thread per op"
                + (f" (the {inter} inter-op threads run independent ops on the other CPUs)" if inter > 1 else "")))
@@ -455,8 +455,8 @@ def plan(
             pairs = min(2, profile.max_width, len(units))
             if pairs > p:
                 p = pairs
-                facts.append(f"training with small ops: {p} inter-op pools, so that each layer's independent input "
-                             "and weight gradients run side by side, one thread each")
+                facts.append(f"training with ops under {_mac(TRAIN_SMALL_OP_WORK)} multiply-adds: {p} inter-op pools, "
+                             "so that each layer's independent input and weight gradients run side by side")
     if mode == "throughput":
         layout = throughput_layout(units, streams, p, facts)
     else:
