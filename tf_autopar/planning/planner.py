@@ -64,9 +64,9 @@ TINY_OP_WORK = 200_000
 # 2 cores): at 17-221 M (NCF, DeepQ, Wide&Deep, AutoEnc, Speech) 2x1 or 2x2 beat 1x2 by
 # 1.1-1.3x; at 430 M and more (SqueezeNet, DenseNet, the conv nets) a second intra-op thread
 # gained 1.6-1.9x and 1 inter-op thread did as well. 300 M is the geometric middle of the gap.
-# Intra-op stays all CPUs from SMALL_OP_WORK up: between 2x1 and 2x2 the paper-size rows
-# differ by at most 8% with signs that flip between runs, while 2x1 lost 18-23% on AlexNet's
-# tiny training graph (54 M) in both quick runs; 2x2 never lost more than 7%.
+# Intra-op stays all CPUs from SMALL_OP_WORK up. 2x1 against 2x2 flipped between runs on
+# DeepQ, and 2x2 lost 6-17% on AutoEnc and Speech, but 2x1 lost 18-23% on AlexNet's tiny
+# training graph (54 M) in both quick runs, and 2x2 is TensorFlow's default here.
 TRAIN_SMALL_OP_WORK = 300_000_000
 KMP_BLOCKTIME = 1
 KMP_AFFINITY = "granularity=fine,compact,1,0"
