@@ -157,6 +157,6 @@ def test_optimize_throughput_streams_run_concurrent_requests(tmp_path):
     assert res["new_inter_threads"] == 2  # each stream's session really has its own inter-op pool
     assert res["notes"] == ["frozen inference graph stream 1/2", "frozen inference graph stream 2/2"]
     with pytest.raises(ValueError, match="streams"):
-        from tf_autopar.runtime.optimize import OptimizedFunction
+        from tf_autopar.runtime.frozen import OptimizedFunction
 
         OptimizedFunction(object(), mode="latency", streams=2)

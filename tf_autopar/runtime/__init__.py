@@ -94,7 +94,7 @@ def optimize(fn_or_model: Any, *, mode: str = "latency", input_signature: Any = 
     ``mode="throughput"``: one session per planned stream (``streams`` to choose how many);
     concurrent callers run on separate streams. Thread-safe.
     """
-    from tf_autopar.runtime.optimize import optimize as _optimize
+    from tf_autopar.runtime.frozen import optimize as _optimize
 
     return _optimize(fn_or_model, mode=mode, input_signature=input_signature, streams=streams)
 
