@@ -67,8 +67,10 @@ def test_restrict_shrinks_mask_cores_nodes_budget_and_plans_the_slice():
     assert [c.core_id for c in r.cores] == [4, 5, 6, 7]
     assert [n.id for n in r.numa_nodes] == [1]
     assert r.cpu_budget == 4
-    p = plan(r, None, "latency")
+    p = plan(r, width=1, mode="latency")
     assert p.inter_op * p.intra_op <= 4 and p.intra_op == 4
+    unknown = plan(r, None, "latency")  # no model: every pool sized to the slice, never the host
+    assert (unknown.inter_op, unknown.intra_op) == (4, 4)
     assert restrict(t, (0, 8), budget=1).cpu_budget == 1
     with pytest.raises(ValueError, match="none of CPUs"):
         restrict(t, (99,))

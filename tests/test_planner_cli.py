@@ -107,7 +107,7 @@ def test_cli_epyc_throughput_fixture(clean_env, capsys):
 def test_cli_env_format_and_user_settings(clean_env, capsys):
     root = _fixture("this-host-2c")
     assert main(["plan", "--root", root, "--format", "env"]) == 0
-    assert capsys.readouterr().out == "TF_NUM_INTEROP_THREADS=1\nTF_NUM_INTRAOP_THREADS=2\n"
+    assert capsys.readouterr().out == "TF_NUM_INTEROP_THREADS=2\nTF_NUM_INTRAOP_THREADS=2\n"  # no model: TF's default
     clean_env.setenv("TF_NUM_INTRAOP_THREADS", "1")
     out = _run_json(capsys, "--root", root)
     assert out["intra_op"] == 1 and out["user_settings"] == {"TF_NUM_INTRAOP_THREADS": "1"}

@@ -31,8 +31,7 @@ BIG = 100  # a "large" width: more branches than any host has cores
 #  instance 0 as a cpulist or None for no binding)
 EXPECTED = [
     # --- skylake: 2 sockets x 12 cores x 2 threads, 1 NUMA node per socket; usable 24 physical cores.
-    # width 1 / no model: p = 1 < 2 sockets -> socket 0 only (12 cores, CPUs 0-11); eigen intra 12; openmp 12/1 = 12
-    ("skylake", L, None, (1, 12), (1, 12), 1, "0-11"),
+    # width 1: p = 1 < 2 sockets -> socket 0 only (12 cores, CPUs 0-11); eigen intra 12; openmp 12/1 = 12
     ("skylake", L, 1, (1, 12), (1, 12), 1, "0-11"),
     # width 2 >= 2 sockets: both sockets, 24 cores; eigen intra 24; openmp 24/2 = 12
     ("skylake", L, 2, (2, 24), (2, 12), 1, None),
@@ -41,97 +40,78 @@ EXPECTED = [
     # width 100 bounded by 24 usable cores: inter 24; openmp 24/24 = 1
     ("skylake", L, BIG, (24, 24), (24, 1), 1, None),
     # throughput: 24 usable -> 2 cores per stream -> 12 streams; stream 0 = cores 0,1 (socket 0)
-    ("skylake", T, None, (1, 2), (1, 2), 12, "0-1"),
     ("skylake", T, 1, (1, 2), (1, 2), 12, "0-1"),
     ("skylake", T, 2, (2, 2), (2, 1), 12, "0-1"),  # inter min(2,2)=2; openmp 2/2 = 1
     ("skylake", T, 3, (2, 2), (2, 1), 12, "0-1"),  # inter min(3,2)=2
     ("skylake", T, BIG, (2, 2), (2, 1), 12, "0-1"),
     # training: all 24 cores of both sockets
-    ("skylake", TR, None, (1, 24), (1, 24), 1, None),
     ("skylake", TR, 1, (1, 24), (1, 24), 1, None),
     ("skylake", TR, 2, (2, 24), (2, 12), 1, None),
     ("skylake", TR, 3, (3, 24), (3, 8), 1, None),
     ("skylake", TR, BIG, (24, 24), (24, 1), 1, None),
     # --- epyc: 1 socket, 4 NUMA nodes x 16 cores, SMT 2; usable 64.
     # latency keeps min(p, 4) nodes: width 1 -> node 0 (0-15), 2 -> 0-31, 3 -> 0-47, 100 -> all
-    ("epyc", L, None, (1, 16), (1, 16), 1, "0-15"),
     ("epyc", L, 1, (1, 16), (1, 16), 1, "0-15"),
     ("epyc", L, 2, (2, 32), (2, 16), 1, "0-31"),  # openmp 32/2
     ("epyc", L, 3, (3, 48), (3, 16), 1, "0-47"),  # openmp 48/3
     ("epyc", L, BIG, (64, 64), (64, 1), 1, None),
     # throughput: 64 usable -> 4 per stream -> 16 streams (4 per node)
-    ("epyc", T, None, (1, 4), (1, 4), 16, "0-3"),
     ("epyc", T, 1, (1, 4), (1, 4), 16, "0-3"),
     ("epyc", T, 2, (2, 4), (2, 2), 16, "0-3"),
     ("epyc", T, 3, (3, 4), (3, 1), 16, "0-3"),  # openmp 4 // 3 = 1
     ("epyc", T, BIG, (4, 4), (4, 1), 16, "0-3"),  # inter min(100, 4) = 4
-    ("epyc", TR, None, (1, 64), (1, 64), 1, None),
     ("epyc", TR, 1, (1, 64), (1, 64), 1, None),
     ("epyc", TR, 2, (2, 64), (2, 32), 1, None),
     ("epyc", TR, 3, (3, 64), (3, 21), 1, None),  # 64 // 3 = 21 (one core idle)
     ("epyc", TR, BIG, (64, 64), (64, 1), 1, None),
     # --- arm: 64 cores, no SMT, 1 node: latency never restricted
-    ("arm", L, None, (1, 64), (1, 64), 1, None),
     ("arm", L, 1, (1, 64), (1, 64), 1, None),
     ("arm", L, 2, (2, 64), (2, 32), 1, None),
     ("arm", L, 3, (3, 64), (3, 21), 1, None),
     ("arm", L, BIG, (64, 64), (64, 1), 1, None),
-    ("arm", T, None, (1, 4), (1, 4), 16, "0-3"),
     ("arm", T, 1, (1, 4), (1, 4), 16, "0-3"),
     ("arm", T, 2, (2, 4), (2, 2), 16, "0-3"),
     ("arm", T, 3, (3, 4), (3, 1), 16, "0-3"),
     ("arm", T, BIG, (4, 4), (4, 1), 16, "0-3"),
-    ("arm", TR, None, (1, 64), (1, 64), 1, None),
     ("arm", TR, 1, (1, 64), (1, 64), 1, None),
     ("arm", TR, 2, (2, 64), (2, 32), 1, None),
     ("arm", TR, 3, (3, 64), (3, 21), 1, None),
     ("arm", TR, BIG, (64, 64), (64, 1), 1, None),
     # --- quota2.5: 2.5-CPU quota on a 2 x 16-core SMT host -> budget 2 -> cores 0,1 of socket 0, bound
-    ("quota2.5", L, None, (1, 2), (1, 2), 1, "0-1"),
     ("quota2.5", L, 1, (1, 2), (1, 2), 1, "0-1"),
     ("quota2.5", L, 2, (2, 2), (2, 1), 1, "0-1"),
     ("quota2.5", L, 3, (2, 2), (2, 1), 1, "0-1"),  # width 3 bounded by 2 usable
     ("quota2.5", L, BIG, (2, 2), (2, 1), 1, "0-1"),
     # throughput: 2 usable -> 1 per stream -> 2 streams of 1x1: CPU 0 and CPU 1
-    ("quota2.5", T, None, (1, 1), (1, 1), 2, "0"),
     ("quota2.5", T, 1, (1, 1), (1, 1), 2, "0"),
     ("quota2.5", T, 3, (1, 1), (1, 1), 2, "0"),
     ("quota2.5", T, BIG, (1, 1), (1, 1), 2, "0"),
-    ("quota2.5", TR, None, (1, 2), (1, 2), 1, "0-1"),
     ("quota2.5", TR, 2, (2, 2), (2, 1), 1, "0-1"),
     ("quota2.5", TR, 3, (2, 2), (2, 1), 1, "0-1"),
     # --- cpuset4: CPUs 4,5,36,37 = 2 cores x 2 siblings: budget 4 but 2 physical cores usable;
     # both cores used, so no binding needed
-    ("cpuset4", L, None, (1, 2), (1, 2), 1, None),
     ("cpuset4", L, 1, (1, 2), (1, 2), 1, None),
     ("cpuset4", L, 2, (2, 2), (2, 1), 1, None),
     ("cpuset4", L, 3, (2, 2), (2, 1), 1, None),  # width 3 bounded by 2 usable cores
     ("cpuset4", L, BIG, (2, 2), (2, 1), 1, None),
-    ("cpuset4", T, None, (1, 1), (1, 1), 2, "4"),  # 2 usable -> 2 streams of 1 core: CPU 4 and CPU 5
     ("cpuset4", T, 2, (1, 1), (1, 1), 2, "4"),
     ("cpuset4", T, BIG, (1, 1), (1, 1), 2, "4"),
     ("cpuset4", TR, 1, (1, 2), (1, 2), 1, None),
     ("cpuset4", TR, 3, (2, 2), (2, 1), 1, None),
     # --- quota3v1: 8 cores x 2 SMT, cgroup v1 quota 3 CPUs -> cores 0-2 (one CPU each), bound
-    ("quota3v1", L, None, (1, 3), (1, 3), 1, "0-2"),
     ("quota3v1", L, 1, (1, 3), (1, 3), 1, "0-2"),
     ("quota3v1", L, 2, (2, 3), (2, 1), 1, "0-2"),  # openmp 3 // 2 = 1
     ("quota3v1", L, 3, (3, 3), (3, 1), 1, "0-2"),
     ("quota3v1", L, BIG, (3, 3), (3, 1), 1, "0-2"),
-    ("quota3v1", T, None, (1, 1), (1, 1), 3, "0"),
     ("quota3v1", T, 3, (1, 1), (1, 1), 3, "0"),
-    ("quota3v1", TR, None, (1, 3), (1, 3), 1, "0-2"),
     ("quota3v1", TR, 3, (3, 3), (3, 1), 1, "0-2"),
     # --- this host: 2 cores, no SMT (REFERENCE sec 7: 2x2 default is best for one process)
-    ("this", L, None, (1, 2), (1, 2), 1, None),
     ("this", L, 1, (1, 2), (1, 2), 1, None),
     ("this", L, 2, (2, 2), (2, 1), 1, None),
     ("this", L, 3, (2, 2), (2, 1), 1, None),
     ("this", L, BIG, (2, 2), (2, 1), 1, None),
     # two 1x1 streams (REFERENCE sec 7: about 1.2x the summed throughput of two default processes)
-    ("this", T, None, (1, 1), (1, 1), 2, "0"),
     ("this", T, 2, (1, 1), (1, 1), 2, "0"),
-    ("this", TR, None, (1, 2), (1, 2), 1, None),
     ("this", TR, 2, (2, 2), (2, 1), 1, None),
     ("this", TR, BIG, (2, 2), (2, 1), 1, None),
 ]
@@ -258,7 +238,7 @@ def test_budget_smaller_than_cores_takes_whole_cores_with_hyperthreads():
 
 def test_tf_data_forces_two_inter_op_threads():
     this = hosts()["this"]
-    p = plan(this, tf_data=True)  # no model: p would be 1
+    p = plan(this, width=1, tf_data=True)  # width 1: p would be 1
     assert (p.inter_op, p.intra_op) == (2, 2)
     assert "deadlock" in p.explain()
     one_core = make_topology(1, 1, 1, 1, runtime="openmp")
@@ -293,6 +273,22 @@ def test_profile_width_fact_and_bounds():
 
 def test_no_model_is_said():
     assert "no model given" in plan(hosts()["arm"]).explain()
+
+
+@pytest.mark.parametrize("host", ["skylake", "epyc", "arm", "quota2.5", "cpuset4", "quota3v1", "this"])
+@pytest.mark.parametrize("mode", MODES)
+def test_no_model_is_tensorflows_default_within_the_budget(host, mode):
+    """Without a model, an Eigen plan never serialises a wide graph: it is the plan for a graph
+    wider than the host (every usable CPU an inter-op thread, as TF's default within the budget);
+    OpenMP builds, where each inter-op thread starts a team, keep the width-1 plan."""
+    def key(p):
+        return (p.inter_op, p.intra_op, p.omp_threads, p.instances, p.cpus)
+
+    eigen, openmp = hosts("eigen")[host], hosts("openmp")[host]
+    assert key(plan(eigen, None, mode)) == key(plan(eigen, width=BIG, mode=mode))
+    assert key(plan(openmp, None, mode)) == key(plan(openmp, width=1, mode=mode))
+    if mode != "throughput" and len(eigen.affinity) > 1:
+        assert plan(eigen, None, mode).inter_op > 1
 
 
 def test_quota_explanation_mentions_throttling():

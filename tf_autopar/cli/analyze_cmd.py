@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
+from tf_autopar.cli.plan_cmd import add_shape_arguments, shape_options
 from tf_autopar.graph.profile import GraphProfile
 
 
@@ -23,22 +25,25 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--json", action="store_true", help="print the profile as JSON")
     p.add_argument("--plot", metavar="PNG", help="save a bar chart of heavy ops per level (needs matplotlib)")
     p.add_argument("--no-gradients", action="store_true", help="do not count gradient (backward-pass) heavy ops")
-    p.add_argument("--signature", help="SavedModel signature to follow (default serving_default)")
     p.add_argument("--mode", choices=("infer", "train"), default="infer", help="workload graph to analyse")
     p.add_argument("--size", default="tiny", help="workload size (tiny or paper)")
     p.add_argument("--top", type=int, default=10, help="op types to list (default 10)")
+    add_shape_arguments(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from tf_autopar.graph import analyze
 
+    options = shape_options(args, "latency" if args.mode == "infer" else "training")
+    if not os.path.exists(args.target):  # a workload is built at the batch; shapes are the model's own
+        options.pop("input_shapes")
     profile = analyze(
         args.target,
         include_gradients=not args.no_gradients,
-        signature=args.signature,
         workload_mode=args.mode,
         workload_size=args.size,
+        **options,
     )
     if args.plot:
         plot_levels(profile, args.plot)
@@ -72,6 +77,12 @@ def render(profile: GraphProfile, top: int = 10) -> str:
     if profile.op_types:
         shown = list(profile.op_types.items())[:top]
         lines.append("top op types:  " + ", ".join(f"{k} {v}" for k, v in shown))
+    if profile.typical_op_work is not None:
+        lines.append(f"typical op:    {profile.typical_op_work:,} multiply-adds (work-weighted median heavy op)")
+    else:
+        lines.append("typical op:    unknown (a shape is not static; give --batch / --input-shape)")
+    for assumption in profile.assumptions:
+        lines.append(f"assumed:       {assumption}")
     if profile.level_widths:
         lines.append("heavy ops per level: " + _sparkline(profile.level_widths))
     return "\n".join(lines)

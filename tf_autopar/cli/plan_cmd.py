@@ -28,6 +28,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("model", nargs="?", default=None,
                    help="SavedModel directory or bundled workload name to take the width from (imports TensorFlow)")
     p.add_argument("--width", type=int, default=None, help="the model's average width, if known (instead of MODEL)")
+    add_shape_arguments(p)
     p.add_argument("--mode", choices=MODES, default="latency",
                    help="latency: one request at a time; throughput: many concurrent requests; training")
     p.add_argument("--streams", type=int, default=None, help="throughput mode: number of streams/instances")
@@ -40,8 +41,33 @@ def add_parser(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
-def load_profile(model: str, mode: str = "latency") -> Any:
-    """GraphProfile for a SavedModel/graph path or a bundled workload name (imports TensorFlow)."""
+def add_shape_arguments(p: argparse.ArgumentParser) -> None:
+    """--batch, --batching-file, --input-shape, --signature: what a model's free dimensions are read as."""
+    p.add_argument("--batch", type=int, default=None,
+                   help="batch size a None batch dimension is read as (default: 1 for latency; throughput: "
+                        "--batching-file's max_batch_size, else 1); a bundled workload is built at it")
+    p.add_argument("--batching-file", metavar="PATH", default=None,
+                   help="TF Serving batching parameters file: its max_batch_size is the throughput batch")
+    p.add_argument("--input-shape", metavar="NAME=DIMS", action="append", default=[],
+                   help="full shape of an input, batch first (e.g. input_ids=1,128): fixes other None dimensions "
+                        "such as a sequence length (default 128); repeatable")
+    p.add_argument("--signature", default=None, help="SavedModel signature to follow (default serving_default)")
+
+
+def shape_options(args: argparse.Namespace, mode: str = "latency") -> dict[str, Any]:
+    """analyze() keyword arguments from the options of add_shape_arguments."""
+    from tf_autopar.graph.dims import parse_input_shape, typical_batch
+
+    batch = args.batch
+    if batch is not None or args.batching_file or mode in ("latency", "throughput"):
+        batch = typical_batch(mode, batch, args.batching_file)
+    return {"batch": batch, "input_shapes": dict(parse_input_shape(t) for t in args.input_shape),
+            "signature": args.signature}
+
+
+def load_profile(model: str, mode: str = "latency", **options: Any) -> Any:
+    """GraphProfile for a SavedModel/graph/.keras path or a bundled workload name (imports
+    TensorFlow); ``options``: analyze()'s batch, input_shapes, signature."""
     try:
         from tf_autopar.graph import analyze  # type: ignore[attr-defined]
     except ImportError:
@@ -49,7 +75,7 @@ def load_profile(model: str, mode: str = "latency") -> Any:
     if analyze is None:
         raise ValueError("model analysis not available in this version: give --width instead")
     if os.path.exists(model):
-        return analyze(model)
+        return analyze(model, **options)
     import workloads
 
     if model not in workloads.names():
@@ -57,7 +83,9 @@ def load_profile(model: str, mode: str = "latency") -> Any:
             f"{model!r} is neither an existing path nor a bundled workload ({', '.join(workloads.names())})"
         )
     # A training plan is for the training graph (forward + backward heavy ops).
-    return analyze(model, workload_mode="train" if mode == "training" else "infer")
+    options.pop("input_shapes", None)
+    options.pop("signature", None)
+    return analyze(model, workload_mode="train" if mode == "training" else "infer", **options)
 
 
 def build_plan(args: argparse.Namespace, topology: Any, env: Mapping[str, str] | None) -> ThreadPlan:
@@ -66,7 +94,7 @@ def build_plan(args: argparse.Namespace, topology: Any, env: Mapping[str, str] |
         return baseline_plan(args.baseline, topology, env=env, mode=args.mode)
     if args.model is not None and args.width is not None:
         raise ValueError("give MODEL or --width, not both")
-    profile = load_profile(args.model, args.mode) if args.model is not None else None
+    profile = load_profile(args.model, args.mode, **shape_options(args, args.mode)) if args.model is not None else None
     return plan(
         topology,
         profile,

@@ -48,7 +48,8 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 from tf_autopar.graph import heavy_ops as H
 from tf_autopar.graph.profile import GraphProfile
 from tf_autopar.graph.width import avg_width, max_width, propagate
-from tf_autopar.graph.work import WORK_ATTR, const_ints, op_work, output_shapes, proto_shape, typical_work
+from tf_autopar.graph.dims import Assumed, describe_assumptions, fill_unknown
+from tf_autopar.graph.work import WORK_ATTR, const_ints, op_work, output_shapes, typical_work
 
 log = logging.getLogger("tf_autopar.graph")
 
@@ -114,9 +115,11 @@ def _attr_func_names(node: Any, key: str) -> list[str]:
 
 
 class _Analyzer:
-    def __init__(self, library: Mapping[str, Any], include_gradients: bool) -> None:
+    def __init__(self, library: Mapping[str, Any], include_gradients: bool, assumed: Assumed | None = None) -> None:
         self.library = library
         self.include_gradients = include_gradients
+        self.assumed = assumed
+        self.assumed_used: set[str] = set()  # "batch", "other": which unknown dimensions were read as assumed
         self.memo: dict[tuple[str, bool], _Summary] = {}
         self.active: set[str] = set()
         self.fingerprint_lines: list[str] = []
@@ -384,9 +387,8 @@ class _Analyzer:
             return self._output_node(call, name, j, function_format)
         return k
 
-    @staticmethod
-    def _work(node: Any, index: Mapping[str, int], nodes: Sequence[Any], arg_shapes: Mapping[str, list[Any]] | None,
-              function_format: bool) -> int | None:
+    def _work(self, node: Any, index: Mapping[str, int], nodes: Sequence[Any],
+              arg_shapes: Mapping[str, list[Any]] | None, function_format: bool) -> int | None:
         """The op's work (work.py): as structure_graph_def recorded it, else from the recorded
         shapes of the op and its inputs; None if unknown."""
         if WORK_ATTR in node.attr:
@@ -408,13 +410,23 @@ class _Analyzer:
             return None  # "name:out_arg:i" of a multi-output op: its port needs the OpDef
 
         refs = [s for s in node.input if not s.startswith("^")]
+        used: set[str] = set()
+
+        def shape(proto: Any) -> Any:
+            if proto is None or proto.unknown_rank:
+                return None
+            dims, needed = fill_unknown([int(d.size) for d in proto.dim], self.assumed)
+            used.update(needed)
+            return dims
 
         def input_shape(i: int) -> Any:
-            proto = shape_of(refs[i]) if i < len(refs) else None
-            return None if proto is None else proto_shape(proto)
+            return shape(shape_of(refs[i]) if i < len(refs) else None)
 
         own = output_shapes(node)
-        return op_work(node, proto_shape(own[0]) if own else None, input_shape)
+        work = op_work(node, shape(own[0]) if own else None, input_shape)
+        if work is not None:
+            self.assumed_used |= used
+        return work
 
     @staticmethod
     def _gathers_table(node: Any, index: Mapping[str, int], ops: Sequence[str], nodes: Sequence[Any]) -> bool:
@@ -533,6 +545,7 @@ def _profile(analyzer: _Analyzer, summary: _Summary, source: str) -> GraphProfil
         training=summary.training,
         uses_tf_data=summary.tf_data,
         typical_op_work=typical_work(summary.works),
+        assumptions=describe_assumptions(analyzer.assumed, analyzer.assumed_used),
         source=source,
         fingerprint=digest.hexdigest(),
     )
@@ -545,10 +558,12 @@ def analyze_graph_def(
     include_gradients: bool = True,
     outputs: Iterable[str] | None = None,
     source: str = "",
+    assumed: Assumed | None = None,
 ) -> GraphProfile:
     """Profile a GraphDef (nodes + function library). ``library`` defaults to
     ``graph_def.library``; ``outputs`` (tensor names) restricts the analysis to what a run
-    fetching them executes (used for SavedModel signatures)."""
+    fetching them executes (used for SavedModel signatures); ``assumed``: what unknown
+    dimensions are read as when estimating each op's work (work.py)."""
     if not hasattr(graph_def, "node"):
         raise TypeError(f"expected a GraphDef, got {type(graph_def).__name__}")
     lib = _function_map(graph_def.library if library is None and hasattr(graph_def, "library") else library)
@@ -557,20 +572,20 @@ def analyze_graph_def(
         nodes = prune_to_outputs(list(nodes), outputs)
     else:
         nodes = list(nodes)
-    analyzer = _Analyzer(lib, include_gradients)
+    analyzer = _Analyzer(lib, include_gradients, assumed)
     with _no_gc():
         summary = analyzer.body(nodes, function_format=False, grad_ctx=False)
     return _profile(analyzer, summary, source or f"GraphDef ({len(nodes)} nodes)")
 
 
 def analyze_function(
-    name: str, library: Any, *, include_gradients: bool = True, source: str = ""
+    name: str, library: Any, *, include_gradients: bool = True, source: str = "", assumed: Assumed | None = None
 ) -> GraphProfile:
     """Profile one function of a library as the entry point (its arguments at level 0)."""
     lib = _function_map(library)
     if name not in lib:
         raise ValueError(f"function {name!r} is not in the function library")
-    analyzer = _Analyzer(lib, include_gradients)
+    analyzer = _Analyzer(lib, include_gradients, assumed)
     with _no_gc():
         summary = analyzer.function(name, grad_ctx=False)
     assert summary is not None

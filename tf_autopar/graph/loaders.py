@@ -13,11 +13,12 @@ import dataclasses
 import logging
 import os
 import re
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 from tf_autopar.graph import heavy_ops as H
 from tf_autopar.graph.analysis import analyze_function, analyze_graph_def
 from tf_autopar.graph.profile import GraphProfile
+from tf_autopar.graph.dims import Assumed, assumed_dims, describe_assumptions, fill_unknown
 from tf_autopar.graph.work import WORK_ATTR, op_work
 
 log = logging.getLogger("tf_autopar.graph")
@@ -46,6 +47,8 @@ def analyze(
     input_signature: Any = None,
     workload_mode: str = "infer",
     workload_size: str = "tiny",
+    batch: int | None = None,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
 ) -> GraphProfile:
     """Profile the heavy-op structure of a model (see width.py for the definitions).
 
@@ -62,31 +65,35 @@ def analyze(
     MetaGraphDef signature to follow (default ``serving_default``). ``input_signature``:
     input specs for a Keras model without known inputs or a tf.function without a
     signature. ``workload_mode``/``workload_size``: for a bundled workload name.
+    ``batch``: what an unknown batch dimension (a serving signature's None) is read as when
+    estimating each op's work; default 1, the latency batch (a bundled workload is built at
+    it). ``input_shapes``: full shapes of some inputs by name (``--input-shape``), for other
+    unknown dimensions such as a sequence length (default work.DEFAULT_OTHER_DIM). The
+    profile's ``assumptions`` say what was assumed.
     """
+    shapes = dict(input_shapes or {})
     if isinstance(obj, (str, os.PathLike)):
         return _from_path_or_workload(
-            os.fspath(obj), include_gradients, signature, workload_mode, workload_size
+            os.fspath(obj), include_gradients, signature, workload_mode, workload_size, batch, shapes
         )
     kw = {"include_gradients": include_gradients}
     full_name = getattr(getattr(obj, "DESCRIPTOR", None), "full_name", None)
     if full_name == "tensorflow.GraphDef":
-        return analyze_graph_def(obj, **kw)
+        return analyze_graph_def(obj, assumed=assumed_dims(_placeholders(obj), batch, shapes), **kw)
     if full_name == "tensorflow.MetaGraphDef":
-        return _from_meta_graph(obj, signature, "MetaGraphDef", include_gradients)
+        return _from_meta_graph(obj, signature, "MetaGraphDef", include_gradients, batch, shapes)
     if full_name == "tensorflow.SavedModel":
-        return _from_saved_model_proto(obj, signature, "SavedModel protobuf", include_gradients)
+        return _from_saved_model_proto(obj, signature, "SavedModel protobuf", include_gradients, batch, shapes)
     module = type(obj).__module__ or ""
     if module.startswith(("keras", "tf_keras")) and hasattr(obj, "make_predict_function"):
-        return _from_keras(obj, input_signature, include_gradients)
+        return _from_keras(obj, input_signature, include_gradients, batch, shapes)
     if module.startswith("tensorflow"):
         if hasattr(obj, "function_def") and hasattr(obj, "graph"):  # ConcreteFunction
-            return analyze_graph_def(
-                structure_graph_def(obj.graph), source=f"ConcreteFunction {obj.name}", **kw
-            )
+            return _from_live_graph(obj.graph, f"ConcreteFunction {obj.name}", include_gradients, batch, shapes)
         if hasattr(obj, "get_concrete_function"):  # tf.function
-            return _from_tf_function(obj, input_signature, include_gradients)
+            return _from_tf_function(obj, input_signature, include_gradients, batch, shapes)
         if hasattr(obj, "as_graph_def"):  # tf.Graph (and FuncGraph)
-            return analyze_graph_def(structure_graph_def(obj), source=f"tf.Graph ({type(obj).__name__})", **kw)
+            return _from_live_graph(obj, f"tf.Graph ({type(obj).__name__})", include_gradients, batch, shapes)
     raise TypeError(
         f"cannot analyse an object of type {type(obj).__module__}.{type(obj).__qualname__}; "
         f"supported: {', '.join(SUPPORTED)}"
@@ -99,7 +106,7 @@ def analyze(
 SMALL_PAYLOAD_PER_OP = 4096
 
 
-def structure_graph_def(graph: Any) -> Any:
+def structure_graph_def(graph: Any, assumed: Assumed | None = None, used: set[str] | None = None) -> Any:
     """``graph`` as a GraphDef without large constant payloads, with its function library.
 
     ``graph.as_graph_def()`` serialises every constant: for a frozen model that is all its
@@ -108,7 +115,8 @@ def structure_graph_def(graph: Any) -> Any:
     only dtype and shape (the embedding-table rule looks at the rank). Small graphs with small
     constants are serialised whole: that is faster than the op-by-op copy. Each heavy op (in
     nested function bodies too) carries its work as a private int attribute (work.py),
-    computed from the live op's static shapes, which a GraphDef does not keep.
+    computed from the live op's static shapes, which a GraphDef does not keep; unknown
+    dimensions are read as ``assumed`` says (work.py), and ``used`` collects which were.
     """
     from tensorflow.core.framework import graph_pb2
 
@@ -143,7 +151,8 @@ def structure_graph_def(graph: Any) -> Any:
             tensor.tensor_shape.CopyFrom(stub[1].as_proto())
             node.attr["dtype"].type = tensor.dtype
         graph_def.library.function.extend(f.cached_definition for f in functions.values())
-    _add_heavy_work(graph_def.node, ops, heavy)
+    used = set() if used is None else used
+    _add_heavy_work(graph_def.node, ops, heavy, assumed, used)
     for fdef in graph_def.library.function:  # loop and branch bodies: work from their traced graphs
         body = getattr(functions.get(fdef.signature.name), "_cached_graph", None)  # never re-traced
         if body is None:
@@ -151,13 +160,13 @@ def structure_graph_def(graph: Any) -> Any:
         for node in fdef.node_def:
             if node.op in H.HEAVY_OP_TYPES or node.op in H.CONDITIONAL_GATHER_OP_TYPES:
                 try:
-                    _write_work(node, body.get_operation_by_name(node.name))
+                    _write_work(node, body.get_operation_by_name(node.name), assumed, used)
                 except (KeyError, ValueError):
                     continue
     return graph_def
 
 
-def _add_heavy_work(nodes: Any, ops: list[Any], heavy: list[int]) -> None:
+def _add_heavy_work(nodes: Any, ops: list[Any], heavy: list[int], assumed: Assumed | None, used: set[str]) -> None:
     """Write each heavy op's work (work.py) on its NodeDef, from the live op's static shapes
     (``heavy``: positions in both ``ops`` and ``nodes``). One int per heavy op: shapes as
     protobufs cost 25 us per op, a visible share of a small model's session creation."""
@@ -170,26 +179,53 @@ def _add_heavy_work(nodes: Any, ops: list[Any], heavy: list[int]) -> None:
             node = by_name.get(op.name)
             if node is None:
                 continue
-        _write_work(node, op)
+        _write_work(node, op, assumed, used)
 
 
-def _static(tensor: Any) -> tuple[int, ...] | None:
-    try:
-        dims = tensor.shape.as_list()
-    except ValueError:  # unknown rank
-        return None
-    return None if None in dims else tuple(dims)
-
-
-def _write_work(node: Any, op: Any) -> None:
+def _write_work(node: Any, op: Any, assumed: Assumed | None = None, used: set[str] | None = None) -> None:
     inputs = op.inputs
     outputs = op.outputs
-    work = op_work(node, _static(outputs[0]) if outputs else None,
-                   lambda i: _static(inputs[i]) if i < len(inputs) else None)
+    needed: set[str] = set()
+
+    def static(tensor: Any) -> tuple[int, ...] | None:
+        try:
+            dims = tensor.shape.as_list()
+        except ValueError:  # unknown rank
+            return None
+        filled, kinds = fill_unknown(dims, assumed)
+        needed.update(kinds)
+        return filled
+
+    work = op_work(node, static(outputs[0]) if outputs else None,
+                   lambda i: static(inputs[i]) if i < len(inputs) else None)
     node.attr[WORK_ATTR].i = -1 if work is None else work
+    if work is not None and used is not None:
+        used.update(needed)
 
 
-def _from_tf_function(fn: Any, input_signature: Any, include_gradients: bool) -> GraphProfile:
+def _spec_dims(spec: Any) -> tuple[int, ...] | None:
+    try:
+        dims = spec.shape.as_list()
+    except (AttributeError, ValueError):
+        return None
+    return tuple(-1 if d is None else int(d) for d in dims)
+
+
+def _from_live_graph(graph: Any, source: str, include_gradients: bool, batch: int | None,
+                     shapes: Mapping[str, Sequence[int]], inputs: Mapping[str, Any] | None = None) -> GraphProfile:
+    """A live graph (tf.Graph, a function's FuncGraph): work from its ops' static shapes, unknown
+    dimensions read as assumed (inputs: name -> dims, for ``--input-shape`` checks)."""
+    if inputs is None:
+        inputs = {t.name.split(":")[0]: _spec_dims(t) for t in getattr(graph, "inputs", ()) if t.dtype != "resource"}
+    assumed = assumed_dims(dict(inputs), batch, dict(shapes))
+    used: set[str] = set()
+    profile = analyze_graph_def(structure_graph_def(graph, assumed, used), include_gradients=include_gradients,
+                                source=source)
+    return dataclasses.replace(profile, assumptions=describe_assumptions(assumed, used))
+
+
+def _from_tf_function(fn: Any, input_signature: Any, include_gradients: bool, batch: int | None = None,
+                      shapes: Mapping[str, Sequence[int]] | None = None) -> GraphProfile:
     name = getattr(fn, "__name__", None) or getattr(fn, "name", "tf.function")
     try:
         cf = fn.get_concrete_function(*input_signature) if input_signature else fn.get_concrete_function()
@@ -198,9 +234,7 @@ def _from_tf_function(fn: Any, input_signature: Any, include_gradients: bool) ->
             f"cannot trace tf.function {name!r} without arguments: give it an input_signature, "
             f"pass input_signature=... here, or pass f.get_concrete_function(<specs>) ({exc})"
         ) from exc
-    return analyze_graph_def(
-        structure_graph_def(cf.graph), include_gradients=include_gradients, source=f"tf.function {name}"
-    )
+    return _from_live_graph(cf.graph, f"tf.function {name}", include_gradients, batch, shapes or {})
 
 
 def _keras_input_specs(model: Any) -> Any:
@@ -225,11 +259,12 @@ def _keras_input_specs(model: Any) -> Any:
     return tf.nest.map_structure(spec, structure)
 
 
-def _from_keras(model: Any, input_signature: Any, include_gradients: bool) -> GraphProfile:
+def _from_keras(model: Any, input_signature: Any, include_gradients: bool, batch: int | None = None,
+                shapes: Mapping[str, Sequence[int]] | None = None) -> GraphProfile:
     """What ``model.predict`` runs: Keras 3's TF trainer traces ``predict_function`` (a
     tf.function around ``predict_step`` -> ``model(x, training=False)``) and calls it with
     ``[(x,)]``, one batch per step; we trace the same function with the model's input
-    specs (batch dimension None)."""
+    specs (batch dimension None, read as ``batch`` for the work estimate)."""
     import tensorflow as tf
 
     if input_signature is not None:
@@ -245,33 +280,62 @@ def _from_keras(model: Any, input_signature: Any, include_gradients: bool) -> Gr
         fn = tf.function(lambda x: model(x, training=False))
         cf = fn.get_concrete_function(specs)
         source = f"Keras model {model.name!r} (call, training=False)"
-    return analyze_graph_def(structure_graph_def(cf.graph), include_gradients=include_gradients, source=source)
+    inputs = {getattr(spec, "name", None) or f"input_{i}": _spec_dims(spec)
+              for i, spec in enumerate(tf.nest.flatten(specs))}
+    return _from_live_graph(cf.graph, source, include_gradients, batch, shapes or {}, inputs)
 
 
 # --- protobufs ----------------------------------------------------------------------------
-def _from_meta_graph(mg: Any, signature: str | None, where: str, include_gradients: bool) -> GraphProfile:
-    """Follow a signature (``serving_default`` by default) from the graph's fetches; without
-    signatures, a TF2 SavedModel's entry function; else the whole graph."""
+def _proto_dims(shape_proto: Any) -> tuple[int, ...] | None:
+    return None if shape_proto.unknown_rank else tuple(int(d.size) for d in shape_proto.dim)
+
+
+def signature_inputs(mg: Any, signature: str | None = None) -> tuple[str | None, dict[str, tuple[int, ...] | None]]:
+    """(chosen signature, its inputs as name -> dims, -1 = unknown) of a MetaGraphDef: the
+    one asked for, else ``serving_default``, else the first by name; (None, {}) without any."""
     sigs = {k: v for k, v in mg.signature_def.items() if not k.startswith("__")}
     if signature is not None and signature not in sigs:
-        raise ValueError(f"{where} has no signature {signature!r}; it has {sorted(sigs) or 'none'}")
+        raise ValueError(f"the model has no signature {signature!r}; it has {sorted(sigs) or 'none'}")
     chosen = signature or ("serving_default" if "serving_default" in sigs else (sorted(sigs)[0] if sigs else None))
+    if chosen is None:
+        return None, {}
+    return chosen, {k: _proto_dims(v.tensor_shape) for k, v in sigs[chosen].inputs.items()}
+
+
+def _placeholders(graph_def: Any) -> dict[str, tuple[int, ...] | None]:
+    """A GraphDef's feeds (Placeholder nodes) as name -> dims."""
+    return {n.name: (_proto_dims(n.attr["shape"].shape) if "shape" in n.attr else None)
+            for n in graph_def.node if n.op == "Placeholder"}
+
+
+def _from_meta_graph(mg: Any, signature: str | None, where: str, include_gradients: bool,
+                     batch: int | None = None, shapes: Mapping[str, Sequence[int]] | None = None) -> GraphProfile:
+    """Follow a signature (``serving_default`` by default) from the graph's fetches; without
+    signatures, a TF2 SavedModel's entry function; else the whole graph."""
+    try:
+        chosen, inputs = signature_inputs(mg, signature)
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
     if chosen is not None:
-        outputs = [t.name for t in sigs[chosen].outputs.values() if t.name]
+        assumed = assumed_dims(inputs, batch, dict(shapes or {}))
+        outputs = [t.name for t in mg.signature_def[chosen].outputs.values() if t.name]
         if outputs:
             return analyze_graph_def(
                 mg.graph_def,
                 include_gradients=include_gradients,
                 outputs=outputs,
                 source=f"{where}, signature {chosen}",
+                assumed=assumed,
             )
+    assumed = assumed_dims(_placeholders(mg.graph_def), batch, dict(shapes or {}))
     entry = _entry_function(mg)
     if entry is not None:
         name, why = entry
         return analyze_function(
-            name, mg.graph_def.library, include_gradients=include_gradients, source=f"{where}, {why} {name}"
+            name, mg.graph_def.library, include_gradients=include_gradients, source=f"{where}, {why} {name}",
+            assumed=assumed,
         )
-    return analyze_graph_def(mg.graph_def, include_gradients=include_gradients, source=where)
+    return analyze_graph_def(mg.graph_def, include_gradients=include_gradients, source=where, assumed=assumed)
 
 
 def _entry_function(mg: Any) -> tuple[str, str] | None:
@@ -314,11 +378,16 @@ def _entry_function(mg: Any) -> tuple[str, str] | None:
     return best, "heaviest entry function"
 
 
-def _from_saved_model_proto(sm: Any, signature: str | None, where: str, include_gradients: bool) -> GraphProfile:
+def serving_meta_graph(sm: Any) -> Any:
+    """The MetaGraph a server loads: the one tagged "serve", else the first."""
+    return next((m for m in sm.meta_graphs if "serve" in m.meta_info_def.tags), sm.meta_graphs[0])
+
+
+def _from_saved_model_proto(sm: Any, signature: str | None, where: str, include_gradients: bool,
+                            batch: int | None = None, shapes: Mapping[str, Sequence[int]] | None = None) -> GraphProfile:
     if not sm.meta_graphs:
         raise ValueError(f"corrupt SavedModel protobuf {where}: it holds no MetaGraph")
-    mg = next((m for m in sm.meta_graphs if "serve" in m.meta_info_def.tags), sm.meta_graphs[0])
-    return _from_meta_graph(mg, signature, where, include_gradients)
+    return _from_meta_graph(serving_meta_graph(sm), signature, where, include_gradients, batch, shapes)
 
 
 def read_saved_model(path: str) -> Any:
@@ -381,31 +450,54 @@ def _read_graph_file(path: str) -> Any:
 
 # --- paths and workloads ------------------------------------------------------------------
 def _looks_like_path(s: str) -> bool:
-    return os.sep in s or s.startswith((".", "~")) or s.endswith((".pb", ".pbtxt"))
+    return os.sep in s or s.startswith((".", "~")) or s.endswith((".pb", ".pbtxt", ".keras"))
+
+
+def _from_keras_file(path: str, include_gradients: bool, batch: int | None,
+                     shapes: Mapping[str, Sequence[int]] | None) -> GraphProfile:
+    """A .keras file: the model is rebuilt (a zip of config and weights holds no graph), so this
+    starts TensorFlow's runtime; enable() does it in a child process when the pools are still open."""
+    import zipfile
+
+    if not zipfile.is_zipfile(path):
+        raise ValueError(f"{path} is not a Keras archive (a .keras file is a zip of config.json and weights)")
+    import keras
+
+    try:
+        model = keras.models.load_model(path, compile=False)
+    except Exception as exc:  # Keras raises many types for a broken archive
+        raise ValueError(f"cannot load the Keras model {path}: {exc}") from None
+    profile = _from_keras(model, None, include_gradients, batch, shapes)
+    return dataclasses.replace(profile, source=f"{profile.source} from {path}")
 
 
 def _from_path_or_workload(
-    s: str, include_gradients: bool, signature: str | None, mode: str, size: str
+    s: str, include_gradients: bool, signature: str | None, mode: str, size: str,
+    batch: int | None = None, shapes: Mapping[str, Sequence[int]] | None = None,
 ) -> GraphProfile:
     path = os.path.expanduser(s)
     if os.path.isdir(path) or (
         os.path.isfile(path) and os.path.basename(path) in ("saved_model.pb", "saved_model.pbtxt")
     ):
         sm = read_saved_model(path)
-        return _from_saved_model_proto(sm, signature, f"SavedModel {s}", include_gradients)
+        return _from_saved_model_proto(sm, signature, f"SavedModel {s}", include_gradients, batch, shapes)
+    if os.path.isfile(path) and path.endswith(".keras"):
+        return _from_keras_file(path, include_gradients, batch, shapes)
     if os.path.isfile(path):
         proto = _read_graph_file(path)
-        profile = analyze(proto, include_gradients=include_gradients, signature=signature)
+        profile = analyze(proto, include_gradients=include_gradients, signature=signature, batch=batch,
+                          input_shapes=shapes)
         return dataclasses.replace(profile, source=f"{profile.source} from {s}")
     if not _looks_like_path(s):
-        profile = _from_workload(s, mode, size, include_gradients)
+        profile = _from_workload(s, mode, size, include_gradients, batch)
         if profile is not None:
             return profile
         raise FileNotFoundError(f"{s!r} is neither an existing path nor a known workload name")
     raise FileNotFoundError(f"no such file or directory: {s!r}")
 
 
-def _from_workload(name: str, mode: str, size: str, include_gradients: bool) -> GraphProfile | None:
+def _from_workload(name: str, mode: str, size: str, include_gradients: bool,
+                   batch: int | None = None) -> GraphProfile | None:
     """A bundled workload's graph, via ``workloads.runner.graph_def(name, mode=, size=)``
     when the runner provides it, else its Keras model's predict graph. None when the
     ``workloads`` package is missing or does not know the name."""
@@ -429,7 +521,7 @@ def _from_workload(name: str, mode: str, size: str, include_gradients: bool) -> 
         runner = None
     graph_def_fn = getattr(runner, "graph_def", None)
     if graph_def_fn is not None:
-        profile = analyze(graph_def_fn(name, mode=mode, size=size), include_gradients=include_gradients)
+        profile = analyze(graph_def_fn(name, mode=mode, size=size, batch=batch), include_gradients=include_gradients)
     else:
         if mode != "infer":
             raise ValueError(f"workload {name!r}: mode {mode!r} needs workloads.runner.graph_def")

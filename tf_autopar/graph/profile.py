@@ -24,6 +24,9 @@ class GraphProfile:
     # Work-weighted median heavy-op size in multiply-adds (graph/work.py); None when any
     # heavy op's shapes are unknown (e.g. a None batch dimension) or there are no heavy ops.
     typical_op_work: int | None = None
+    # What unknown dimensions were read as to estimate the work, e.g. "unknown batch dimension
+    # read as 1"; empty when every shape was known (or nothing was assumed).
+    assumptions: tuple[str, ...] = ()
     source: str = ""  # what was analysed, for explanations
     fingerprint: str = ""  # stable hash of the graph structure, for caches
 

@@ -17,8 +17,12 @@ look-ups (they move memory, one element per row read):
   output (or the incoming gradient) times the filter's elements per output channel;
   depthwise: output elements x kh*kw.
 - Gathers and sparse-segment combiners: output elements.
-- Anything else, or any unknown dimension (a None batch): unknown (None). The planner
-  only acts on work it knows.
+- Anything else: unknown (None). The planner only acts on work it knows.
+
+Unknown dimensions (a serving signature's None batch, a free sequence length) make the work
+unknown unless the caller says what to read them as (``Assumed``): the leading dimension as
+the batch, any other as one size. A SavedModel's shapes are recorded at trace time, so this
+substitution is all that is possible without running it; the profile says what was assumed.
 
 Shapes come from the ``_output_shapes`` attribute: TensorFlow writes it on function-body
 nodes and on function arguments (``arg_attr``), and on top-level nodes when the GraphDef
@@ -36,14 +40,6 @@ Shape = tuple[int, ...]  # fully known dimensions only
 #: A heavy op's work as computed by ``structure_graph_def`` from the live op (a private NodeDef
 #: attribute; -1 = unknown).
 WORK_ATTR = "_tf_autopar_work"
-
-
-def proto_shape(shape_proto: Any) -> Shape | None:
-    """A TensorShapeProto as a tuple, or None when its rank or any dimension is unknown."""
-    if shape_proto.unknown_rank:
-        return None
-    dims = tuple(int(d.size) for d in shape_proto.dim)
-    return None if any(d < 0 for d in dims) else dims
 
 
 def output_shapes(node_or_attr_owner: Any) -> list[Any]:
@@ -170,3 +166,4 @@ def const_ints(node: Any) -> list[int]:
 
         values = np.frombuffer(tensor.tensor_content, dtype=np.int32 if tensor.dtype == 3 else np.int64).tolist()
     return [int(v) for v in values]
+

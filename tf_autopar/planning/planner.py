@@ -9,7 +9,9 @@ Frameworks", TACO 2021, adapted to how TensorFlow 2 really threads):
    and TensorFlow's default counts them as cores. A budget smaller than the cores takes
    whole cores, filling one NUMA node (then one socket) before the next, and binds to them.
 2. Pools. p = the model's average width (heavy ops / heavy depth), bounded by its maximum
-   width and by the usable CPUs, at least 1; p = 1 when no model is given. A model that
+   width and by the usable CPUs, at least 1. No model given: p = the usable CPUs on Eigen
+   builds (TensorFlow's default within the budget: never serialises a wide graph), 1 on
+   OpenMP builds. A model that
    runs tf.data gets p >= 2 (inter_op=1 can deadlock some iterator restores).
 3. Intra-op. OpenMP builds give each inter-op thread its own OpenMP team, so the paper's
    rule applies: intra = OMP = MKL threads = usable // p, KMP_BLOCKTIME=1, compact
@@ -194,10 +196,18 @@ def _binding(units: list[Unit], topology: Topology) -> tuple[tuple[int, ...], ..
 # ------------------------------------------------------------------------------ pools
 
 
-def model_pools(profile: Any, usable: int) -> tuple[int, str]:
-    """p from the model's width, bounded by its max width and the usable CPUs."""
+def model_pools(profile: Any, usable: int, runtime: str = "eigen") -> tuple[int, str]:
+    """p from the model's width, bounded by its max width and the usable CPUs.
+
+    No model known: on Eigen builds p = the usable CPUs, TensorFlow's own default sized to the
+    budget, so that a wide graph keeps its branches parallel (1 pool made a wide SavedModel
+    1.5x slower than the default); OpenMP builds keep 1 pool, since there every inter-op thread
+    starts a whole OpenMP team."""
     if profile is None:
-        return 1, "no model given: 1 pool (one op at a time; give --width or a model to use branches)"
+        if runtime == "openmp" or usable == 1:
+            return 1, "no model given: 1 pool (one op at a time; give --width or a model to use branches)"
+        return usable, (f"no model given: {usable} inter-op threads, TensorFlow's default sized to the budget, "
+                        "so that a wide graph keeps its branches parallel (give a model or --width to plan them)")
     p = max(1, min(profile.avg_width, max(profile.max_width, 1), usable))
     why = f"model width {profile.avg_width}"
     heavy, depth = getattr(profile, "heavy_ops", None), getattr(profile, "depth", None)
@@ -441,9 +451,10 @@ def plan(
     if tf_data is None:
         tf_data = bool(getattr(profile, "uses_tf_data", False))
 
-    p, p_why = model_pools(profile, len(units))
+    p, p_why = model_pools(profile, len(units), runtime)
     facts.append(p_why)
     op_work = getattr(profile, "typical_op_work", None)
+    facts += [f"assumed: {a}" for a in getattr(profile, "assumptions", ())]
     if op_work is not None:
         facts.append(f"typical heavy op: {_mac(op_work)} multiply-adds (work-weighted median, from static shapes)")
         if op_work < TINY_OP_WORK:

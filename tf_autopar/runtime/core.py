@@ -70,7 +70,7 @@ def profile_from_dict(d: dict[str, Any]) -> Any:
 
     names = {f.name for f in dataclasses.fields(GraphProfile)}
     data = {k: v for k, v in d.items() if k in names}
-    for key in ("level_widths",):
+    for key in ("level_widths", "assumptions"):
         if key in data:
             data[key] = tuple(data[key])
     return GraphProfile(**data)
@@ -79,5 +79,5 @@ def profile_from_dict(d: dict[str, Any]) -> Any:
 def profile_summary(profile: Any) -> dict[str, Any]:
     """The profile fields worth caching (small: no op histograms)."""
     keep = ("heavy_ops", "depth", "avg_width", "max_width", "nodes", "functions", "training",
-            "uses_tf_data", "source", "fingerprint")
+            "uses_tf_data", "source", "fingerprint", "typical_op_work", "assumptions")
     return {k: getattr(profile, k) for k in keep if hasattr(profile, k)}
