@@ -14,7 +14,6 @@ Every entry point fails open: an internal error leaves TensorFlow on its own set
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
@@ -37,17 +36,23 @@ def enable(
     *,
     width: int | None = None,
     streams: int | None = None,
+    batch: int | None = None,
     sessions: bool = True,
     functions: bool = True,
+    loaders: bool = True,
     cache: bool = True,
     cooperate: bool = True,
 ) -> Status:
     """Plan TensorFlow's threads for this host (and ``model``) and apply them wherever still possible.
 
-    ``model``: a SavedModel directory or graph file, a bundled workload name, a width (int),
-    a GraphProfile, or a TF/Keras object. Call it before the first TensorFlow op for the
-    process pools to follow the plan; later calls still tune sessions and report functions.
-    Repeated calls return the current status and change nothing.
+    ``model``: a SavedModel directory, .keras file or graph file, a bundled workload name, a
+    width (int), a GraphProfile, or a TF/Keras object. Without one, the model is planned when
+    the program loads it (``loaders``: tf.saved_model.load, keras.models.load_model,
+    keras.layers.TFSMLayer), from the plan cache of an earlier run, else from the host alone.
+    Call it before the first TensorFlow op for the process pools to follow the plan; later
+    calls still tune sessions and report functions. ``batch``: what a model's None batch
+    dimension is read as (default 1, one request at a time). Repeated calls return the
+    current status and change nothing.
     ``cooperate``: when other processes of this program (or ranks named in the environment:
     LOCAL_RANK, TF_CONFIG, WEB_CONCURRENCY, ...) share the host, plan for this process's
     share of the cores and bind to it (tf_autopar.coordination).
@@ -56,16 +61,19 @@ def enable(
         raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     if width is not None and (not isinstance(width, int) or width < 1):
         raise ValueError(f"width must be a positive integer, got {width!r}")
+    from tf_autopar.graph.dims import typical_batch
+
+    batch = typical_batch(mode, batch)  # ValueError for a bad batch, before anything changes
     with STATE.lock:
         if STATE.enabled:
             return STATE.snapshot()
         t0 = time.perf_counter()
-        STATE.mode, STATE.streams, STATE.use_cache = mode, streams, cache
+        STATE.mode, STATE.streams, STATE.use_cache, STATE.batch = mode, streams, cache, batch
         try:
             maybe_fail("enable")
             _apply_process(model, mode, width, streams, cache, cooperate)
             STATE.enabled = True
-            _install(sessions, functions)
+            _install(sessions, functions, loaders)
         except Exception as exc:  # fail open: undo everything, TF on its own settings
             _undo()
             fail_open("apply its thread plan", exc)
@@ -86,26 +94,31 @@ def status() -> Status:
 
 
 def optimize(fn_or_model: Any, *, mode: str = "latency", input_signature: Any = None,
-             streams: int | None = None) -> Any:
+             streams: int | None = None, signature: str | None = None) -> Any:
     """A callable running the model's frozen inference graph in a session planned for it.
 
-    Same outputs as the model's traced call (bit for bit); numpy in, numpy out. For when the
-    process pools are already fixed and the model's plan differs (see status()).
-    ``mode="throughput"``: one session per planned stream (``streams`` to choose how many);
-    concurrent callers run on separate streams. Thread-safe.
+    For when the process pools are already fixed and the model's plan differs (see status()).
+    Takes a Keras model (also from ``keras.models.load_model``), a SavedModel from
+    ``tf.saved_model.load`` (its ``serving_default``, or ``signature="name"``), a signature
+    ConcreteFunction, a tf.function or a callable; call the result as you would call the model
+    (signatures: inputs by keyword, dict of numpy out). Outputs match the model's traced call
+    (bit for bit for Keras models). Writes to the model's variables (assign, fit, restore) are
+    watched, and the next call re-freezes, so outputs are never stale; ``.refresh()`` for writes
+    the watch cannot see. ``mode="throughput"``: one session per planned stream (``streams`` to
+    choose how many); concurrent callers run on separate streams. Thread-safe.
     """
     from tf_autopar.runtime.frozen import optimize as _optimize
 
-    return _optimize(fn_or_model, mode=mode, input_signature=input_signature, streams=streams)
+    return _optimize(fn_or_model, mode=mode, input_signature=input_signature, streams=streams, signature=signature)
 
 
 # ------------------------------------------------------------------------------ internals
 
 
 def _undo() -> None:
-    from tf_autopar.runtime import functions as fn_hooks, sessions as session_hooks
+    from tf_autopar.runtime import functions as fn_hooks, model_loads, sessions as session_hooks
 
-    for mod in (session_hooks, fn_hooks):
+    for mod in (session_hooks, fn_hooks, model_loads):
         try:
             mod.uninstall()
         except Exception as exc:  # a hook we cannot remove must not break the caller
@@ -116,20 +129,23 @@ def _undo() -> None:
     STATE.patches = []
 
 
-def _install(sessions: bool, functions: bool) -> None:
-    """Install the hooks now if TensorFlow is imported, else when it is (import hook)."""
-    if not (sessions or functions):
+def _install(sessions: bool, functions: bool, loaders: bool = True) -> None:
+    """Install the hooks now if TensorFlow (and Keras) is imported, else when it is (import hook)."""
+    if not (sessions or functions or loaders):
         return
     if controller.tf_loaded() and "tensorflow.python.client.session" in sys.modules:
-        _install_now(sessions, functions)
+        _install_now(sessions, functions, loaders)
     else:
-        _DeferredInstall.arm(sessions, functions)
+        _DeferredInstall.arm("tensorflow")
+    if loaders and "keras" not in sys.modules:
+        _DeferredInstall.arm("keras")
+    _DeferredInstall.wanted = (sessions, functions, loaders)
 
 
-def _install_now(sessions: bool, functions: bool) -> None:
-    from tf_autopar.runtime import functions as fn_hooks, sessions as session_hooks
+def _install_now(sessions: bool, functions: bool, loaders: bool = True) -> None:
+    from tf_autopar.runtime import functions as fn_hooks, model_loads, sessions as session_hooks
 
-    for wanted, mod in ((sessions, session_hooks), (functions, fn_hooks)):
+    for wanted, mod in ((sessions, session_hooks), (functions, fn_hooks), (loaders, model_loads)):
         if not wanted or mod.installed():
             continue
         try:
@@ -140,36 +156,40 @@ def _install_now(sessions: bool, functions: bool) -> None:
 
 
 class _DeferredInstall:
-    """A meta-path finder that installs the hooks right after ``tensorflow`` is imported.
+    """A meta-path finder that installs the hooks right after ``tensorflow`` (and ``keras``,
+    for its model loaders) is imported.
 
     Keeps enable() before ``import tensorflow`` cheap (no TF import) while still catching the
-    first Session. It only watches for the one module name and removes itself after use.
+    first Session and the first model load. It only watches for those module names and
+    removes itself once both were seen.
     """
 
-    wanted = (False, False)
-    _armed = False
+    wanted = (False, False, False)
+    watching: set[str] = set()
 
     @classmethod
-    def arm(cls, sessions: bool, functions: bool) -> None:
-        cls.wanted = (sessions, functions)
-        if not cls._armed:
+    def arm(cls, name: str) -> None:
+        if not cls.watching:
             sys.meta_path.insert(0, cls)  # type: ignore[arg-type]
-            cls._armed = True
+        cls.watching.add(name)
 
     @classmethod
-    def disarm(cls) -> None:
-        if cls._armed:
+    def disarm(cls, name: str | None = None) -> None:
+        if name is None:
+            cls.watching.clear()
+        else:
+            cls.watching.discard(name)
+        if not cls.watching:
             try:
                 sys.meta_path.remove(cls)  # type: ignore[arg-type]
             except ValueError:
                 pass
-            cls._armed = False
 
     @classmethod
     def find_spec(cls, name: str, path: Any = None, target: Any = None) -> Any:
-        if name != "tensorflow" or not cls._armed:
+        if name not in cls.watching:
             return None
-        cls.disarm()
+        cls.disarm(name)
         import importlib.util
 
         spec = importlib.util.find_spec(name)
@@ -183,9 +203,15 @@ class _DeferredInstall:
             if STATE.enabled:
                 try:
                     with STATE.lock:
-                        _install_now(*cls.wanted)
+                        if name == "tensorflow":
+                            _install_now(*cls.wanted)
+                        elif cls.wanted[2]:
+                            from tf_autopar.runtime import model_loads
+
+                            if model_loads.installed():
+                                model_loads.install_keras()
                 except Exception as exc:
-                    fail_open("install its TensorFlow hooks", exc)
+                    fail_open(f"install its {name} hooks", exc)
 
         loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
@@ -207,45 +233,30 @@ def _model_profile(model: Any, width: int | None, started: bool, use_cache: bool
     from tf_autopar.graph import analyze
 
     maybe_fail("analysis")
+    batch = STATE.batch
     if isinstance(model, (str, os.PathLike)):
         text = os.fspath(model)
         if os.path.exists(text):
-            return analyze(text), f"model {text}"  # read from disk: does not start TF
+            from tf_autopar.runtime.model_loads import model_profile
+
+            profile = model_profile(os.path.realpath(text), batch, started)  # never starts TF
+            if profile is None:  # a graph file
+                profile = analyze(text, batch=batch)
+            return profile, f"model {text}"
         if not started:
             return _workload_profile(text, use_cache), f"workload {text}"
-    return analyze(model), f"model {type(model).__name__}"
+    return analyze(model, batch=batch), f"model {type(model).__name__}"
 
 
 def _workload_profile(name: str, use_cache: bool) -> Any:
     """A bundled workload's profile without starting TF here: building it would fix the pools.
-
-    Analysed once in a child process, then read from the plan cache.
-    """
+    Analysed once in a child process, then read from the plan cache."""
     import workloads
 
-    workloads.module_path(name)  # ValueError naming the choices for an unknown name
-    key = f"workload:{name}:tiny"
-    found = cache.lookup_profile(key) if use_cache else None
-    if found:
-        return core.profile_from_dict(found)
-    code = (
-        "import json, sys; from tf_autopar.graph import analyze; "
-        "print(json.dumps(analyze(sys.argv[1]).to_dict()))"
-    )
-    env = dict(os.environ)
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    log.info("analysing workload %s in a child process (once; cached afterwards)", name)
-    import subprocess  # only for a workload name, once
+    from tf_autopar.runtime.model_loads import child_profile
 
-    out = subprocess.run([sys.executable, "-c", code, name], env=env, capture_output=True, text=True, timeout=600)
-    if out.returncode != 0:
-        raise RuntimeError(f"analysing workload {name} failed: {out.stderr.strip().splitlines()[-1:]}")
-    data = json.loads(out.stdout.strip().splitlines()[-1])
-    if use_cache:
-        cache.store_profile(key, core.profile_summary(core.profile_from_dict(data)))
-    return core.profile_from_dict(data)
+    workloads.module_path(name)  # ValueError naming the choices for an unknown name
+    return child_profile(name, f"workload:{name}:tiny", use_cache)
 
 
 def _claim_share() -> Any:
@@ -274,6 +285,7 @@ def _apply_process(
         fail_open(f"analyse the model {model!r}", exc)
         profile, source = None, "host (model analysis failed)"
     share = _claim_share() if cooperate and not started else None
+    STATE.share = share
     topo = core.topology()
     if profile is None and use_cache and not started:
         try:
@@ -286,9 +298,9 @@ def _apply_process(
     STATE.process_profile = profile
     plan = core.plan_for(profile, mode, width=None, streams=streams)
     if not started:
-        _apply_before_start(plan, source, share)
+        apply_before_start(plan, source, share)
     else:
-        _report_late(plan, source + source_note)
+        report_late(plan, source + source_note)
 
 
 def _binding(plan: Any, share: Any) -> tuple[int, ...]:
@@ -302,7 +314,8 @@ def _binding(plan: Any, share: Any) -> tuple[int, ...]:
     return ()
 
 
-def _apply_before_start(plan: Any, source: str, share: Any = None) -> None:
+def apply_before_start(plan: Any, source: str, share: Any = None) -> None:
+    """Set the process pools (and binding) for ``plan`` while TensorFlow's runtime is not started."""
     cpus = _binding(plan, share)
     bound = cpus if cpus and controller.bind(cpus) else ()
     env = plan.to_env()
@@ -323,7 +336,8 @@ def _apply_before_start(plan: Any, source: str, share: Any = None) -> None:
     )
 
 
-def _report_late(plan: Any, source: str) -> None:
+def report_late(plan: Any, source: str) -> None:
+    """Record ``plan`` for a runtime already started: what could not be applied, said once."""
     running = controller.running_pools()
     not_applied = []
     if (plan.inter_op, plan.intra_op) != running:

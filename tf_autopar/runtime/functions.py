@@ -78,7 +78,12 @@ def on_trace(concrete_fn: Any) -> None:
             return
         _seen[seen_key] = ("", "")  # claim it: analyse once even if traced from two threads
     maybe_fail("function")
-    profile, ms = core.analyze_graph(graph.as_graph_def(), f"tf.function {name}")
+    from tf_autopar.graph.dims import Assumed
+    from tf_autopar.graph.loaders import structure_graph_def
+
+    # live shapes (a None batch read as enable()'s batch), so that a function and the model it
+    # was loaded from get the same plan
+    profile, ms = core.analyze_graph(structure_graph_def(graph, Assumed(STATE.batch or 1)), f"tf.function {name}")
     if profile.heavy_ops == 0:
         return
     plan = core.plan_for(profile, STATE.mode, streams=STATE.streams)
