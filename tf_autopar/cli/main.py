@@ -18,6 +18,7 @@ SUBCOMMANDS = (
     "trace",
     "run",
     "validate",
+    "bench",
 )
 
 

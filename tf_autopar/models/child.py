@@ -1,0 +1,299 @@
+"""The child processes of ``bench`` and ``validate`` for a user's model (or a bundled workload).
+
+Two actions, each printing one JSON object on stdout (TensorFlow's logging goes to stderr):
+
+- ``run MODEL --mode infer --batch B --steps S --size SIZE --warmup W --json [--time T]
+  [--enable MODE] [model flags]``: the ``workloads run`` contract (``step_times_s``, one
+  request per step, fetched to numpy), so the validation harness can run it as a row's
+  runner; plus the effective thread settings the process ran with. ``--enable MODE`` calls
+  ``tf_autopar.enable(mode=MODE)`` with no model before anything else, as a user's server
+  would. With ``TF_AUTOPAR_BENCH_BARRIER=DIR|COUNT|TIMEOUT`` in the environment, the timed
+  loop starts only when COUNT sibling processes have finished warming up (throughput mode:
+  the streams must overlap to be summed).
+- ``prepare MODEL --batch B --plan-mode latency|throughput [model flags]``: load the model,
+  check and describe its inputs, analyse it and plan it; on bad input ``{"error": ...}``
+  and exit status 2, so the parent can report it before measuring anything.
+
+Run only in a fresh process: loading the model starts TensorFlow, which fixes its pools.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Any, Callable
+
+from tf_autopar.models.options import ModelOptions, add_model_flags, from_args
+
+BARRIER_VAR = "TF_AUTOPAR_BENCH_BARRIER"
+EXIT_BAD_INPUT = 2
+EXIT_BARRIER = 3
+_SETTING_VARS = ("TF_NUM_INTEROP_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_OVERRIDE_GLOBAL_THREADPOOL")
+_SETTING_PREFIXES = ("OMP_", "KMP_", "MKL_")
+
+
+def _affinity() -> list[int]:
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return list(range(os.cpu_count() or 1))
+
+
+def tf_compute_threads() -> int:
+    """Inter-op pool threads alive now (TensorFlow names them tf_Compute)."""
+    n = 0
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return 0
+    for t in tasks:
+        try:
+            with open(f"/proc/self/task/{t}/comm") as f:
+                n += f.read().strip() == "tf_Compute"
+        except OSError:
+            continue
+    return n
+
+
+def effective_settings() -> dict[str, Any]:
+    """The thread settings this process runs with, after its run (what the report prints).
+
+    inter/intra: the tf.config.threading value when set, else TF_NUM_* from the environment,
+    else TensorFlow's own choice (the CPUs in the affinity mask).
+    """
+    env = {k: v for k, v in os.environ.items() if k in _SETTING_VARS or k.startswith(_SETTING_PREFIXES)}
+    cpus = _affinity()
+    api = (0, 0)
+    if "tensorflow" in sys.modules:
+        import tensorflow as tf
+
+        api = (tf.config.threading.get_inter_op_parallelism_threads(),
+               tf.config.threading.get_intra_op_parallelism_threads())
+    counts, sources = [], []
+    for value, var in zip(api, _SETTING_VARS[:2]):
+        text = env.get(var, "")
+        if value:
+            counts.append(int(value)), sources.append("tf.config.threading")
+        elif text.isdigit() and int(text) > 0:
+            counts.append(int(text)), sources.append(var)
+        else:
+            counts.append(len(cpus)), sources.append("TensorFlow default (CPUs in the affinity mask)")
+    return {"inter_op": counts[0], "intra_op": counts[1], "inter_source": sources[0], "intra_source": sources[1],
+            "env": dict(sorted(env.items())), "cpus": cpus, "tf_compute_threads": tf_compute_threads(),
+            "pid": os.getpid()}
+
+
+def _barrier() -> float:
+    """Wait for every sibling stream (see the module docstring); returns the seconds waited."""
+    spec = os.environ.get(BARRIER_VAR)
+    if not spec:
+        return 0.0
+    directory, count, timeout = spec.split("|")
+    t0 = time.monotonic()
+    with open(os.path.join(directory, f"ready-{os.getpid()}"), "w"):
+        pass
+    while True:
+        names = os.listdir(directory)
+        if "abort" in names:
+            raise SystemExit(_fail("a sibling stream failed before the timed loop", EXIT_BARRIER))
+        if sum(n.startswith("ready-") for n in names) >= int(count):
+            return time.monotonic() - t0
+        if time.monotonic() - t0 > float(timeout):
+            raise SystemExit(_fail(f"only {sum(n.startswith('ready-') for n in names)} of {count} streams were "
+                                   f"ready after {timeout} s", EXIT_BARRIER))
+        time.sleep(0.002)
+
+
+def measure(step: Callable[[], Any], warmup: int, steps: int, time_s: float | None) -> dict[str, Any]:
+    """Warm up, wait at the barrier, then time requests: ``steps`` of them, or for ``time_s`` seconds."""
+    for _ in range(warmup):
+        step()
+    waited = _barrier()
+    times: list[float] = []
+    start = time.perf_counter()
+    while True:
+        t0 = time.perf_counter()
+        step()
+        t1 = time.perf_counter()
+        times.append(t1 - t0)
+        if (time_s is not None and t1 - start >= time_s) or (time_s is None and len(times) >= steps):
+            break
+    loop = time.perf_counter() - start
+    return {"step_times_s": times, "requests": len(times), "loop_s": loop,
+            "throughput_rps": len(times) / loop if loop > 0 else None, "barrier_wait_s": waited}
+
+
+def _summary(times: list[float]) -> dict[str, float]:
+    import numpy as np
+
+    p10, p50, p90, p99 = np.percentile(np.asarray(times, dtype=float), [10, 50, 90, 99])
+    return {"median_s": float(p50), "p10_s": float(p10), "p90_s": float(p90), "p99_s": float(p99)}
+
+
+def _fail(message: str, code: int = EXIT_BAD_INPUT) -> int:
+    sys.stderr.write(f"tf-autopar: error: {message}\n")
+    sys.stdout.write(json.dumps({"error": message}) + "\n")
+    sys.stdout.flush()
+    return code
+
+
+def _is_model(name: str) -> bool:
+    from tf_autopar.models.load import looks_like_model
+
+    return looks_like_model(name)
+
+
+def _workload_step(name: str, size: str, batch: int) -> tuple[Callable[[], None], dict[str, Any]]:
+    """A bundled workload's inference request, built by the workloads runner (its function path)."""
+    import tensorflow as tf
+    from workloads import runner
+
+    built = runner.build(name, size=size, batch=batch)
+    fn = built.infer_function()
+    args = [tf.constant(a) for a in tf.nest.flatten(built.inputs)]
+
+    def step() -> None:
+        for o in fn(*args):
+            o.numpy()
+
+    info = {"model": {"kind": "workload", "path": name, "size": size, "signature": None},
+            "inputs": [{"name": f"input_{i}", "dtype": str(a.dtype), "shape": list(a.shape), "source": "workload"}
+                       for i, a in enumerate(tf.nest.flatten(built.inputs))], "build_s": built.build_s}
+    return step, info
+
+
+def run(args: argparse.Namespace) -> int:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    t_start = time.perf_counter()
+    status = None
+    if args.enable:
+        import tf_autopar
+
+        tf_autopar.enable(mode=args.enable)  # no model: the loader hooks (if any) see the load below
+    if args.mode != "infer":
+        return _fail(f"a model file is measured for inference only (--mode infer), got --mode {args.mode}")
+    if args.steps < 1 or args.warmup < 0 or args.batch < 1 or (args.time is not None and args.time <= 0):
+        return _fail("--steps and --batch must be positive, --warmup >= 0, --time > 0")
+    try:
+        options = from_args(args)
+        if _is_model(args.model):
+            from tf_autopar.models.load import prepare_model
+
+            prepared = prepare_model(args.model, args.batch, options)
+            step = prepared.model.step(prepared.arrays)
+            info: dict[str, Any] = prepared.describe()
+        else:
+            if options.given:
+                return _fail("--signature/--input-shape/--int-max/--inputs apply to model files, not workloads")
+            step, info = _workload_step(args.model, args.size, args.batch)
+    except ValueError as exc:
+        return _fail(str(exc))
+    load_s = time.perf_counter() - t_start
+    result = measure(step, args.warmup, args.steps, args.time)
+    settings = effective_settings()
+    if args.enable:
+        import tf_autopar
+
+        st = tf_autopar.status().to_dict()
+        status = {"process": st.get("process"), "warnings": st.get("warnings"), "enable_ms": st.get("enable_ms")}
+    import tensorflow as tf
+
+    payload = {
+        "workload": args.model, "mode": "infer", "size": args.size, "batch": args.batch, "steps": result["requests"],
+        "path": "function", **result, **_summary(result["step_times_s"]), "load_s": load_s,
+        "settings": settings, "tf_autopar": status, "tf_version": tf.__version__, **info,
+    }
+    try:
+        from workloads.runner import peak_rss_mb
+
+        payload["peak_rss_mb"] = peak_rss_mb()
+    except ImportError:
+        pass
+    sys.stdout.write(json.dumps(payload, default=str) + "\n")
+    return 0
+
+
+def prepare(args: argparse.Namespace) -> int:
+    """Describe, check and plan (see the module docstring)."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from tf_autopar.planning import plan
+    from tf_autopar.topology import detect_topology
+
+    try:
+        options = from_args(args)
+        if args.batch < 1:
+            raise ValueError(f"--batch must be a positive integer, got {args.batch}")
+        if _is_model(args.model):
+            from tf_autopar.models.load import prepare_model
+
+            prepared = prepare_model(args.model, args.batch, options)
+            info = prepared.describe()
+            profile, note = prepared.profile()
+        else:
+            if options.given:
+                raise ValueError("--signature/--input-shape/--int-max/--inputs apply to model files, not workloads")
+            import workloads
+            from tf_autopar.graph import analyze
+            from workloads import runner
+
+            workloads.module_path(args.model)  # ValueError listing the names
+            built = runner.build(args.model, size=args.size, batch=args.batch)
+            profile = analyze(built.graph_def("infer"))
+            note = f"workload {args.model} ({args.size}) analysed at batch {args.batch}"
+            import tensorflow as tf
+
+            info = {"model": {"kind": "workload", "path": args.model, "size": args.size, "signature": None},
+                    "batch": args.batch, "assumptions": [],
+                    "inputs": [{"name": f"input_{i}", "dtype": str(a.dtype), "shape": list(a.shape),
+                                "source": "workload", "values": "the workload's synthetic batch"}
+                               for i, a in enumerate(tf.nest.flatten(built.inputs))]}
+    except ValueError as exc:
+        return _fail(str(exc))
+    topology = detect_topology()
+    # env={}: the plan under test must not inherit thread settings from the caller's shell.
+    the_plan = plan(topology, profile, args.plan_mode, env={}, streams=args.streams)
+    import tensorflow as tf
+
+    out = {"ok": True, "tf_version": tf.__version__, **info, "profile": profile.to_dict(), "profile_note": note,
+           "plan_mode": args.plan_mode, "plan": the_plan.to_dict(), "env": the_plan.to_env(),
+           "explain": the_plan.explain(), "topology": topology.to_dict()}
+    sys.stdout.write(json.dumps(out, default=str) + "\n")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m tf_autopar.models.child")
+    sub = parser.add_subparsers(dest="action", required=True)
+    rp = sub.add_parser("run", help="time requests (the workloads-runner JSON contract)")
+    rp.add_argument("model", help="SavedModel directory, .keras file or bundled workload name")
+    rp.add_argument("--mode", default="infer")
+    rp.add_argument("--batch", type=int, default=1)
+    rp.add_argument("--steps", type=int, default=10, help="timed requests (ignored with --time)")
+    rp.add_argument("--time", type=float, default=None, help="time requests for this many seconds instead")
+    rp.add_argument("--warmup", type=int, default=2)
+    rp.add_argument("--size", default="tiny", help="bundled workloads only")
+    rp.add_argument("--json", action="store_true", help="accepted for the runner contract; output is always JSON")
+    rp.add_argument("--enable", choices=("latency", "throughput", "training"), default=None,
+                    help="call tf_autopar.enable(mode=...) first, with no model")
+    add_model_flags(rp)
+    rp.set_defaults(func=run)
+    pp = sub.add_parser("prepare", help="describe the inputs and plan")
+    pp.add_argument("model")
+    pp.add_argument("--batch", type=int, default=1)
+    pp.add_argument("--plan-mode", choices=("latency", "throughput"), default="latency")
+    pp.add_argument("--streams", type=int, default=None)
+    pp.add_argument("--size", default="tiny")
+    add_model_flags(pp)
+    pp.set_defaults(func=prepare)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
