@@ -75,3 +75,26 @@ def run_child(script: str, env: dict[str, str] | None = None, timeout: float = 2
 
 def cpus() -> int:
     return len(os.sched_getaffinity(0))
+
+
+# A small conv net with a free batch, as a user would export it: at batch 1 its ops are tiny (a
+# 1x1 plan), at batch 64 they are not.
+_BUILD_USER_MODEL = """
+import keras
+inp = keras.Input((32, 32, 3), name="image")
+x = keras.layers.Conv2D(16, 3, padding="same", activation="relu")(inp)
+x = keras.layers.DepthwiseConv2D(3, padding="same")(x)
+x = keras.layers.Conv2D(32, 1, activation="relu")(x)
+x = keras.layers.GlobalAveragePooling2D()(x)
+model = keras.Model(inp, keras.layers.Dense(10)(x))
+model.export(DIR + "/sm", verbose=False)
+model.save(DIR + "/m.keras")
+report(ok=True)
+"""
+
+
+def build_user_model(directory: str) -> dict[str, str]:
+    """Save the small model as a SavedModel (``SM``, batch None) and a .keras file (``KERAS``)."""
+    res, err, rc = run_child(f"DIR = {directory!r}\n" + _BUILD_USER_MODEL, {})
+    assert rc == 0 and res.get("ok"), err
+    return {"SM": os.path.join(directory, "sm"), "KERAS": os.path.join(directory, "m.keras")}

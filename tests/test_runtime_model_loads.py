@@ -10,23 +10,9 @@ import os
 
 import pytest
 
-from _runtime_child import cpus, run_child
+from _runtime_child import build_user_model, cpus, run_child
 
 pytestmark = pytest.mark.tf
-
-# A small conv net with a free batch: at batch 1 its ops are tiny (1x1 plan); at batch 64 they are not.
-BUILD = """
-import keras
-inp = keras.Input((32, 32, 3), name="image")
-x = keras.layers.Conv2D(16, 3, padding="same", activation="relu")(inp)
-x = keras.layers.DepthwiseConv2D(3, padding="same")(x)
-x = keras.layers.Conv2D(32, 1, activation="relu")(x)
-x = keras.layers.GlobalAveragePooling2D()(x)
-model = keras.Model(inp, keras.layers.Dense(10)(x))
-model.export(sys.argv[1] + "/sm", verbose=False)
-model.save(sys.argv[1] + "/m.keras")
-report(ok=True)
-"""
 
 # The load is the program's first TensorFlow work; the request's input is made after it.
 X = "x = tf.zeros((1, 32, 32, 3))"
@@ -39,10 +25,7 @@ LOADERS = {
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    d = tmp_path_factory.mktemp("user_models")
-    res, err, rc = run_child(BUILD.replace("sys.argv[1]", repr(str(d))), {})
-    assert rc == 0 and res["ok"], err
-    return {"SM": str(d / "sm"), "KERAS": str(d / "m.keras")}
+    return build_user_model(str(tmp_path_factory.mktemp("user_models")))
 
 
 def _script(models: dict[str, str], load: str, enable: str = "tf_autopar.enable()", before: str = "") -> str:

@@ -28,7 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Plan and apply TensorFlow CPU thread settings from the host and the model.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log the library's decisions")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    sub = parser.add_subparsers(dest="subcommand", metavar="COMMAND", required=True)
     for name in SUBCOMMANDS:
         try:
             module = importlib.import_module(f"tf_autopar.cli.{name}_cmd")
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except (ValueError, FileNotFoundError, PermissionError, OSError) as exc:
         # Bad input: name the problem, no traceback.
-        print(f"tf-autopar {args.command}: error: {exc}", file=sys.stderr)
+        print(f"tf-autopar {args.subcommand}: error: {exc}", file=sys.stderr)
         return 2
 
 

@@ -76,6 +76,8 @@ def load_profile(model: str, mode: str = "latency", **options: Any) -> Any:
         raise ValueError("model analysis not available in this version: give --width instead")
     if os.path.exists(model):
         return analyze(model, **options)
+    if os.sep in model or model.endswith((".keras", ".pb", ".pbtxt")):
+        raise FileNotFoundError(f"no such file or directory: {model!r} (a SavedModel directory, .keras or graph file)")
     import workloads
 
     if model not in workloads.names():

@@ -6,6 +6,8 @@ import json
 import os
 import sys
 
+from tf_autopar.cli.plan_cmd import add_shape_arguments, load_profile, shape_options
+
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
@@ -19,6 +21,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--mode", choices=("latency", "throughput", "training"), default="latency")
     p.add_argument("--instances", type=int, default=None, help="copies of COMMAND, each on disjoint CPUs")
     p.add_argument("--cores", default=None, help="CPU list to use, e.g. 0-3,8 (default: this process's affinity)")
+    p.add_argument("--model", metavar="PATH_OR_WORKLOAD", default=None,
+                   help="plan from this model (SavedModel directory, .keras file, graph file or bundled workload); "
+                        "an enable() inside COMMAND plans the same")
+    add_shape_arguments(p)
     p.add_argument("--dry-run", action="store_true", help="print the plan and commands, start nothing")
     p.add_argument("--json", action="store_true", help="with --dry-run: print JSON")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
@@ -39,9 +45,10 @@ def run_command(args: argparse.Namespace) -> int:
     topology = detect_topology()
     if args.cores:
         topology = launcher.restrict_to_cores(topology, parse_cpulist(args.cores))
+    profile = load_profile(args.model, args.mode, **shape_options(args, args.mode)) if args.model else None
     launch = launcher.launch_specs(
         topology, command, mode=args.mode, instances=args.instances, environ=os.environ,
-        numactl=launcher.find_numactl(),
+        numactl=launcher.find_numactl(), profile=profile,
     )
     if args.dry_run:
         if args.json:

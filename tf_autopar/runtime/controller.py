@@ -50,11 +50,15 @@ def runtime_started() -> bool:
 
 
 def user_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment as the user set it: os.environ without the variables we set."""
+    """The environment as the user set it: os.environ without the variables we set, here or
+    in ``tf-autopar run`` (named in TF_AUTOPAR_LAUNCHER_VARS), so that enable() re-plans those
+    for the model it finds instead of keeping them as the user's own."""
     env = dict(os.environ if environ is None else environ)
     for key, value in _SET_BY_US.items():
         if env.get(key) == value:
             del env[key]
+    for key in env.pop("TF_AUTOPAR_LAUNCHER_VARS", "").split(","):
+        env.pop(key.strip(), None)
     return env
 
 

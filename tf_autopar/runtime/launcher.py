@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+#: Names the thread variables the launcher set (not the user): controller.user_env() leaves them out.
+LAUNCHER_VARS = "TF_AUTOPAR_LAUNCHER_VARS"
 
 
 @dataclass(frozen=True)
@@ -65,20 +67,25 @@ def launch_specs(
     instances: int | None = None,
     environ: Mapping[str, str],
     numactl: str | None = None,
+    profile: Any = None,
 ) -> LaunchPlan:
-    """Decide each instance's CPUs, variables and command line (no side effects)."""
+    """Decide each instance's CPUs, variables and command line (no side effects).
+
+    ``profile``: the model's GraphProfile (``--model``), else the host-only plan. The variables
+    set are named in LAUNCHER_VARS so that an enable() inside the command re-plans them for the
+    model it loads instead of keeping them as the user's own."""
     from tf_autopar.planning import plan as make_plan
 
     if not command:
         raise ValueError("no command given: use `tf-autopar run [options] -- COMMAND ...`")
     n = instances or 1
     if mode == "throughput":
-        p = make_plan(topology, None, "throughput", env=environ, streams=n if instances else None)
+        p = make_plan(topology, profile, "throughput", env=environ, streams=n if instances else None)
         n = p.instances
         slices = [tuple(c) for c in p.cpus] if p.cpus else [tuple(topology.affinity)]
         plans = [p] * n  # the plan's per-stream numbers are each instance's
     elif n == 1:
-        p = make_plan(topology, None, mode, env=environ)
+        p = make_plan(topology, profile, mode, env=environ)
         slices, plans = [tuple(p.cpus[0]) if p.cpus else tuple(topology.affinity)], [p]
     else:
         # the same slices as cooperating enable() workers get: whole cores, inside NUMA nodes
@@ -86,7 +93,7 @@ def launch_specs(
 
         parts = split(topology, n)
         slices = [s.cpus for s in parts]
-        plans = [make_plan(restrict(topology, s.cpus, s.cores), None, mode, env=environ) for s in parts]
+        plans = [make_plan(restrict(topology, s.cpus, s.cores), profile, mode, env=environ) for s in parts]
         p = plans[0]
     multi_numa = len(topology.numa_nodes) > 1
     specs = []
@@ -98,6 +105,8 @@ def launch_specs(
                 kept[key] = environ[key]
             else:
                 env_set[key] = value
+        if env_set:
+            env_set[LAUNCHER_VARS] = ",".join(sorted(env_set))
         env_set["TF_AUTOPAR_INSTANCE"] = str(i)
         env_set["TF_AUTOPAR_INSTANCES"] = str(n)
         bind_all = set(cpus) == set(topology.affinity) and n == 1
