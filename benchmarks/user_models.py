@@ -222,7 +222,7 @@ def _serving_function(name: str, model, batch: int | None = None):
     return serve
 
 
-def save(name: str, model, path: Path):
+def save(name: str, model, path: Path) -> None:
     import tensorflow as tf
 
     class Served(tf.Module):
@@ -234,7 +234,6 @@ def save(name: str, model, path: Path):
     module.serve = _serving_function(name, model)
     concrete = module.serve.get_concrete_function()
     tf.saved_model.save(module, str(path), signatures={"serving_default": concrete})
-    return concrete
 
 
 def signature_of(path: Path, key: str = "serving_default"):
@@ -304,7 +303,6 @@ def graph_macs(graph) -> int | None:
     convolutions, depthwise convolutions, MatMul/BatchMatMul/Einsum; While bodies times their
     static trip count; PartitionedCall bodies once. None if some heavy op's size cannot be read.
     (Keras' RNN also traces one cell step outside its loop, only for shapes: counted, +1/64.)"""
-    import tensorflow as tf
     total = 0
     for op in graph.get_operations():
         t = op.type
@@ -377,7 +375,7 @@ def cmd_build(outdir: Path, names, keras_too: bool) -> int:
         model = build(name)
         t_build = time.perf_counter() - t0
         path = outdir / name
-        concrete = save(name, model, path)
+        save(name, model, path)
         t_save = time.perf_counter() - t0 - t_build
         if keras_too:
             model.save(str(outdir / f"{name}.keras"))
