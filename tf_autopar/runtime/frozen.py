@@ -7,102 +7,228 @@ a ``tf.compat.v1.Session`` whose ConfigProto carries the model's plan and
 ``use_per_session_threads`` (and its own intra-op pool when TF_OVERRIDE_GLOBAL_THREADPOOL
 was in force at start). The graph is the one the traced function runs, so outputs match the
 function (and Keras 3's predict, which runs the same traced call) bit for bit.
+
+What it takes, and how the result is called (the way the user would call the model):
+- a Keras model (built in code or ``keras.models.load_model("m.keras")``): arrays
+  positionally (a list for several inputs); returns what the model returns, as numpy;
+- a SavedModel loaded with ``tf.saved_model.load``: its ``serving_default`` signature
+  (``signature="name"`` for another); a signature ConcreteFunction
+  (``loaded.signatures["serving_default"]``) likewise: keyword arguments by input name
+  (positional too when there is a single input); returns a dict of numpy arrays keyed by
+  output name;
+- a tf.function, a ConcreteFunction or a plain callable: arguments positionally.
+A free batch dimension is fine: signatures compile once (their placeholders keep None);
+other functions compile per input signature (batch left free) on first use.
+
+Stale constants: freezing copies the variables, so a later ``v.assign(...)`` or
+``model.fit(...)`` would leave the session computing with the old weights. The variables the
+frozen graph read are watched for writes (watch.py: eager assign/scatter/restore ops and
+every tf.function run that may write them, e.g. fit's train step); a write moves the watch's
+generation, and the next call re-freezes that input signature before running (logged once at
+INFO). The per-call check is one integer comparison (about 0.1 us, beside 100-200 us for a
+session call of a tiny model). ``refresh()`` re-freezes by hand, for writes the watch cannot
+see (``tf.raw_ops``, tf.data functions). If the watch cannot be installed, the callable runs
+the model itself rather than risk stale outputs.
 Inference only: frozen variables do not train.
 
 Throughput mode (``mode="throughput"``, optional ``streams=N``): the plan's streams become
 that many sessions over the same frozen graph, each with the stream's inter-op and intra-op
 pools; concurrent callers each take an idle stream (and wait when all are busy), so N
 requests run at once without oversubscribing the cores.
+
+Fail-open: if tf_autopar's own code fails, calls run the model itself on TensorFlow's
+settings (one warning). Input that is no model, or a SavedModel without the signature asked
+for, is a clear error at optimize() time.
 """
 from __future__ import annotations
 
-import queue
+import logging
+import os
 import threading
+import time
+from collections.abc import Mapping
 from typing import Any, Sequence
 
-from tf_autopar.runtime import controller, core, sessions
+from tf_autopar.runtime import controller, core, sessions, watch
 from tf_autopar.runtime.safety import fail_open
 from tf_autopar.runtime.state import STATE
 
+log = logging.getLogger("tf_autopar.runtime")
+
+KERAS, SIGNATURE, POSITIONAL = "keras", "signature", "positional"  # calling conventions
+
 
 class OptimizedFunction:
-    """Callable: numpy arrays / tensors in (positional, as the model takes them), numpy out.
+    """Callable with the model's calling convention, numpy out (see the module docstring).
 
     Compiled per input signature (shapes with a free batch dimension) on first call unless
-    ``input_signature`` was given or the Keras model declares its inputs. Thread-safe.
+    ``input_signature`` was given, the Keras model declares its inputs, or the target is a
+    signature. Re-freezes by itself after the model's variables are written. Thread-safe.
     """
 
     def __init__(
         self, target: Any, mode: str = "latency", input_signature: Sequence[Any] | None = None,
-        streams: int | None = None,
+        streams: int | None = None, signature: str | None = None,
     ) -> None:
         if mode not in ("latency", "throughput", "training"):
             raise ValueError(f"mode must be 'latency', 'throughput' or 'training', got {mode!r}")
         if streams is not None and (mode != "throughput" or isinstance(streams, bool)
                                     or not isinstance(streams, int) or streams < 1):
             raise ValueError(f"streams must be a positive integer with mode='throughput', got {streams!r} ({mode})")
-        self._target = target
+        self._target, self._kind = _resolve(target, signature)
+        self._input_names: list[str] = _signature_inputs(self._target) if self._kind == SIGNATURE else []
         self._mode = mode
         self._streams = streams
         self._lock = threading.Lock()
         self._compiled: dict[Any, _Compiled] = {}
-        self._signature = list(input_signature) if input_signature is not None else _keras_signature(target)
+        self._concretes: dict[Any, Any] = {}  # traced once per key, re-frozen on refresh
+        self._watch = watch.Watch()
+        self._refreshes = 0
+        if input_signature is not None:
+            self._signature: list[Any] | None = list(input_signature)
+        elif self._kind == KERAS:
+            self._signature = _keras_signature(self._target)
+        else:
+            self._signature = None
         self.plan: Any = None
         self.profile: Any = None
         self._failed = False
-        if self._signature is not None:
+        if self._signature is not None or self._kind == SIGNATURE:
             try:
                 with self._lock:
-                    self._compile(tuple(self._signature))
+                    self._compile(self._key([]))
             except Exception as exc:  # fail open: calls run the model itself
-                fail_open("build a tuned session for optimize()", exc)
-                self._failed = True
+                self._fail(exc)
 
     # --------------------------------------------------------------------------- calling
-    def __call__(self, *args: Any) -> Any:
-        import numpy as np
-
-        if len(args) == 1 and isinstance(args[0], (list, tuple)) and self._signature is not None and len(self._signature) > 1:
-            args = tuple(args[0])  # model([a, b]) style
-        arrays = [a if not hasattr(a, "numpy") else a.numpy() for a in args]
-        arrays = [np.asarray(a) for a in arrays]
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        arrays = self._flatten(args, kwargs)
         if self._failed:
             return self._fallback(arrays)
+        while True:
+            try:
+                compiled = self._for(arrays)
+            except Exception as exc:  # fail open: run the model as TensorFlow would
+                self._fail(exc)
+                return self._fallback(arrays)
+            try:
+                return compiled.run(arrays)
+            except _Retired:  # refreshed by another thread between lookup and run
+                continue
+
+    def _fail(self, exc: Exception) -> None:
+        """From now on every call runs the model itself (always fresh): no watch needed."""
+        fail_open("build a tuned session for optimize()", exc)
+        self._failed = True
         try:
-            compiled = self._for(arrays)
-        except Exception as exc:  # fail open: run the model as TensorFlow would
-            fail_open("build a tuned session for optimize()", exc)
-            self._failed = True
-            return self._fallback(arrays)
-        return compiled.run(arrays)
+            self._watch.close()
+        except Exception as close_exc:
+            log.debug("closing the variable watch failed", exc_info=close_exc)
+
+    def refresh(self) -> None:
+        """Re-freeze every compiled input signature from the variables' current values.
+
+        Needed only after writes the watch cannot see (tf.raw_ops, tf.data functions);
+        assign/fit/restore are detected and re-frozen on the next call by themselves.
+        """
+        try:
+            with self._lock:
+                for key in list(self._compiled):
+                    self._compile(key, refresh=True, why="refresh() asked for it")
+        except Exception as exc:  # fail open: calls run the model itself, fresh by definition
+            self._fail(exc)
+
+    @property
+    def refreshes(self) -> int:
+        """How many times stale constants were re-frozen (by the watch or refresh())."""
+        return self._refreshes
+
+    def _flatten(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
+        """The call's inputs as a flat list of numpy arrays, in the frozen graph's input order."""
+        import numpy as np
+
+        if self._kind == SIGNATURE:
+            names = self._input_names
+            if args:
+                if len(args) != 1 or len(names) != 1 or kwargs:
+                    raise TypeError(
+                        f"this signature takes keyword arguments {names}"
+                        + (" (a single positional argument only when it has one input)" if len(names) > 1 else "")
+                        + f"; got {len(args)} positional and {sorted(kwargs)} keyword"
+                    )
+                kwargs = {names[0]: args[0]}
+            missing = [n for n in names if n not in kwargs]
+            unknown = sorted(set(kwargs) - set(names))
+            if missing or unknown:
+                raise TypeError(f"this signature takes inputs {names}: missing {missing}, unexpected {unknown}")
+            values = [kwargs[n] for n in names]
+        else:
+            if kwargs:
+                raise TypeError(f"this model takes its inputs positionally; got keyword arguments {sorted(kwargs)}")
+            values = list(args)
+            if (len(values) == 1 and isinstance(values[0], (list, tuple)) and self._signature is not None
+                    and len(self._signature) > 1):
+                values = list(values[0])  # model([a, b]) style
+        return [np.asarray(v.numpy() if hasattr(v, "numpy") else v) for v in values]
 
     def _fallback(self, arrays: list[Any]) -> Any:
         import tensorflow as tf
 
         target = self._target
-        module = type(target).__module__ or ""
-        if module.startswith(("keras", "tf_keras")):
+        if self._kind == KERAS:
             out = target(arrays[0] if len(arrays) == 1 else arrays, training=False)
+        elif self._kind == SIGNATURE:
+            out = target(**dict(zip(self._input_names, arrays)))
         else:
             out = target(*arrays)
         return tf.nest.map_structure(lambda t: t.numpy() if hasattr(t, "numpy") else t, out)
 
-    def _for(self, arrays: list[Any]) -> "_Compiled":
+    def _key(self, arrays: list[Any]) -> Any:
+        if self._kind == SIGNATURE:
+            return SIGNATURE  # fixed input specs, batch left free: one graph serves every batch
         if self._signature is not None:
-            key = tuple(self._signature)
-        else:
-            import tensorflow as tf
+            return tuple(self._signature)
+        import tensorflow as tf
 
-            key = tuple(tf.TensorSpec([None, *a.shape[1:]] if a.ndim else [], tf.as_dtype(a.dtype)) for a in arrays)
+        return tuple(tf.TensorSpec([None, *a.shape[1:]] if a.ndim else [], tf.as_dtype(a.dtype)) for a in arrays)
+
+    def _for(self, arrays: list[Any]) -> "_Compiled":
+        key = self._key(arrays)
+        compiled = self._compiled.get(key)
+        if compiled is not None and compiled.generation == self._watch.generation:
+            return compiled  # the per-call cost of the stale check: this comparison
         with self._lock:
             compiled = self._compiled.get(key)
             if compiled is None:
-                compiled = self._compile(key)
+                return self._compile(key)
+            if compiled.generation != self._watch.generation:
+                return self._compile(key, refresh=True)
             return compiled
 
-    def _compile(self, signature: tuple[Any, ...]) -> "_Compiled":
-        compiled = _Compiled.build(self._target, signature, self._mode, self._streams)
-        self._compiled[signature] = compiled
+    def _compile(self, key: Any, refresh: bool = False,
+                 why: str = "the model's variables were written since they were frozen") -> "_Compiled":
+        """Trace (once per key), freeze and open the sessions; the caller holds the lock."""
+        t0 = time.perf_counter()
+        generation = self._watch.generation  # read before the values: a write during freezing shows next call
+        concrete = self._concretes.get(key)
+        if concrete is None:
+            with sessions.bypass():  # our own trace: no tf.function hook, no session patch
+                concrete = _concrete(self._target, key if isinstance(key, tuple) else ())
+            self._watch.add(watch.resource_handles(concrete))  # raises if the watch cannot be installed
+            self._concretes[key] = concrete
+        old = self._compiled.get(key)
+        compiled = _Compiled.build(concrete, self._mode, self._streams, self._input_names,
+                                   reuse=old if refresh else None)
+        compiled.generation = generation
+        self._compiled[key] = compiled
+        if old is not None:
+            old.retire()
+        if refresh:
+            self._refreshes += 1
+            ms = (time.perf_counter() - t0) * 1e3
+            level = logging.INFO if self._refreshes == 1 else logging.DEBUG
+            log.log(level, "optimize(%s): %s; re-froze them (%.0f ms; %d so far)", compiled.name, why, ms,
+                    self._refreshes)
         self.plan, self.profile = compiled.plan, compiled.profile
         return compiled
 
@@ -118,49 +244,81 @@ class OptimizedFunction:
     def close(self) -> None:
         with self._lock:
             for c in self._compiled.values():
-                for session in c.sessions:
-                    session.close()
+                c.retire()
             self._compiled.clear()
+            self._concretes.clear()
+            self._watch.close()
+
+
+class _Retired(Exception):
+    """A compiled graph was replaced by a fresh one while a caller was about to use it."""
 
 
 class _Compiled:
     def __init__(self, sessions: list[Any], inputs: list[str], outputs: list[str], structure: Any, plan: Any,
-                 profile: Any) -> None:
+                 profile: Any, name: str) -> None:
         self.sessions, self.inputs, self.outputs = sessions, inputs, outputs
-        self.structure, self.plan, self.profile = structure, plan, profile
-        self._idle: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        for session in sessions:
-            self._idle.put(session)
+        self.structure, self.plan, self.profile, self.name = structure, plan, profile, name
+        self.generation = 0
+        self._idle = list(sessions)
+        self._cond = threading.Condition()
+        self._retired = False
 
     def run(self, arrays: list[Any]) -> Any:
         import tensorflow as tf
 
         if len(arrays) != len(self.inputs):
             raise ValueError(f"expected {len(self.inputs)} input(s), got {len(arrays)}")
-        session = self._idle.get()  # one request per stream at a time
+        with self._cond:  # one request per stream at a time
+            while not self._idle and not self._retired:
+                self._cond.wait()
+            if self._retired:
+                raise _Retired()
+            session = self._idle.pop()
         try:
             values = session.run(self.outputs, dict(zip(self.inputs, arrays)))
         finally:
-            self._idle.put(session)
+            with self._cond:
+                if self._retired:
+                    session.close()
+                else:
+                    self._idle.append(session)
+                    self._cond.notify()
         return tf.nest.pack_sequence_as(self.structure, values)
 
-    @classmethod
-    def build(cls, target: Any, signature: tuple[Any, ...], mode: str, streams: int | None = None) -> "_Compiled":
-        import tensorflow as tf
-        from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+    def retire(self) -> None:
+        """Close idle sessions now and busy ones when their call returns; later callers retry."""
+        with self._cond:
+            self._retired = True
+            for session in self._idle:
+                session.close()
+            self._idle.clear()
+            self._cond.notify_all()
 
-        with sessions.bypass():  # our own trace: no tf.function hook, no session patch
-            concrete = _concrete(target, signature)
-        frozen = convert_variables_to_constants_v2(concrete)
+    @classmethod
+    def build(cls, concrete: Any, mode: str, streams: int | None = None, input_names: Sequence[str] = (),
+              reuse: "_Compiled | None" = None) -> "_Compiled":
+        """Freeze ``concrete`` and open its sessions; ``reuse``: a stale build whose plan still holds
+        (same graph, new constants), so no new analysis and no new session records."""
+        import tensorflow as tf
+
+        frozen = _freeze(concrete)
         graph_def = frozen.graph.as_graph_def()
         graph = tf.Graph()
         with graph.as_default():
             tf.graph_util.import_graph_def(graph_def, name="")
         inputs = [t.name for t in frozen.inputs]
+        if input_names and len(input_names) != len(inputs):
+            raise RuntimeError(f"frozen graph has {len(inputs)} inputs for signature inputs {list(input_names)}")
         outputs = [t.name for t in frozen.outputs]
         structure = concrete.structured_outputs  # freezing flattens it to a list
-        profile, ms = core.analyze_graph(graph_def, f"optimize({getattr(concrete, 'name', 'function')})")
-        plan = core.plan_for(profile, mode, streams=streams)
+        name = getattr(concrete, "name", "function")
+        name = name.decode() if isinstance(name, bytes) else str(name)
+        if reuse is not None:
+            profile, plan, ms = reuse.profile, reuse.plan, 0.0
+        else:
+            profile, ms = core.analyze_graph(graph_def, f"optimize({name})")
+            plan = core.plan_for(profile, mode, streams=streams)
         fields = plan.config_proto_fields()
         config = tf.compat.v1.ConfigProto(
             inter_op_parallelism_threads=fields["inter_op_parallelism_threads"],
@@ -170,25 +328,124 @@ class _Compiled:
         with sessions.bypass():
             tuned = [tf.compat.v1.Session(graph=graph, config=config) for _ in range(max(1, plan.instances))]
         graph.finalize()
-        from tf_autopar.runtime.records import SessionRecord
+        if reuse is None:
+            from tf_autopar.runtime.records import SessionRecord
 
-        with STATE.lock:
-            for i in range(len(tuned)):
-                stream = f" stream {i + 1}/{len(tuned)}" if len(tuned) > 1 else ""
-                STATE.sessions.append(SessionRecord(
-                    session=STATE.next_session_name() + " (optimize)", graph_nodes=len(graph_def.node),
-                    fingerprint=profile.fingerprint, avg_width=profile.avg_width, heavy_ops=profile.heavy_ops,
-                    inter_op=config.inter_op_parallelism_threads, intra_op=config.intra_op_parallelism_threads,
-                    per_session_threads=True, intra_per_session=controller.per_session_intra(),
-                    note="frozen inference graph" + stream, analysis_ms=round(ms, 3),
-                ))
-        return cls(tuned, inputs, outputs, structure, plan, profile)
+            with STATE.lock:
+                for i in range(len(tuned)):
+                    stream = f" stream {i + 1}/{len(tuned)}" if len(tuned) > 1 else ""
+                    STATE.sessions.append(SessionRecord(
+                        session=STATE.next_session_name() + " (optimize)", graph_nodes=len(graph_def.node),
+                        fingerprint=profile.fingerprint, avg_width=profile.avg_width, heavy_ops=profile.heavy_ops,
+                        inter_op=config.inter_op_parallelism_threads, intra_op=config.intra_op_parallelism_threads,
+                        per_session_threads=True, intra_per_session=controller.per_session_intra(),
+                        note="frozen inference graph" + stream, analysis_ms=round(ms, 3),
+                    ))
+        return cls(tuned, inputs, outputs, structure, plan, profile, name)
+
+
+def _freeze(concrete: Any) -> Any:
+    """``convert_variables_to_constants_v2``, also for a signature whose SavedModel object is gone.
+
+    ``sig = tf.saved_model.load(path).signatures["serving_default"]`` keeps working (its captured
+    handles hold the variables' resources) but the variable objects were collected, and TF's
+    converter finds variables only through them. Then each captured resource handle the
+    graph no longer knows stands in for its variable for the conversion, read from the handle.
+    """
+    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+
+    graph = concrete.graph
+    weak = list(getattr(graph, "_weak_variables", ()))
+    if all(ref() is not None for ref in weak):
+        return convert_variables_to_constants_v2(concrete)
+    live = {id(v.handle) for v in (ref() for ref in weak) if v is not None}
+    stand_ins = [_HandleValue(h) for h in watch.resource_handles(concrete) if id(h) not in live]
+    graph.variables = [v for v in (ref() for ref in weak) if v is not None] + stand_ins
+    try:
+        return convert_variables_to_constants_v2(concrete)
+    finally:
+        graph._weak_variables = weak  # as it was (the stand-ins die with this call)
+
+
+class _HandleValue:
+    """What the converter needs of a variable (``handle``, ``numpy()``), read from the handle itself."""
+
+    def __init__(self, handle: Any) -> None:
+        from tensorflow.python.ops import resource_variable_ops
+
+        self.handle = handle
+        self.dtype = resource_variable_ops.get_eager_safe_handle_data(handle).shape_and_type[0].dtype
+
+    def numpy(self) -> Any:
+        from tensorflow.python.ops import gen_resource_variable_ops
+
+        return gen_resource_variable_ops.read_variable_op(self.handle, self.dtype).numpy()
+
+
+def _is_keras(target: Any) -> bool:
+    return (type(target).__module__ or "").startswith(("keras", "tf_keras"))
+
+
+def _is_concrete(target: Any) -> bool:
+    return hasattr(target, "function_def") and hasattr(target, "graph") and hasattr(target, "structured_outputs")
+
+
+def _resolve(target: Any, signature: str | None) -> tuple[Any, str]:
+    """(what to trace or freeze, calling convention); TypeError/ValueError for what is no model."""
+    if _is_keras(target):
+        if signature is not None:
+            raise ValueError("signature= selects a signature of a SavedModel loaded with tf.saved_model.load; "
+                             f"got a Keras {type(target).__name__}")
+        return target, KERAS
+    if _is_concrete(target):
+        if signature is not None:
+            raise ValueError("signature= selects a signature of a loaded SavedModel; got a ConcreteFunction")
+        return target, SIGNATURE if _keyword_only(target) else POSITIONAL
+    signatures = getattr(target, "signatures", None)
+    if isinstance(signatures, Mapping) and not hasattr(target, "get_concrete_function"):
+        names = sorted(signatures)
+        wanted = "serving_default" if signature is None else signature
+        if wanted not in signatures:
+            functions = sorted(n for n in dir(target) if not n.startswith("_")
+                               and hasattr(getattr(target, n, None), "get_concrete_function"))
+            if not names:
+                raise ValueError(
+                    "this SavedModel has no signatures, so optimize() does not know which inputs it serves"
+                    + (f"; pass one of its tf.functions instead, e.g. optimize(loaded.{functions[0]}) "
+                       f"(it has: {', '.join(functions)})" if functions else "")
+                    + ", or export it with signatures (model.export(path) for Keras; "
+                    "tf.saved_model.save(obj, path, signatures=...))"
+                )
+            raise ValueError(f"this SavedModel has no signature {wanted!r}; its signatures: {', '.join(names)}")
+        return signatures[wanted], SIGNATURE
+    if signature is not None:
+        raise ValueError(f"signature= needs a SavedModel loaded with tf.saved_model.load, got {type(target).__name__}")
+    if isinstance(target, (str, bytes, os.PathLike)):
+        raise TypeError(f"optimize() takes a model object, not a path ({target!r}): load it first with "
+                        "tf.saved_model.load(path) or keras.models.load_model(path)")
+    if hasattr(target, "get_concrete_function") or callable(target):
+        return target, POSITIONAL
+    raise TypeError(
+        "optimize() takes a Keras model, a SavedModel loaded with tf.saved_model.load (or one of its "
+        f"signatures), a tf.function, a ConcreteFunction or a callable; got {type(target).__name__}"
+    )
+
+
+def _keyword_only(concrete: Any) -> bool:
+    """True for a signature-style ConcreteFunction: inputs by keyword only, as SavedModel signatures take."""
+    spec = getattr(concrete, "structured_input_signature", None)
+    return bool(isinstance(spec, tuple) and len(spec) == 2 and not spec[0] and isinstance(spec[1], Mapping) and spec[1])
+
+
+def _signature_inputs(concrete: Any) -> list[str]:
+    """Input names in the order the function's flat inputs (and the frozen placeholders) take them."""
+    import tensorflow as tf
+
+    specs = concrete.structured_input_signature[1]
+    return tf.nest.flatten({k: k for k in specs})  # TF flattens a dict in sorted key order
 
 
 def _keras_signature(target: Any) -> list[Any] | None:
-    module = type(target).__module__ or ""
-    if not module.startswith(("keras", "tf_keras")):
-        return None
     inputs = getattr(target, "inputs", None)
     if not inputs:
         return None
@@ -201,12 +458,11 @@ def _concrete(target: Any, signature: tuple[Any, ...]) -> Any:
     """A ConcreteFunction of the target's inference call for ``signature``."""
     import tensorflow as tf
 
-    if hasattr(target, "function_def") and hasattr(target, "graph"):  # already concrete
+    if _is_concrete(target):  # a signature or a ConcreteFunction the user traced
         return target
     if hasattr(target, "get_concrete_function"):  # tf.function
         return target.get_concrete_function(*signature)
-    module = type(target).__module__ or ""
-    if module.startswith(("keras", "tf_keras")):
+    if _is_keras(target):
         model = target
         single = len(signature) == 1
 
@@ -215,15 +471,14 @@ def _concrete(target: Any, signature: tuple[Any, ...]) -> Any:
             return model(xs[0] if single else list(xs), training=False)
 
         return serve.get_concrete_function(*signature)
-    if callable(target):
-        return tf.function(target).get_concrete_function(*signature)
-    raise TypeError(f"optimize() needs a Keras model, a tf.function or a ConcreteFunction, got {type(target).__name__}")
+    return tf.function(target).get_concrete_function(*signature)
 
 
 def optimize(
     fn_or_model: Any, *, mode: str = "latency", input_signature: Sequence[Any] | None = None,
-    streams: int | None = None,
+    streams: int | None = None, signature: str | None = None,
 ) -> OptimizedFunction:
     """A callable running ``fn_or_model``'s frozen inference graph in a session planned for it
-    (in throughput mode, one session per planned stream)."""
-    return OptimizedFunction(fn_or_model, mode=mode, input_signature=input_signature, streams=streams)
+    (in throughput mode, one session per planned stream); see the module docstring."""
+    return OptimizedFunction(fn_or_model, mode=mode, input_signature=input_signature, streams=streams,
+                             signature=signature)
