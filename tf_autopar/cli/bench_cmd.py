@@ -110,7 +110,8 @@ def header(doc: Mapping[str, Any]) -> list[str]:
              f"{h['cpu_budget']}" + (f", quota {h['quota_cpus']:g} CPUs" if h.get("quota_cpus") else "")
              + f"; TensorFlow {h.get('tf_version') or '?'} ({h.get('threading_runtime')})"]
     for i in doc.get("inputs") or []:
-        lines.append(f"input {i['name']}: {i['dtype']}[{','.join(map(str, i['shape']))}] {i.get('values', '')}".rstrip())
+        shape = ",".join(map(str, i["shape"]))
+        lines.append(f"input {i['name']}: {i['dtype']}[{shape}] {i.get('values', '')}".rstrip())
     for a in doc.get("assumptions") or []:
         lines.append(f"assumed: {a}")
     plan = (doc.get("plan") or {}).get("plan") or {}
@@ -133,8 +134,9 @@ def format_report(doc: Mapping[str, Any]) -> str:
     for name in doc.get("order", []):
         s = doc["summary"].get(name, {})
         lat = s.get("latency_s", {})
+        rps = (s.get("throughput_rps") or {}).get("median")
         rows.append([name, settings_text(s.get("settings"), affinity), _ms(lat.get("p50")), _ms(lat.get("p90")),
-                     _ms(lat.get("p99")), _num((s.get("throughput_rps") or {}).get("median")), _num(s.get("items_per_s")),
+                     _ms(lat.get("p99")), _num(rps), _num(s.get("items_per_s")),
                      "1 (baseline)" if name == "default" else _speedup(s.get("speedup_vs_default"))])
     widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
     fmt = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731

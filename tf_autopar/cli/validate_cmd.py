@@ -2,7 +2,8 @@
 
 Every configuration runs in a fresh process (TF fixes its pools at start), interleaved
 round by round; see tf_autopar/validation/harness.py. This command never imports
-TensorFlow itself.
+TensorFlow itself. Rows may be bundled workloads or users' model files (SavedModel
+directories, .keras files: inference rows at --batch, see tf_autopar/models/).
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import signal
 import sys
 from typing import Any
 
+from tf_autopar.models.options import add_model_flags
 from tf_autopar.validation.plan_child import ROW_MODES
 
 # --quick (the README default): a wide vision model with parallel branches (Inception v3,
@@ -34,12 +36,16 @@ def add_parser(subparsers: Any) -> None:
         description="Runs every configuration in fresh processes, interleaved round by round, and reports "
                     "medians, our speedup over each baseline and our share of the optimum.",
     )
-    p.add_argument("workloads", nargs="*", metavar="WORKLOAD",
-                   help="workloads to validate (default: all; --quick: " + ", ".join(QUICK_WORKLOADS) + ")")
+    p.add_argument("workloads", nargs="*", metavar="WORKLOAD_OR_PATH",
+                   help="workloads to validate (default: all; --quick: " + ", ".join(QUICK_WORKLOADS) + "), "
+                        "and/or SavedModel directories and .keras files (inference rows at --batch)")
     p.add_argument("--modes", default=None,
                    help="comma-separated rows per workload: infer1 (inference, batch 1), infer (published batch), "
                         "train (default: all three; --quick: " + ", ".join(f"{w}/{m}" for w, m in QUICK_ROWS) + ")")
     p.add_argument("--size", choices=("tiny", "paper"), default=None, help="workload size (default paper; --quick: tiny)")
+    p.add_argument("--batch", type=int, default=None,
+                   help="batch of a model file's rows (its None batch dimension; default 1) and of workloads' "
+                        "infer rows (default: the published batch)")
     p.add_argument("--quick", action="store_true",
                    help="representative subset at tiny size, 3 rounds: under 10 minutes on 2 cores")
     p.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 5; --quick 3)")
@@ -62,6 +68,7 @@ def add_parser(subparsers: Any) -> None:
                    help="validate this fixed setting as 'ours' instead of computing tf_autopar's plan "
                         "(e.g. 1x2; skips the per-row planning process)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    add_model_flags(p)
     p.add_argument("--estimate", action="store_true", help="print the run count and time estimate, then exit")
     p.set_defaults(func=run)
 
@@ -78,6 +85,25 @@ def parse_threads(text: str) -> tuple[int, int]:
     return int(parts[0]), int(parts[1])
 
 
+def _check_models(rows: Any, out: Any) -> None:
+    """Load each model file once in a child before anything is measured: a bad model (no
+    signatures, string inputs, a wrong --input-shape) is a clear error (exit 2), not a table of
+    crashed runs. Prints the inputs and assumptions each row will run with."""
+    from tf_autopar.models.bench import prepare_in_child
+
+    seen = set()
+    for row in rows:
+        if (row.workload, row.batch) in seen:
+            continue
+        seen.add((row.workload, row.batch))
+        info = prepare_in_child(row.workload, batch=row.batch, model_options=row.model)
+        shapes = "; ".join(f"{i['name']} {i['dtype']}[{','.join(map(str, i['shape']))}] {i.get('values', '')}".rstrip()
+                           for i in info.get("inputs") or [])
+        print(f"{row.workload} (batch {row.batch}): {shapes}", file=out)
+        for a in info.get("assumptions") or []:
+            print(f"  assumed: {a}", file=out)
+
+
 def run(args: argparse.Namespace) -> int:
     from tf_autopar.topology import detect_topology
     from tf_autopar.validation import report
@@ -86,6 +112,10 @@ def run(args: argparse.Namespace) -> int:
     from tf_autopar.validation.space import thread_config
     from tf_autopar.validation.progress import Progress
 
+    from tf_autopar.models.load import looks_like_model, model_kind
+    from tf_autopar.models.options import from_args
+    from tf_autopar.validation.harness import MODEL_ROW_MODES, make_model_rows
+
     preset = QUICK if args.quick else FULL
     size = args.size or preset["size"]
     modes = tuple(m.strip() for m in args.modes.split(",") if m.strip()) if args.modes else \
@@ -93,11 +123,29 @@ def run(args: argparse.Namespace) -> int:
     for m in modes:
         if m not in ROW_MODES:
             raise ValueError(f"unknown mode {m!r} in --modes; choose from {', '.join(ROW_MODES)}")
+    if args.batch is not None and args.batch < 1:
+        raise ValueError(f"--batch must be a positive integer, got {args.batch}")
     import workloads
 
-    names = list(args.workloads) or list(QUICK_WORKLOADS if args.quick else workloads.names())
+    paths = [n for n in args.workloads if looks_like_model(n)]
+    model_options = from_args(args)
+    if model_options.given and not paths:
+        raise ValueError("--signature, --input-shape, --int-max and --inputs apply to model files (SavedModel "
+                         "directories, .keras files); no model file was given")
+    for path in paths:
+        model_kind(path)  # missing path, not a model: ValueError before anything runs
+    names = [n for n in args.workloads if n not in paths]
+    if not args.workloads:
+        names = list(QUICK_WORKLOADS if args.quick else workloads.names())
     for n in names:
         workloads.module_path(n)  # ValueError listing the names on an unknown one
+    model_modes = None
+    if args.modes and paths:  # a model file has inference rows only: train rows are for the workloads
+        model_modes = [m for m in modes if m in MODEL_ROW_MODES]
+        if not model_modes:
+            raise ValueError(f"a model file is validated for inference only: --modes {args.modes} has no "
+                             f"{' or '.join(MODEL_ROW_MODES)}")
+    model_rows = make_model_rows(paths, model_modes, args.batch, model_options)
     options = Options(
         rounds=args.rounds or preset["rounds"],
         steps=args.steps or preset["steps"],
@@ -114,7 +162,9 @@ def run(args: argparse.Namespace) -> int:
         rows = [row for w, m in QUICK_ROWS for row in make_rows([w], [m], size)]
         modes = tuple(dict.fromkeys(m for _, m in QUICK_ROWS))
     else:
-        rows = make_rows(names, modes, size)
+        rows = make_rows(names, modes, size, {n: args.batch for n in names} if args.batch else None)
+    rows += model_rows
+    _check_models(model_rows, out)
     harness_args = {k: v for k, v in vars(args).items() if k != "func"}
     progress = Progress(0, enabled=not args.no_progress)
     checkpoint = (lambda doc: report.write_json(doc, args.json)) if args.json and args.json != "-" else None
@@ -126,7 +176,8 @@ def run(args: argparse.Namespace) -> int:
     harness = Harness(topology, options, progress=progress, checkpoint=checkpoint, args=harness_args,
                       plan_provider=provider)
     procs, seconds = harness.estimate(rows)
-    print(f"validating {len(rows)} row(s) ({', '.join(r.key for r in rows)}; size {size}); "
+    print(f"validating {len(rows)} row(s) ({', '.join(r.key for r in rows)}"
+          f"{f'; size {size}' if len(rows) > len(model_rows) else ''}); "
           f"{harness.space.describe()}", file=out)
     print(f"up to {procs} fresh processes, roughly {seconds / 60:.0f} min (estimate; the progress bar's ETA is "
           f"measured)", file=out, flush=True)

@@ -25,7 +25,7 @@ import sys
 import time
 from typing import Any, Callable
 
-from tf_autopar.models.options import ModelOptions, add_model_flags, from_args
+from tf_autopar.models.options import add_model_flags, from_args
 
 BARRIER_VAR = "TF_AUTOPAR_BENCH_BARRIER"
 EXIT_BAD_INPUT = 2
@@ -168,8 +168,12 @@ def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     t_start = time.perf_counter()
     status = None
+    cache_at_start = None
     if args.enable:
         import tf_autopar
+
+        cache_dir = os.environ.get("TF_AUTOPAR_CACHE_DIR")  # a first start finds it empty, a second one not
+        cache_at_start = sorted(os.listdir(cache_dir)) if cache_dir and os.path.isdir(cache_dir) else None
 
         tf_autopar.enable(mode=args.enable)  # no model: the loader hooks (if any) see the load below
     if args.mode != "infer":
@@ -197,7 +201,8 @@ def run(args: argparse.Namespace) -> int:
         import tf_autopar
 
         st = tf_autopar.status().to_dict()
-        status = {"process": st.get("process"), "warnings": st.get("warnings"), "enable_ms": st.get("enable_ms")}
+        status = {"process": st.get("process"), "warnings": st.get("warnings"), "enable_ms": st.get("enable_ms"),
+                  "cache_files_at_start": cache_at_start}
     import tensorflow as tf
 
     payload = {

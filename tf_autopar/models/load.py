@@ -39,7 +39,7 @@ def model_kind(path: str) -> str:
     if not os.path.exists(path):
         raise ValueError(f"{path}: no such file or directory (expected a SavedModel directory or a .keras file)")
     if os.path.isdir(path):
-        if os.path.isfile(os.path.join(path, "saved_model.pb")) or os.path.isfile(os.path.join(path, "saved_model.pbtxt")):
+        if any(os.path.isfile(os.path.join(path, f)) for f in ("saved_model.pb", "saved_model.pbtxt")):
             return SAVEDMODEL
         raise ValueError(f"{path} is a directory but not a SavedModel: it has no saved_model.pb")
     if os.path.basename(path) in ("saved_model.pb", "saved_model.pbtxt"):
@@ -158,30 +158,29 @@ class LoadedModel:
             return {}
 
     def profile(self, batch: int, shapes: Mapping[str, Sequence[int]]) -> tuple[Any, str]:
-        """The GraphProfile the plan is made from, at ``batch`` and the resolved ``shapes``; and a note.
+        """The GraphProfile the plan is made from, at ``batch`` and the shapes that run; and a note.
 
-        SavedModel: ``tf_autopar.graph.analyze(path, batch=, input_shapes=)``; an analyze()
-        without those keywords (older) is called without them and the note says the
-        batch could not be applied. Keras: analyze(model, input_signature=[specs at these shapes]).
+        SavedModel: ``tf_autopar.graph.analyze(path, batch=, input_shapes=)`` reads the
+        protobuf with every input's full shape given, so the analysis assumes what the
+        measured runs do. Keras: analyze(model, input_signature=[specs at these shapes]).
         """
         from tf_autopar.graph import analyze
 
         full = {k: tuple(int(d) for d in v) for k, v in shapes.items()}
+        note = f"analysed at batch {batch}, shapes {_shapes_text(full)}"
         if self.kind == SAVEDMODEL:
-            try:
-                return analyze(self.path, signature=self.signature, batch=batch, input_shapes=full), \
-                    f"analysed at batch {batch}, shapes {_shapes_text(full)}"
-            except TypeError as exc:
-                if "unexpected keyword" not in str(exc):
-                    raise
-                return analyze(self.path, signature=self.signature), \
-                    "analysed without the batch (this analyze() takes no batch=/input_shapes=): None dimensions stay unknown"
+            return analyze(self.path, signature=self.signature, batch=batch, input_shapes=full), note
         import tensorflow as tf
 
         structure = _keras_structure(self._obj)
         specs = tf.nest.pack_sequence_as(
             structure, [tf.TensorSpec(full[s.name], s.dtype, name=s.name) for s in self.inputs])
-        return analyze(self._obj, input_signature=[specs]), f"analysed at batch {batch}, shapes {_shapes_text(full)}"
+        return analyze(self._obj, input_signature=[specs], batch=batch, input_shapes=full), note
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
 
 
 def _shapes_text(shapes: Mapping[str, Sequence[int]]) -> str:
@@ -217,8 +216,8 @@ def _load_saved_model(path: str, signature: str | None) -> LoadedModel:
     try:
         obj = tf.saved_model.load(path)
     except Exception as exc:  # noqa: BLE001 - any loader failure is a bad model file for the user
-        raise ValueError(f"cannot load the SavedModel {path} (corrupt or not a SavedModel): "
-                         f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}") from None
+        raise ValueError(f"cannot load the SavedModel {path} (corrupt or not a SavedModel): {_first_line(exc)}") \
+            from None
     sigs = dict(getattr(obj, "signatures", {}) or {})
     if not sigs:
         functions = _restored_functions(obj)
@@ -277,8 +276,7 @@ def _load_keras(path: str) -> LoadedModel:
     try:
         model = keras.models.load_model(path, compile=False)
     except Exception as exc:  # noqa: BLE001
-        raise ValueError(f"cannot load the Keras file {path}: {type(exc).__name__}: "
-                         f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}") from None
+        raise ValueError(f"cannot load the Keras file {path}: {_first_line(exc)}") from None
     import tensorflow as tf
 
     structure = _keras_structure(model)

@@ -1,11 +1,12 @@
 """Orchestration of ``tf-autopar validate``: rows x configurations x interleaved rounds.
 
-For each row (workload, mode) the harness computes our plan (in a child process, see
-plan_child.py), lists the configurations (TensorFlow's default, the TF- and
-Intel-recommended settings, our plan, the search space), runs every *distinct* one once
-per round in a fresh process, round after round (A B C ... A B C ...), and records every
-timing. Configurations that start identical processes run once and are reported as
-"same as" the first. A crash or timeout is recorded and the run goes on. Ctrl-C (or
+For each row (a bundled workload or a user's model file, and a mode) the harness computes
+our plan (in a child process, see plan_child.py), lists the configurations (TensorFlow's
+default, the TF- and Intel-recommended settings, our plan, the search space), runs every
+*distinct* one once per round in a fresh process, round after round (A B C ... A B C ...),
+and records every timing. A model file's rows run tf_autopar/models/child.py instead of the
+workloads runner (same JSON contract). Configurations that start identical processes run
+once and are reported as "same as" the first. A crash or timeout is recorded and the run goes on. Ctrl-C (or
 SIGTERM, turned into KeyboardInterrupt by the CLI) stops after killing the running child
 and removing its group; the document then holds everything measured so far.
 
@@ -18,7 +19,7 @@ import datetime as _dt
 import logging
 import sys
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 from tf_autopar.validation import results
 from tf_autopar.validation.cgroup import CpuController, QuotaGroup, check_writable, find_cpu_controller
@@ -27,10 +28,17 @@ from tf_autopar.validation.progress import Progress
 from tf_autopar.validation.runner import OK, ChildResult, check_step_payload, clean_env, run_child
 from tf_autopar.validation.space import Config, SearchSpace, baseline_configs, config_from_plan, search_space
 
+if TYPE_CHECKING:
+    from tf_autopar.models.options import ModelOptions
+
 log = logging.getLogger("tf_autopar.validation")
 
 DEFAULT_RUNNER: tuple[str, ...] = (sys.executable, "-m", "tf_autopar.cli.main", "workloads", "run")
+# A user's model file (SavedModel directory, .keras): same JSON contract, see tf_autopar/models/child.py.
+MODEL_RUNNER: tuple[str, ...] = (sys.executable, "-m", "tf_autopar.models.child", "run")
 PLAN_CHILD: tuple[str, ...] = (sys.executable, "-m", "tf_autopar.validation.plan_child")
+MODEL_ROW_MODES = ("infer1", "infer")  # a model file is validated for inference
+MODEL_SIZE = "model"  # the size column of a model file's rows (sizes are the bundled workloads')
 # Seconds per fresh process used for the up-front estimate (import TF ~2.5 s, build, steps);
 # the progress bar's ETA uses measured times instead.
 EST_PROCESS_S = {"tiny": 6.0, "paper": 45.0}
@@ -38,10 +46,11 @@ EST_PROCESS_S = {"tiny": 6.0, "paper": 45.0}
 
 @dataclass(frozen=True)
 class RowSpec:
-    workload: str
-    mode: str  # "infer1" (inference, batch 1), "infer" (published batch), "train"
+    workload: str  # a bundled workload's name, or the absolute path of a user's model file
+    mode: str  # "infer1" (inference, batch 1), "infer" (published batch, or --batch), "train"
     batch: int
     size: str
+    model: "ModelOptions | None" = None  # set for a model file: its input flags (ModelOptions)
 
     @property
     def key(self) -> str:
@@ -62,6 +71,7 @@ class Options:
     cpu_quota: float | None = None
     space: str = "auto"
     runner: tuple[str, ...] = DEFAULT_RUNNER
+    model_runner: tuple[str, ...] = MODEL_RUNNER  # the runner of model-file rows
 
     def check(self) -> None:
         if self.rounds < 1:
@@ -96,10 +106,42 @@ def make_rows(workload_names: Sequence[str], modes: Sequence[str], size: str,
     return rows
 
 
+def make_model_rows(paths: Sequence[str], modes: Sequence[str] | None, batch: int | None,
+                    options: "ModelOptions | None" = None) -> list[RowSpec]:
+    """Rows for users' model files: inference only; ``infer1`` at batch 1, ``infer`` at ``batch``.
+
+    Without ``modes``: one row at ``batch`` (default 1). ValueError naming the problem.
+    """
+    import os
+
+    from tf_autopar.models.options import ModelOptions
+
+    if modes is None:
+        modes = ["infer1"] if batch in (None, 1) else ["infer"]
+    for m in modes:
+        if m not in MODEL_ROW_MODES:
+            raise ValueError(f"a model file is validated for inference only: mode {m!r} is not one of "
+                             f"{', '.join(MODEL_ROW_MODES)}")
+    if "infer" in modes and batch is None:
+        raise ValueError("mode 'infer' of a model file needs --batch N (its batch dimension is the signature's)")
+    rows = []
+    for path in paths:
+        full = os.path.abspath(os.path.expanduser(path))
+        for m in modes:
+            rows.append(RowSpec(full, m, 1 if m == "infer1" else int(batch), MODEL_SIZE, options or ModelOptions()))
+    return rows
+
+
 def runner_command(runner: Sequence[str], row: RowSpec, options: Options) -> list[str]:
-    """The workloads-runner command line for one run of ``row`` (configuration is in the env)."""
-    return [*runner, row.workload, "--mode", row.runner_mode, "--batch", str(row.batch),
-            "--steps", str(options.steps), "--size", row.size, "--warmup", str(options.warmup), "--json"]
+    """The runner command line for one run of ``row`` (configuration is in the env).
+
+    A model file's row runs ``options.model_runner`` with the same arguments plus its input flags.
+    """
+    if row.model is not None:
+        runner = options.model_runner
+    cmd = [*runner, row.workload, "--mode", row.runner_mode, "--batch", str(row.batch),
+           "--steps", str(options.steps), "--size", row.size, "--warmup", str(options.warmup), "--json"]
+    return cmd + (row.model.child_args() if row.model is not None else [])
 
 
 # (row, child env, quota group or None, quota CPUs or None) -> (our Config or None, info for the report)
@@ -116,13 +158,16 @@ class ChildPlanProvider:
     def __call__(self, row: RowSpec, env: Mapping[str, str], group: QuotaGroup | None,
                  quota: float | None) -> tuple[Config | None, dict]:
         cmd = [*self.command, row.workload, row.mode, row.size, "--batch", str(row.batch)]
+        if row.model is not None:
+            cmd += row.model.plan_args()
         if quota is not None:
             cmd += ["--quota", repr(quota)]
         res = run_child(cmd, env, self.timeout_s, group=group)
         if res.status != OK or res.payload is None:
             return None, {"status": res.status, "error": res.error, "stderr_tail": res.stderr_tail}
         info = {"status": "ok", **{k: res.payload.get(k) for k in
-                                   ("plan_mode", "plan", "env", "explain", "profile", "quota_source")}}
+                                   ("plan_mode", "plan", "env", "explain", "profile", "quota_source",
+                                    "model_info")}}
         return config_from_plan(results.OURS, res.payload, "plan"), info
 
 
@@ -221,7 +266,7 @@ class Harness:
             "options": {
                 "rounds": self.options.rounds, "steps": self.options.steps, "warmup": self.options.warmup,
                 "timeout_s": self.options.timeout_s, "cpu_quota": self.options.cpu_quota,
-                "runner": list(self.options.runner),
+                "runner": list(self.options.runner), "model_runner": list(self.options.model_runner),
             },
             "cgroup": None if self.controller is None else
             {"version": self.controller.version, "path": self.controller.path},
@@ -265,6 +310,8 @@ class Harness:
     def _run_row(self, row: RowSpec, doc: dict[str, Any]) -> None:
         row_doc: dict[str, Any] = {"workload": row.workload, "mode": row.mode, "batch": row.batch,
                                    "size": row.size, "plan": {"status": "pending"}, "order": [], "configs": {}}
+        if row.model is not None:
+            row_doc["model"] = row.model.to_dict()
         doc["rows"].append(row_doc)  # in the document before anything runs: Ctrl-C keeps partial rows
         with self._group("plan") as group:
             ours, info = self.plan_provider(row, self.env, group, self.options.cpu_quota)
@@ -330,6 +377,6 @@ def run_record(res: ChildResult, rnd: int, seq: int) -> dict[str, Any]:
 
 
 __all__ = [
-    "DEFAULT_RUNNER", "ChildPlanProvider", "Harness", "Options", "PlanProvider", "RowSpec",
-    "distinct_slots", "fixed_plan_provider", "make_rows", "run_record", "runner_command",
+    "DEFAULT_RUNNER", "MODEL_RUNNER", "ChildPlanProvider", "Harness", "Options", "PlanProvider", "RowSpec",
+    "distinct_slots", "fixed_plan_provider", "make_model_rows", "make_rows", "run_record", "runner_command",
 ]

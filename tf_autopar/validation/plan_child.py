@@ -9,9 +9,12 @@ known quota is injected into the Topology with ``dataclasses.replace`` and the o
 so (``quota_source``: "detected", "injected" or "none").
 
 The graph is built at the row's batch: each heavy op's work, which decides the intra-op
-threads for small ops, grows with it.
+threads for small ops, grows with it. WORKLOAD may also be a user's model file (SavedModel
+directory or .keras file): it is loaded with tf_autopar.models and analysed at the row's
+batch and at the shapes its measured runs use (--input-shape, --inputs, --signature).
 
 Usage: python -m tf_autopar.validation.plan_child WORKLOAD ROW_MODE SIZE [--batch B] [--quota CPUS]
+       [--signature NAME] [--input-shape NAME=DIMS ...] [--inputs FILE.npz]
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ import dataclasses
 import json
 import os
 import sys
+from typing import Any
 
 # Row modes -> (workloads runner mode, planner mode). Inference rows are one request at a
 # time in one process, so both inference rows are planned for latency.
@@ -42,14 +46,29 @@ def _with_quota(topology, cpus: float):
     return dataclasses.replace(topology, quota=quota, cpu_budget=cpu_budget(len(topology.affinity), quota))
 
 
-def compute(workload: str, row_mode: str, size: str, quota: float | None, batch: int | None = None) -> dict:
+def _profile(workload: str, runner_mode: str, size: str, batch: int | None, model_options: Any) -> tuple[Any, dict]:
+    """The row's GraphProfile, and what the report should know about a model file's inputs."""
+    from tf_autopar.models.load import looks_like_model
+
+    if looks_like_model(workload):
+        from tf_autopar.models.load import prepare_model
+
+        prepared = prepare_model(workload, batch or 1, model_options)
+        profile, note = prepared.profile()
+        return profile, {**prepared.describe(), "profile_note": note}
+    from tf_autopar.graph import analyze
+    from workloads import runner
+
+    return analyze(runner.graph_def(workload, runner_mode, size, batch=batch)), {}
+
+
+def compute(workload: str, row_mode: str, size: str, quota: float | None, batch: int | None = None,
+            model_options: Any = None) -> dict:
     if row_mode not in ROW_MODES:
         raise ValueError(f"unknown row mode {row_mode!r}; choose from {', '.join(ROW_MODES)}")
     runner_mode, plan_mode = ROW_MODES[row_mode]
-    from tf_autopar.graph import analyze
     from tf_autopar.planning import plan
     from tf_autopar.topology import detect_topology
-    from workloads import runner
 
     topology = detect_topology()
     quota_source = "none"
@@ -64,7 +83,7 @@ def compute(workload: str, row_mode: str, size: str, quota: float | None, batch:
         quota_source = "detected"
     if batch is None and row_mode == "infer1":
         batch = 1
-    profile = analyze(runner.graph_def(workload, runner_mode, size, batch=batch))
+    profile, model_info = _profile(workload, runner_mode, size, batch, model_options)
     # env={}: the plan under test must not inherit thread settings from the harness's shell.
     the_plan = plan(topology, profile, plan_mode, env={})
     return {
@@ -77,6 +96,7 @@ def compute(workload: str, row_mode: str, size: str, quota: float | None, batch:
         "profile": profile.to_dict(),
         "topology": topology.to_dict(),
         "quota_source": quota_source,
+        **({"model_info": model_info} if model_info else {}),
     }
 
 
@@ -87,9 +107,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("size")
     parser.add_argument("--quota", type=float, default=None)
     parser.add_argument("--batch", type=int, default=None, help="default: 1 for infer1, else the published batch")
+    from tf_autopar.models.options import add_model_flags, from_args
+
+    add_model_flags(parser)  # a model file's rows only
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    out = compute(args.workload, args.row_mode, args.size, args.quota, args.batch)
+    out = compute(args.workload, args.row_mode, args.size, args.quota, args.batch, from_args(args))
     sys.stdout.write(json.dumps(out, default=str) + "\n")
     return 0
 
