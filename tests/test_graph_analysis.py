@@ -331,9 +331,32 @@ def test_lookup_of_a_few_rows_is_light_and_a_loop_counts_its_trips():
         if fname == "body":
             shaped(f.node_def, "v", "ReadVariableOp", (16, 16))
             shaped(f.node_def, "mm", "MatMul", (1, 16), "h", "v:value:0")  # 256 MACs, 40 times
+            f.signature.output_arg.add().name = "h_next"
+            f.ret["h_next"] = "mm:product:0"
     p = analyze_graph_def(g)
     assert p.heavy_op_types == {"MatMul": 2}  # the one-row gather is not heavy
     assert p.typical_op_work == 256  # 40 x 256 = 10240 MACs outweigh the head's 1024
+
+
+def test_a_function_body_counts_only_what_feeds_its_outputs():
+    """Keras RNN layers trace one cell step outside their loop only to learn its shapes: those
+    ops are in the function but feed no output (nor a control output), so they never run."""
+    g = graph_pb2.GraphDef()
+    shaped(g.node, "x", "Placeholder", (1, 16))
+    node(g.node, "call", "StatefulPartitionedCall", "x", f="f")
+    f = g.library.function.add()
+    f.signature.name = "f"
+    f.signature.input_arg.add().name = "x"
+    f.signature.output_arg.add().name = "y"
+    shaped(f.node_def, "w", "ReadVariableOp", (16, 16))
+    shaped(f.node_def, "probe", "MatMul", (1, 16), "x", "w:value:0")  # dead: feeds nothing
+    shaped(f.node_def, "live", "MatMul", (1, 16), "x", "w:value:0")
+    shaped(f.node_def, "update", "AssignVariableOp", (), "w:value:0", "live:product:0")
+    f.ret["y"] = "live:product:0"
+    assert analyze_graph_def(g).heavy_ops == 1
+    shaped(f.node_def, "probe2", "MatMul", (1, 16), "probe:product:0", "w:value:0")
+    f.control_ret["side_effect"] = "probe2"  # a control output runs, with what feeds it
+    assert analyze_graph_def(g).heavy_ops == 3
 
 
 def test_lookup_of_many_rows_stays_heavy():
@@ -345,3 +368,19 @@ def test_lookup_of_many_rows_stays_heavy():
     shaped(g.node, "emb", "GatherV2", (MIN_LOOKUP_ELEMENTS, 1), "table", "ids")
     p = analyze_graph_def(g)
     assert p.heavy_op_types == {"GatherV2": 1} and p.typical_op_work == MIN_LOOKUP_ELEMENTS
+
+
+def test_dense_on_a_sequence_counts_every_row_through_its_reshape():
+    """Keras' Dense on [batch, seq, d] reshapes to a matrix with a computed shape ([-1, -1]):
+    the MatMul's rows are the Reshape input's elements / K, not the batch."""
+    from tf_autopar.graph.dims import Assumed
+
+    g = graph_pb2.GraphDef()
+    shaped(g.node, "x", "Placeholder", (-1, 128, 256))
+    shaped(g.node, "flat", "Reshape", (-1, -1), "x", "shape")
+    shaped(g.node, "w", "ReadVariableOp", (256, 1024))
+    shaped(g.node, "ffn", "MatMul", (-1, 1024), "flat", "w")
+    p = analyze_graph_def(g, assumed=Assumed(2))
+    assert p.typical_op_work == 2 * 128 * 256 * 1024
+    assert p.assumptions == ("unknown batch dimension read as 2",)  # no guessed sequence length
+    assert analyze_graph_def(g).typical_op_work is None  # nothing assumed: unknown

@@ -75,7 +75,10 @@ def test_embedding_heavy_recommender():
     gmf = keras.layers.Multiply()([u, v])
     mlp = keras.layers.Dense(8)(keras.layers.Dense(16)(keras.layers.Concatenate()([u2, v2])))
     out = keras.layers.Dense(1)(keras.layers.Concatenate()([gmf, mlp]))
-    p = analyze(keras.Model([users, items], out))
+    model = keras.Model([users, items], out)
+    # at batch 1 (the default reading of the None batch) each look-up reads one 8-wide row: light
+    assert analyze(model).heavy_op_types == {"MatMul": 3}
+    p = analyze(model, batch=1024)  # 1024 rows of 8 per look-up: heavy
     # 4 look-ups at level 1, MLP dense x2, output dense
     assert p.heavy_op_types == {"GatherV2": 4, "MatMul": 3}
     assert (p.heavy_ops, p.depth, p.level_widths) == (7, 4, (4, 1, 1, 1))

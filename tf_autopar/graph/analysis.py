@@ -41,6 +41,7 @@ import dataclasses
 import gc
 import hashlib
 import logging
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Mapping, Sequence
@@ -148,7 +149,11 @@ class _Analyzer:
             for k, arg in enumerate(fdef.signature.input_arg):
                 shapes = output_shapes(fdef.arg_attr[k]) if k in fdef.arg_attr else []
                 args[arg.name] = shapes[:1]
-            body = self.body(list(fdef.node_def), function_format=True, grad_ctx=grad_ctx, ret=ret,
+            # only what feeds the outputs and control outputs runs: Keras RNN layers trace one cell
+            # step outside their loop just to learn its shapes, and that step is never executed
+            live = prune_to_outputs(fdef.node_def, [r for r in ret if r] + list(fdef.control_ret.values()),
+                                    strict=False)
+            body = self.body(live, function_format=True, grad_ctx=grad_ctx, ret=ret,
                              fp_prefix=prefix, arg_shapes=args)
         finally:
             self.active.discard(name)
@@ -422,8 +427,20 @@ class _Analyzer:
         def input_shape(i: int) -> Any:
             return shape(shape_of(refs[i]) if i < len(refs) else None)
 
+        def input_elements(i: int) -> int | None:
+            """Through a Reshape whose own shape is partly computed: its input's elements."""
+            if i >= len(refs):
+                return None
+            proto = shape_of(refs[i])
+            k = index.get(refs[i].partition(":")[0])
+            if (proto is None or proto.unknown_rank or any(d.size < 0 for d in proto.dim)) and k is not None \
+                    and nodes[k].op == "Reshape" and nodes[k].input:
+                proto = shape_of(nodes[k].input[0])
+            dims = shape(proto)
+            return None if dims is None else math.prod(dims)
+
         own = output_shapes(node)
-        work = op_work(node, shape(own[0]) if own else None, input_shape)
+        work = op_work(node, shape(own[0]) if own else None, input_shape, input_elements)
         if work is not None:
             self.assumed_used |= used
         return work
@@ -502,14 +519,17 @@ def _sequence(parts: Sequence[_Summary]) -> _Summary:
     return out
 
 
-def prune_to_outputs(nodes: Sequence[Any], outputs: Iterable[str]) -> list[Any]:
-    """The nodes a run fetching `outputs` ("name:0" or "name") executes: their ancestors."""
+def prune_to_outputs(nodes: Sequence[Any], outputs: Iterable[str], strict: bool = True) -> list[Any]:
+    """The nodes a run fetching `outputs` ("name:0" or "name") executes: their ancestors.
+    ``strict=False``: outputs that are no node (a function's arguments) are skipped."""
     index = {nd.name: nd for nd in nodes}
     seen: set[str] = set()
     stack = []
     for t in outputs:
         name = t.lstrip("^").split(":", 1)[0]
         if name not in index:
+            if not strict:
+                continue
             raise ValueError(f"output {t!r} is not a node of the graph")
         stack.append(name)
     while stack:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 import re
 from typing import Any, Mapping, Sequence
@@ -196,8 +197,17 @@ def _write_work(node: Any, op: Any, assumed: Assumed | None = None, used: set[st
         needed.update(kinds)
         return filled
 
+    def elements(i: int) -> int | None:  # through a Reshape with a computed shape (work.op_work)
+        if i >= len(inputs):
+            return None
+        tensor = inputs[i]
+        if tensor.op.type == "Reshape" and not tensor.shape.is_fully_defined():
+            tensor = tensor.op.inputs[0]
+        dims = static(tensor)
+        return None if dims is None else math.prod(dims)
+
     work = op_work(node, static(outputs[0]) if outputs else None,
-                   lambda i: static(inputs[i]) if i < len(inputs) else None)
+                   lambda i: static(inputs[i]) if i < len(inputs) else None, elements)
     node.attr[WORK_ATTR].i = -1 if work is None else work
     if work is not None and used is not None:
         used.update(needed)

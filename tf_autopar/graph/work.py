@@ -93,16 +93,27 @@ def _einsum_contracted(equation: str, inputs: Sequence[Shape | None]) -> int | N
     return math.prod(sizes.get(c, 1) for c in contracted)
 
 
-def op_work(node: Any, out: Shape | None, input_shape: Callable[[int], Shape | None]) -> int | None:
+def op_work(node: Any, out: Shape | None, input_shape: Callable[[int], Shape | None],
+            input_elements: Callable[[int], int | None] | None = None) -> int | None:
     """Multiply-adds (or elements moved) of one run of ``node``; None when shapes are unknown.
 
     ``out``: the node's first output shape. ``input_shape(i)``: the shape of its i-th input.
+    ``input_elements(i)``: its element count, which a caller can know when the shape is not:
+    Keras' Dense on a 3-D input reshapes it to a matrix with a computed shape ([-1, -1] in the
+    graph), so a plain MatMul's rows are only known as the Reshape input's elements / K. For a
+    2-D MatMul, work = elements(A) x columns(B) (= M x K x N).
     """
     cls = H.heavy_class(node.op)
     op = node.op
     if cls == H.MATMUL:
         if "Sparse" in op or "Quantized" in op:
             return None
+        if "Einsum" not in op and "BatchMatMul" not in op and input_elements is not None:
+            b = input_shape(1)
+            a_elements = input_elements(0) if b is not None and len(b) == 2 else None
+            if a_elements is not None:
+                transposed_b = node.attr["transpose_b"].b if "transpose_b" in node.attr else False
+                return a_elements * (b[0] if transposed_b else b[1])  # type: ignore[index]
         if "Einsum" in op:
             equation = node.attr["equation"].s.decode() if "equation" in node.attr else ""
             n_in = sum(1 for s in node.input if not s.startswith("^"))
