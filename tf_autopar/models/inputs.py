@@ -21,6 +21,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from tf_autopar.models.options import parse_input_shapes
+
 DEFAULT_DIM = 128
 DEFAULT_INT_MAX = 1000
 SEED = 0
@@ -29,6 +31,9 @@ _FLOAT = ("float16", "float32", "float64", "bfloat16", "half", "double")
 _COMPLEX = ("complex64", "complex128")
 _INT = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 _STRING = ("string",)
+
+__all__ = ["DEFAULT_DIM", "DEFAULT_INT_MAX", "InputInfo", "InputSpec", "check_input_shapes", "load_npz",
+           "parse_input_shapes", "prepare", "resolve_shape", "synthesize"]
 
 
 @dataclass(frozen=True)
@@ -66,23 +71,6 @@ class InputInfo:
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape), "source": self.source,
                 "values": self.values, "int_max": self.int_max}
-
-
-def parse_input_shapes(items: Sequence[str] | None) -> dict[str, tuple[int, ...]]:
-    """``["ids=1,64", ...]`` -> ``{"ids": (1, 64)}``; ValueError naming the bad item.
-
-    The syntax of ``plan``/``analyze --input-shape`` (tf_autopar.graph.dims): NAME=D1,D2,...,
-    the input's full shape, batch first, positive integers.
-    """
-    from tf_autopar.graph.dims import parse_input_shape
-
-    out: dict[str, tuple[int, ...]] = {}
-    for item in items or ():
-        name, dims = parse_input_shape(str(item))
-        if name in out:
-            raise ValueError(f"--input-shape gives input {name!r} twice")
-        out[name] = dims
-    return out
 
 
 def check_input_shapes(specs: Sequence[InputSpec], input_shapes: Mapping[str, Sequence[int]]) -> None:

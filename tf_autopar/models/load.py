@@ -15,11 +15,12 @@ from __future__ import annotations
 import logging
 import os
 import zipfile
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-import numpy as np
+if TYPE_CHECKING:  # the parents import this module for model_kind(): no numpy there (it starts BLAS threads)
+    import numpy as np
 
-from tf_autopar.models.inputs import InputSpec
+    from tf_autopar.models.inputs import InputSpec
 
 log = logging.getLogger("tf_autopar.models")
 
@@ -213,6 +214,8 @@ def load(path: str, signature: str | None = None) -> LoadedModel:
 def _load_saved_model(path: str, signature: str | None) -> LoadedModel:
     import tensorflow as tf
 
+    from tf_autopar.models.inputs import InputSpec
+
     try:
         obj = tf.saved_model.load(path)
     except Exception as exc:  # noqa: BLE001 - any loader failure is a bad model file for the user
@@ -278,6 +281,8 @@ def _load_keras(path: str) -> LoadedModel:
     except Exception as exc:  # noqa: BLE001
         raise ValueError(f"cannot load the Keras file {path}: {_first_line(exc)}") from None
     import tensorflow as tf
+
+    from tf_autopar.models.inputs import InputSpec
 
     structure = _keras_structure(model)
     specs = []

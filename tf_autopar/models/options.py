@@ -1,6 +1,6 @@
 """What a user says about their model's inputs, carried from a CLI parent to its child processes.
 
-Pure (no TensorFlow): the parents of ``bench`` and ``validate`` parse and check these
+Pure (no TensorFlow, no numpy: numpy starts its own BLAS threads): the parents of ``bench`` and ``validate`` parse and check these
 flags before any process starts, then hand them to every child as command-line flags so
 each fresh process builds the same inputs.
 """
@@ -10,7 +10,23 @@ import os
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from tf_autopar.models.inputs import parse_input_shapes
+
+
+def parse_input_shapes(items: Sequence[str] | None) -> dict[str, tuple[int, ...]]:
+    """``["ids=1,64", ...]`` -> ``{"ids": (1, 64)}``; ValueError naming the bad item.
+
+    The syntax of ``plan``/``analyze --input-shape`` (tf_autopar.graph.dims): NAME=D1,D2,...,
+    the input's full shape, batch first, positive integers.
+    """
+    from tf_autopar.graph.dims import parse_input_shape
+
+    out: dict[str, tuple[int, ...]] = {}
+    for item in items or ():
+        name, dims = parse_input_shape(str(item))
+        if name in out:
+            raise ValueError(f"--input-shape gives input {name!r} twice")
+        out[name] = dims
+    return out
 
 
 @dataclass(frozen=True)
