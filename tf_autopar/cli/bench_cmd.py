@@ -151,9 +151,10 @@ def format_report(doc: Mapping[str, Any]) -> str:
                          + "; ".join(e for e in s.get("errors", []) if e))
     if notes:
         out += ["failures:", *notes]
-    out.append("speedup = median over rounds of the per-round ratio (default / config: latency p50"
-               + (", or throughput config / default" if doc["options"]["mode"] == "throughput" else "")
-               + "), with its range; under ~10% is within this host's run-to-run noise")
+    ratio = ("config's requests/s / default's" if doc["options"]["mode"] == "throughput"
+             else "default's median latency / config's")
+    out.append(f"speedup = {ratio} in each round, median over rounds (range; a range including 1.00 is within "
+               f"the rounds' noise). p50/p90/p99 are over every request of every round")
     return "\n".join(out)
 
 
