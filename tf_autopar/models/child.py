@@ -71,15 +71,18 @@ def effective_settings() -> dict[str, Any]:
 
         api = (tf.config.threading.get_inter_op_parallelism_threads(),
                tf.config.threading.get_intra_op_parallelism_threads())
-    counts, sources = [], []
+    counts: list[int] = []
+    sources: list[str] = []
     for value, var in zip(api, _SETTING_VARS[:2]):
         text = env.get(var, "")
         if value:
-            counts.append(int(value)), sources.append("tf.config.threading")
+            count, source = int(value), "tf.config.threading"
         elif text.isdigit() and int(text) > 0:
-            counts.append(int(text)), sources.append(var)
+            count, source = int(text), var
         else:
-            counts.append(len(cpus)), sources.append("TensorFlow default (CPUs in the affinity mask)")
+            count, source = len(cpus), "TensorFlow default (CPUs in the affinity mask)"
+        counts.append(count)
+        sources.append(source)
     return {"inter_op": counts[0], "intra_op": counts[1], "inter_source": sources[0], "intra_source": sources[1],
             "env": dict(sorted(env.items())), "cpus": cpus, "tf_compute_threads": tf_compute_threads(),
             "pid": os.getpid()}
