@@ -64,7 +64,8 @@ def test_optimize_loaded_savedmodel_and_its_signature_match_the_signature(tmp_pa
     res = _child("""
     loaded = tf.saved_model.load(PATH)
     sig = loaded.signatures["serving_default"]
-    by_model, by_sig, by_name = tf_autopar.optimize(loaded), tf_autopar.optimize(sig), tf_autopar.optimize(loaded, signature="serve")
+    by_model, by_sig = tf_autopar.optimize(loaded), tf_autopar.optimize(sig)
+    by_name = tf_autopar.optimize(loaded, signature="serve")
     out = {"diffs": [], "types": set(), "shapes": []}
     for n in (1, 4):
         z, a = rng.random((n, 4), dtype=np.float32), rng.random((n, 3), dtype=np.float32)
@@ -85,14 +86,16 @@ def test_optimize_loaded_savedmodel_and_its_signature_match_the_signature(tmp_pa
     sig1 = tf.saved_model.load(PATH + "_1").signatures["serving_default"]
     x = rng.random((4, 5), dtype=np.float32)
     f1 = tf_autopar.optimize(sig1)
-    out["single"] = [maxdiff(f1(x), as_numpy(sig1(tf.constant(x)))), maxdiff(f1(pixels=x[:1]), as_numpy(sig1(pixels=x[:1])))]
+    out["single"] = [maxdiff(f1(x), as_numpy(sig1(tf.constant(x)))),
+                     maxdiff(f1(pixels=x[:1]), as_numpy(sig1(pixels=x[:1])))]
     report(**{k: sorted(v) if isinstance(v, set) else v for k, v in out.items()}, errors=errors,
            notes=[s.note for s in tf_autopar.status().sessions], refreshes=[by_model.refreshes, by_sig.refreshes])
     """, tmp_path, saved_model=True)
     assert len(res["diffs"]) == 6 and max(res["diffs"]) <= 1e-6, res["diffs"]
     assert max(res["single"]) <= 1e-6, res["single"]
     assert res["types"] == ["dict", "ndarray"]
-    assert res["shapes"][0] == {"scores": [1, 2], "aux": [1, 1]} and res["shapes"][-1] == {"scores": [4, 2], "aux": [4, 1]}
+    assert res["shapes"][0] == {"scores": [1, 2], "aux": [1, 1]}
+    assert res["shapes"][-1] == {"scores": [4, 2], "aux": [4, 1]}
     assert "keyword arguments ['alpha', 'zeta']" in res["errors"][0]
     assert "missing ['alpha']" in res["errors"][1] and "unexpected ['extra']" in res["errors"][2]
     assert "no signature 'nope'" in res["errors"][3] and "serve, serving_default" in res["errors"][3]
@@ -115,7 +118,8 @@ def test_optimize_keras_model_loaded_from_a_keras_file(tmp_path):
     fast = tf_autopar.optimize(model)
     rng = np.random.default_rng(1)
     xs = [rng.random((n, 6), dtype=np.float32) for n in (1, 4)]
-    report(equal=[bool(np.array_equal(fast(x), model(x).numpy())) for x in xs], shapes=[list(fast(x).shape) for x in xs])
+    report(equal=[bool(np.array_equal(fast(x), model(x).numpy())) for x in xs],
+           shapes=[list(fast(x).shape) for x in xs])
     """, tmp_path)
     assert res["equal"] == [True, True]  # bit for bit, like the existing Keras test
     assert res["shapes"] == [[1, 3], [4, 3]]
@@ -163,15 +167,16 @@ def test_writes_to_the_variables_are_never_served_stale(tmp_path):
     z, a = rng.random((2, 4), dtype=np.float32), rng.random((2, 3), dtype=np.float32)
     first = served(zeta=z, alpha=a)
     for v in loaded.variables: v.assign(v * -1.5)
-    out["loaded"] = [maxdiff(served(zeta=z, alpha=a), as_numpy(sig(zeta=z, alpha=a))), maxdiff(first, as_numpy(sig(zeta=z, alpha=a)))]
+    now = as_numpy(sig(zeta=z, alpha=a))
+    out["loaded"] = [maxdiff(served(zeta=z, alpha=a), now), maxdiff(first, now)]
     # refresh() for writes the watch cannot see (a raw op)
     tf.raw_ops.AssignVariableOp(resource=loaded.variables[0].handle, value=loaded.variables[0] * 3.0)
     served.refresh()
     out["refresh"] = maxdiff(served(zeta=z, alpha=a), as_numpy(sig(zeta=z, alpha=a)))
     out["installed"] = watch.installed()
     fast.close(); served.close()
-    out["removed"] = not watch.installed() and not hasattr(
-        __import__("tensorflow.python.eager.polymorphic_function.atomic_function", fromlist=["x"]).AtomicFunction.call_flat, "__wrapped__")
+    from tensorflow.python.eager.polymorphic_function.atomic_function import AtomicFunction
+    out["removed"] = not watch.installed() and not hasattr(AtomicFunction.call_flat, "__wrapped__")
     once = tf_autopar.optimize(km); once(x)
     out["gc"] = [watch.installed()]
     del once; __import__("gc").collect()
@@ -204,7 +209,8 @@ def test_savedmodel_without_signatures_is_a_clear_error(tmp_path):
     tf.saved_model.save(m, {str(tmp_path / "nosig")!r})
     loaded = tf.saved_model.load({str(tmp_path / "nosig")!r})
     errors = []
-    for call in (lambda: tf_autopar.optimize(loaded), lambda: tf_autopar.optimize(keras.Sequential([keras.Input((2,))]), signature="x")):
+    for call in (lambda: tf_autopar.optimize(loaded),
+                 lambda: tf_autopar.optimize(keras.Sequential([keras.Input((2,))]), signature="x")):
         try: call()
         except ValueError as e: errors.append(str(e))
     report(errors=errors, sessions=len(tf_autopar.status().sessions))

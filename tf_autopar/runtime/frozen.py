@@ -25,10 +25,15 @@ Stale constants: freezing copies the variables, so a later ``v.assign(...)`` or
 frozen graph read are watched for writes (watch.py: eager assign/scatter/restore ops and
 every tf.function run that may write them, e.g. fit's train step); a write moves the watch's
 generation, and the next call re-freezes that input signature before running (logged once at
-INFO). The per-call check is one integer comparison (about 0.1 us, beside 100-200 us for a
-session call of a tiny model). ``refresh()`` re-freezes by hand, for writes the watch cannot
-see (``tf.raw_ops``, tf.data functions). If the watch cannot be installed, the callable runs
-the model itself rather than risk stale outputs.
+INFO). Why not compare values: a checksum per call costs a pass over every weight, and a
+sample misses a write to an unsampled variable. Measured (benchmarks/bench_optimize_watch.py,
+Dense 32-64-10 at batch 1, this shared 2-core host; results/optimize_watch.json): the per-call
+check is one integer comparison, 0.03 us of a 130 us call; while a watch lives, each
+tf.function call and eager write op in the process pays 0.2-0.4 us for the hooks (measured
+alone; end to end, 229 us calls and 53 us assigns, the difference is below the noise); a
+re-freeze costs 23 ms. ``refresh()`` re-freezes by hand, for writes the watch
+cannot see (``tf.raw_ops``, tf.data functions). If the watch cannot be installed, the
+callable runs the model itself rather than risk stale outputs.
 Inference only: frozen variables do not train.
 
 Throughput mode (``mode="throughput"``, optional ``streams=N``): the plan's streams become
@@ -90,6 +95,9 @@ class OptimizedFunction:
             self._signature = _keras_signature(self._target)
         else:
             self._signature = None
+        # one graph when the input specs are known (a signature keeps its None batch); a str key
+        # hashes once, a tuple of TensorSpecs would hash on every call
+        self._fixed_key = "fixed" if self._kind == SIGNATURE or self._signature is not None else None
         self.plan: Any = None
         self.profile: Any = None
         self._failed = False
@@ -184,10 +192,9 @@ class OptimizedFunction:
         return tf.nest.map_structure(lambda t: t.numpy() if hasattr(t, "numpy") else t, out)
 
     def _key(self, arrays: list[Any]) -> Any:
-        if self._kind == SIGNATURE:
-            return SIGNATURE  # fixed input specs, batch left free: one graph serves every batch
-        if self._signature is not None:
-            return tuple(self._signature)
+        """Which compiled graph serves these inputs: the fixed one, else one per input spec (batch free)."""
+        if self._fixed_key is not None:
+            return self._fixed_key
         import tensorflow as tf
 
         return tuple(tf.TensorSpec([None, *a.shape[1:]] if a.ndim else [], tf.as_dtype(a.dtype)) for a in arrays)
@@ -213,7 +220,7 @@ class OptimizedFunction:
         concrete = self._concretes.get(key)
         if concrete is None:
             with sessions.bypass():  # our own trace: no tf.function hook, no session patch
-                concrete = _concrete(self._target, key if isinstance(key, tuple) else ())
+                concrete = _concrete(self._target, key if isinstance(key, tuple) else tuple(self._signature or ()))
             self._watch.add(watch.resource_handles(concrete))  # raises if the watch cannot be installed
             self._concretes[key] = concrete
         old = self._compiled.get(key)
