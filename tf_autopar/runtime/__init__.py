@@ -317,7 +317,7 @@ def _binding(plan: Any, share: Any) -> tuple[int, ...]:
 def apply_before_start(plan: Any, source: str, share: Any = None) -> None:
     """Set the process pools (and binding) for ``plan`` while TensorFlow's runtime is not started."""
     cpus = _binding(plan, share)
-    bound = cpus if cpus and controller.bind(cpus) else ()
+    bound = cpus if cpus and (controller.bind(cpus) or controller.bound_to(cpus)) else ()
     env = plan.to_env()
     env.setdefault(controller.OVERRIDE_VAR, "1")  # per-session intra-op pools (eager path unaffected)
     api_inter, api_intra = controller.api_pools()

@@ -125,6 +125,14 @@ def bind(cpus: tuple[int, ...]) -> bool:
         return False
 
 
+def bound_to(cpus: tuple[int, ...]) -> bool:
+    """Whether the process's mask is exactly ``cpus`` already (an earlier plan bound it)."""
+    try:
+        return set(os.sched_getaffinity(0)) == set(cpus)
+    except (AttributeError, OSError):
+        return False
+
+
 def default_pool_size() -> int:
     """TensorFlow's own choice for 0 ("let TF pick"): the CPUs in the affinity mask."""
     try:
