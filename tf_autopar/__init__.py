@@ -7,6 +7,7 @@ Public API (imports are lazy so `import tf_autopar` never imports TensorFlow):
 - analyze(obj) -> GraphProfile
 - enable(model=None, mode="latency", ...), disable(), status(), optimize(fn_or_model)
 - trace()
+- tune(model_path, mode="latency", batch=1, budget_s=120)
 """
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ _EXPORTS = {
     "status": "tf_autopar.runtime",
     "optimize": "tf_autopar.runtime",
     "trace": "tf_autopar.tracing",
+    "tune": "tf_autopar.tuning",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -19,6 +19,8 @@ SUBCOMMANDS = (
     "run",
     "validate",
     "bench",
+    "tune",
+    "calibrate",
 )
 
 

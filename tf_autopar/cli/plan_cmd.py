@@ -38,6 +38,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--json", action="store_true", help="same as --format json")
     p.add_argument("--root", default="/", help="read /sys and /proc under this directory (recorded fixtures)")
     p.add_argument("--baseline", choices=BASELINES, default=None, help="print a published baseline instead")
+    p.add_argument("--no-tuned", action="store_true", help="ignore what `tf-autopar tune` and `calibrate` measured on this host")
     p.set_defaults(func=run)
 
 
@@ -96,7 +97,14 @@ def build_plan(args: argparse.Namespace, topology: Any, env: Mapping[str, str] |
         return baseline_plan(args.baseline, topology, env=env, mode=args.mode)
     if args.model is not None and args.width is not None:
         raise ValueError("give MODEL or --width, not both")
-    profile = load_profile(args.model, args.mode, **shape_options(args, args.mode)) if args.model is not None else None
+    options = shape_options(args, args.mode)
+    profile = load_profile(args.model, args.mode, **options) if args.model is not None else None
+    tuned = calibration = None
+    if profile is not None and not getattr(args, "no_tuned", False):
+        from tf_autopar.runtime.core import calibration_for, tuned_for
+
+        tuned = tuned_for(profile, args.mode, topology, options["batch"])
+        calibration = calibration_for(topology)
     return plan(
         topology,
         profile,
@@ -106,6 +114,8 @@ def build_plan(args: argparse.Namespace, topology: Any, env: Mapping[str, str] |
         streams=args.streams,
         use_hyperthreads=args.hyperthreads,
         tf_data=True if args.tf_data else None,
+        tuned=tuned,
+        calibration=calibration,
     )
 
 

@@ -45,10 +45,17 @@ def run_command(args: argparse.Namespace) -> int:
     topology = detect_topology()
     if args.cores:
         topology = launcher.restrict_to_cores(topology, parse_cpulist(args.cores))
-    profile = load_profile(args.model, args.mode, **shape_options(args, args.mode)) if args.model else None
+    options = shape_options(args, args.mode)
+    profile = load_profile(args.model, args.mode, **options) if args.model else None
+    tuned = calibration = None
+    if profile is not None:
+        from tf_autopar.runtime.core import calibration_for, tuned_for
+
+        tuned = tuned_for(profile, args.mode, topology, options["batch"])
+        calibration = calibration_for(topology)
     launch = launcher.launch_specs(
         topology, command, mode=args.mode, instances=args.instances, environ=os.environ,
-        numactl=launcher.find_numactl(), profile=profile,
+        numactl=launcher.find_numactl(), profile=profile, tuned=tuned, calibration=calibration,
     )
     if args.dry_run:
         if args.json:

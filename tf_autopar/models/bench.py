@@ -304,6 +304,10 @@ class Bench:
                 self.progress.close()
         return doc
 
+    def run_once(self, cfg: BenchConfig, rnd: int) -> dict[str, Any]:
+        """One run of ``cfg`` outside run()'s rounds (the tuner picks what runs in each round)."""
+        return self._run_config(cfg, rnd, None, None)
+
     def _fill_cache(self, configs: Sequence[BenchConfig]) -> tuple[str, dict[str, Any]]:
         """One unmeasured ``enable`` start that fills a plan cache (what enable-cached starts from)."""
         cache_dir = os.path.join(self._tmp, "filled-cache")

@@ -260,8 +260,12 @@ def prepare(args: argparse.Namespace) -> int:
     except ValueError as exc:
         return _fail(str(exc))
     topology = detect_topology()
-    # env={}: the plan under test must not inherit thread settings from the caller's shell.
-    the_plan = plan(topology, profile, args.plan_mode, env={}, streams=args.streams)
+    # env={}: the plan under test must not inherit thread settings from the caller's shell. It is the
+    # rule's plan with this host's calibration (what enable() applies before any tune).
+    from tf_autopar.runtime.core import calibration_for
+
+    the_plan = plan(topology, profile, args.plan_mode, env={}, streams=args.streams,
+                    calibration=calibration_for(topology))
     import tensorflow as tf
 
     out = {"ok": True, "tf_version": tf.__version__, **info, "profile": profile.to_dict(), "profile_note": note,

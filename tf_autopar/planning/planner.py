@@ -245,7 +245,8 @@ def restrict_latency(units: list[Unit], p: int) -> tuple[list[Unit], str]:
 
 
 def intra_threads(
-    runtime: str, cpus: int, inter: int, op_work: int | None = None, training: bool = False
+    runtime: str, cpus: int, inter: int, op_work: int | None = None, training: bool = False,
+    small_op_work: int = SMALL_OP_WORK,
 ) -> tuple[int, int | None, str]:
     """(intra_op, omp_threads, reason) for ``cpus`` CPUs shared by ``inter`` inter-op threads,
     for ops of typical size ``op_work`` multiply-adds (None: unknown).
@@ -255,11 +256,11 @@ def intra_threads(
     keep every inter-op thread busy: 1 each at 2x1 on 2 cores, and no plan that idles most of
     a big host for an op size measured only on 2 cores.
     """
-    if op_work is not None and op_work < SMALL_OP_WORK and cpus > 1:
+    if op_work is not None and op_work < small_op_work and cpus > 1:
         training = training and op_work >= TINY_OP_WORK  # tiny ops: one thread each in any mode
         n = max(1, cpus // inter) if training else 1
         return n, (n if runtime == "openmp" else None), (
-            f"small ops: the typical heavy op does {_mac(op_work)} multiply-adds, under {_mac(SMALL_OP_WORK)}"
+            f"small ops: the typical heavy op does {_mac(op_work)} multiply-adds, under {_mac(small_op_work)}"
             + (f" in training; the {cpus} CPUs are divided among the {inter} inter-op threads: {n} per op"
                if training else
                "; waking a second thread per op costs more than it gains, so one thread per op"
@@ -378,7 +379,8 @@ def single_layout(units: list[Unit], mode: str, p: int, topology: Topology, fact
 
 
 def planned_settings(
-    layout: Layout, mode: str, runtime: str, uses_tf_data: bool, user: UserSettings, op_work: int | None = None
+    layout: Layout, mode: str, runtime: str, uses_tf_data: bool, user: UserSettings, op_work: int | None = None,
+    small_op_work: int = SMALL_OP_WORK,
 ) -> dict[str, Setting]:
     """Every knob with its planned value and reason (user settings not applied yet)."""
     inter, floor_why = _tf_data_floor(layout.inter, uses_tf_data)
@@ -389,7 +391,7 @@ def planned_settings(
     # A user's explicit inter-op count is what shares the CPUs, so the OpenMP division uses it.
     inter_for_division = user.inter_op if user.inter_op else inter
     intra, omp, intra_why = intra_threads(runtime, layout.per_instance, inter_for_division, op_work,
-                                          training=mode == "training")
+                                          training=mode == "training", small_op_work=small_op_work)
     settings["intra_op"] = Setting(intra, "planned", intra_why)
     if omp is not None:
         settings["omp_threads"] = Setting(omp, "planned", "OMP_NUM_THREADS = MKL_NUM_THREADS = intra_op")
@@ -408,6 +410,37 @@ def planned_settings(
         [format_cpus(g) for g in layout.cpus], "planned",
         "one CPU list per instance: bind each instance to it" if layout.cpus else "")
     return settings
+
+
+def _small_op_threshold(calibration: Mapping[str, Any] | None, facts: list[str]) -> int:
+    """This host's measured threshold when calibrated, else SMALL_OP_WORK (fitted elsewhere)."""
+    value = (calibration or {}).get("small_op_work")
+    if isinstance(value, int) and value > 0:
+        facts.append(f"small-op threshold {_mac(value)} multiply-adds, calibrated on this host on "
+                     f"{(calibration or {}).get('date', '?')} ({(calibration or {}).get('why', '')})")
+        return value
+    facts.append(f"small-op threshold {_mac(SMALL_OP_WORK)} multiply-adds, fitted on an AMD EPYC host: a guess on "
+                 "another processor (`tf-autopar calibrate` measures this host's)")
+    return SMALL_OP_WORK
+
+
+def _apply_tuned(settings: dict[str, Setting], tuned: Mapping[str, Any], cpus: int, facts: list[str]) -> None:
+    """A measured setting replaces the rule's inter/intra pools (in place), said with its evidence."""
+    inter, intra = tuned.get("inter_op"), tuned.get("intra_op")
+    if not all(isinstance(v, int) and 0 < v <= max(cpus, 2) for v in (inter, intra)):
+        facts.append(f"a tuned setting {inter}x{intra} does not fit {cpus} usable CPUs: ignored")
+        return
+    rule = f"{settings['inter_op'].value}x{settings['intra_op'].value}"
+    speedup = tuned.get("speedup")
+    note = (f"tuned on {tuned.get('date', '?')}: {inter}x{intra}, "
+            + (f"{speedup:.2f}x over the rule's plan {rule}" if isinstance(speedup, (int, float)) else f"rule: {rule}")
+            + f" ({tuned.get('rounds', '?')} rounds, {tuned.get('runs', '?')} runs)")
+    facts.append(note)
+    settings["inter_op"] = Setting(inter, "tuned", note)
+    settings["intra_op"] = Setting(intra, "tuned", note)
+    if "omp_threads" in settings:
+        settings["omp_threads"] = Setting(intra, "tuned", "OMP_NUM_THREADS = MKL_NUM_THREADS = the tuned intra_op")
+        settings["mkl_threads"] = Setting(intra, "tuned", "")
 
 
 def _mkl_follows_user_omp(settings: dict[str, Setting]) -> None:
@@ -435,12 +468,18 @@ def plan(
     streams: int | None = None,
     use_hyperthreads: bool = False,
     tf_data: bool | None = None,
+    tuned: Mapping[str, Any] | None = None,
+    calibration: Mapping[str, Any] | None = None,
 ) -> ThreadPlan:
     """Plan TensorFlow's threads for ``topology`` and a model (see the module docstring for the rule).
 
     ``profile``: a GraphProfile (or None; ``width=W`` is GraphProfile.from_width(W)).
     ``env``: the user's environment (pass ``os.environ``); explicit thread settings in it
-    are kept. ``tf_data`` overrides ``profile.uses_tf_data`` when not None.
+    are kept. ``tf_data`` overrides ``profile.uses_tf_data`` when not None. ``tuned``: a
+    setting measured on this host for this model (tuning/, the plan cache's "tuned" entry:
+    inter_op, intra_op, speedup, rounds, date), which replaces the rule's pools.
+    ``calibration``: this host's measured small-op threshold (``small_op_work``, ``date``),
+    used instead of SMALL_OP_WORK, which was fitted on another processor.
     Raises ValueError naming the problem on invalid input.
     """
     profile = _check_inputs(mode, profile, width, streams)
@@ -472,7 +511,12 @@ def plan(
         layout = throughput_layout(units, streams, p, facts)
     else:
         layout = single_layout(units, mode, p, topology, facts)
-    settings = planned_settings(layout, mode, runtime, tf_data, user, op_work)
+    small_op_work = SMALL_OP_WORK
+    if op_work is not None:
+        small_op_work = _small_op_threshold(calibration, facts)
+    settings = planned_settings(layout, mode, runtime, tf_data, user, op_work, small_op_work)
+    if tuned is not None and mode != "throughput":
+        _apply_tuned(settings, tuned, layout.per_instance, facts)
     _keep_user(settings, user, len(units), facts)
     _mkl_follows_user_omp(settings)
 

@@ -6,7 +6,9 @@ File: ``$TF_AUTOPAR_CACHE_DIR/plans.json`` (else ``$XDG_CACHE_HOME/tf_autopar`` 
     {"version": 2,
      "plans":    {"<fingerprint>|<topology key>|<mode>": {"plan": {...}, "profile": {...}, "name": ..., "updated": t}},
      "programs": {"<program key>|<topology key>|<mode>": {"fingerprint": ..., "heavy_ops": n, "name": ..., "updated": t}},
-     "profiles": {"workload:<name>:<size>": {"profile": {...}, "updated": t}}}
+     "profiles": {"workload:<name>:<size>": {"profile": {...}, "updated": t}},
+     "tuned":    {"<fingerprint>|<host key>|<mode>|<batch>": {"inter_op": 2, "intra_op": 1, "speedup": 1.2, ...}},
+     "calibration": {"<host key>": {"small_op_work": 24000000, "date": ..., "cpu_model": ...}}}
 
 A program's entry names the heaviest graph it ran, since that is the one the process
 pools should fit. Writes take a file lock and replace the file atomically; a corrupt
@@ -65,7 +67,7 @@ def program_key(argv: list[str] | None = None) -> str:
 
 
 def _empty() -> dict[str, Any]:
-    return {"version": VERSION, "plans": {}, "programs": {}, "profiles": {}}
+    return {"version": VERSION, "plans": {}, "programs": {}, "profiles": {}, "tuned": {}, "calibration": {}}
 
 
 def load(path: str | None = None) -> dict[str, Any]:
@@ -83,6 +85,9 @@ def load(path: str | None = None) -> dict[str, Any]:
             raise ValueError("missing 'plans' or 'programs'")
         if not isinstance(data.setdefault("profiles", {}), dict):
             raise ValueError("'profiles' is not a mapping")
+        for section in ("tuned", "calibration"):
+            if not isinstance(data.setdefault(section, {}), dict):
+                raise ValueError(f"{section!r} is not a mapping")
         return data
     except FileNotFoundError:
         return _empty()
@@ -176,12 +181,53 @@ def lookup_profile(key: str, path: str | None = None) -> dict[str, Any] | None:
 
 
 def store_profile(key: str, profile: dict[str, Any], path: str | None = None) -> None:
+    _put("profiles", key, {"profile": profile}, path)
+
+
+def _put(section: str, key: str, entry: dict[str, Any], path: str | None) -> None:
+    """One entry into one section, under the file lock, replacing the file atomically."""
     from filelock import FileLock
 
     path = path or cache_path()
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with FileLock(path + ".lock", timeout=5):
         data = load(path)
-        data["profiles"][key] = {"profile": profile, "updated": time.time()}
-        _trim(data["profiles"])
+        data[section][key] = {**entry, "updated": time.time()}
+        _trim(data[section])
         _write(path, data)
+
+
+def host_key(topology: Any) -> str:
+    """The topology key plus the processor model: a measured setting holds for one processor
+    (a threshold fitted on an AMD EPYC is a guess on an Intel Xeon), a rule-made plan for any."""
+    model = getattr(getattr(topology, "cpu", None), "model", "unknown")
+    return stable_key(json.dumps([topology_key(topology), model]))
+
+
+def tuned_key(fingerprint: str, topo_key: str, mode: str, batch: int | None) -> str:
+    return f"{fingerprint}|{topo_key}|{mode}|{batch or 1}"
+
+
+def lookup_tuned(fingerprint: str, topo_key: str, mode: str, batch: int | None,
+                 path: str | None = None) -> dict[str, Any] | None:
+    """A setting measured by ``tune`` for this graph on this host (``host_key``), or None. An
+    entry made on another host shape or processor has another key, so it is never used here."""
+    entry = load(path)["tuned"].get(tuned_key(fingerprint, topo_key, mode, batch))
+    ok = isinstance(entry, dict) and all(isinstance(entry.get(k), int) and entry[k] > 0 for k in ("inter_op", "intra_op"))
+    return entry if ok else None
+
+
+def store_tuned(fingerprint: str, topo_key: str, mode: str, batch: int | None, entry: dict[str, Any],
+                path: str | None = None) -> None:
+    _put("tuned", tuned_key(fingerprint, topo_key, mode, batch), entry, path)
+
+
+def lookup_calibration(host: str, path: str | None = None) -> dict[str, Any] | None:
+    """This host's measured small-op threshold (tuning/calibrate.py), or None."""
+    entry = load(path)["calibration"].get(host)
+    ok = isinstance(entry, dict) and isinstance(entry.get("small_op_work"), int) and entry["small_op_work"] > 0
+    return entry if ok else None
+
+
+def store_calibration(host: str, entry: dict[str, Any], path: str | None = None) -> None:
+    _put("calibration", host, entry, path)

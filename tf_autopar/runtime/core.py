@@ -6,6 +6,7 @@ the user's environment (never our own variables), and which mode a graph gets.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 import time
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 from tf_autopar.runtime import controller
 from tf_autopar.runtime.safety import maybe_fail
 
+log = logging.getLogger("tf_autopar.runtime")
 _lock = threading.Lock()
 _host: Any = None  # the host as this process found it, detected once
 _share: Any = None  # what this process plans for when it shares the host with other workers
@@ -49,10 +51,44 @@ def plan_for(profile: Any, mode: str, *, width: int | None = None, streams: int 
     from tf_autopar.planning import plan
 
     maybe_fail("plan")
+    mode = effective_mode(mode, profile)
     return plan(
-        topology(), profile, effective_mode(mode, profile), width=width, env=controller.user_env(),
-        streams=streams if mode == "throughput" else None,
+        topology(), profile, mode, width=width, env=controller.user_env(),
+        streams=streams if mode == "throughput" else None, tuned=tuned_for(profile, mode),
+        calibration=calibration_for(topology()) if profile is not None else None,
     )
+
+
+def calibration_for(topo: Any) -> Any:
+    """This host's small-op threshold measured by ``tf-autopar calibrate``, if any."""
+    from tf_autopar.runtime.state import STATE
+
+    if STATE.enabled and not STATE.use_cache:
+        return None
+    from tf_autopar.runtime import cache
+
+    try:
+        return cache.lookup_calibration(cache.host_key(topo))
+    except Exception as exc:
+        log.debug("calibration lookup failed: %s", exc)
+        return None
+
+
+def tuned_for(profile: Any, mode: str, topo: Any = None, batch: int | None = None) -> Any:
+    """The setting ``tf-autopar tune`` measured for this graph, mode and batch on this host, if any."""
+    from tf_autopar.runtime.state import STATE
+
+    fingerprint = getattr(profile, "fingerprint", "")
+    if not fingerprint or (STATE.enabled and not STATE.use_cache):
+        return None
+    from tf_autopar.runtime import cache
+
+    try:
+        return cache.lookup_tuned(fingerprint, cache.host_key(topo or topology()), mode,
+                                  batch if batch is not None else STATE.batch)
+    except Exception as exc:  # an unreadable cache is reported by cache.load; never fatal here
+        log.debug("tuned setting lookup failed: %s", exc)
+        return None
 
 
 def analyze_graph(graph_def: Any, source: str) -> tuple[Any, float]:

@@ -68,10 +68,14 @@ def launch_specs(
     environ: Mapping[str, str],
     numactl: str | None = None,
     profile: Any = None,
+    tuned: Mapping[str, Any] | None = None,
+    calibration: Mapping[str, Any] | None = None,
 ) -> LaunchPlan:
     """Decide each instance's CPUs, variables and command line (no side effects).
 
-    ``profile``: the model's GraphProfile (``--model``), else the host-only plan. The variables
+    ``profile``: the model's GraphProfile (``--model``), else the host-only plan; ``tuned``:
+    its setting measured by ``tf-autopar tune`` (one instance only); ``calibration``: this
+    host's measured small-op threshold. The variables
     set are named in LAUNCHER_VARS so that an enable() inside the command re-plans them for the
     model it loads instead of keeping them as the user's own."""
     from tf_autopar.planning import plan as make_plan
@@ -80,12 +84,13 @@ def launch_specs(
         raise ValueError("no command given: use `tf-autopar run [options] -- COMMAND ...`")
     n = instances or 1
     if mode == "throughput":
-        p = make_plan(topology, profile, "throughput", env=environ, streams=n if instances else None)
+        p = make_plan(topology, profile, "throughput", env=environ, streams=n if instances else None,
+                      calibration=calibration)
         n = p.instances
         slices = [tuple(c) for c in p.cpus] if p.cpus else [tuple(topology.affinity)]
         plans = [p] * n  # the plan's per-stream numbers are each instance's
     elif n == 1:
-        p = make_plan(topology, profile, mode, env=environ)
+        p = make_plan(topology, profile, mode, env=environ, tuned=tuned, calibration=calibration)
         slices, plans = [tuple(p.cpus[0]) if p.cpus else tuple(topology.affinity)], [p]
     else:
         # the same slices as cooperating enable() workers get: whole cores, inside NUMA nodes
@@ -93,7 +98,8 @@ def launch_specs(
 
         parts = split(topology, n)
         slices = [s.cpus for s in parts]
-        plans = [make_plan(restrict(topology, s.cpus, s.cores), profile, mode, env=environ) for s in parts]
+        plans = [make_plan(restrict(topology, s.cpus, s.cores), profile, mode, env=environ, calibration=calibration)
+                 for s in parts]
         p = plans[0]
     multi_numa = len(topology.numa_nodes) > 1
     specs = []

@@ -85,7 +85,9 @@ def compute(workload: str, row_mode: str, size: str, quota: float | None, batch:
         batch = 1
     profile, model_info = _profile(workload, runner_mode, size, batch, model_options)
     # env={}: the plan under test must not inherit thread settings from the harness's shell.
-    the_plan = plan(topology, profile, plan_mode, env={})
+    from tf_autopar.runtime.core import calibration_for
+
+    the_plan = plan(topology, profile, plan_mode, env={}, calibration=calibration_for(topology))
     return {
         "workload": workload,
         "row_mode": row_mode,

@@ -1,0 +1,80 @@
+"""The tuner's search (tuning/search.py): pure, against synthetic cost surfaces, no TensorFlow."""
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from tf_autopar.tuning.search import MAX_CANDIDATES, Candidate, neighbourhood, search
+
+C = Candidate
+
+
+def surface(costs: dict[Candidate, float], jitter: float = 0.0, seed: int = 0, log: list | None = None):
+    """measure() over a fixed cost surface, with multiplicative noise; records what it was asked."""
+    rng = random.Random(seed)
+
+    def measure(live, rnd):
+        if log is not None:
+            log.append((rnd, list(live)))
+        return {c: costs[c] * (1 + rng.uniform(-jitter, jitter)) for c in live}
+
+    return measure
+
+
+def test_neighbourhood_of_this_hosts_plan():
+    assert neighbourhood(1, 2, budget=2, max_width=1) == [C(1, 2), C(1, 1), C(2, 2), C(2, 1)]
+
+
+def test_neighbourhood_on_a_big_host_stays_small_and_inside_the_width():
+    cands = neighbourhood(3, 48, budget=48, max_width=4)  # the recorded 2-socket 48-core host
+    assert cands[0] == C(3, 48) and len(cands) <= MAX_CANDIDATES
+    assert {c.inter for c in cands} == {2, 3, 4}
+    assert {c.intra for c in cands} == {48, 24, 16, 12, 1}
+    assert len(set(cands)) == len(cands)
+    chain = neighbourhood(1, 48, budget=48, max_width=1)  # a chain graph: 1 or 2 pools, never 3
+    assert {c.inter for c in chain} == {1, 2}
+    with pytest.raises(ValueError, match="positive"):
+        neighbourhood(0, 2, 2, 1)
+
+
+def test_finds_the_best_neighbour_within_its_budget():
+    cands = neighbourhood(1, 2, budget=2, max_width=1)
+    costs = {C(1, 2): 23.0, C(1, 1): 19.0, C(2, 2): 23.3, C(2, 1): 18.3}  # MobileNetV2 at batch 1, measured
+    asked: list = []
+    res = search(cands, surface(costs, jitter=0.02, log=asked), max_runs=12)
+    assert res.best in (C(2, 1), C(1, 1)) and res.speedup() > 1.15
+    assert res.runs <= 12
+    assert all(set(live) <= set(cands) for _, live in asked)  # never outside the neighbourhood
+    assert all(C(1, 2) in live for _, live in asked)  # the plan is the reference in every round
+    assert len(asked[-1][1]) < len(asked[0][1])  # the slower half was dropped
+
+
+def test_stops_early_on_a_flat_surface_and_keeps_the_plan():
+    cands = neighbourhood(2, 24, budget=24, max_width=3)
+    asked: list = []
+    res = search(cands, surface({c: 10.0 for c in cands}, jitter=0.01, log=asked), max_runs=60)
+    assert res.best == cands[0] and res.speedup() == 1.0
+    assert res.rounds == 2 and "confirmed" in res.stopped
+    assert res.runs < 2 * len(cands)
+
+
+def test_noise_alone_never_replaces_the_plan():
+    cands = neighbourhood(1, 2, budget=2, max_width=1)
+    for seed in range(20):
+        res = search(cands, surface({c: 10.0 for c in cands}, jitter=0.08, seed=seed), max_runs=16)
+        assert res.best == cands[0] or res.speedup() > 1.03
+
+
+def test_a_budget_too_small_for_two_candidates_is_refused():
+    with pytest.raises(ValueError, match="cannot compare two settings: the rule's plan is kept"):
+        search(neighbourhood(1, 2, 2, 1), surface({}), max_runs=1)
+
+
+def test_the_budget_bounds_the_runs_and_failed_runs_are_not_winners():
+    cands = neighbourhood(1, 2, budget=2, max_width=1)
+    costs = {C(1, 2): 20.0, C(1, 1): math.nan, C(2, 2): 30.0, C(2, 1): 25.0}  # 1x1 crashes
+    res = search(cands, surface(costs), max_runs=6)
+    assert res.runs <= 6 and res.best == C(1, 2)
+    assert C(1, 1) not in res.times

@@ -1,0 +1,98 @@
+"""tune(): a real, small tune in fresh processes; the cache round trip and host-key invalidation."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from _runtime_child import ROOT, build_user_model, cpus, run_child
+
+from tf_autopar.runtime import cache
+
+
+def _cli(*args: str, cache_dir: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TF_NUM_", "TF_AUTOPAR"))}
+    env.update(PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3", TF_AUTOPAR_CACHE_DIR=cache_dir)
+    return subprocess.run([sys.executable, "-m", "tf_autopar.cli.main", *args], capture_output=True, text=True,
+                          env=env, timeout=600)
+
+
+def test_tuned_entries_round_trip_and_belong_to_one_host(tmp_path):
+    path = str(tmp_path / "plans.json")
+    entry = {"inter_op": 2, "intra_op": 1, "speedup": 1.2, "rounds": 3, "runs": 9, "date": "2026-11-30"}
+    cache.store_tuned("fp", "hostA", "latency", 1, entry, path=path)
+    found = cache.lookup_tuned("fp", "hostA", "latency", 1, path=path)
+    assert {k: found[k] for k in entry} == entry
+    assert cache.lookup_tuned("fp", "hostB", "latency", 1, path=path) is None  # another host: ignored
+    assert cache.lookup_tuned("fp", "hostA", "latency", 8, path=path) is None  # another batch
+    assert cache.lookup_tuned("fp", "hostA", "training", 1, path=path) is None
+
+
+def test_host_key_changes_with_the_processor():
+    from tf_autopar.topology import detect_topology
+    import dataclasses
+
+    t = detect_topology(cpu_details=False)
+    other = dataclasses.replace(t, cpu=dataclasses.replace(t.cpu, model="AMD EPYC 7B13"))
+    assert cache.host_key(t) != cache.host_key(other)
+    assert cache.topology_key(t) == cache.topology_key(other)  # rule-made plans still apply
+
+
+def test_the_planner_takes_a_tuned_setting_and_says_so():
+    from tf_autopar.graph.profile import GraphProfile
+    from tf_autopar.planning import plan
+    from tf_autopar.topology import detect_topology
+
+    t = detect_topology(os.path.join(os.path.dirname(__file__), "fixtures", "hosts", "skylake-2s-24c-48t"))
+    prof = GraphProfile(heavy_ops=50, depth=50, avg_width=1, max_width=1, typical_op_work=20_000_000)
+    tuned = {"inter_op": 2, "intra_op": 12, "speedup": 1.18, "rounds": 3, "runs": 10, "date": "2026-11-30"}
+    p = plan(t, prof, "latency", env={}, tuned=tuned)
+    assert (p.inter_op, p.intra_op) == (2, 12)
+    assert "tuned on 2026-11-30: 2x12, 1.18x over the rule's plan 1x12 (3 rounds, 10 runs)" in p.explain()
+    kept = plan(t, prof, "latency", env={"TF_NUM_INTRAOP_THREADS": "4"}, tuned=tuned)
+    assert kept.intra_op == 4  # the user's own setting still wins
+    assert plan(t, prof, "latency", env={}, tuned={"inter_op": 99, "intra_op": 1}).inter_op == 1  # does not fit
+
+
+@pytest.mark.tf
+def test_a_real_tune_is_stored_and_used_by_plan_and_enable(tmp_path):
+    if cpus() < 2:
+        pytest.skip("needs 2 CPUs: one CPU has one setting")
+    models = build_user_model(str(tmp_path / "m"))
+    out = _cli("tune", models["SM"], "--budget", "90", "--requests", "10", "--json", cache_dir=str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    res = json.loads(out.stdout)
+    assert res["search"]["rounds"] >= 2 and res["stored"]["inter_op"] >= 1
+    measured = set(res["search"]["medians_s"])
+    assert res["rule"] in measured and res["tuned"] in measured and len(measured) >= 2
+    chosen = res["tuned"]
+    plan = _cli("plan", models["SM"], cache_dir=str(tmp_path))
+    assert plan.returncode == 0, plan.stderr
+    assert f"tuned on " in plan.stdout and f"inter_op={chosen.split('x')[0]} intra_op={chosen.split('x')[1]}" in plan.stdout
+    assert "tuned on" not in _cli("plan", models["SM"], "--no-tuned", cache_dir=str(tmp_path)).stdout
+    # a server's start: enable(), then the load plans from the model and takes the tuned setting
+    res2, err, rc = run_child(
+        f"import tf_autopar\ntf_autopar.enable()\nimport tensorflow as tf\nm = tf.saved_model.load({models['SM']!r})\n"
+        "p = tf_autopar.status().process\nreport(planned=f'{p.planned_inter}x{p.planned_intra}', explain=p.explain)",
+        {"TF_AUTOPAR_CACHE_DIR": str(tmp_path)})
+    assert rc == 0, err
+    assert res2["planned"] == chosen and "tuned on" in res2["explain"]
+
+
+def test_a_budget_too_small_is_a_clear_error_and_keeps_the_plan(tmp_path):
+    out = _cli("tune", str(tmp_path / "missing"), "--budget", "60", cache_dir=str(tmp_path))
+    assert out.returncode == 2 and "missing" in out.stderr
+    out = _cli("tune", "alexnet", "--budget", "0", cache_dir=str(tmp_path))
+    assert out.returncode == 2 and "--budget must be a positive number" in out.stderr
+
+
+@pytest.mark.tf
+def test_a_budget_too_small_for_two_runs_is_refused(tmp_path):
+    models = build_user_model(str(tmp_path / "m"))
+    out = _cli("tune", models["SM"], "--budget", "3", cache_dir=str(tmp_path))
+    assert out.returncode == 2 and "cannot compare two settings" in out.stderr and "rule's plan" in out.stderr
+    assert not os.path.exists(tmp_path / "plans.json") or "tuned" not in open(tmp_path / "plans.json").read() \
+        or json.load(open(tmp_path / "plans.json"))["tuned"] == {}

@@ -1,0 +1,52 @@
+"""`tf-autopar tune MODEL`: measure the plan's neighbourhood on this host and remember the winner.
+
+A few fresh processes (tf_autopar/tuning/), never the whole search space; this command never
+imports TensorFlow itself. The winner is stored in the plan cache for enable(), optimize(),
+`plan` and `run --model` on this host.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from tf_autopar.models.options import add_model_flags, from_args
+
+
+def add_parser(subparsers: Any) -> None:
+    from tf_autopar.tuning import tuner as t
+
+    p = subparsers.add_parser(
+        "tune",
+        help="measure the plan and its neighbours on this host for MODEL; the next start uses the winner",
+        description="Runs the rule's plan and its neighbours (inter-op p-1..p+1, intra-op budget, budget/p, 1) in "
+                    "fresh processes, interleaved, dropping the slower half each round, and stores the winner in "
+                    "the plan cache when it beats the plan beyond the noise.",
+    )
+    p.add_argument("model", metavar="MODEL", help="SavedModel directory, .keras file, or bundled workload name")
+    p.add_argument("--mode", choices=("latency",), default="latency", help="what is measured: one request at a time")
+    p.add_argument("--batch", type=int, default=1, help="batch per request (a None batch dimension; default 1)")
+    p.add_argument("--budget", type=float, default=t.DEFAULT_BUDGET_S, metavar="SECONDS",
+                   help=f"machine time to spend, about (default {t.DEFAULT_BUDGET_S:g} s)")
+    p.add_argument("--requests", type=int, default=t.DEFAULT_REQUESTS, help="timed requests per run")
+    p.add_argument("--size", choices=("tiny", "paper"), default="tiny", help="bundled workloads only")
+    p.add_argument("--dry-run", action="store_true", help="measure and report, store nothing")
+    add_model_flags(p)
+    p.add_argument("--json", action="store_true", help="print the outcome as JSON")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from tf_autopar.tuning.tuner import tune
+
+    if args.batch < 1:
+        raise ValueError(f"--batch must be a positive integer, got {args.batch}")
+    say = (lambda text: None) if args.json else (lambda text: print(f"tf-autopar tune: {text}", file=sys.stderr))
+    outcome = tune(args.model, mode=args.mode, batch=args.batch, budget_s=args.budget, requests=args.requests,
+                   size=args.size, model_options=from_args(args), store=not args.dry_run, progress=say)
+    if args.json:
+        print(json.dumps(outcome.to_dict(), indent=2, default=str))
+    else:
+        print(outcome.text())
+    return 0

@@ -1,0 +1,152 @@
+"""Which settings a tune measures, and how it decides. Pure: the measuring is a callback.
+
+The rule's thresholds were fitted on one host and one set of models; where they are unsure,
+a short measurement on the host that runs the model settles it. Not the paper's exhaustive
+search (884,736 configurations) but the plan's neighbourhood:
+
+- inter-op p-1, p, p+1, within 1 and the model's maximum width (at least 2 pools stay
+  possible on a multi-CPU host: two branches of a chain graph cannot run at once, but a
+  second pool lets TensorFlow overlap a small op with the next one's set-up);
+- intra-op: the budget, the budget divided among the inter-op threads, and 1;
+- never more than ``MAX_CANDIDATES`` (12).
+
+Decision: successive halving over interleaved rounds. Every live candidate runs once per
+round (fresh process each: TensorFlow fixes its pools at start), the slower half is dropped
+after each round, the plan is always kept as the reference. It stops early when, after two
+rounds, the plan is within ``noise`` of the best live candidate (confirmed). The winner
+replaces the plan only when its paired per-round ratio against the plan is beyond the noise.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Sequence
+
+from tf_autopar.validation.stats import median, paired_ratios
+
+MAX_CANDIDATES = 12
+NOISE = 0.03  # a gap under this share of the plan's time is not worth a change
+
+
+@dataclass(frozen=True, order=True)
+class Candidate:
+    inter: int
+    intra: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.inter}x{self.intra}"
+
+    @classmethod
+    def parse(cls, text: str) -> "Candidate":
+        inter, _, intra = text.partition("x")
+        return cls(int(inter), int(intra))
+
+
+def neighbourhood(inter: int, intra: int, budget: int, max_width: int) -> list[Candidate]:
+    """The plan first, then its neighbours (see the module docstring), at most MAX_CANDIDATES."""
+    if budget < 1 or inter < 1 or intra < 1:
+        raise ValueError(f"inter, intra and budget must be positive, got {inter}, {intra}, {budget}")
+    top = max(1, min(budget, max(max_width, 2 if budget > 1 else 1)))
+    inters = [p for p in (inter, inter - 1, inter + 1) if 1 <= p <= top]
+    out = [Candidate(inter, intra)]
+    for p in inters:
+        for t in (intra, budget, max(1, budget // p), 1):
+            c = Candidate(p, t)
+            if c not in out:
+                out.append(c)
+    return out[:MAX_CANDIDATES]
+
+
+Measure = Callable[[Sequence[Candidate], int], Mapping[Candidate, float]]
+
+
+@dataclass
+class SearchResult:
+    plan: Candidate
+    best: Candidate  # the setting to use: the plan unless another won beyond the noise
+    times: dict[Candidate, dict[int, float]] = field(default_factory=dict)  # candidate -> round -> seconds
+    rounds: int = 0
+    runs: int = 0
+    stopped: str = ""  # why the search ended
+
+    def median(self, c: Candidate) -> float:
+        return median(self.times.get(c, {}).values())
+
+    def speedup(self) -> float:
+        """The chosen setting against the plan: median of per-round ratios (>1: faster)."""
+        if self.best == self.plan:
+            return 1.0
+        ratios = paired_ratios(self.times[self.plan], self.times[self.best])
+        return median(ratios) if ratios else math.nan
+
+    def to_dict(self) -> dict:
+        return {
+            "plan": self.plan.label, "best": self.best.label, "speedup_over_plan": self.speedup(),
+            "rounds": self.rounds, "runs": self.runs, "stopped": self.stopped,
+            "medians_s": {c.label: self.median(c) for c in self.times},
+            "times_s": {c.label: {str(r): t for r, t in rs.items()} for c, rs in self.times.items()},
+        }
+
+
+def search(candidates: Sequence[Candidate], measure: Measure, *, max_runs: int, max_rounds: int = 4,
+           noise: float = NOISE) -> SearchResult:
+    """Successive halving from ``candidates[0]`` (the plan); ``measure(live, round)`` runs each
+    live candidate once, interleaved, and returns its time (lower is better; NaN = failed).
+    ``max_runs`` bounds the total number of measured runs. ValueError when it cannot measure
+    two candidates once."""
+    if not candidates:
+        raise ValueError("no candidates to measure")
+    plan = candidates[0]
+    if max_runs < 2 or len(candidates) < 2:
+        raise ValueError(f"a budget of {max_runs} run(s) cannot compare two settings: the rule's plan is kept")
+    live = list(dict.fromkeys(candidates))
+    if len(live) > max_runs:  # the first round must fit: keep the plan and its nearest neighbours
+        live = live[:max_runs]
+    result = SearchResult(plan=plan, best=plan)
+    for r in range(1, max_rounds + 1):
+        if result.runs + len(live) > max_runs:
+            result.stopped = f"budget: {result.runs} of {max_runs} runs used"
+            break
+        measured = measure(live, r)
+        result.rounds, result.runs = r, result.runs + len(live)
+        for c in live:
+            t = measured.get(c, math.nan)
+            if t is not None and math.isfinite(t) and t > 0:
+                result.times.setdefault(c, {})[r] = t
+        medians = {c: result.median(c) for c in live}
+        ok = [c for c in live if math.isfinite(medians[c])]
+        if plan not in ok or not ok:
+            result.stopped = "the plan's runs failed" if plan not in ok else "every run failed"
+            break
+        leader = min(ok, key=lambda c: medians[c])
+        if r >= 2 and medians[plan] <= medians[leader] * (1 + noise):
+            result.stopped = "confirmed: the plan is within the noise of the best"
+            break
+        ranked = sorted(ok, key=lambda c: medians[c])
+        keep = ranked[: max(2, math.ceil(len(ranked) / 2))]
+        if plan not in keep:
+            keep.append(plan)  # the reference every ratio is taken against
+        live = [c for c in live if c in keep]
+        if len(live) <= 2 and r >= 2:
+            if r == max_rounds or result.runs + len(live) > max_runs:
+                result.stopped = "two left, rounds done"
+                break
+    else:
+        result.stopped = result.stopped or f"{max_rounds} rounds done"
+    result.best = _winner(result, noise)
+    return result
+
+
+def _winner(result: SearchResult, noise: float) -> Candidate:
+    """The fastest candidate measured in at least two rounds, if it beats the plan beyond noise
+    in paired rounds; else the plan."""
+    plan_times = result.times.get(result.plan, {})
+    best, best_ratio = result.plan, 1.0 + noise
+    for c, times in result.times.items():
+        if c == result.plan or len(times) < 2:
+            continue
+        ratios = paired_ratios(plan_times, times)
+        if len(ratios) >= 2 and median(ratios) > best_ratio and min(ratios) > 1.0:
+            best, best_ratio = c, median(ratios)
+    return best
