@@ -13,6 +13,7 @@ import sys
 from typing import Any, Mapping
 
 from tf_autopar.models.options import add_model_flags
+from tf_autopar.validation.report import format_ratio
 
 
 def add_parser(subparsers: Any) -> None:
@@ -90,14 +91,6 @@ def settings_text(s: Mapping[str, Any] | None, affinity: list[int]) -> str:
     return text
 
 
-def _speedup(c: Mapping[str, Any] | None) -> str:
-    if not c or c.get("value") is None:
-        return "-"
-    p = c.get("paired") or {}
-    if p.get("n", 0) >= 2 and p.get("min") is not None:
-        return f"{c['value']:.2f} ({p['min']:.2f}-{p['max']:.2f})"
-    return f"{c['value']:.2f}"
-
 
 def header(doc: Mapping[str, Any]) -> list[str]:
     o, h, m = doc["options"], doc["host"], doc.get("model") or {}
@@ -137,7 +130,7 @@ def format_report(doc: Mapping[str, Any]) -> str:
         rps = (s.get("throughput_rps") or {}).get("median")
         rows.append([name, settings_text(s.get("settings"), affinity), _ms(lat.get("p50")), _ms(lat.get("p90")),
                      _ms(lat.get("p99")), _num(rps), _num(s.get("items_per_s")),
-                     "1 (baseline)" if name == "default" else _speedup(s.get("speedup_vs_default"))])
+                     "1 (baseline)" if name == "default" else format_ratio(s.get("speedup_vs_default"))])
     widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
     fmt = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
     out += ["", fmt(head), fmt(["-" * w for w in widths]), *(fmt(r) for r in rows)]

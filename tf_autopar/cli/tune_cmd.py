@@ -1,7 +1,7 @@
 """`tf-autopar tune MODEL`: measure the plan's neighbourhood on this host and remember the winner.
 
 A few fresh processes (tf_autopar/tuning/), never the whole search space; this command never
-imports TensorFlow itself. The winner is stored in the plan cache for enable(), optimize(),
+imports TensorFlow itself. The winner is stored in the plan cache for enable(),
 `plan` and `run --model` on this host.
 """
 from __future__ import annotations

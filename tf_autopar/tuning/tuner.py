@@ -4,7 +4,7 @@ Each candidate runs in a fresh process (TensorFlow fixes its pools at start) thr
 bench machinery (models/bench.py: the same child, synthesised inputs, interleaved rounds);
 the search (search.py) decides which to run and when to stop. The result goes into the plan
 cache under the model's graph fingerprint, this host's key (topology and processor), the
-mode and the batch, so enable(), optimize(), ``plan`` and ``run --model`` use it; a host
+mode and the batch, so enable() (at the model's load), ``plan`` and ``run --model`` use it; a host
 whose key differs ignores it. This process never imports TensorFlow.
 """
 from __future__ import annotations
@@ -61,7 +61,7 @@ class TuneOutcome:
             lines.append(f"chosen {self.best.label}: {r.speedup():.2f}x over the rule's plan {self.rule.label} "
                          "(median of per-round ratios)")
         if self.entry:
-            lines.append("stored in the plan cache: enable(), optimize(), `plan` and `run --model` use it on this host")
+            lines.append("stored in the plan cache: enable(), `plan` and `run --model` use it on this host")
         return "\n".join(lines)
 
 

@@ -26,7 +26,8 @@ def _range(sp: Mapping[str, Any]) -> str:
     return "-" if sp.get("min") is None else f"{_ms(sp['min'])}-{_ms(sp['max'])}"
 
 
-def _ratio(c: Mapping[str, Any] | None) -> str:
+def format_ratio(c: Mapping[str, Any] | None) -> str:
+    """A Comparison.to_dict() as "1.23 (1.10-1.31)": the value and its per-round range."""
     if not c or c.get("value") is None:
         return "-"
     p = c.get("paired") or {}
@@ -84,14 +85,14 @@ def format_table(doc: Mapping[str, Any], details: bool = False) -> str:
                     canonical(row["configs"], b) == canonical(row["configs"], OURS):
                 cols.append("1.00 (same)")
             else:
-                cols.append(_ratio(s.get("speedup", {}).get(b)))
+                cols.append(format_ratio(s.get("speedup", {}).get(b)))
         opt = s.get("optimum")
         opt_text = "-" if not opt else (opt if opt in BASELINES or opt == OURS else _threads(row, opt))
         if opt and OURS in row["configs"] and canonical(row["configs"], OURS) == opt:
             opt_text = "ours"
         flag = f"< {BELOW_OPTIMUM:.2f}" if s.get("below_optimum") else ""
         lines.append([row["workload"], row["mode"], str(row["batch"]), _threads(row, OURS) if OURS in row["configs"] else "-",
-                      ours_ms, *cols, opt_text, _ratio(s.get("ours_vs_optimum")), flag])
+                      ours_ms, *cols, opt_text, format_ratio(s.get("ours_vs_optimum")), flag])
     geo = doc.get("geomean", {})
     g = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
     lines.append(["geomean", "", "", "", "", *(g(geo.get("speedup", {}).get(b)) for b in BASELINES), "",
