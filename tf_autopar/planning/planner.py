@@ -416,7 +416,8 @@ def _small_op_threshold(calibration: Mapping[str, Any] | None, facts: list[str])
     """This host's measured threshold when calibrated, else SMALL_OP_WORK (fitted elsewhere)."""
     value = (calibration or {}).get("small_op_work")
     if isinstance(value, int) and value > 0:
-        facts.append(f"small-op threshold {_mac(value)} multiply-adds, calibrated on this host on "
+        where = (calibration or {}).get("where", "calibrated on this host")
+        facts.append(f"small-op threshold {_mac(value)} multiply-adds, {where} on "
                      f"{(calibration or {}).get('date', '?')} ({(calibration or {}).get('why', '')})")
         return value
     facts.append(f"small-op threshold {_mac(SMALL_OP_WORK)} multiply-adds, fitted on an AMD EPYC host: a guess on "

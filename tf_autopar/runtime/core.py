@@ -60,18 +60,21 @@ def plan_for(profile: Any, mode: str, *, width: int | None = None, streams: int 
 
 
 def calibration_for(topo: Any) -> Any:
-    """This host's small-op threshold measured by ``tf-autopar calibrate``, if any."""
+    """This host's small-op threshold: measured here by ``tf-autopar calibrate`` (plan cache),
+    else measured on the same processor model (planning/calibrations.py), else None."""
+    from tf_autopar.planning.calibrations import for_processor
     from tf_autopar.runtime.state import STATE
 
-    if STATE.enabled and not STATE.use_cache:
-        return None
-    from tf_autopar.runtime import cache
+    if not (STATE.enabled and not STATE.use_cache):
+        from tf_autopar.runtime import cache
 
-    try:
-        return cache.lookup_calibration(cache.host_key(topo))
-    except Exception as exc:
-        log.debug("calibration lookup failed: %s", exc)
-        return None
+        try:
+            found = cache.lookup_calibration(cache.host_key(topo))
+            if found:
+                return found
+        except Exception as exc:
+            log.debug("calibration lookup failed: %s", exc)
+    return for_processor(getattr(getattr(topo, "cpu", None), "model", None))
 
 
 def tuned_for(profile: Any, mode: str, topo: Any = None, batch: int | None = None) -> Any:
