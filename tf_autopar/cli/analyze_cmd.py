@@ -36,6 +36,7 @@ def run(args: argparse.Namespace) -> int:
     from tf_autopar.graph import analyze
 
     options = shape_options(args, "latency" if args.mode == "infer" else "training")
+    options.pop("batch_given")  # the profile at the batch read (1 unless given); `plan` shows the robust choice
     if not os.path.exists(args.target):  # a workload is built at the batch; shapes are the model's own
         options.pop("input_shapes")
     profile = analyze(

@@ -62,8 +62,9 @@ def shape_options(args: argparse.Namespace, mode: str = "latency") -> dict[str, 
     batch = args.batch
     if batch is not None or args.batching_file or mode in ("latency", "throughput"):
         batch = typical_batch(mode, batch, args.batching_file)
-    return {"batch": batch, "input_shapes": dict(parse_input_shape(t) for t in args.input_shape),
-            "signature": args.signature}
+    shapes = dict(parse_input_shape(t) for t in args.input_shape)
+    return {"batch": batch, "input_shapes": shapes, "signature": args.signature,
+            "batch_given": args.batch is not None or bool(args.batching_file) or bool(shapes)}
 
 
 def load_profile(model: str, mode: str = "latency", **options: Any) -> Any:
@@ -75,8 +76,14 @@ def load_profile(model: str, mode: str = "latency", **options: Any) -> Any:
         analyze = None
     if analyze is None:
         raise ValueError("model analysis not available in this version: give --width instead")
+    batch_given = options.pop("batch_given", True)
     if os.path.exists(model):
-        return analyze(model, **options)
+        if batch_given:
+            return analyze(model, **options)
+        from tf_autopar.graph.dims import ROBUST_BATCH, for_unknown_batch  # as enable() without a batch
+
+        return for_unknown_batch(analyze(model, **{**options, "batch": 1}),
+                                 analyze(model, **{**options, "batch": ROBUST_BATCH}))
     if os.sep in model or model.endswith((".keras", ".pb", ".pbtxt")):
         raise FileNotFoundError(f"no such file or directory: {model!r} (a SavedModel directory, .keras or graph file)")
     import workloads

@@ -51,7 +51,8 @@ def enable(
     keras.layers.TFSMLayer), from the plan cache of an earlier run, else from the host alone.
     Call it before the first TensorFlow op for the process pools to follow the plan; later
     calls still tune sessions and report functions. ``batch``: what a model's None batch
-    dimension is read as (default 1, one request at a time). Repeated calls return the
+    dimension is read as; not given, 1 (one request at a time), with one thread per op only
+    where the ops stay small up to batch 8 (graph/dims.py). Repeated calls return the
     current status and change nothing.
     ``cooperate``: when other processes of this program (or ranks named in the environment:
     LOCAL_RANK, TF_CONFIG, WEB_CONCURRENCY, ...) share the host, plan for this process's
@@ -63,12 +64,14 @@ def enable(
         raise ValueError(f"width must be a positive integer, got {width!r}")
     from tf_autopar.graph.dims import typical_batch
 
+    batch_given = batch is not None
     batch = typical_batch(mode, batch)  # ValueError for a bad batch, before anything changes
     with STATE.lock:
         if STATE.enabled:
             return STATE.snapshot()
         t0 = time.perf_counter()
         STATE.mode, STATE.streams, STATE.use_cache, STATE.batch = mode, streams, cache, batch
+        STATE.batch_given = batch_given
         try:
             maybe_fail("enable")
             _apply_process(model, mode, width, streams, cache, cooperate)
@@ -239,7 +242,7 @@ def _model_profile(model: Any, width: int | None, started: bool, use_cache: bool
         if os.path.exists(text):
             from tf_autopar.runtime.model_loads import model_profile
 
-            profile = model_profile(os.path.realpath(text), batch, started)  # never starts TF
+            profile = model_profile(os.path.realpath(text), batch if STATE.batch_given else None, started)
             if profile is None:  # a graph file
                 profile = analyze(text, batch=batch)
             return profile, f"model {text}"

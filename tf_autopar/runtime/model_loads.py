@@ -131,7 +131,7 @@ def on_load(path: str) -> None:
         _planned.add(real)
     maybe_fail("analysis")
     started = controller.runtime_started()
-    profile = model_profile(real, STATE.batch, started)
+    profile = model_profile(real, STATE.batch if STATE.batch_given else None, started)
     if profile is None:
         return
     source = f"model {path} (loaded)"
@@ -165,8 +165,14 @@ def on_load(path: str) -> None:
 
 
 def model_profile(path: str, batch: int | None, started: bool) -> Any:
-    """The model's profile at ``batch``: a SavedModel from its protobuf (no runtime start); a
-    .keras file here once TF runs, else in a child process (cached by path, size and mtime)."""
+    """The model's profile at ``batch`` (None: not given, see dims.for_unknown_batch): a
+    SavedModel from its protobuf (no runtime start); a .keras file here once TF runs, else in a
+    child process (cached by path, size and mtime)."""
+    if batch is None:
+        from tf_autopar.graph.dims import ROBUST_BATCH, for_unknown_batch
+
+        at_one = model_profile(path, 1, started)
+        return at_one and for_unknown_batch(at_one, model_profile(path, ROBUST_BATCH, started))
     from tf_autopar.graph import analyze
 
     if os.path.isdir(path):

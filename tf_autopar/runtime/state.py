@@ -111,6 +111,7 @@ class Registry:
         self.streams: int | None = None
         self.use_cache = False
         self.batch: int | None = None  # what a model's None batch is read as (enable(batch=...))
+        self.batch_given = False  # the user gave the batch (else it is assumed: graph/dims.py)
         self.share: Any = None  # this process's share of the host (coordination.Share), if it shares
         self.process_profile: Any = None  # the profile the process pools were planned for (None: host only)
         self.process: ProcessRecord | None = None
