@@ -32,11 +32,12 @@ PAIRS = ("1x1", "1x2", "2x1", "2x2")  # every (inter, intra) pair of a 2-CPU hos
 CONFIGS = ("default", "plan", "enable", "enable-cached") + PAIRS
 
 
-def run_row(model_dir: str, name: str, batch: int, rounds: int, requests: int, warmup: int) -> dict:
+def run_row(model_dir: str, name: str, batch: int, rounds: int, requests: int, warmup: int,
+            configs: tuple[str, ...] = CONFIGS) -> dict:
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as fh:
         out = fh.name
     cmd = [sys.executable, "-m", "tf_autopar.cli.main", "bench", os.path.join(model_dir, name), "--batch", str(batch),
-           "--compare", ",".join(CONFIGS), "--rounds", str(rounds), "--requests", str(requests),
+           "--compare", ",".join(configs), "--rounds", str(rounds), "--requests", str(requests),
            "--warmup", str(warmup), "--json", out, "--no-progress"]
     t0 = time.time()
     proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
@@ -68,6 +69,17 @@ def _paired(data: dict, num: str, den: str) -> tuple[float, float, float]:
     return statistics.median(ratios), min(ratios), max(ratios)
 
 
+def best_pairs(path: str) -> dict[tuple[str, int], str]:
+    """(model, batch) -> the fastest (inter, intra) pair of an earlier full run."""
+    with open(path, encoding="utf-8") as fh:
+        rows = json.load(fh)["rows"]
+    out = {}
+    for data in rows:
+        med = {c: statistics.median(_round_medians(data, c).values()) for c in PAIRS if _round_medians(data, c)}
+        out[(data["row"]["model"], data["row"]["batch"])] = min(med, key=med.get)
+    return out
+
+
 def summarise(rows: list[dict]) -> str:
     cpu = rows[0]["host"].get("cpu_model", "?") if rows else "?"
     lines = [
@@ -80,9 +92,9 @@ def summarise(rows: list[dict]) -> str:
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for data in rows:
-        med = {c: statistics.median(_round_medians(data, c).values()) * 1e3 for c in CONFIGS
+        med = {c: statistics.median(_round_medians(data, c).values()) * 1e3 for c in data["configs"]
                if _round_medians(data, c)}
-        best = min(PAIRS, key=lambda c: med.get(c, float("inf")))
+        best = min((c for c in PAIRS if c in med), key=lambda c: med[c])
         share = _paired(data, best, "plan")
         first = _paired(data, "default", "enable")
         second = _paired(data, "default", "enable-cached")
@@ -107,6 +119,9 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--out", default=os.path.join(HERE, "results", "user_models.json"))
     ap.add_argument("--summarise", metavar="JSON", default=None, help="print the table of a finished run")
+    ap.add_argument("--best-from", metavar="JSON", default=None,
+                    help="a shorter confirmation run: default, plan, enable(), and only the pair that was fastest "
+                         "for the row in this earlier full run (instead of every pair)")
     args = ap.parse_args()
     if args.summarise:
         with open(args.summarise, encoding="utf-8") as fh:
@@ -115,11 +130,16 @@ def main() -> int:
     if not args.model_dir or not os.path.isdir(args.model_dir):
         ap.error("give the directory written by benchmarks/user_models.py")
     names = args.only.split(",") if args.only else list(SERVING)
+    best = best_pairs(args.best_from) if args.best_from else {}
     rows: list[dict] = []
     t0 = time.time()
     for name in names:
         for which in args.batches.split(","):
-            rows.append(run_row(args.model_dir, name, SERVING[name][which], args.rounds, args.requests, args.warmup))
+            batch = SERVING[name][which]
+            configs = CONFIGS
+            if args.best_from:
+                configs = ("default", "plan", "enable", "enable-cached", best[(name, batch)])
+            rows.append(run_row(args.model_dir, name, batch, args.rounds, args.requests, args.warmup, configs))
             with open(args.out, "w", encoding="utf-8") as fh:  # after every row: a stopped run keeps its rows
                 json.dump({"rows": rows, "wall_s": round(time.time() - t0, 1),
                            "command": " ".join(sys.argv)}, fh, indent=1)
