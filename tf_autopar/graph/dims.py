@@ -15,9 +15,10 @@ from typing import Any, NamedTuple, Sequence
 Shape = tuple[int, ...]
 
 #: When the batch is not given at all, a server may still send batches: one thread per op is then
-#: only planned where the ops stay small up to this batch (measured: MobileNetV2's ops, small at
-#: batch 1, ran 1.35x slower on one thread at batch 8).
-ROBUST_BATCH = 8
+#: only planned where the ops stay small up to this batch. Measured (docs/serving.md): a plan made
+#: for batch 1 ran MobileNetV2 at batch 8 1.35x slower than TensorFlow's default, and a DLRM
+#: recommender at batch 2048 1.6x slower (its batch-1 ops stay tiny up to batch 8).
+ROBUST_BATCH = 64
 
 #: What an unknown non-leading dimension (a sequence length, a free image side) is read as when
 #: the caller gives no value: a typical sequence length; said in the plan's explanation.

@@ -52,7 +52,7 @@ def enable(
     Call it before the first TensorFlow op for the process pools to follow the plan; later
     calls still tune sessions and report functions. ``batch``: what a model's None batch
     dimension is read as; not given, 1 (one request at a time), with one thread per op only
-    where the ops stay small up to batch 8 (graph/dims.py). Repeated calls return the
+    where the ops stay small up to batch 64 (graph/dims.py). Repeated calls return the
     current status and change nothing.
     ``cooperate``: when other processes of this program (or ranks named in the environment:
     LOCAL_RANK, TF_CONFIG, WEB_CONCURRENCY, ...) share the host, plan for this process's
