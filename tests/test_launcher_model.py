@@ -39,7 +39,7 @@ def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
 def test_run_plans_from_the_model_and_enable_inside_agrees(models, tmp_path):
     if cpus() < 2:
         pytest.skip("needs 2 CPUs: on 1 every plan is 1x1")
-    out = _cli("run", "--model", models["SM"], "--dry-run", "--json", "--", "true")
+    out = _cli("run", "--model", models["SM"], "--batch", "1", "--dry-run", "--json", "--", "true")
     assert out.returncode == 0, out.stderr
     spec = json.loads(out.stdout)["instances"][0]
     assert (spec["inter_op"], spec["intra_op"]) == (1, 1)  # the model's plan; the host alone gives 2x2
@@ -49,7 +49,7 @@ def test_run_plans_from_the_model_and_enable_inside_agrees(models, tmp_path):
     child = tmp_path / "server.py"
     child.write_text(
         "import os, json, tf_autopar\n"
-        "st = tf_autopar.enable()\n"
+        "st = tf_autopar.enable(batch=1)\n"
         "import tensorflow as tf\n"
         f"m = tf.saved_model.load({models['SM']!r})\n"
         "p = tf_autopar.status().process\n"

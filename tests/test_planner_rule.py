@@ -13,6 +13,8 @@ Rule recap used for the comments:
 from __future__ import annotations
 
 
+import dataclasses
+
 import pytest
 
 from tf_autopar.graph.profile import GraphProfile
@@ -422,3 +424,23 @@ def test_training_pairs_divide_a_big_host_instead_of_idling_it(runtime):
 def test_training_pairs_respect_the_users_inter_op_setting():
     p = plan(hosts()["this"], _chain(1_000_000), "training", env={"TF_NUM_INTEROP_THREADS": "1"})
     assert (p.inter_op, p.intra_op) == (1, 2) and p.settings["inter_op"].source == "user"
+
+
+def test_loops_get_a_second_inter_op_thread_unless_their_ops_are_tiny():
+    this = hosts()["this"]
+    rnn = GraphProfile(heavy_ops=6, depth=6, avg_width=1, max_width=1, typical_op_work=8_388_608, loops=True)
+    p = plan(this, rnn, env={})
+    assert p.inter_op == 2 and "While loops" in p.explain()
+    assert plan(this, dataclasses.replace(rnn, loops=False), env={}).inter_op == 1
+    assert plan(this, dataclasses.replace(rnn, typical_op_work=50_000), env={}).inter_op == 1  # tiny ops
+    assert plan(make_topology(1, 1, 1, 1), rnn, env={}).inter_op == 1  # one CPU
+
+
+def test_calibration_replaces_the_small_op_threshold():
+    this = hosts()["this"]
+    prof = GraphProfile(heavy_ops=53, depth=53, avg_width=1, max_width=1, typical_op_work=13_500_000)
+    assert plan(this, prof, env={}).intra_op == 2  # over the default 8 M
+    measured = {"small_op_work": 27_131_904, "date": "2026-11-30", "where": "measured on this processor model",
+                "why": "test"}
+    p = plan(this, prof, env={}, calibration=measured)
+    assert p.intra_op == 1 and "27.1 M multiply-adds, measured on this processor model" in p.explain()

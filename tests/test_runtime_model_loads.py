@@ -28,7 +28,7 @@ def models(tmp_path_factory):
     return build_user_model(str(tmp_path_factory.mktemp("user_models")))
 
 
-def _script(models: dict[str, str], load: str, enable: str = "tf_autopar.enable()", before: str = "") -> str:
+def _script(models: dict[str, str], load: str, enable: str = "tf_autopar.enable(batch=1)", before: str = "") -> str:
     return f"""
 import tf_autopar
 {before}
@@ -65,6 +65,14 @@ def test_without_a_loaded_model_enable_keeps_tensorflows_default_pools(models, t
     assert rc == 0, err
     assert res["source"] == "host" and res["planned"] == [cpus(), cpus()]
     assert res["tf_compute"] == cpus()  # a wide graph would keep its branches parallel
+
+
+def test_without_a_batch_ops_are_sized_for_batched_requests_too(models, tmp_path):
+    res, err, rc = run_child(_script(models, LOADERS["tf.saved_model.load"], "tf_autopar.enable()"),
+                             {"TF_AUTOPAR_CACHE_DIR": str(tmp_path)})
+    assert rc == 0, err
+    assert "unknown batch dimension read as 1" in res["explain"] and "sized at batch 64" in res["explain"]
+    assert res["planned"][1] == cpus()  # one thread per op would slow batched requests
 
 
 def test_a_given_batch_is_what_a_none_batch_is_read_as(models, tmp_path):

@@ -564,6 +564,7 @@ def _profile(analyzer: _Analyzer, summary: _Summary, source: str) -> GraphProfil
         functions=len(summary.functions),
         training=summary.training,
         uses_tf_data=summary.tf_data,
+        loops=any(op in _WHILE_OPS for op in summary.op_types),
         typical_op_work=typical_work(summary.works),
         assumptions=describe_assumptions(analyzer.assumed, analyzer.assumed_used),
         source=source,

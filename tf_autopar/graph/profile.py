@@ -21,6 +21,7 @@ class GraphProfile:
     functions: int = 0  # nested function bodies descended into
     training: bool = False  # the graph computes gradients
     uses_tf_data: bool = False  # the graph iterates a tf.data dataset (then plan at least 2 inter-op threads)
+    loops: bool = False  # the graph runs While loops (RNNs): their iterations overlap on a second inter-op thread
     # Work-weighted median heavy-op size in multiply-adds (graph/work.py); None when any
     # heavy op's shapes are unknown (e.g. a None batch dimension) or there are no heavy ops.
     typical_op_work: int | None = None

@@ -9,7 +9,15 @@ from __future__ import annotations
 
 from typing import Any
 
-MEASURED: dict[str, dict[str, Any]] = {}
+MEASURED: dict[str, dict[str, Any]] = {
+    # 2-core KVM guest (AVX-512, AMX), TF 2.21: `tf-autopar calibrate --rounds 3`, 25 s;
+    # benchmarks/results/calibrate_xeon_2c.json. One thread: 344 us per 19.5 M-MAC convolution against
+    # 415 us with two; at 37.7 M two threads won, 461 against 600 us.
+    "Intel(R) Xeon(R) Processor": {
+        "small_op_work": 27_131_904, "date": "2026-11-30", "where": "measured on this processor model",
+        "why": "one thread held up to 19.5 M multiply-adds, the budget won from 37.7 M on",
+    },
+}
 
 
 def for_processor(model: str | None) -> dict[str, Any] | None:

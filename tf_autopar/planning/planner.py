@@ -24,6 +24,8 @@ Frameworks", TACO 2021, adapted to how TensorFlow 2 really threads):
    such an op gains. Inter-op stays p, so a wide model still runs independent ops on the
    other CPUs (Speech's two RNN directions: 2x1). Tiny ops (under TINY_OP_WORK) get p = 1
    as well: handing an op to another inter-op thread costs about as long as running it.
+   Models with While loops (RNNs) get p >= 2 unless their ops are tiny: TensorFlow overlaps
+   a loop's iterations only with a second inter-op thread.
    Training graphs with a typical op under TRAIN_SMALL_OP_WORK get p >= 2 where the graph
    is 2-wide (a backward pass's input and weight gradients): 2x2 here; under SMALL_OP_WORK
    the CPUs are divided among the p inter-op threads instead (2x1 here, 2x12 on 24 cores).
@@ -502,6 +504,10 @@ def plan(
                 p = 1
                 facts.append(f"tiny ops (under {_mac(TINY_OP_WORK)} multiply-adds): 1 inter-op pool, since handing an "
                              "op to another thread takes about as long as running it")
+        elif getattr(profile, "loops", False) and p < 2 <= len(units):
+            p = 2
+            facts.append("the model runs While loops (recurrent layers): 2 inter-op pools, so that the loop's "
+                         "iterations and bookkeeping overlap (an LSTM at batch 32 ran 1.15x faster with 2 than 1)")
         elif mode == "training" and op_work < TRAIN_SMALL_OP_WORK:
             pairs = min(2, profile.max_width, len(units))
             if pairs > p:
