@@ -72,15 +72,15 @@ def test_describe_assumptions():
     assert len(describe_assumptions(Assumed(2, 64), {"batch", "other"})) == 2
 
 
-def test_an_unknown_batch_sizes_ops_at_the_robust_batch_for_the_intra_op_decision():
-    from tf_autopar.graph.dims import ROBUST_BATCH, for_unknown_batch
+
+def test_an_unknown_batch_silences_the_small_op_rule():
+    from tf_autopar.graph.dims import for_unknown_batch
     from tf_autopar.graph.profile import GraphProfile
 
     at_one = GraphProfile(heavy_ops=53, depth=53, avg_width=1, max_width=1, typical_op_work=10_800_000,
                           assumptions=("unknown batch dimension read as 1",))
-    at_eight = GraphProfile(heavy_ops=53, depth=53, avg_width=1, max_width=1, typical_op_work=86_700_000)
-    merged = for_unknown_batch(at_one, at_eight)
-    assert merged.typical_op_work == 86_700_000 and merged.avg_width == 1
-    assert merged.assumptions[0] == "unknown batch dimension read as 1"
-    assert f"sized at batch {ROBUST_BATCH}" in merged.assumptions[1]
-    assert for_unknown_batch(at_one, GraphProfile(heavy_ops=1, depth=1, avg_width=1, max_width=1)) is at_one
+    merged = for_unknown_batch(at_one)
+    assert merged.typical_op_work is None and merged.avg_width == 1
+    assert merged.assumptions[0] == "unknown batch dimension read as 1" and "not given" in merged.assumptions[1]
+    unknown = GraphProfile(heavy_ops=1, depth=1, avg_width=1, max_width=1)
+    assert for_unknown_batch(unknown) is unknown

@@ -80,10 +80,9 @@ def load_profile(model: str, mode: str = "latency", **options: Any) -> Any:
     if os.path.exists(model):
         if batch_given:
             return analyze(model, **options)
-        from tf_autopar.graph.dims import ROBUST_BATCH, for_unknown_batch  # as enable() without a batch
+        from tf_autopar.graph.dims import for_unknown_batch  # as enable() without a batch
 
-        return for_unknown_batch(analyze(model, **{**options, "batch": 1}),
-                                 analyze(model, **{**options, "batch": ROBUST_BATCH}))
+        return for_unknown_batch(analyze(model, **options))
     if os.sep in model or model.endswith((".keras", ".pb", ".pbtxt")):
         raise FileNotFoundError(f"no such file or directory: {model!r} (a SavedModel directory, .keras or graph file)")
     import workloads

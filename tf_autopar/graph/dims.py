@@ -14,11 +14,7 @@ from typing import Any, NamedTuple, Sequence
 
 Shape = tuple[int, ...]
 
-#: When the batch is not given at all, a server may still send batches: one thread per op is then
-#: only planned where the ops stay small up to this batch. Measured (docs/serving.md): a plan made
-#: for batch 1 ran MobileNetV2 at batch 8 1.35x slower than TensorFlow's default, and a DLRM
-#: recommender at batch 2048 1.6x slower (its batch-1 ops stay tiny up to batch 8).
-ROBUST_BATCH = 64
+
 
 #: What an unknown non-leading dimension (a sequence length, a free image side) is read as when
 #: the caller gives no value: a typical sequence length; said in the plan's explanation.
@@ -143,15 +139,17 @@ def typical_batch(mode: str, batch: int | None = None, batching_file: str | None
     return 1
 
 
-def for_unknown_batch(at_one: Any, at_robust: Any) -> Any:
-    """The profile to plan from when nobody said the batch: ``at_one`` (batch 1, the latency
-    reading) with the typical op of ``at_robust`` (ROBUST_BATCH) when that is larger, so that
-    the small-op rule only gives one thread per op where it still holds for batched requests."""
+
+def for_unknown_batch(profile: Any) -> Any:
+    """The profile to plan from when nobody said the batch: its op sizes are not known, so the
+    small-op rule (one thread per op) stays silent and intra-op keeps every CPU, as TensorFlow's
+    default. Measured (docs/serving.md): a plan made for batch 1 ran MobileNetV2 at batch 8
+    1.35x slower than the default, and a DLRM recommender at batch 2048 1.6x slower (its ops stay
+    under the threshold up to batch 64)."""
     import dataclasses
 
-    w1, w8 = getattr(at_one, "typical_op_work", None), getattr(at_robust, "typical_op_work", None)
-    if w1 is None or w8 is None or w8 <= w1:
-        return at_one
-    note = (f"the batch is not given: ops are sized at batch {ROBUST_BATCH} for the intra-op decision, so that "
-            f"batched requests are never slowed (give the batch: enable(batch=N), --batch N)")
-    return dataclasses.replace(at_one, typical_op_work=w8, assumptions=tuple(at_one.assumptions) + (note,))
+    if getattr(profile, "typical_op_work", None) is None:
+        return profile
+    note = ("the batch is not given: op sizes unknown, so no one-thread-per-op rule (give the batch: "
+            "enable(batch=N), --batch N)")
+    return dataclasses.replace(profile, typical_op_work=None, assumptions=tuple(profile.assumptions) + (note,))

@@ -504,16 +504,17 @@ def plan(
                 p = 1
                 facts.append(f"tiny ops (under {_mac(TINY_OP_WORK)} multiply-adds): 1 inter-op pool, since handing an "
                              "op to another thread takes about as long as running it")
-        elif getattr(profile, "loops", False) and p < 2 <= len(units):
-            p = 2
-            facts.append("the model runs While loops (recurrent layers): 2 inter-op pools, so that the loop's "
-                         "iterations and bookkeeping overlap (an LSTM at batch 32 ran 1.15x faster with 2 than 1)")
         elif mode == "training" and op_work < TRAIN_SMALL_OP_WORK:
             pairs = min(2, profile.max_width, len(units))
             if pairs > p:
                 p = pairs
                 facts.append(f"training with ops under {_mac(TRAIN_SMALL_OP_WORK)} multiply-adds: {p} inter-op pools, "
                              "so that each layer's independent input and weight gradients run side by side")
+    tiny = op_work is not None and op_work < TINY_OP_WORK
+    if getattr(profile, "loops", False) and p < 2 <= len(units) and not tiny:
+        p = 2
+        facts.append("the model runs While loops (recurrent layers): 2 inter-op pools, so that the loop's "
+                     "iterations and bookkeeping overlap (an LSTM at batch 32 ran 1.15x faster with 2 than 1)")
     if mode == "throughput":
         layout = throughput_layout(units, streams, p, facts)
     else:

@@ -51,9 +51,9 @@ def enable(
     keras.layers.TFSMLayer), from the plan cache of an earlier run, else from the host alone.
     Call it before the first TensorFlow op for the process pools to follow the plan; later
     calls still tune sessions and report functions. ``batch``: what a model's None batch
-    dimension is read as; not given, 1 (one request at a time), with one thread per op only
-    where the ops stay small up to batch 64 (graph/dims.py). Repeated calls return the
-    current status and change nothing.
+    dimension is read as; not given, 1 for the model's width, but op sizes count as unknown
+    (no one-thread-per-op rule: graph/dims.py). Repeated calls return the current status and
+    change nothing.
     ``cooperate``: when other processes of this program (or ranks named in the environment:
     LOCAL_RANK, TF_CONFIG, WEB_CONCURRENCY, ...) share the host, plan for this process's
     share of the cores and bind to it (tf_autopar.coordination).

@@ -169,10 +169,10 @@ def model_profile(path: str, batch: int | None, started: bool) -> Any:
     SavedModel from its protobuf (no runtime start); a .keras file here once TF runs, else in a
     child process (cached by path, size and mtime)."""
     if batch is None:
-        from tf_autopar.graph.dims import ROBUST_BATCH, for_unknown_batch
+        from tf_autopar.graph.dims import for_unknown_batch
 
         at_one = model_profile(path, 1, started)
-        return at_one and for_unknown_batch(at_one, model_profile(path, ROBUST_BATCH, started))
+        return at_one and for_unknown_batch(at_one)
     from tf_autopar.graph import analyze
 
     if os.path.isdir(path):
