@@ -78,3 +78,24 @@ def test_the_budget_bounds_the_runs_and_failed_runs_are_not_winners():
     res = search(cands, surface(costs), max_runs=6)
     assert res.runs <= 6 and res.best == C(1, 2)
     assert C(1, 1) not in res.times
+
+
+def test_on_the_recorded_two_socket_host_the_tuner_measures_a_few_of_the_sweep():
+    """The 2-socket 48-CPU Skylake fixture: at most 12 candidates against the validation sweep
+    (its bounded grid of 72; the full inter x intra space would be 48 x 48 = 2304)."""
+    import os
+
+    from tf_autopar.graph.profile import GraphProfile
+    from tf_autopar.planning import plan
+    from tf_autopar.topology import detect_topology
+    from tf_autopar.validation.space import search_space
+
+    t = detect_topology(os.path.join(os.path.dirname(__file__), "fixtures", "hosts", "skylake-2s-24c-48t"))
+    sweep = len(search_space(t, "auto").configs)
+    assert sweep == 72
+    for width in (1, 3, 8):
+        prof = GraphProfile(heavy_ops=30 * width, depth=30, avg_width=width, max_width=width + 1,
+                            typical_op_work=50_000_000)
+        p = plan(t, prof, env={})
+        cands = neighbourhood(p.inter_op, p.intra_op, p.usable_cpus, prof.max_width)
+        assert cands[0] == C(p.inter_op, p.intra_op) and 2 <= len(cands) <= MAX_CANDIDATES < sweep
