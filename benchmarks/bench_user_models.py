@@ -94,6 +94,12 @@ def summarise(rows: list[dict]) -> str:
     for data in rows:
         med = {c: statistics.median(_round_medians(data, c).values()) * 1e3 for c in data["configs"]
                if _round_medians(data, c)}
+        if not any(c in med for c in PAIRS) or "plan" not in med:
+            lines.append(f"| {data['row']['model']} | {data['row']['batch']} | {med.get('default', 0):.1f} | - | "
+                         f"{med.get('enable', 0):.1f} | {med.get('enable-cached', 0):.1f} | - | - | - | "
+                         + " | ".join("{:.2f} [{:.2f}-{:.2f}]".format(*_paired(data, "default", c))
+                                      for c in ("enable", "enable-cached")) + " |")
+            continue
         best = min((c for c in PAIRS if c in med), key=lambda c: med[c])
         share = _paired(data, best, "plan")
         first = _paired(data, "default", "enable")
@@ -119,6 +125,8 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--out", default=os.path.join(HERE, "results", "user_models.json"))
     ap.add_argument("--summarise", metavar="JSON", default=None, help="print the table of a finished run")
+    ap.add_argument("--configs", default=None, help="comma-separated bench configurations instead (e.g. "
+                    "default,enable,enable-cached)")
     ap.add_argument("--best-from", metavar="JSON", default=None,
                     help="a shorter confirmation run: default, plan, enable(), and only the pair that was fastest "
                          "for the row in this earlier full run (instead of every pair)")
@@ -137,7 +145,9 @@ def main() -> int:
         for which in args.batches.split(","):
             batch = SERVING[name][which]
             configs = CONFIGS
-            if args.best_from:
+            if args.configs:
+                configs = tuple(args.configs.split(","))
+            elif args.best_from:
                 configs = ("default", "plan", "enable", "enable-cached", best[(name, batch)])
             rows.append(run_row(args.model_dir, name, batch, args.rounds, args.requests, args.warmup, configs))
             with open(args.out, "w", encoding="utf-8") as fh:  # after every row: a stopped run keeps its rows

@@ -80,7 +80,15 @@ def test_an_unknown_batch_silences_the_small_op_rule():
     at_one = GraphProfile(heavy_ops=53, depth=53, avg_width=1, max_width=1, typical_op_work=10_800_000,
                           assumptions=("unknown batch dimension read as 1",))
     merged = for_unknown_batch(at_one)
-    assert merged.typical_op_work is None and merged.avg_width == 1
+    assert merged.typical_op_work is None and merged.avg_width == 1 and not merged.sizes_known
     assert merged.assumptions[0] == "unknown batch dimension read as 1" and "not given" in merged.assumptions[1]
-    unknown = GraphProfile(heavy_ops=1, depth=1, avg_width=1, max_width=1)
-    assert for_unknown_batch(unknown) is unknown
+    from tf_autopar.planning import plan
+
+    try:
+        from test_planner_hosts import hosts
+    except ImportError:
+        from tests.test_planner_hosts import hosts
+    this, skylake = hosts()["this"], hosts()["skylake"]
+    assert (plan(this, merged, env={}).inter_op, plan(this, merged, env={}).intra_op) == (2, 2)
+    assert plan(skylake, merged, env={}).inter_op == 24  # the budget's physical cores, as without a model
+    assert "the batch is not given" in plan(this, merged, env={}).explain()

@@ -142,14 +142,13 @@ def typical_batch(mode: str, batch: int | None = None, batching_file: str | None
 
 def for_unknown_batch(profile: Any) -> Any:
     """The profile to plan from when nobody said the batch: its op sizes are not known, so the
-    small-op rule (one thread per op) stays silent and intra-op keeps every CPU, as TensorFlow's
-    default. Measured (docs/serving.md): a plan made for batch 1 ran MobileNetV2 at batch 8
-    1.35x slower than the default, and a DLRM recommender at batch 2048 1.6x slower (its ops stay
-    under the threshold up to batch 64)."""
+    plan keeps TensorFlow's default pool sizes within the budget. Measured (docs/serving.md): a
+    plan made for batch 1 ran MobileNetV2 at batch 8 1.35x slower than the default and a DLRM
+    recommender at batch 2048 1.6x slower; with every CPU per op but the width's single inter-op
+    thread, a BERT encoder at batch 1 still ran 1.15x slower than the default's two."""
     import dataclasses
 
-    if getattr(profile, "typical_op_work", None) is None:
-        return profile
-    note = ("the batch is not given: op sizes unknown, so no one-thread-per-op rule (give the batch: "
-            "enable(batch=N), --batch N)")
-    return dataclasses.replace(profile, typical_op_work=None, assumptions=tuple(profile.assumptions) + (note,))
+    note = ("the batch is not given: op sizes unknown, so TensorFlow's default pool sizes within the budget "
+            "(give the batch: enable(batch=N), --batch N)")
+    return dataclasses.replace(profile, typical_op_work=None, sizes_known=False,
+                               assumptions=tuple(profile.assumptions) + (note,))

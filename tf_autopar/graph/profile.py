@@ -28,6 +28,9 @@ class GraphProfile:
     # What unknown dimensions were read as to estimate the work, e.g. "unknown batch dimension
     # read as 1"; empty when every shape was known (or nothing was assumed).
     assumptions: tuple[str, ...] = ()
+    # False when the batch was not given (graph/dims.for_unknown_batch): the op sizes are unknown, and
+    # the planner keeps TensorFlow's default pool sizes within the budget.
+    sizes_known: bool = True
     source: str = ""  # what was analysed, for explanations
     fingerprint: str = ""  # stable hash of the graph structure, for caches
 

@@ -205,6 +205,9 @@ def model_pools(profile: Any, usable: int, runtime: str = "eigen") -> tuple[int,
     budget, so that a wide graph keeps its branches parallel (1 pool made a wide SavedModel
     1.5x slower than the default); OpenMP builds keep 1 pool, since there every inter-op thread
     starts a whole OpenMP team."""
+    if profile is not None and not getattr(profile, "sizes_known", True) and runtime != "openmp" and usable > 1:
+        return usable, (f"op sizes unknown (the batch is not given): {usable} inter-op threads, TensorFlow's default "
+                        "sized to the budget (model width " + str(profile.avg_width) + ")")
     if profile is None:
         if runtime == "openmp" or usable == 1:
             return 1, "no model given: 1 pool (one op at a time; give --width or a model to use branches)"

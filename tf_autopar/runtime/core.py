@@ -118,5 +118,5 @@ def profile_from_dict(d: dict[str, Any]) -> Any:
 def profile_summary(profile: Any) -> dict[str, Any]:
     """The profile fields worth caching (small: no op histograms)."""
     keep = ("heavy_ops", "depth", "avg_width", "max_width", "nodes", "functions", "training",
-            "uses_tf_data", "loops", "source", "fingerprint", "typical_op_work", "assumptions")
+            "uses_tf_data", "loops", "sizes_known", "source", "fingerprint", "typical_op_work", "assumptions")
     return {k: getattr(profile, k) for k in keep if hasattr(profile, k)}
