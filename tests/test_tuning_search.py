@@ -99,3 +99,10 @@ def test_on_the_recorded_two_socket_host_the_tuner_measures_a_few_of_the_sweep()
         p = plan(t, prof, env={})
         cands = neighbourhood(p.inter_op, p.intra_op, p.usable_cpus, prof.max_width)
         assert cands[0] == C(p.inter_op, p.intra_op) and 2 <= len(cands) <= MAX_CANDIDATES < sweep
+
+
+def test_a_clear_winner_ends_the_search_after_two_rounds():
+    cands = neighbourhood(1, 2, budget=2, max_width=1)
+    costs = {C(1, 2): 16.5, C(1, 1): 10.9, C(2, 2): 15.0, C(2, 1): 12.4}  # BERT at batch 1, measured
+    res = search(cands, surface(costs, jitter=0.02), max_runs=20)
+    assert res.best == C(1, 1) and res.rounds == 2 and "decided" in res.stopped and res.runs <= 7

@@ -13,7 +13,8 @@ search (884,736 configurations) but the plan's neighbourhood:
 Decision: successive halving over interleaved rounds. Every live candidate runs once per
 round (fresh process each: TensorFlow fixes its pools at start), the slower half is dropped
 after each round, the plan is always kept as the reference. It stops early when, after two
-rounds, the plan is within ``noise`` of the best live candidate (confirmed). The winner
+rounds, the plan is within ``noise`` of the best live candidate (confirmed), or the leader beat
+the plan by more than ``CLEAR_WIN`` in every round (decided). The winner
 replaces the plan only when its paired per-round ratio against the plan is beyond the noise.
 """
 from __future__ import annotations
@@ -26,6 +27,7 @@ from tf_autopar.validation.stats import median, paired_ratios
 
 MAX_CANDIDATES = 12
 NOISE = 0.03  # a gap under this share of the plan's time is not worth a change
+CLEAR_WIN = 0.15  # a neighbour this much faster than the plan in every round ends the search early
 
 
 @dataclass(frozen=True, order=True)
@@ -122,6 +124,9 @@ def search(candidates: Sequence[Candidate], measure: Measure, *, max_runs: int, 
         leader = min(ok, key=lambda c: medians[c])
         if r >= 2 and medians[plan] <= medians[leader] * (1 + noise):
             result.stopped = "confirmed: the plan is within the noise of the best"
+            break
+        if r >= 2 and leader != plan and _winner(result, CLEAR_WIN) == leader:
+            result.stopped = f"decided: {leader.label} beat the plan by over {CLEAR_WIN:.0%} in every round"
             break
         ranked = sorted(ok, key=lambda c: medians[c])
         keep = ranked[: max(2, math.ceil(len(ranked) / 2))]
