@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from _runtime_child import ROOT, build_user_model, cpus, run_child
+from _runtime_child import ROOT, build_user_model, cpus
 
 from tf_autopar.runtime import controller
 

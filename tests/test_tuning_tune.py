@@ -71,7 +71,7 @@ def test_a_real_tune_is_stored_and_used_by_plan_and_enable(tmp_path):
     chosen = res["tuned"]
     plan = _cli("plan", models["SM"], cache_dir=str(tmp_path))
     assert plan.returncode == 0, plan.stderr
-    assert f"tuned on " in plan.stdout and f"inter_op={chosen.split('x')[0]} intra_op={chosen.split('x')[1]}" in plan.stdout
+    assert "tuned on " in plan.stdout and f"inter_op={chosen.split('x')[0]} intra_op={chosen.split('x')[1]}" in plan.stdout
     assert "tuned on" not in _cli("plan", models["SM"], "--no-tuned", cache_dir=str(tmp_path)).stdout
     # a server's start: enable(), then the load plans from the model and takes the tuned setting
     res2, err, rc = run_child(
