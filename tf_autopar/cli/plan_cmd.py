@@ -97,6 +97,15 @@ def load_profile(model: str, mode: str = "latency", **options: Any) -> Any:
     return analyze(model, workload_mode="train" if mode == "training" else "infer", **options)
 
 
+def measured_for(profile: Any, mode: str, topology: Any, batch: int | None) -> tuple[Any, Any]:
+    """(tuned setting, calibration) that `tune` and `calibrate` measured on this host for the model."""
+    if profile is None:
+        return None, None
+    from tf_autopar.runtime.core import calibration_for, tuned_for
+
+    return tuned_for(profile, mode, topology, batch), calibration_for(topology)
+
+
 def build_plan(args: argparse.Namespace, topology: Any, env: Mapping[str, str] | None) -> ThreadPlan:
     """The plan the arguments ask for, on ``topology`` with the user's ``env``."""
     if args.baseline is not None:
@@ -105,12 +114,8 @@ def build_plan(args: argparse.Namespace, topology: Any, env: Mapping[str, str] |
         raise ValueError("give MODEL or --width, not both")
     options = shape_options(args, args.mode)
     profile = load_profile(args.model, args.mode, **options) if args.model is not None else None
-    tuned = calibration = None
-    if profile is not None and not getattr(args, "no_tuned", False):
-        from tf_autopar.runtime.core import calibration_for, tuned_for
-
-        tuned = tuned_for(profile, args.mode, topology, options["batch"])
-        calibration = calibration_for(topology)
+    ignore = getattr(args, "no_tuned", False)
+    tuned, calibration = (None, None) if ignore else measured_for(profile, args.mode, topology, options["batch"])
     return plan(
         topology,
         profile,

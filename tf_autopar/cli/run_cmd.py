@@ -6,7 +6,7 @@ import json
 import os
 import sys
 
-from tf_autopar.cli.plan_cmd import add_shape_arguments, load_profile, shape_options
+from tf_autopar.cli.plan_cmd import add_shape_arguments, load_profile, measured_for, shape_options
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -47,12 +47,7 @@ def run_command(args: argparse.Namespace) -> int:
         topology = launcher.restrict_to_cores(topology, parse_cpulist(args.cores))
     options = shape_options(args, args.mode)
     profile = load_profile(args.model, args.mode, **options) if args.model else None
-    tuned = calibration = None
-    if profile is not None:
-        from tf_autopar.runtime.core import calibration_for, tuned_for
-
-        tuned = tuned_for(profile, args.mode, topology, options["batch"])
-        calibration = calibration_for(topology)
+    tuned, calibration = measured_for(profile, args.mode, topology, options["batch"])
     launch = launcher.launch_specs(
         topology, command, mode=args.mode, instances=args.instances, environ=os.environ,
         numactl=launcher.find_numactl(), profile=profile, tuned=tuned, calibration=calibration,

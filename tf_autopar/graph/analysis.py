@@ -49,7 +49,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 from tf_autopar.graph import heavy_ops as H
 from tf_autopar.graph.profile import GraphProfile
 from tf_autopar.graph.width import avg_width, max_width, propagate
-from tf_autopar.graph.dims import Assumed, describe_assumptions, fill_unknown
+from tf_autopar.graph.dims import Assumed, describe_assumptions, fill_unknown, proto_dims
 from tf_autopar.graph.work import WORK_ATTR, const_ints, op_work, output_shapes, typical_work
 
 log = logging.getLogger("tf_autopar.graph")
@@ -418,9 +418,10 @@ class _Analyzer:
         used: set[str] = set()
 
         def shape(proto: Any) -> Any:
-            if proto is None or proto.unknown_rank:
+            raw = None if proto is None else proto_dims(proto)
+            if raw is None:
                 return None
-            dims, needed = fill_unknown([int(d.size) for d in proto.dim], self.assumed)
+            dims, needed = fill_unknown(raw, self.assumed)
             used.update(needed)
             return dims
 
@@ -432,8 +433,9 @@ class _Analyzer:
             if i >= len(refs):
                 return None
             proto = shape_of(refs[i])
+            raw = None if proto is None else proto_dims(proto)
             k = index.get(refs[i].partition(":")[0])
-            if (proto is None or proto.unknown_rank or any(d.size < 0 for d in proto.dim)) and k is not None \
+            if (raw is None or min(raw, default=0) < 0) and k is not None \
                     and nodes[k].op == "Reshape" and nodes[k].input:
                 proto = shape_of(nodes[k].input[0])
             dims = shape(proto)

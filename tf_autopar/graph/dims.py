@@ -1,10 +1,10 @@
 """What a model's unknown dimensions are read as, so that each op's work can be estimated. Pure.
 
 A serving signature leaves the batch free (None) and often the sequence length too; the
-small-op rule needs sizes. The batch is read as the mode's typical batch: 1 for latency
-(one request at a time), else the batch given, else a TF Serving batching file's
-``max_batch_size``; other unknown dimensions come from ``--input-shape NAME=DIMS`` or a
-documented default. Every plan made this way says so in its explanation.
+small-op rule needs sizes. The batch is read as the one given, else in throughput mode a TF
+Serving batching file's ``max_batch_size``, else 1; other unknown dimensions come from
+``--input-shape NAME=DIMS`` or a documented default. Where nobody gave the batch,
+``for_unknown_batch`` marks the op sizes unknown. Every plan says what was assumed.
 """
 from __future__ import annotations
 
@@ -13,8 +13,6 @@ import re
 from typing import Any, NamedTuple, Sequence
 
 Shape = tuple[int, ...]
-
-
 
 #: What an unknown non-leading dimension (a sequence length, a free image side) is read as when
 #: the caller gives no value: a typical sequence length; said in the plan's explanation.
@@ -27,6 +25,16 @@ class Assumed(NamedTuple):
 
     batch: int
     other: int | None = DEFAULT_OTHER_DIM
+
+
+def proto_dims(shape_proto: Any) -> tuple[int, ...] | None:
+    """A TensorShapeProto's dimensions (-1 = unknown), or None for an unknown rank."""
+    return None if shape_proto.unknown_rank else tuple(int(d.size) for d in shape_proto.dim)
+
+
+def _check_batch(batch: Any) -> None:
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise ValueError(f"batch must be a positive integer, got {batch!r}")
 
 
 def fill_unknown(dims: Sequence[int], assumed: Assumed | None) -> tuple[Shape | None, frozenset[str]]:
@@ -66,8 +74,8 @@ def assumed_dims(
     for some inputs. A given shape fixes the batch (its first dimension, where the model's is
     unknown) and the other unknown sizes (the largest, where several differ).
     Raises ValueError naming the input and the mismatch."""
-    if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or batch < 1):
-        raise ValueError(f"batch must be a positive integer, got {batch!r}")
+    if batch is not None:
+        _check_batch(batch)
     given_batch: set[int] = set()
     others: set[int] = set()
     for name, dims in (input_shapes or {}).items():
@@ -131,13 +139,11 @@ def typical_batch(mode: str, batch: int | None = None, batching_file: str | None
     """The batch a None batch dimension is read as: the one given, else in throughput mode the
     batching file's max_batch_size, else 1 (latency: one request at a time)."""
     if batch is not None:
-        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-            raise ValueError(f"batch must be a positive integer, got {batch!r}")
+        _check_batch(batch)
         return batch
     if batching_file and mode == "throughput":
         return read_batching_file(batching_file)
     return 1
-
 
 
 def for_unknown_batch(profile: Any) -> Any:

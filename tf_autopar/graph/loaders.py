@@ -19,7 +19,7 @@ from typing import Any, Mapping, Sequence
 from tf_autopar.graph import heavy_ops as H
 from tf_autopar.graph.analysis import analyze_function, analyze_graph_def
 from tf_autopar.graph.profile import GraphProfile
-from tf_autopar.graph.dims import Assumed, assumed_dims, describe_assumptions, fill_unknown
+from tf_autopar.graph.dims import Assumed, assumed_dims, describe_assumptions, fill_unknown, proto_dims
 from tf_autopar.graph.work import WORK_ATTR, op_work
 
 log = logging.getLogger("tf_autopar.graph")
@@ -67,9 +67,9 @@ def analyze(
     input specs for a Keras model without known inputs or a tf.function without a
     signature. ``workload_mode``/``workload_size``: for a bundled workload name.
     ``batch``: what an unknown batch dimension (a serving signature's None) is read as when
-    estimating each op's work; default 1, the latency batch (a bundled workload is built at
-    it). ``input_shapes``: full shapes of some inputs by name (``--input-shape``), for other
-    unknown dimensions such as a sequence length (default work.DEFAULT_OTHER_DIM). The
+    estimating each op's work; default 1 (a bundled workload is built at it, default: its
+    published batch). ``input_shapes``: full shapes of some inputs by name (``--input-shape``),
+    for other unknown dimensions such as a sequence length (default dims.DEFAULT_OTHER_DIM). The
     profile's ``assumptions`` say what was assumed.
     """
     shapes = dict(input_shapes or {})
@@ -296,10 +296,6 @@ def _from_keras(model: Any, input_signature: Any, include_gradients: bool, batch
 
 
 # --- protobufs ----------------------------------------------------------------------------
-def _proto_dims(shape_proto: Any) -> tuple[int, ...] | None:
-    return None if shape_proto.unknown_rank else tuple(int(d.size) for d in shape_proto.dim)
-
-
 def signature_inputs(mg: Any, signature: str | None = None) -> tuple[str | None, dict[str, tuple[int, ...] | None]]:
     """(chosen signature, its inputs as name -> dims, -1 = unknown) of a MetaGraphDef: the
     one asked for, else ``serving_default``, else the first by name; (None, {}) without any."""
@@ -309,12 +305,12 @@ def signature_inputs(mg: Any, signature: str | None = None) -> tuple[str | None,
     chosen = signature or ("serving_default" if "serving_default" in sigs else (sorted(sigs)[0] if sigs else None))
     if chosen is None:
         return None, {}
-    return chosen, {k: _proto_dims(v.tensor_shape) for k, v in sigs[chosen].inputs.items()}
+    return chosen, {k: proto_dims(v.tensor_shape) for k, v in sigs[chosen].inputs.items()}
 
 
 def _placeholders(graph_def: Any) -> dict[str, tuple[int, ...] | None]:
     """A GraphDef's feeds (Placeholder nodes) as name -> dims."""
-    return {n.name: (_proto_dims(n.attr["shape"].shape) if "shape" in n.attr else None)
+    return {n.name: (proto_dims(n.attr["shape"].shape) if "shape" in n.attr else None)
             for n in graph_def.node if n.op == "Placeholder"}
 
 

@@ -201,18 +201,19 @@ def _binding(units: list[Unit], topology: Topology) -> tuple[tuple[int, ...], ..
 def model_pools(profile: Any, usable: int, runtime: str = "eigen") -> tuple[int, str]:
     """p from the model's width, bounded by its max width and the usable CPUs.
 
-    No model known: on Eigen builds p = the usable CPUs, TensorFlow's own default sized to the
-    budget, so that a wide graph keeps its branches parallel (1 pool made a wide SavedModel
-    1.5x slower than the default); OpenMP builds keep 1 pool, since there every inter-op thread
-    starts a whole OpenMP team."""
-    if profile is not None and not getattr(profile, "sizes_known", True) and runtime != "openmp" and usable > 1:
-        return usable, (f"op sizes unknown (the batch is not given): {usable} inter-op threads, TensorFlow's default "
-                        "sized to the budget (model width " + str(profile.avg_width) + ")")
-    if profile is None:
-        if runtime == "openmp" or usable == 1:
-            return 1, "no model given: 1 pool (one op at a time; give --width or a model to use branches)"
-        return usable, (f"no model given: {usable} inter-op threads, TensorFlow's default sized to the budget, "
+    No model known, or its op sizes unknown (the batch not given): on Eigen builds p = the
+    usable CPUs, TensorFlow's own default sized to the budget, so that a wide graph keeps its
+    branches parallel (1 pool made a wide SavedModel 1.5x slower than the default); OpenMP
+    builds keep 1 pool without a model (every inter-op thread starts a whole OpenMP team) and
+    the width with one."""
+    unknown = profile is None or not getattr(profile, "sizes_known", True)
+    if unknown and runtime != "openmp" and usable > 1:
+        what = ("no model given" if profile is None
+                else f"op sizes unknown (the batch is not given; model width {profile.avg_width})")
+        return usable, (f"{what}: {usable} inter-op threads, TensorFlow's default sized to the budget, "
                         "so that a wide graph keeps its branches parallel (give a model or --width to plan them)")
+    if profile is None:
+        return 1, "no model given: 1 pool (one op at a time; give --width or a model to use branches)"
     p = max(1, min(profile.avg_width, max(profile.max_width, 1), usable))
     why = f"model width {profile.avg_width}"
     heavy, depth = getattr(profile, "heavy_ops", None), getattr(profile, "depth", None)
@@ -419,11 +420,11 @@ def planned_settings(
 
 def _small_op_threshold(calibration: Mapping[str, Any] | None, facts: list[str]) -> int:
     """This host's measured threshold when calibrated, else SMALL_OP_WORK (fitted elsewhere)."""
-    value = (calibration or {}).get("small_op_work")
+    measured = calibration or {}
+    value = measured.get("small_op_work")
     if isinstance(value, int) and value > 0:
-        where = (calibration or {}).get("where", "calibrated on this host")
-        facts.append(f"small-op threshold {_mac(value)} multiply-adds, {where} on "
-                     f"{(calibration or {}).get('date', '?')} ({(calibration or {}).get('why', '')})")
+        facts.append(f"small-op threshold {_mac(value)} multiply-adds, {measured.get('where', 'calibrated on this host')} "
+                     f"on {measured.get('date', '?')} ({measured.get('why', '')})")
         return value
     facts.append(f"small-op threshold {_mac(SMALL_OP_WORK)} multiply-adds, fitted on an AMD EPYC host: a guess on "
                  "another processor (`tf-autopar calibrate` measures this host's)")

@@ -97,7 +97,7 @@ def tune(model: str, *, mode: str = "latency", batch: int = 1, budget_s: float =
             raise ValueError(
                 f"a budget of {budget_s:g} s cannot compare two settings (one run of this model takes about "
                 f"{prepare_s:.0f} s here): the rule's plan {rule.label} is kept; give --budget "
-                f"{math.ceil(3 * prepare_s + prepare_s)} or more")
+                f"{math.ceil(4 * prepare_s)} or more")
         say(f"rule's plan {rule.label}; {len(candidates)} candidates "
             f"({', '.join(c.label for c in candidates)}); up to {max_runs} runs")
         plan_env = tuple(sorted((str(k), str(v)) for k, v in (prepared.get("env") or {}).items()))
