@@ -7,7 +7,7 @@ Public API (imports are lazy so `import tf_autopar` never imports TensorFlow):
 - analyze(obj) -> GraphProfile
 - enable(model=None, mode="latency", ...), disable(), status(), optimize(fn_or_model)
 - trace()
-- tune(model_path, mode="latency", batch=1, budget_s=120)
+- tune(model, mode="latency" or "training", batch=None, budget_s=120)
 """
 from __future__ import annotations
 

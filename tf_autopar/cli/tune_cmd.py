@@ -25,11 +25,14 @@ def add_parser(subparsers: Any) -> None:
                     "the plan cache when it beats the plan beyond the noise.",
     )
     p.add_argument("model", metavar="MODEL", help="SavedModel directory, .keras file, or bundled workload name")
-    p.add_argument("--mode", choices=("latency",), default="latency", help="what is measured: one request at a time")
-    p.add_argument("--batch", type=int, default=1, help="batch per request (a None batch dimension; default 1)")
+    p.add_argument("--mode", choices=t.TUNE_MODES, default="latency",
+                   help="latency: one request at a time (any model); training: a bundled workload's training step")
+    p.add_argument("--batch", type=int, default=None,
+                   help="batch per request (a None batch dimension; default 1) or per training step "
+                        "(default: the workload's published batch)")
     p.add_argument("--budget", type=float, default=t.DEFAULT_BUDGET_S, metavar="SECONDS",
                    help=f"machine time to spend, about (default {t.DEFAULT_BUDGET_S:g} s)")
-    p.add_argument("--requests", type=int, default=t.DEFAULT_REQUESTS, help="timed requests per run")
+    p.add_argument("--requests", type=int, default=t.DEFAULT_REQUESTS, help="timed requests (or training steps) per run")
     p.add_argument("--size", choices=("tiny", "paper"), default="tiny", help="bundled workloads only")
     p.add_argument("--dry-run", action="store_true", help="measure and report, store nothing")
     add_model_flags(p)
@@ -40,7 +43,7 @@ def add_parser(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from tf_autopar.tuning.tuner import tune
 
-    if args.batch < 1:
+    if args.batch is not None and args.batch < 1:
         raise ValueError(f"--batch must be a positive integer, got {args.batch}")
     say = (lambda text: None) if args.json else (lambda text: print(f"tf-autopar tune: {text}", file=sys.stderr))
     outcome = tune(args.model, mode=args.mode, batch=args.batch, budget_s=args.budget, requests=args.requests,

@@ -27,6 +27,7 @@ QUICK_MODES = ("infer1", "train")
 QUICK = {"size": "tiny", "rounds": 3, "steps": 10, "warmup": 2}
 FULL = {"size": "paper", "rounds": 5, "steps": 20, "warmup": 3}
 DEFAULT_TIMEOUT_S = {"tiny": 180.0, "paper": 1800.0}
+DEFAULT_TUNE_RUNS = 12  # the tuner's neighbourhood is at most 12 candidates; halving measures fewer
 
 
 def add_parser(subparsers: Any) -> None:
@@ -67,6 +68,11 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--plan-threads", metavar="INTERxINTRA", default=None,
                    help="validate this fixed setting as 'ours' instead of computing tf_autopar's plan "
                         "(e.g. 1x2; skips the per-row planning process)")
+    p.add_argument("--tuned", action="store_true",
+                   help="also tune each row as `tf-autopar tune` would (before the rounds) and validate the tuned "
+                        "setting beside ours, with the tuning's machine time against the sweep's")
+    p.add_argument("--tune-runs", type=int, default=None, metavar="N",
+                   help="most runs one row's tuning may use (default 12; implies --tuned)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     add_model_flags(p)
     p.add_argument("--estimate", action="store_true", help="print the run count and time estimate, then exit")
@@ -153,6 +159,8 @@ def run(args: argparse.Namespace) -> int:
         timeout_s=args.timeout or DEFAULT_TIMEOUT_S[size],
         cpu_quota=args.cpu_quota,
         space=args.space,
+        tune_runs=(args.tune_runs if args.tune_runs is not None else DEFAULT_TUNE_RUNS) if args.tuned or args.tune_runs
+        else 0,
         runner=tuple(shlex.split(args.runner)) if args.runner else DEFAULT_RUNNER,
     )
     options.check()

@@ -23,6 +23,7 @@ from tf_autopar.tuning.search import Candidate, SearchResult, neighbourhood, sea
 log = logging.getLogger("tf_autopar.tuning")
 
 DEFAULT_BUDGET_S = 120.0
+TUNE_MODES = ("latency", "training")
 DEFAULT_REQUESTS = 20
 MIN_REQUESTS = 5
 
@@ -65,61 +66,140 @@ class TuneOutcome:
         return "\n".join(lines)
 
 
-def tune(model: str, *, mode: str = "latency", batch: int = 1, budget_s: float = DEFAULT_BUDGET_S,
+def candidate_env(plan_env: Mapping[str, str], c: Candidate) -> dict[str, str]:
+    """The plan's variables with ``c``'s pools (OpenMP/MKL teams follow the intra-op count)."""
+    env = {str(k): str(v) for k, v in plan_env.items()}
+    env.update({"TF_NUM_INTEROP_THREADS": str(c.inter), "TF_NUM_INTRAOP_THREADS": str(c.intra)})
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        if name in env:
+            env[name] = str(c.intra)
+    return env
+
+
+def search_plan(plan: Mapping[str, Any], profile: Mapping[str, Any], usable: int,
+                run: Callable[[Candidate, int], float], max_runs: int,
+                say: Callable[[str], None]) -> tuple[Candidate, SearchResult]:
+    """The search around ``plan`` (a ThreadPlan.to_dict()): ``run(candidate, round)`` measures one
+    candidate once in a fresh process and returns its step time (NaN: failed). Shared by ``tune``
+    and ``validate --tuned``, so what validation reports is what a user's tune does."""
+    rule = Candidate(int(plan["inter_op"]), int(plan["intra_op"]))
+    candidates = neighbourhood(rule.inter, rule.intra, usable, int(profile.get("max_width") or 1))
+    say(f"rule's plan {rule.label}; {len(candidates)} candidates "
+        f"({', '.join(c.label for c in candidates)}); up to {max_runs} runs")
+
+    def measure(live: Sequence[Candidate], rnd: int) -> Mapping[Candidate, float]:
+        out = {}
+        for c in live:
+            out[c] = run(c, rnd)
+            say(f"round {rnd} {c.label}: " + (f"{out[c] * 1e3:.2f} ms" if math.isfinite(out[c]) else "failed"))
+        return out
+
+    return rule, search(candidates, measure, max_runs=max_runs)
+
+
+def _max_runs(budget_s: float, one_run_s: float, rule: str) -> int:
+    """Runs the budget pays for, a run costing about what preparing the model did."""
+    max_runs = int(budget_s // max(one_run_s, 1.0))
+    if max_runs < 2:
+        raise ValueError(
+            f"a budget of {budget_s:g} s cannot compare two settings (one run of this model takes about "
+            f"{one_run_s:.0f} s here): the rule's plan {rule} is kept; give --budget "
+            f"{math.ceil(4 * one_run_s)} or more")
+    return max_runs
+
+
+def tune(model: str, *, mode: str = "latency", batch: int | None = None, budget_s: float = DEFAULT_BUDGET_S,
          requests: int = DEFAULT_REQUESTS, warmup: int = 3, size: str = "tiny",
          model_options: ModelOptions | None = None, store: bool = True,
          progress: Callable[[str], None] | None = None) -> TuneOutcome:
     """Measure the plan and its neighbours for ``model`` (SavedModel dir, .keras file or bundled
     workload) within about ``budget_s`` seconds of machine time; store the winner.
 
-    ValueError when the budget cannot pay for two candidates (the rule's plan is kept) or the
-    model cannot be fed (the same messages as ``bench``)."""
-    if mode != "latency":
-        raise ValueError(f"tune measures inference one request at a time (mode latency) today, not {mode!r}")
+    ``mode``: "latency" (one request at a time, at ``batch``, default 1) or "training" (a
+    bundled workload's training step at ``batch``, default its published batch; a SavedModel
+    carries no training step). ValueError when the budget cannot pay for two candidates (the
+    rule's plan is kept) or the model cannot be fed (the same messages as ``bench``)."""
+    if mode not in TUNE_MODES:
+        raise ValueError(f"tune measures {' or '.join(TUNE_MODES)}, not {mode!r} (throughput: tune the latency "
+                         "of one instance, then `run --mode throughput` splits the host)")
     if not budget_s > 0:
         raise ValueError(f"--budget must be a positive number of seconds, got {budget_s!r}")
+    if batch is not None and batch < 1:
+        raise ValueError(f"--batch must be a positive integer, got {batch}")
+    say = progress or (lambda text: log.info("%s", text))
+    steps = max(MIN_REQUESTS, requests)
+    if mode == "training":
+        return _tune_training(model, batch, budget_s, steps, warmup, size, model_options, store, say)
     t0 = time.perf_counter()
-    options = BenchOptions(model=model, batch=batch, mode="latency", requests=max(MIN_REQUESTS, requests),
+    batch = batch or 1
+    options = BenchOptions(model=model, batch=batch, mode="latency", requests=steps,
                            warmup=warmup, rounds=1, compare=("plan",), size=size,
                            model_options=model_options or ModelOptions())
-    say = progress or (lambda text: log.info("%s", text))
     with Bench(options) as bench:
         prepared = bench.prepare()
         prepare_s = time.perf_counter() - t0
         plan = prepared["plan"]
-        rule = Candidate(int(plan["inter_op"]), int(plan["intra_op"]))
         profile = prepared.get("profile") or {}
-        usable = int(plan.get("usable_cpus") or bench.topology.cpu_budget)
-        candidates = neighbourhood(rule.inter, rule.intra, usable, int(profile.get("max_width") or 1))
-        # a run loads the model like the preparing child did, then times the requests: about as long
-        max_runs = int((budget_s - prepare_s) // max(prepare_s, 1.0))
-        if max_runs < 2:
-            raise ValueError(
-                f"a budget of {budget_s:g} s cannot compare two settings (one run of this model takes about "
-                f"{prepare_s:.0f} s here): the rule's plan {rule.label} is kept; give --budget "
-                f"{math.ceil(4 * prepare_s)} or more")
-        say(f"rule's plan {rule.label}; {len(candidates)} candidates "
-            f"({', '.join(c.label for c in candidates)}); up to {max_runs} runs")
-        plan_env = tuple(sorted((str(k), str(v)) for k, v in (prepared.get("env") or {}).items()))
+        max_runs = _max_runs(budget_s - prepare_s, prepare_s, f"{plan['inter_op']}x{plan['intra_op']}")
+        plan_env = prepared.get("env") or {}
         plan_cpus = tuple(tuple(int(c) for c in g) for g in plan.get("cpus") or ())
 
-        def config(c: Candidate) -> BenchConfig:
-            if c == rule:  # the plan exactly as enable() would apply it (binding included)
-                return BenchConfig(c.label, "plan", plan_env, plan_cpus)
-            env = dict(plan_env)
-            env.update({"TF_NUM_INTEROP_THREADS": str(c.inter), "TF_NUM_INTRAOP_THREADS": str(c.intra)})
-            return BenchConfig(c.label, "threads", tuple(sorted(env.items())), plan_cpus)
+        def run(c: Candidate, rnd: int) -> float:
+            env = tuple(sorted(candidate_env(plan_env, c).items()))
+            # every candidate keeps the rule plan's CPU binding and other variables
+            res = bench.run_once(BenchConfig(c.label, "threads", env, plan_cpus), rnd)
+            return res["median_s"] if res["status"] == "ok" and res["median_s"] else math.nan
 
-        def measure(live: Sequence[Candidate], rnd: int) -> Mapping[Candidate, float]:
-            out = {}
-            for c in live:
-                run = bench.run_once(config(c), rnd)
-                out[c] = run["median_s"] if run["status"] == "ok" and run["median_s"] else math.nan
-                say(f"round {rnd} {c.label}: " + (f"{out[c] * 1e3:.2f} ms" if math.isfinite(out[c]) else run["status"]))
-            return out
+        rule, result = search_plan(plan, profile, int(plan.get("usable_cpus") or bench.topology.cpu_budget),
+                                   run, max_runs, say)
+        topology = bench.topology
+    plan_mode = str(prepared.get("plan_mode") or mode)
+    return _finish(model, mode, plan_mode, batch, rule, result, profile, topology, store, t0)
 
-        result = search(candidates, measure, max_runs=max_runs)
-        host = {"cpu_model": getattr(bench.topology.cpu, "model", "unknown"), "cpu_budget": bench.topology.cpu_budget}
+
+def _tune_training(model: str, batch: int | None, budget_s: float, steps: int, warmup: int, size: str,
+                   model_options: ModelOptions | None, store: bool, say: Callable[[str], None]) -> TuneOutcome:
+    """Training steps of a bundled workload, through the workloads runner that ``validate`` uses."""
+    from tf_autopar.models.load import looks_like_model
+    from tf_autopar.topology import detect_topology
+    from tf_autopar.validation import harness as h
+    from tf_autopar.validation.runner import OK, check_step_payload, clean_env, run_child
+
+    if looks_like_model(model):
+        raise ValueError(f"{model}: a SavedModel or .keras file is tuned for inference (--mode latency); "
+                         "training is tuned on the bundled workloads")
+    if model_options is not None and model_options.given:
+        raise ValueError("--signature, --input-shape, --int-max and --inputs apply to model files, "
+                         f"not to the bundled workload {model!r}")
+    t0 = time.perf_counter()
+    row = h.make_rows([model], ["train"], size, {model: batch} if batch else None)[0]
+    env, _ = clean_env()
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    ours, info = h.ChildPlanProvider()(row, env, None, None)
+    if ours is None:
+        raise ValueError(f"planning {model} failed: {info.get('error')} {info.get('stderr_tail', '')[-400:]}")
+    prepare_s = time.perf_counter() - t0
+    plan, profile = info["plan"], info.get("profile") or {}
+    max_runs = _max_runs(budget_s - prepare_s, prepare_s, f"{plan['inter_op']}x{plan['intra_op']}")
+    options = h.Options(steps=steps, warmup=warmup, timeout_s=1800.0 if size == "paper" else 300.0)
+    cmd = h.runner_command(h.DEFAULT_RUNNER, row, options)
+
+    def run(c: Candidate, rnd: int) -> float:
+        res = run_child(cmd, {**env, **candidate_env(info.get("env") or {}, c)}, options.timeout_s,
+                        cpus=ours.cpus, validate=check_step_payload)
+        if res.status != OK:
+            return math.nan
+        return h.run_record(res, rnd, 0)["median_s"] or math.nan
+
+    topology = detect_topology(cpu_details=True)
+    rule, result = search_plan(plan, profile, int(plan.get("usable_cpus") or topology.cpu_budget), run, max_runs,
+                               say)
+    return _finish(model, "training", "training", row.batch, rule, result, profile, topology, store, t0)
+
+
+def _finish(model: str, mode: str, plan_mode: str, batch: int, rule: Candidate, result: SearchResult,
+            profile: Mapping[str, Any], topology: Any, store: bool, t0: float) -> TuneOutcome:
+    host = {"cpu_model": getattr(topology.cpu, "model", "unknown"), "cpu_budget": topology.cpu_budget}
     entry: dict[str, Any] = {}
     fingerprint = profile.get("fingerprint")
     if store and fingerprint and result.rounds >= 2:
@@ -128,9 +208,5 @@ def tune(model: str, *, mode: str = "latency", batch: int = 1, budget_s: float =
         entry = {"inter_op": result.best.inter, "intra_op": result.best.intra, "rule": rule.label,
                  "speedup": round(result.speedup(), 3), "rounds": result.rounds, "runs": result.runs,
                  "date": _dt.date.today().isoformat(), "cpu_model": host["cpu_model"], "model": model}
-        cache.store_tuned(fingerprint, cache.host_key(bench.topology), _plan_mode(prepared, mode), batch, entry)
+        cache.store_tuned(fingerprint, cache.host_key(topology), plan_mode, batch, entry)
     return TuneOutcome(model, mode, batch, rule, result, entry, time.perf_counter() - t0, host)
-
-
-def _plan_mode(prepared: Mapping[str, Any], mode: str) -> str:
-    return str(prepared.get("plan_mode") or mode)

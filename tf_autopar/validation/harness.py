@@ -15,8 +15,10 @@ This process never imports TensorFlow: it would compete for the CPUs it measures
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as _dt
 import logging
+import math
 import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
@@ -70,6 +72,7 @@ class Options:
     plan_timeout_s: float = 600.0
     cpu_quota: float | None = None
     space: str = "auto"
+    tune_runs: int = 0  # > 0: tune each row (at most this many runs) and validate the tuned setting too
     runner: tuple[str, ...] = DEFAULT_RUNNER
     model_runner: tuple[str, ...] = MODEL_RUNNER  # the runner of model-file rows
 
@@ -86,6 +89,8 @@ class Options:
             raise ValueError(f"--cpu-quota must be a positive number of CPUs, got {self.cpu_quota}")
         if not self.runner:
             raise ValueError("the runner command is empty")
+        if self.tune_runs < 0 or self.tune_runs == 1:
+            raise ValueError(f"--tune-runs must be 0 (no tuning) or at least 2, got {self.tune_runs}")
 
 
 def make_rows(workload_names: Sequence[str], modes: Sequence[str], size: str,
@@ -233,7 +238,7 @@ class Harness:
     def estimate(self, rows: Sequence[RowSpec]) -> tuple[int, float]:
         """(processes, seconds): an upper bound on children and a rough duration."""
         per_row = self._max_slots()
-        procs = len(rows) * (per_row * self.options.rounds + 1)
+        procs = len(rows) * (per_row * self.options.rounds + 1 + self.options.tune_runs)
         per_proc = EST_PROCESS_S.get(rows[0].size if rows else "tiny", 6.0)
         per_proc += (self.options.steps + self.options.warmup) * (0.05 if rows and rows[0].size == "tiny" else 0.5)
         return procs, procs * per_proc
@@ -319,7 +324,10 @@ class Harness:
                 info["cpu_stat"] = group.stat().to_dict()
         row_doc["plan"] = info
         self._tick(f"{row.key} planned" + ("" if ours else " (plan FAILED)"))
-        configs = [*self.baselines, *([ours] if ours is not None else []), *self.space.configs]
+        cmd = runner_command(self.options.runner, row, self.options)
+        tuned = self._tune(row, ours, info, cmd, row_doc) if ours is not None and self.options.tune_runs else None
+        configs = [*self.baselines, *([ours] if ours is not None else []), *([tuned] if tuned else []),
+                   *self.space.configs]
         names = [c.name for c in configs]
         if len(set(names)) != len(names):
             raise ValueError(f"configuration names must be unique, got {names}")
@@ -331,7 +339,6 @@ class Harness:
             # the estimate assumed no duplicates; shrink the total now that this row's slots are known
             self.progress.set_total(self.progress.total - (self._max_slots() - len(order)) * self.options.rounds)
         by_name = {c.name: c for c in configs}
-        cmd = runner_command(self.options.runner, row, self.options)
         for r in range(1, self.options.rounds + 1):
             for name in order:
                 cfg = by_name[name]
@@ -340,6 +347,45 @@ class Harness:
                 med = run.get("median_s")
                 shown = f"{med * 1e3:.2f} ms" if run["status"] == OK and med else run["status"].upper()
                 self._tick(f"{row.key} round {r}/{self.options.rounds} {name}: {shown}")
+
+    def _tune(self, row: RowSpec, ours: Config, info: Mapping[str, Any], cmd: Sequence[str],
+              row_doc: dict[str, Any]) -> Config | None:
+        """What ``tf-autopar tune`` would choose for this row, measured here with the row's own
+        runner and settings (tuning/tuner.py's search), before the rounds; its runs and machine
+        time are kept in ``row_doc["tune"]`` so the report can set them against the sweep's."""
+        from tf_autopar.tuning.tuner import candidate_env, search_plan
+
+        runs: list[dict[str, Any]] = []
+        tune_doc: dict[str, Any] = {"status": "failed", "runs": runs}
+        row_doc["tune"] = tune_doc
+
+        def config(c: Any, name: str, kind: str) -> Config:
+            env = candidate_env(ours.env_dict, c)
+            return Config(name, c.inter, c.intra, omp=c.intra if ours.omp else None, env=tuple(sorted(env.items())),
+                          cpus=ours.cpus, kind=kind)
+
+        def run(c: Any, rnd: int) -> float:
+            rec = {"config": c.label, **self._run_one(cmd, config(c, c.label, "tune"), rnd)}
+            runs.append(rec)
+            self._tick(f"{row.key} tuning round {rnd} {c.label}: "
+                       + (f"{rec['median_s'] * 1e3:.2f} ms" if rec["status"] == OK and rec["median_s"] else rec["status"]))
+            return rec["median_s"] if rec["status"] == OK and rec["median_s"] else math.nan
+
+        plan = info.get("plan") or {}
+        try:
+            rule, result = search_plan(plan, info.get("profile") or {}, int(plan.get("usable_cpus") or 1), run,
+                                       self.options.tune_runs, lambda text: log.info("%s: %s", row.key, text))
+        except (ValueError, KeyError) as exc:
+            tune_doc["error"] = str(exc)
+            return None
+        finally:
+            tune_doc["wall_s"] = round(sum(r["wall_s"] for r in runs), 3)
+            if self.progress is not None:
+                self.progress.set_total(self.progress.total - (self.options.tune_runs - len(runs)))
+        tune_doc.update(status="ok", rule=rule.label, tuned=result.best.label, search=result.to_dict())
+        if result.best == rule:
+            return dataclasses.replace(ours, name=results.TUNED, kind="tuned")
+        return config(result.best, results.TUNED, "tuned")
 
     def _run_one(self, cmd: Sequence[str], cfg: Config, rnd: int) -> dict[str, Any]:
         self._seq += 1

@@ -7,7 +7,7 @@ import os
 import tempfile
 from typing import Any, Mapping
 
-from tf_autopar.validation.results import OURS, canonical
+from tf_autopar.validation.results import OURS, TUNED, canonical
 from tf_autopar.validation.space import BASELINES
 from tf_autopar.validation.stats import BELOW_OPTIMUM
 
@@ -67,8 +67,9 @@ def format_table(doc: Mapping[str, Any], details: bool = False) -> str:
     out.append(f"search space: {doc['space']['description']}")
     if doc.get("interrupted"):
         out.append("INTERRUPTED: partial results below")
+    tuned_cols = any(row.get("tune") for row in doc["rows"])
     header = ["workload", "mode", "batch", "ours", "ours ms (min-max)", *(SHORT[b] for b in BASELINES),
-              "optimum", "ours/opt", ""]
+              "optimum", "ours/opt", *(["tuned", "tuned/opt", "tune cost"] if tuned_cols else []), ""]
     lines = []
     for row in doc["rows"]:
         s = row.get("summary") or {}
@@ -91,15 +92,24 @@ def format_table(doc: Mapping[str, Any], details: bool = False) -> str:
         if opt and OURS in row["configs"] and canonical(row["configs"], OURS) == opt:
             opt_text = "ours"
         flag = f"< {BELOW_OPTIMUM:.2f}" if s.get("below_optimum") else ""
+        if opt and TUNED in row["configs"] and canonical(row["configs"], TUNED) == opt and opt_text != "ours":
+            opt_text = "tuned"
+        tuned = _tuned_cells(row, s) if tuned_cols else []
         lines.append([row["workload"], row["mode"], str(row["batch"]), _threads(row, OURS) if OURS in row["configs"] else "-",
-                      ours_ms, *cols, opt_text, format_ratio(s.get("ours_vs_optimum")), flag])
+                      ours_ms, *cols, opt_text, format_ratio(s.get("ours_vs_optimum")), *tuned, flag])
     geo = doc.get("geomean", {})
     g = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
+    share = geo.get("tune_cost_share")
     lines.append(["geomean", "", "", "", "", *(g(geo.get("speedup", {}).get(b)) for b in BASELINES), "",
-                  g(geo.get("ours_vs_optimum")), ""])
+                  g(geo.get("ours_vs_optimum")),
+                  *(["", g(geo.get("tuned_vs_optimum")), "-" if share is None else f"{share:.0%} of sweep"]
+                    if tuned_cols else []), ""])
     out += _table(header, lines)
     out.append("speedups = baseline time / our time (>1: ours faster), median of per-round paired ratios (min-max);"
                " ours/opt = optimum time / our time.")
+    if tuned_cols:
+        out.append("tuned = what `tf-autopar tune` chose, measured before the rounds (its runs are not reused);"
+                   " tune cost = its machine time (runs), and its share of the search space's runs in the rounds.")
     if any((r.get("summary") or {}).get("statistic") == "mean" for r in doc["rows"]):
         out.append("step time = each run's MEAN step (under a CPU quota a median hides the throttled steps),"
                    " median over rounds.")
@@ -135,6 +145,17 @@ def format_table(doc: Mapping[str, Any], details: bool = False) -> str:
         out.append("")
         out += format_details(doc)
     return "\n".join(out)
+
+
+def _tuned_cells(row: Mapping[str, Any], summary: Mapping[str, Any]) -> list[str]:
+    cost = summary.get("tune_cost") or {}
+    if not row.get("tune"):
+        return ["-", "-", "-"]
+    if cost.get("status") != "ok":
+        return ["failed", "-", f"{cost.get('wall_s', 0):.0f} s ({cost.get('runs', 0)} runs)"]
+    share = cost.get("share")
+    text = f"{cost['wall_s']:.0f} s ({cost['runs']} runs" + ("" if share is None else f", {share:.0%} of sweep") + ")"
+    return [_threads(row, TUNED), format_ratio(summary.get("tuned_vs_optimum")), text]
 
 
 def format_details(doc: Mapping[str, Any]) -> list[str]:

@@ -27,6 +27,7 @@ from tf_autopar.validation.space import BASELINES
 
 SCHEMA_VERSION = 1
 OURS = "tf_autopar"
+TUNED = "tuned"  # validate --tuned: what `tf-autopar tune` chose for the row
 STATUSES = ("ok", "crash", "timeout")
 ROW_MODES = ("infer1", "infer", "train")
 
@@ -143,7 +144,25 @@ def summarize_row(row: Mapping[str, Any], logical_cpus: int, statistic: str = "m
         )
         summary["below_optimum"] = bool(reasons)
         summary["reasons"] = reasons
+        if medians.get(TUNED):
+            summary["tuned_vs_optimum"] = stats.Comparison.of(medians[optimum], medians[TUNED]).to_dict()
+    if row.get("tune"):
+        summary["tune_cost"] = tune_cost(row)
     return summary
+
+
+def tune_cost(row: Mapping[str, Any]) -> dict[str, Any]:
+    """The tuning's machine time against the exhaustive sweep's in the same row: the wall time
+    of every run of the search-space configurations (each distinct process counted once)."""
+    configs = row["configs"]
+    swept = {canonical(configs, n) for n, c in configs.items() if c.get("kind") == "search"}
+    sweep_runs = [r for n in swept for r in configs[n].get("runs", [])]
+    sweep_s = sum(float(r.get("wall_s") or 0.0) for r in sweep_runs)
+    tune = row.get("tune") or {}
+    tune_s = float(tune.get("wall_s") or 0.0)
+    return {"wall_s": tune_s, "runs": len(tune.get("runs") or []), "sweep_wall_s": round(sweep_s, 3),
+            "sweep_runs": len(sweep_runs), "share": tune_s / sweep_s if sweep_s else None,
+            "status": tune.get("status"), "chosen": tune.get("tuned"), "error": tune.get("error")}
 
 
 def geomeans(rows: list[Mapping[str, Any]]) -> dict[str, Any]:
@@ -157,6 +176,13 @@ def geomeans(rows: list[Mapping[str, Any]]) -> dict[str, Any]:
              if r.get("summary") and r["summary"].get("ours_vs_optimum")]
     out["ours_vs_optimum"] = _none_nan(stats.geomean(v for v in fracs if v is not None))
     out["rows"] = len([f for f in fracs if f is not None])
+    tuned = [r["summary"]["tuned_vs_optimum"]["value"] for r in rows
+             if r.get("summary") and r["summary"].get("tuned_vs_optimum")]
+    if tuned:
+        out["tuned_vs_optimum"] = _none_nan(stats.geomean(v for v in tuned if v is not None))
+        costs = [r["summary"]["tune_cost"] for r in rows if r.get("summary", {}).get("tune_cost")]
+        sweep_s = sum(c["sweep_wall_s"] for c in costs)
+        out["tune_cost_share"] = sum(c["wall_s"] for c in costs) / sweep_s if sweep_s else None
     out["below_optimum"] = [f"{r['workload']}/{r['mode']}" for r in rows
                             if r.get("summary", {}).get("below_optimum")]
     return out
