@@ -96,3 +96,31 @@ def test_a_budget_too_small_for_two_runs_is_refused(tmp_path):
     assert out.returncode == 2 and "cannot compare two settings" in out.stderr and "rule's plan" in out.stderr
     assert not os.path.exists(tmp_path / "plans.json") or "tuned" not in open(tmp_path / "plans.json").read() \
         or json.load(open(tmp_path / "plans.json"))["tuned"] == {}
+
+
+def test_training_is_tuned_on_workloads_only(tmp_path):
+    from tf_autopar.tuning import tune
+
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "saved_model.pb").write_bytes(b"")
+    with pytest.raises(ValueError, match="tuned for inference"):
+        tune(str(tmp_path / "m"), mode="training")
+    with pytest.raises(ValueError, match="not 'throughput'"):
+        tune("alexnet", mode="throughput")
+    with pytest.raises(ValueError, match="--batch must be a positive"):
+        tune("alexnet", mode="training", batch=0)
+
+
+@pytest.mark.tf
+def test_a_real_training_tune_of_a_workload_is_stored_under_training(tmp_path):
+    if cpus() < 2:
+        pytest.skip("needs 2 CPUs: one CPU has one setting")
+    out = _cli("tune", "autoenc", "--mode", "training", "--batch", "16", "--budget", "90", "--requests", "5",
+               "--json", cache_dir=str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    res = json.loads(out.stdout)
+    assert res["mode"] == "training" and res["batch"] == 16 and res["search"]["runs"] >= 2
+    assert res["rule"] in res["search"]["medians_s"]
+    if res["stored"]:  # stored only after two rounds: under the budget it may stop after one
+        keys = list(json.load(open(tmp_path / "plans.json"))["tuned"])
+        assert len(keys) == 1 and keys[0].endswith("|training|16")

@@ -41,7 +41,8 @@ def alive(pid: int) -> bool:
 def standin_log(tmp_path, monkeypatch):
     path = tmp_path / "runs.jsonl"
     monkeypatch.setenv("STANDIN_LOG", str(path))
-    for var in ("STANDIN_CRASH", "STANDIN_HANG", "STANDIN_HANG_ALL", "STANDIN_HANG_AFTER", "STANDIN_BADJSON"):
+    for var in ("STANDIN_CRASH", "STANDIN_HANG", "STANDIN_HANG_ALL", "STANDIN_HANG_AFTER", "STANDIN_BADJSON",
+                "STANDIN_FAST"):
         monkeypatch.delenv(var, raising=False)
     # a thread setting in the harness's own environment must not leak into any configuration
     monkeypatch.setenv("TF_NUM_INTRAOP_THREADS", "7")
@@ -146,3 +147,35 @@ def test_bad_options_are_rejected_with_a_clear_message():
                       (Options(timeout_s=-1), "--timeout")):
         with pytest.raises(ValueError, match=msg):
             Harness(topo(), opts, plan_provider=OURS_1x2)
+
+
+def test_tuned_finds_the_faster_neighbour_and_reports_its_cost(standin_log, monkeypatch):
+    monkeypatch.setenv("STANDIN_FAST", "2x1")  # 2x1 does a quarter of the work: the setting to find
+    h = Harness(topo(), Options(rounds=2, steps=5, warmup=1, runner=RUNNER, timeout_s=60, tune_runs=12),
+                plan_provider=OURS_1x2)
+    doc = h.run([RowSpec("wa", "infer1", 1, "tiny")])
+    row = doc["rows"][0]
+    tune = row["tune"]
+    assert tune["status"] == "ok" and tune["rule"] == "1x2" and tune["tuned"] == "2x1"
+    assert tune["search"]["stopped"].startswith("decided")  # a 4x win in every round ends it early
+    assert {r["config"] for r in tune["runs"]} == {"1x2", "2x2", "2x1", "1x1"}  # the plan's neighbourhood
+    assert len(tune["runs"]) < 12 and tune["wall_s"] == pytest.approx(sum(r["wall_s"] for r in tune["runs"]), abs=0.01)
+    # the tuning's runs are not the rounds': the tuned setting is measured again beside the others
+    tuned = row["configs"]["tuned"]
+    assert (tuned["inter"], tuned["intra"], tuned["same_as"]) == (2, 1, "2x1") or \
+        ((tuned["inter"], tuned["intra"]) == (2, 1) and row["configs"]["2x1"]["same_as"] == "tuned")
+    s = row["summary"]
+    assert s["tuned_vs_optimum"]["value"] == pytest.approx(1.0, abs=0.15)
+    assert s["ours_vs_optimum"]["value"] < 0.6  # the rule's 1x2 does four times the work
+    cost = s["tune_cost"]
+    assert cost["runs"] == len(tune["runs"]) and cost["sweep_runs"] == 4 * 2  # 4 search configs x 2 rounds
+    assert 0 < cost["share"] == pytest.approx(cost["wall_s"] / cost["sweep_wall_s"])
+    assert doc["geomean"]["tuned_vs_optimum"] == pytest.approx(s["tuned_vs_optimum"]["value"])
+    text = report.format_table(doc)
+    assert "tuned/opt" in text and "of sweep" in text
+    results.validate_document(doc)
+
+
+def test_tune_runs_must_pay_for_two_settings():
+    with pytest.raises(ValueError, match="--tune-runs must be 0"):
+        Options(tune_runs=1).check()

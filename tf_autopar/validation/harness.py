@@ -371,9 +371,10 @@ class Harness:
                        + (f"{rec['median_s'] * 1e3:.2f} ms" if rec["status"] == OK and rec["median_s"] else rec["status"]))
             return rec["median_s"] if rec["status"] == OK and rec["median_s"] else math.nan
 
-        plan = info.get("plan") or {}
+        inter, intra = ours.effective_threads(self.topology.logical_cpus)
+        usable = int((info.get("plan") or {}).get("usable_cpus") or self.topology.cpu_budget)
         try:
-            rule, result = search_plan(plan, info.get("profile") or {}, int(plan.get("usable_cpus") or 1), run,
+            rule, result = search_plan({"inter_op": inter, "intra_op": intra}, info.get("profile") or {}, usable, run,
                                        self.options.tune_runs, lambda text: log.info("%s: %s", row.key, text))
         except (ValueError, KeyError) as exc:
             tune_doc["error"] = str(exc)
