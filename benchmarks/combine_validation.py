@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Merge validation rows from several runs into one document: the README's training table.
+"""Merge validation rows from several runs into one document: the training table of docs/measurements.md.
 
 Each row is taken whole (all its configurations, measured interleaved in one run) from the
 newest run that measured it; its source file is recorded in ``row["source"]``.

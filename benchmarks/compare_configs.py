@@ -4,7 +4,7 @@
 For every row of every given validation JSON that measured both configurations A and B
 (each in its own fresh processes, interleaved), prints the median over rounds of B's step
 time divided by A's in the same round, then their geometric mean and how many rows had B
-slower. The README uses it to show that TensorFlow's implicit default and an explicit 2x2
+slower. docs/measurements.md uses it to show that TensorFlow's implicit default and an explicit 2x2
 (the same thread counts on this host) differ only by noise.
 
     python benchmarks/compare_configs.py benchmarks/results/validate_paper_*.json --a tf-default --b 2x2

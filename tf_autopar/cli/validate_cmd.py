@@ -20,7 +20,7 @@ from tf_autopar.validation.plan_child import ROW_MODES
 # inference at batch 1 and training), a wide recommender at batch 1 (Wide&Deep: the
 # latency-bound case where fewer threads won on this kind of host) and a sequential conv net
 # (AlexNet, training), at tiny size. 4 rows x (5 distinct configurations x 3 rounds + 1 plan)
-# = 64 fresh processes on a 2-CPU host, ~6 s each: about 7 minutes.
+# = 64 fresh processes on a 2-CPU host, ~6 s each: about 6 minutes (5 min 55 s measured).
 QUICK_ROWS = (("inception_v3", "infer1"), ("inception_v3", "train"), ("wide_deep", "infer1"), ("alexnet", "train"))
 QUICK_WORKLOADS = tuple(dict.fromkeys(w for w, _ in QUICK_ROWS))
 QUICK_MODES = ("infer1", "train")
@@ -48,7 +48,7 @@ def add_parser(subparsers: Any) -> None:
                    help="batch of a model file's rows (its None batch dimension; default 1) and of workloads' "
                         "infer rows (default: the published batch)")
     p.add_argument("--quick", action="store_true",
-                   help="representative subset at tiny size, 3 rounds: under 10 minutes on 2 cores")
+                   help="representative subset at tiny size, 3 rounds: about 6 minutes on 2 cores")
     p.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 5; --quick 3)")
     p.add_argument("--steps", type=int, default=None, help="timed steps per run (default 20; --quick 10)")
     p.add_argument("--warmup", type=int, default=None, help="untimed steps per run first (default 3; --quick 2)")

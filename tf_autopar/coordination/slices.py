@@ -1,6 +1,6 @@
 """Cut this host's usable cores into one slice per worker, and the topology a worker plans for.
 
-Pure: Topology in, CPU ids out. The rules (documented in the README, "Several processes"):
+Pure: Topology in, CPU ids out. The rules (documented in docs/design.md, "Production"):
 
 - Capacity. The cores cut are the first ``min(physical cores, cpu_budget)`` cores in the
   planner's fill order (biggest socket, biggest NUMA node first). Under a cgroup quota the

@@ -33,7 +33,7 @@ Classes and why each is heavy:
   (+``WithNumSegments``) (the combiner of ``embedding_lookup_sparse``) and their grads.
   A look-up whose static output has fewer than ``MIN_LOOKUP_ELEMENTS`` elements (a few
   rows at batch 1) is light: Wide&Deep at batch 1 has 60 such look-ups, which made its
-  width 13, and two inter-op threads ran it 6% slower than one (README, "small ops").
+  width 13, and two inter-op threads ran it 6% slower than one (docs/design.md, "Small ops").
 - recurrent: fused recurrent cells that run a whole gate matmul (or a whole sequence)
   in one kernel: LSTMBlockCell, BlockLSTM{,V2}, GRUBlockCell, CudnnRNN{,V2,V3}, and
   their gradients. (Keras 3 LSTM/GRU on CPU unroll into MatMuls inside a While loop,

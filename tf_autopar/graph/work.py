@@ -1,7 +1,7 @@
 """How much arithmetic one heavy op does, from the static shapes in a GraphDef. Pure: no TF.
 
 The width rule says how many ops may run at once; it says nothing about whether one op
-is worth splitting across threads. Measured on this host (README, "small ops"): at batch 1,
+is worth splitting across threads. Measured on this host (docs/design.md, "Small ops"): at batch 1,
 DeepQ's convolutions (about 2 M multiply-adds each) ran 1.9x slower with two intra-op
 threads than with one, while SqueezeNet's (about 10 M+) ran 1.35x faster. Waking a
 second thread and joining it costs a fixed few tens of microseconds per op; only ops with

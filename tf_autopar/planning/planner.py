@@ -53,7 +53,7 @@ log = logging.getLogger("tf_autopar.planning")
 
 MODES = ("latency", "throughput", "training")
 # Below this typical heavy-op size (multiply-adds), one intra-op thread beats all of them.
-# Fitted on the 2-core host of the README's validation, batch 1, no quota: DeepQ (2.7 M) ran
+# Fitted on the 2-core AMD EPYC host of docs/measurements.md's validation, batch 1, no quota: DeepQ (2.7 M) ran
 # 1.9x faster with one thread, Speech (1.0 M, two RNN directions) 1.6x faster at 2x1 than 2x2,
 # Wide&Deep (0.9 M) 1.1x; SqueezeNet (27 M), DenseNet (48 M) and every bigger model ran
 # 1.1-1.8x faster with two. 8 M is the geometric middle of the 2.7 M / 27 M gap.
@@ -64,7 +64,7 @@ SMALL_OP_WORK = 8_000_000
 TINY_OP_WORK = 200_000
 # Training graphs: below this typical size, at least 2 inter-op threads where the graph is
 # 2-wide. A backward pass computes each layer's input and weight gradients independently, and
-# ops this size do not fill the cores alone. Fitted on the README's training rows (paper size,
+# ops this size do not fill the cores alone. Fitted on docs/measurements.md's training rows (paper size,
 # 2 cores): at 17-221 M (NCF, DeepQ, Wide&Deep, AutoEnc, Speech) 2x1 or 2x2 beat 1x2 by
 # 1.1-1.3x; at 430 M and more (SqueezeNet, DenseNet, the conv nets) a second intra-op thread
 # gained 1.6-1.9x and 1 inter-op thread did as well. 300 M is the geometric middle of the gap.

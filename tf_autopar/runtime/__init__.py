@@ -1,6 +1,6 @@
 """Apply thread plans inside a running program: enable(), disable(), status(), optimize().
 
-Which path applies when (see also the README):
+Which path applies when (see also docs/design.md):
 - enable() before TensorFlow's runtime starts (before the first op or Session; after
   ``import tensorflow`` is fine): the process pools are set through TF_NUM_* variables,
   from the model given, else the plan cache for this program, else the host alone;

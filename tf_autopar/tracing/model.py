@@ -6,7 +6,7 @@ on the thread that ran the kernel (``tf_Compute`` inter-op threads, the caller's
 ``python`` thread for inlined or eager work, tf.data threads...). Everything from here on
 is shared, so both backends give identical structures.
 
-Conventions (documented in the README):
+Conventions (documented in docs/tracing.md):
 
 - ``kernel`` is the op type that actually ran (``_MklNativeConv2D``: TF's oneDNN rewrite);
   ``type`` is its framework name with the oneDNN prefix removed (``Conv2D``,
