@@ -265,3 +265,32 @@ def test_bad_input_is_a_clear_error_without_importing_tensorflow():
     with pytest.raises(ValueError, match="signature= needs a SavedModel"):
         OptimizedFunction(lambda x: x, signature="serving_default")
     assert ("tensorflow" in sys.modules) == had_tf
+
+
+@pytest.mark.tf
+def test_optimize_uses_what_tune_measured_for_the_loaded_savedmodel(tmp_path):
+    """`tf-autopar tune` keys its result by the model file's fingerprint; optimize() plans a frozen
+    graph (another fingerprint), so it must find the tune through the model it was given."""
+    from _runtime_child import cpus
+
+    if cpus() < 2:
+        pytest.skip("a tuned 2x2 needs 2 CPUs")
+    res = _child("""
+    tf_autopar.enable(batch=1)
+    from tf_autopar.graph import analyze
+    from tf_autopar.runtime import cache, core
+    fp = analyze(PATH, batch=1).fingerprint
+    cache.store_tuned(fp, cache.host_key(core.topology()), "latency", 1,
+                      {"inter_op": 2, "intra_op": 2, "speedup": 1.25, "rounds": 3, "runs": 8, "date": "2026-11-30"})
+    loaded = tf.saved_model.load(PATH)
+    fast = tf_autopar.optimize(loaded)
+    x = {"zeta": rng.normal(size=(1, 4)).astype(np.float32), "alpha": rng.normal(size=(1, 3)).astype(np.float32)}
+    out = fast(**x)
+    rule = tf_autopar.optimize(model)  # built here, not loaded: nothing was tuned for it
+    rule(x["zeta"], x["alpha"])
+    report(tuned=[fast.plan.inter_op, fast.plan.intra_op], explain="tuned on 2026-11-30" in fast.plan.explain(),
+           same=maxdiff(as_numpy(loaded.signatures["serving_default"](**{k: tf.constant(v) for k, v in x.items()})),
+                        out) < 1e-6,
+           rule_tuned="tuned on" in rule.plan.explain())
+    """, tmp_path, saved_model=True)
+    assert res == {"tuned": [2, 2], "explain": True, "same": True, "rule_tuned": False}

@@ -47,16 +47,27 @@ def effective_mode(mode: str, profile: Any) -> str:
     return mode
 
 
-def plan_for(profile: Any, mode: str, *, width: int | None = None, streams: int | None = None) -> Any:
+def plan_for(profile: Any, mode: str, *, width: int | None = None, streams: int | None = None,
+             tuned_fingerprint: str | None = None) -> Any:
+    """``tuned_fingerprint``: look up what `tune` measured under this fingerprint (the model file
+    a frozen graph came from) rather than the profile's own."""
     from tf_autopar.planning import plan
 
     maybe_fail("plan")
     mode = effective_mode(mode, profile)
+    measured = tuned_for(_Fingerprint(tuned_fingerprint) if tuned_fingerprint else profile, mode)
     return plan(
         topology(), profile, mode, width=width, env=controller.user_env(),
-        streams=streams if mode == "throughput" else None, tuned=tuned_for(profile, mode),
+        streams=streams if mode == "throughput" else None, tuned=measured,
         calibration=calibration_for(topology()) if profile is not None else None,
     )
+
+
+class _Fingerprint:
+    __slots__ = ("fingerprint",)
+
+    def __init__(self, fingerprint: str) -> None:
+        self.fingerprint = fingerprint
 
 
 def calibration_for(topo: Any) -> Any:

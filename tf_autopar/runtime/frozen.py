@@ -80,6 +80,9 @@ class OptimizedFunction:
         if streams is not None and (mode != "throughput" or isinstance(streams, bool)
                                     or not isinstance(streams, int) or streams < 1):
             raise ValueError(f"streams must be a positive integer with mode='throughput', got {streams!r} ({mode})")
+        from tf_autopar.runtime.model_loads import source_fingerprint
+
+        self._tuned_fingerprint = source_fingerprint(target)  # a model loaded after enable(): its tune
         self._target, self._kind = _resolve(target, signature)
         self._input_names: list[str] = _signature_inputs(self._target) if self._kind == SIGNATURE else []
         self._mode = mode
@@ -225,7 +228,7 @@ class OptimizedFunction:
             self._concretes[key] = concrete
         old = self._compiled.get(key)
         compiled = _Compiled.build(concrete, self._mode, self._streams, self._input_names,
-                                   reuse=old if refresh else None)
+                                   reuse=old if refresh else None, tuned_fingerprint=self._tuned_fingerprint)
         compiled.generation = generation
         self._compiled[key] = compiled
         if old is not None:
@@ -304,7 +307,7 @@ class _Compiled:
 
     @classmethod
     def build(cls, concrete: Any, mode: str, streams: int | None = None, input_names: Sequence[str] = (),
-              reuse: "_Compiled | None" = None) -> "_Compiled":
+              reuse: "_Compiled | None" = None, tuned_fingerprint: str | None = None) -> "_Compiled":
         """Freeze ``concrete`` and open its sessions; ``reuse``: a stale build whose plan still holds
         (same graph, new constants), so no new analysis and no new session records."""
         import tensorflow as tf
@@ -325,7 +328,7 @@ class _Compiled:
             profile, plan, ms = reuse.profile, reuse.plan, 0.0
         else:
             profile, ms = core.analyze_graph(graph_def, f"optimize({name})")
-            plan = core.plan_for(profile, mode, streams=streams)
+            plan = core.plan_for(profile, mode, streams=streams, tuned_fingerprint=tuned_fingerprint)
         fields = plan.config_proto_fields()
         config = tf.compat.v1.ConfigProto(
             inter_op_parallelism_threads=fields["inter_op_parallelism_threads"],

@@ -23,6 +23,7 @@ import functools
 import logging
 import os
 import sys
+import weakref
 from typing import Any
 
 from tf_autopar.runtime import cache, controller, core
@@ -40,6 +41,8 @@ _KERAS_TARGETS = (("keras.src.saving.saving_api", "load_model"), ("keras.models"
 _WRAPPED = "__tf_autopar_wrapped__"
 _patched: list[tuple[Any, str, Any]] = []  # (owner, attribute, original)
 _planned: set[str] = set()  # models already planned in this process (real paths)
+_fingerprints: dict[str, str] = {}  # real path -> the fingerprint its plan (and a tune) is keyed by
+_sources: "weakref.WeakKeyDictionary[Any, str]" = weakref.WeakKeyDictionary()  # loaded object -> fingerprint
 _installed = False
 
 
@@ -89,7 +92,9 @@ def _wrap(module_name: str, attr: str, kind: str) -> None:
     @functools.wraps(original)
     def load(path: Any, *args: Any, **kwargs: Any) -> Any:
         before_load(path, kind)
-        return original(path, *args, **kwargs)
+        loaded = original(path, *args, **kwargs)
+        _remember(loaded, path)
+        return loaded
 
     setattr(load, _WRAPPED, original)
     setattr(owner, attr, load)
@@ -123,6 +128,24 @@ def before_load(path: Any, kind: str) -> None:
         fail_open(f"plan from the {kind} model being loaded", exc)
 
 
+def _remember(loaded: Any, path: Any) -> None:
+    """Which model file ``loaded`` came from, so optimize(loaded) finds what `tune` measured for it."""
+    try:
+        fingerprint = _fingerprints.get(os.path.realpath(os.fspath(path)))
+        if fingerprint:
+            _sources[loaded] = fingerprint
+    except TypeError:  # not weak-referenceable, or not a path: optimize() plans by the rule
+        pass
+
+
+def source_fingerprint(loaded: Any) -> str | None:
+    """The fingerprint of the model file ``loaded`` was loaded from after enable(), if known."""
+    try:
+        return _sources.get(loaded)
+    except TypeError:
+        return None
+
+
 def on_load(path: str) -> None:
     real = os.path.realpath(path)
     with STATE.lock:
@@ -134,6 +157,7 @@ def on_load(path: str) -> None:
     profile = model_profile(real, STATE.batch if STATE.batch_given else None, started)
     if profile is None:
         return
+    _fingerprints[real] = profile.fingerprint
     source = f"model {path} (loaded)"
     plan = core.plan_for(profile, STATE.mode, streams=STATE.streams)
     if STATE.use_cache:
