@@ -343,3 +343,25 @@ def test_use_graph_marks_embedding_gathers_heavy(tf_env, native) -> None:
     assert next(r for r in t.by_type() if r.type == "GatherV2").heavy == "embedding"
     with pytest.raises(ValueError, match="GraphDef"):
         t.use_graph(42)
+
+
+def test_cli_traces_a_users_savedmodel_and_keras_file(tf_env, native, capsys, tmp_path) -> None:
+    """Everything a user does with a bundled workload works on their own model: trace included."""
+    from _runtime_child import build_user_model
+
+    from tf_autopar.cli.main import main
+
+    models = build_user_model(str(tmp_path / "m"))
+    for path in (models["SM"], models["KERAS"]):
+        rc = main(["trace", path, "--batch", "4", "--steps", "2", "--warmup", "1", "--json"])
+        assert rc == 0
+        data = json.loads(capsys.readouterr().out)
+        assert data["workload"] == path and data["batch"] == 4 and data["steps"] == 2
+        heavy = {r["type"]: r["heavy"] for r in data["by_type"]}
+        assert "Conv2D" in str(heavy) and any(h for h in heavy.values()), heavy
+    assert main(["trace", models["SM"], "--mode", "train"]) == 2
+    assert "traced for inference" in capsys.readouterr().err
+    assert main(["trace", str(tmp_path / "missing")]) == 2
+    assert "missing" in capsys.readouterr().err
+    assert main(["trace", "autoenc", "--input-shape", "x=1,2"]) == 2
+    assert "apply to model files" in capsys.readouterr().err

@@ -1,4 +1,5 @@
-"""`tf-autopar trace WORKLOAD`: per-op-type time profile of a bundled workload's steps."""
+"""`tf-autopar trace MODEL`: per-op-type time profile of a model's steps (a bundled workload's, or
+a SavedModel's / .keras file's inference on inputs synthesised from its signature, as ``bench``)."""
 from __future__ import annotations
 
 import argparse
@@ -6,22 +7,28 @@ import json
 import sys
 from typing import Any
 
+from tf_autopar.models.options import add_model_flags, from_args
+
 
 def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "trace",
-        help="per-op-type time profile of a workload (native op tracer)",
+        help="per-op-type time profile of a workload, SavedModel or .keras file (native op tracer)",
         description=(
-            "Run a bundled workload for a few steps under tf_autopar.trace() and print where the time "
+            "Run a bundled workload, or a SavedModel / .keras file's inference on synthesised inputs, for a "
+            "few steps under tf_autopar.trace() and print where the time "
             "goes by op type, and the share of heavy ops (conv, matmul, embedding, recurrent) versus the "
             "rest. The native tracer is built on first use (about 10 s, cached per TF version); without "
             "a compiler the slower tf.profiler fallback runs (TF_AUTOPAR_NO_NATIVE=1 forces it)."
         ),
     )
-    p.add_argument("workload", nargs="?", help="bundled workload name (see `tf-autopar workloads`)")
-    p.add_argument("--mode", choices=("infer", "train"), default="infer", help="inference or training steps")
+    p.add_argument("workload", nargs="?", metavar="MODEL",
+                   help="bundled workload name (see `tf-autopar workloads list`), SavedModel directory or .keras file")
+    p.add_argument("--mode", choices=("infer", "train"), default="infer",
+                   help="inference or training steps (a model file: inference)")
     p.add_argument("--size", choices=("tiny", "paper"), default="tiny", help="model size (default tiny)")
-    p.add_argument("--batch", type=int, default=None, help="batch size (default: the workload's published one)")
+    p.add_argument("--batch", type=int, default=None,
+                   help="batch size (default: the workload's published one; a model file's None batch: 1)")
     p.add_argument("--path", choices=("function", "session"), default="function",
                    help="run as a tf.function (default) or in a TF1 Session")
     p.add_argument("--steps", type=int, default=10, help="traced steps (default 10)")
@@ -33,7 +40,8 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--chrome", metavar="OUT_JSON", help="write a Perfetto / chrome://tracing timeline")
     p.add_argument("--json", action="store_true", help="print the full result as JSON")
     p.add_argument("--build", action="store_true",
-                   help="(re)build the native tracer for the installed TensorFlow and exit (no WORKLOAD)")
+                   help="(re)build the native tracer for the installed TensorFlow and exit (no MODEL)")
+    add_model_flags(p)
     p.set_defaults(func=run)
 
 
@@ -71,6 +79,38 @@ def _step_fn(built: Any, mode: str, path: str) -> tuple[Any, Any, Any]:
     return (lambda: fn(*xs).numpy()), None, built.graph_def("train")
 
 
+def _is_model(name: str) -> bool:
+    from tf_autopar.models.load import looks_like_model
+
+    return looks_like_model(name)
+
+
+def _workload_step(args: argparse.Namespace) -> tuple[Any, Any, Any, int]:
+    if from_args(args).given:
+        raise ValueError("--signature, --input-shape, --int-max and --inputs apply to model files (SavedModel "
+                         f"directories, .keras files), not to the bundled workload {args.workload!r}")
+    import workloads
+    from workloads import runner
+
+    workloads.module_path(args.workload)  # ValueError listing the bundled names
+    built = runner.build(args.workload, size=args.size, batch=args.batch)
+    return (*_step_fn(built, args.mode, args.path), built.batch)
+
+
+def _model_step(args: argparse.Namespace) -> tuple[Any, Any, Any, int]:
+    """A model file's inference step on inputs synthesised from its signature (models/load.py)."""
+    from tf_autopar.models.load import model_kind, prepare_model
+
+    model_kind(args.workload)  # missing path, not a model: a clear error
+    if args.mode != "infer":
+        raise ValueError(f"a model file is traced for inference (--mode infer), got --mode {args.mode}")
+    if args.path != "function":
+        raise ValueError("a model file runs its own functions: --path session applies to bundled workloads")
+    prepared = prepare_model(args.workload, args.batch or 1, from_args(args))
+    return prepared.model.step(prepared.arrays), None, prepared.model.concrete_function(prepared.arrays), \
+        prepared.batch
+
+
 def run(args: argparse.Namespace) -> int:
     if args.build:
         return _build(args)
@@ -80,14 +120,11 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--steps must be a positive integer, got {args.steps}")
     if args.warmup < 0:
         raise ValueError(f"--warmup must be zero or more, got {args.warmup}")
-    try:
-        from workloads import runner
-    except ImportError as exc:  # pragma: no cover - workloads ship with the package
-        raise ValueError(f"the bundled workloads are not available: {exc}") from exc
+    if args.batch is not None and args.batch < 1:
+        raise ValueError(f"--batch must be a positive integer, got {args.batch}")
     import tf_autopar
 
-    built = runner.build(args.workload, size=args.size, batch=args.batch)
-    step, closer, graph = _step_fn(built, args.mode, args.path)
+    step, closer, graph, batch = _model_step(args) if _is_model(args.workload) else _workload_step(args)
     try:
         for _ in range(args.warmup):
             step()
@@ -102,14 +139,14 @@ def run(args: argparse.Namespace) -> int:
     if args.chrome:
         t.save_chrome_trace(args.chrome)
     if args.json:
-        data = {"workload": args.workload, "mode": args.mode, "size": args.size, "batch": built.batch,
+        data = {"workload": args.workload, "mode": args.mode, "size": args.size, "batch": batch,
                 "path": args.path, **t.to_dict(steps=args.steps)}
         if args.chrome:
             data["chrome_trace"] = args.chrome
         json.dump(data, sys.stdout, indent=2)
         print()
     else:
-        print(render(t, args.workload, args.mode, args.size, built.batch, args.steps, args.top, args.ops))
+        print(render(t, args.workload, args.mode, args.size, batch, args.steps, args.top, args.ops))
         if args.chrome:
             print(f"chrome trace: {args.chrome} (open in ui.perfetto.dev or chrome://tracing)")
     return 0
