@@ -1,0 +1,84 @@
+"""Markdown tables from `tf-autopar validate --tuned` documents: the rule's plan, the tuned
+setting and the optimum side by side, with the tuning's cost against the sweep's.
+
+Usage: python benchmarks/tuned_table.py RESULT.json [RESULT.json ...]
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+
+
+def _ratio(c: dict | None) -> str:
+    if not c or c.get("value") is None:
+        return "-"
+    p = c.get("paired") or {}
+    rng = f" ({p['min']:.2f}-{p['max']:.2f})" if p.get("n", 0) >= 2 and p.get("min") is not None else ""
+    return f"{c['value']:.2f}{rng}"
+
+
+def _threads(row: dict, name: str) -> str:
+    cfg = row["configs"].get(name) or {}
+    return f"{cfg.get('inter', 0)}x{cfg.get('intra', 0)}" if cfg else "-"
+
+
+def _opt(row: dict, s: dict) -> str:
+    opt = s.get("optimum")
+    if not opt:
+        return "-"
+    cfg = row["configs"][opt]
+    label = {"tf-default": "default", "tf-recommended": "TF-rec.", "intel-recommended": "Intel-rec."}.get(opt, "")
+    threads = f"{cfg['inter']}x{cfg['intra']}" if cfg.get("inter") else "2x2 (implicit)"
+    return f"{threads}" + (f" ({label})" if label and cfg.get("inter") else "")
+
+
+def _name(workload: str) -> str:
+    return os.path.basename(workload.rstrip("/")) if "/" in workload else workload
+
+
+def table(doc: dict) -> str:
+    lines = ["| model | mode | batch | rule's plan | plan/opt | tuned | tuned/opt | optimum | tune: runs, machine time | share of the sweep's time |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    geo_plan, geo_tuned, tune_s, sweep_s = [], [], 0.0, 0.0
+    for row in doc["rows"]:
+        s = row.get("summary") or {}
+        cost = s.get("tune_cost") or {}
+        pv = (s.get("ours_vs_optimum") or {}).get("value")
+        tv = (s.get("tuned_vs_optimum") or {}).get("value")
+        if pv:
+            geo_plan.append(pv)
+        if tv:
+            geo_tuned.append(tv)
+        tune_s += cost.get("wall_s") or 0.0
+        sweep_s += cost.get("sweep_wall_s") or 0.0
+        stopped = ((row.get("tune") or {}).get("search") or {}).get("stopped", "")
+        how = stopped.split(":")[0] if stopped else (row.get("tune") or {}).get("status", "-")
+        share = cost.get("share")
+        lines.append(f"| {_name(row['workload'])} | {row['mode']} | {row['batch']} | {_threads(row, 'tf_autopar')} | "
+                     f"{_ratio(s.get('ours_vs_optimum'))} | {_threads(row, 'tuned')} ({how}) | "
+                     f"{_ratio(s.get('tuned_vs_optimum'))} | {_opt(row, s)} | {cost.get('runs', '-')}, "
+                     f"{cost.get('wall_s', 0):.0f} s | {'-' if share is None else f'{share:.0%}'} |")
+    g = lambda xs: math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")  # noqa: E731
+    lines.append(f"| geomean | | | | {g(geo_plan):.3f} | | {g(geo_tuned):.3f} | | {tune_s:.0f} s | "
+                 f"{tune_s / sweep_s:.0%} |" if sweep_s else "| geomean | | | | | | | | | |")
+    low_plan = sum(1 for x in geo_plan if x < 0.97)
+    low_tuned = sum(1 for x in geo_tuned if x < 0.97)
+    host = doc.get("host", {}).get("cpu", {})
+    lines.append("")
+    lines.append(f"{len(geo_plan)} rows; below 0.97 of the optimum: plan {low_plan}, tuned {low_tuned}. "
+                 f"Processor: {host.get('model', '?')}; started {doc.get('started')}, finished {doc.get('finished')}.")
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    for path in argv:
+        with open(path, encoding="utf-8") as fh:
+            print(table(json.load(fh)))
+            print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
