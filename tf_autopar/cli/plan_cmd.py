@@ -9,9 +9,9 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import sys
 from typing import Any, Mapping
 
+from tf_autopar.cli.notes import say
 from tf_autopar.planning import BASELINES, FORMATS, MODES, ThreadPlan, baseline_plan, plan
 
 log = logging.getLogger("tf_autopar.cli")
@@ -107,6 +107,15 @@ def load_profile(model: str, mode: str = "latency", **options: Any) -> Any:
     return analyze(model, workload_mode="train" if mode == "training" else "infer", **options)
 
 
+def workload_names() -> list[str]:
+    """The bundled workloads' names ([] without the workloads package)."""
+    try:
+        import workloads
+    except ImportError:  # pragma: no cover - workloads ship with the package
+        return []
+    return workloads.names()
+
+
 def measured_for(profile: Any, mode: str, topology: Any, batch: int | None) -> tuple[Any, Any]:
     """(tuned setting, calibration) that `tune` and `calibrate` measured on this host for the model."""
     if profile is None:
@@ -125,6 +134,9 @@ def build_plan(args: argparse.Namespace, topology: Any, env: Mapping[str, str] |
     options = shape_options(args, args.mode)
     if args.model is not None and not os.path.exists(args.model):
         options["workload_size"] = getattr(args, "size", "tiny")
+        if args.model in workload_names():
+            say("plan", f"building workload {args.model} at size {options['workload_size']} to analyse it "
+                        "(imports TensorFlow: a few seconds)")
     profile = load_profile(args.model, args.mode, **options) if args.model is not None else None
     ignore = getattr(args, "no_tuned", False)
     tuned, calibration = (None, None) if ignore else measured_for(profile, args.mode, topology, options["batch"])
@@ -153,8 +165,6 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"--batching-file {args.batching_file!r} does not exist, and only a throughput plan "
                              "batches (--mode throughput writes it)")
         write_to, args = args.batching_file, argparse.Namespace(**{**vars(args), "batching_file": None})
-    if args.model is not None and args.baseline is None and not os.path.exists(args.model):
-        say(f"building workload {args.model} at size {args.size} to analyse it (imports TensorFlow: a few seconds)")
     topology = detect_topology(root=args.root)
     result = build_plan(args, topology, os.environ)
     if fmt != "tfserving":
@@ -164,21 +174,18 @@ def run(args: argparse.Namespace) -> int:
         if write_to is not None:
             with open(write_to, "w", encoding="utf-8") as fh:
                 fh.write(result.batching_parameters(max_batch_size=batch))
-            say(f"wrote {write_to} (max_batch_size {batch}, num_batch_threads {result.instances})")
+            say("plan", f"wrote {write_to} (max_batch_size {batch}, num_batch_threads {result.instances})")
         elif args.batching_file:
-            say(f"kept {args.batching_file} as it is (its max_batch_size is the batch planned for); the plan's "
+            say("plan", f"kept {args.batching_file} as it is (its max_batch_size is the batch planned for); the plan's "
                 f"num_batch_threads is {result.instances}, max_enqueued_batches {2 * result.instances}")
         print(result.tfserving_text(batching_file=args.batching_file or write_to or "batching_parameters.txt",
                                     max_batch_size=batch,
                                     batching_written=bool(write_to or args.batching_file)), end="")
     if fmt == "env" and result.instances > 1:
-        say(f"{result.instances} instances: start {result.instances} processes with these variables, each bound to "
-            "its CPU list in TF_AUTOPAR_CPUS (taskset -c LIST), or let `tf-autopar run --mode throughput -- COMMAND` "
-            "start and bind them; processes that call tf_autopar.enable() take their own CPUs from "
-            "TF_AUTOPAR_INSTANCES")
+        n = result.instances
+        say("plan", f"{n} instances: start {n} processes with these variables, each bound to its CPU list in "
+                    f"TF_AUTOPAR_CPUS (taskset -c LIST), or let `tf-autopar run --mode throughput --instances {n} "
+                    "-- COMMAND` start and bind them; processes that call tf_autopar.enable() take their own CPUs "
+                    "from TF_AUTOPAR_INSTANCES")
     return 0
 
-
-def say(message: str) -> None:
-    """A note for the person at the terminal, on stderr so stdout stays machine-readable."""
-    print(f"tf-autopar: {message}", file=sys.stderr, flush=True)

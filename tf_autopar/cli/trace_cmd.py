@@ -3,8 +3,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
+
+from tf_autopar.cli.notes import say
 
 
 def add_parser(subparsers: Any) -> None:
@@ -52,6 +55,20 @@ def _build(args: argparse.Namespace) -> int:
     return 0
 
 
+def _native_needs_building() -> bool:
+    """True when tracing will first compile the native tracer (a wait worth announcing)."""
+    from tf_autopar.tracing.build import FAILED_MARKER, NativeBuildError, make_plan
+    from tf_autopar.tracing.tracer import native_disabled
+
+    if native_disabled() or os.environ.get("TF_AUTOPAR_NATIVE_LIB"):
+        return False
+    try:
+        plan = make_plan()
+    except (NativeBuildError, OSError):
+        return False  # no compiler: the fallback says so itself
+    return not plan.library.is_file() and not (plan.cache_dir / FAILED_MARKER).is_file()
+
+
 def _step_fn(built: Any, mode: str, path: str) -> tuple[Any, Any, Any]:
     """(step callable, closer, GraphDef whose node names the trace will show)."""
     import tensorflow as tf
@@ -86,7 +103,11 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"the bundled workloads are not available: {exc}") from exc
     import tf_autopar
 
+    if not args.json:
+        say("trace", f"building workload {args.workload} at size {args.size} (imports TensorFlow: a few seconds)")
     built = runner.build(args.workload, size=args.size, batch=args.batch)
+    if args.backend != "profiler" and not args.json and _native_needs_building():
+        say("trace", "compiling the native op tracer for this TensorFlow (once per version: about 10 s)")
     step, closer, graph = _step_fn(built, args.mode, args.path)
     try:
         for _ in range(args.warmup):
