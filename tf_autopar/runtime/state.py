@@ -95,10 +95,10 @@ class Status:
                             "gives its batch")
         if self.patches:
             lines.append("  watching: " + ", ".join(_HOOK_WORDS.get(h.split(" (")[0], h) for h in self.patches))
-        for i, rec in enumerate(self.sessions, 1):
+        for rec in self.sessions:
             pools = "its own pools" if rec.per_session_threads else "the process pools"
             intra = "" if rec.intra_per_session else " (intra-op: the process pool)"
-            lines.append(f"  TF1 session {i}: {_ops(rec.heavy_ops)}, width {rec.avg_width} -> "
+            lines.append(f"  TF1 session {rec.session.rsplit('#', 1)[-1]}: {_ops(rec.heavy_ops)}, width {rec.avg_width} -> "
                          f"{_threads(rec.inter_op, rec.intra_op)}, {pools}{intra}"
                          + (f"; kept yours: {', '.join(rec.user_fields)}" if rec.user_fields else "")
                          + (f"; {rec.note}" if rec.note else ""))
