@@ -82,7 +82,7 @@ class Status:
                 lines.append(f"  not applied: {item}")
             if p.running_inter:
                 lines.append(f"  TensorFlow runs {_threads(p.running_inter, p.running_intra)}; its default here: "
-                             + (_threads(p.tf_default, p.tf_default) + f" (one per CPU it may use)"
+                             + (_threads(p.tf_default, p.tf_default) + " (one per CPU it may use)"
                                 if p.tf_default else "one thread per CPU it may use, in each pool"))
             if p.bound_cpus:
                 lines.append("  bound to CPUs " + format_cpus(p.bound_cpus))
