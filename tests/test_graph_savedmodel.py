@@ -92,7 +92,7 @@ def test_keras_model_export_matches_predict_analysis(tmp_path):
 def test_bad_paths(tmp_path):
     with pytest.raises(FileNotFoundError, match="no_such_dir"):
         analyze(str(tmp_path / "no_such_dir"))
-    with pytest.raises(FileNotFoundError, match="neither an existing path nor a known workload"):
+    with pytest.raises(FileNotFoundError, match=r"neither an existing path nor a bundled workload \(workloads: alexnet, .*wide_deep\)"):
         analyze("surely_not_a_workload_name")
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match="has no saved_model.pb/saved_model.pbtxt"):

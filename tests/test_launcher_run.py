@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -33,8 +34,14 @@ def test_instances_are_pinned_to_disjoint_cpus_and_user_variables_survive():
     p = launcher(["--instances", "2", "--", sys.executable, "-c", REPORT], env={"TF_NUM_INTEROP_THREADS": "7"})
     out, err = p.communicate(timeout=60)
     assert p.returncode == 0, err
-    rows = sorted((json.loads(line) for line in out.splitlines() if line.startswith("{")), key=lambda r: r["i"])
+    # several instances: every line whole, led by its instance (they never share a line)
+    assert out.splitlines() and all(re.match(r"\[instance [01]\] \{.*\}$", line) for line in out.splitlines()), out
+    rows = sorted((json.loads(line.split("] ", 1)[1]) for line in out.splitlines()), key=lambda r: r["i"])
     assert [r["i"] for r in rows] == ["0", "1"] and all(r["n"] == "2" for r in rows)
+    assert all(line.startswith(f"[instance {r['i']}] ") for line, r in zip(sorted(out.splitlines()), rows))
+    # one line per instance started, on stderr: its CPUs and threads
+    for r in rows:
+        assert re.search(rf"instance {r['i']} of 2: CPUs {r['cpus'][0]}\S* \(bound\), inter_op=\d+ intra_op={r['intra']}", err), err
     a, b = set(rows[0]["cpus"]), set(rows[1]["cpus"])
     assert a and b and not (a & b)  # really bound, to distinct CPUs
     assert all(r["inter"] == "7" for r in rows)  # the user's variable, never overridden
@@ -105,3 +112,51 @@ def test_instances_get_disjoint_whole_core_slices_each_planned_for_its_slice():
     # more instances than cores: the sharing rule, not an error
     crowded = launch_specs(topo, ["true"], mode="latency", instances=30, environ={})
     assert len(crowded.instances) == 30 and all(spec.intra_op == 1 for spec in crowded.instances)
+
+
+def test_log_dir_gets_one_file_per_instance_and_the_terminal_none_of_their_output(tmp_path):
+    logs = tmp_path / "logs"
+    p = launcher(["--instances", "2", "--log-dir", str(logs), "--", sys.executable, "-c",
+                  "import os, sys; i = os.environ['TF_AUTOPAR_INSTANCE']; print('out', i); print('err', i, file=sys.stderr)"])
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    assert out == ""
+    for i in ("0", "1"):
+        assert sorted((logs / f"instance-{i}.log").read_text().split("\n")) == ["", f"err {i}", f"out {i}"]
+        assert f"log {logs}/instance-{i}.log" in err
+
+
+def test_instances_sharing_cpus_are_warned_about():
+    p = launcher(["--cores", "0", "--instances", "2", "--", sys.executable, "-c", "pass"])
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    assert "warning: 2 instances on 1 CPUs" not in err  # counts in English
+    assert "warning: 2 instances on 1 CPU: instances share CPUs (CPU 0: instances 0, 1)" in err, err
+
+
+def test_refusals_name_the_problem_and_the_way_out():
+    p = launcher(["--json", "--", "true"])
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 2 and err.startswith("tf-autopar run: error: --json prints the launch plan and needs --dry-run")
+    p = launcher(["--instances", "0", "--", "true"])
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 2 and err.startswith("tf-autopar run: error: --instances must be at least 1")  # not the command
+    if len(os.sched_getaffinity(0)) >= 2:  # the throughput plan has several instances here
+        p = launcher(["--mode", "throughput", "--", "true"])
+        _, err = p.communicate(timeout=60)
+        assert p.returncode == 2 and "would start COMMAND" in err and "--instances" in err, err
+        p = launcher(["--mode", "throughput", "--instances", "2", "--", sys.executable, "-c", "pass"])
+        _, err = p.communicate(timeout=60)
+        assert p.returncode == 0 and "starting 2 instances" in err, err
+
+
+def test_shared_cpus_warning_in_the_launch_plan():
+    from tf_autopar.runtime.launcher import launch_specs
+    from tf_autopar.topology import detect_topology
+
+    topo = detect_topology(os.path.join(os.path.dirname(__file__), "fixtures", "hosts", "this-host-2c"))
+    assert launch_specs(topo, ["true"], instances=2, environ={}).warnings == ()
+    crowded = launch_specs(topo, ["true"], instances=5, environ={})
+    assert crowded.warnings == ("5 instances on 2 CPUs: instances share CPUs (CPU 0: instances 0, 2, 4; CPU 1: "
+                                "instances 1, 3), so they slow each other down; at most 2 get a CPU of their own "
+                                "(--instances 2)",)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -15,9 +16,9 @@ from tf_autopar.cli.plan_cmd import build_plan
 from tf_autopar.planning.user_settings import ENV_VARS
 
 try:
-    from test_planner_hosts import hosts
+    from test_planner_hosts import hosts, make_topology
 except ImportError:  # tests/ imported as a package
-    from tests.test_planner_hosts import hosts
+    from tests.test_planner_hosts import hosts, make_topology
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hosts"
 
@@ -144,3 +145,29 @@ def test_cli_does_not_import_tensorflow():
     env = {k: v for k, v in os.environ.items() if k not in ENV_VARS}
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1]) + os.pathsep + env.get("PYTHONPATH", "")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120, env=env, capture_output=True)
+
+
+def test_text_reports_a_given_width_as_given_and_counts_in_english(clean_env, capsys):
+    from tf_autopar.planning import plan
+
+    text = plan(hosts()["this"], width=3).explain()
+    assert "model width 3 (given, not analysed)" in text
+    assert "heavy ops" not in text and "depth" not in text and "max width" not in text  # nothing was analysed
+    one = plan(make_topology(1, 1, 1, 1), width=1).explain()
+    assert "1 logical CPU on 1 physical core (1 per core), 1 socket, 1 NUMA node" in one
+    assert "usable: 1 core\n" in one + "\n" and "it gets its CPU" in one
+    assert not re.search(r"\b1 (CPUs|cores|sockets)\b", one), one
+    bound = plan(hosts()["skylake"], mode="throughput", streams=2).explain()
+    assert "cpus = 0-11 | 12-23 [planned]" in bound and "['" not in bound
+
+
+def test_size_is_a_choice_and_a_misspelt_workload_lists_the_names(clean_env, capsys):
+    assert _args("--size", "paper").size == "paper" and _args().size == "tiny"
+    with pytest.raises(SystemExit):
+        _args("--size", "huge")
+    assert "invalid choice: 'huge'" in capsys.readouterr().err
+    for command in (["plan", "inceptoin_v3"], ["analyze", "inceptoin_v3"]):
+        assert main(command) == 2
+        err = capsys.readouterr().err
+        assert "'inceptoin_v3' is neither an existing path nor a bundled workload" in err
+        assert "inception_v3" in err.split("workloads:")[1], err

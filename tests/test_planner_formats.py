@@ -1,14 +1,19 @@
 """Plan rendering: env lines, JSON round-trip, TF Serving flags, Python snippet, text. No TensorFlow."""
 from __future__ import annotations
 
+import ast
+import dataclasses
 import json
+import re
 import shlex
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from tf_autopar.planning import BASELINES, FORMATS, ThreadPlan, baseline_plan, plan
+from tf_autopar.planning.plan import format_cpus
 
 try:
     from test_planner_hosts import hosts
@@ -89,7 +94,7 @@ def test_tfserving_flags_and_batching_for_throughput():
     params = p.batching_parameters()
     assert "num_batch_threads { value: 16 }" in params and "max_enqueued_batches { value: 32 }" in params
     assert "max_batch_size { value: 32 }" in params
-    assert "# batching_parameters.txt:" in p.format("tfserving")
+    assert "# batching_parameters.txt (write it" in p.format("tfserving")
     q = plan(hosts("openmp")["epyc"], mode="throughput", width=2)
     # OpenMP: the intra flag is one op's team (4 // 2 = 2); inter 16 streams x 2
     assert q.tfserving_flags()[:2] == ["--tensorflow_intra_op_parallelism=2", "--tensorflow_inter_op_parallelism=32"]
@@ -140,3 +145,108 @@ def test_explain_is_a_few_lines_naming_mode_and_numbers():
     assert text.startswith("tf_autopar plan, latency mode: inter_op=3 intra_op=8 OMP/MKL=8")
     assert len(text.splitlines()) <= 16
 
+
+
+# ---------------------------------------------------------------- every format, the same plan
+
+_SUMMARY = re.compile(r"plan, \w+ mode: (?:(\d+) instances, each )?inter_op=(\d+) intra_op=(\d+)(?: OMP/MKL=(\d+))?")
+_OMP_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "KMP_BLOCKTIME", "KMP_AFFINITY")
+
+
+def _from_summary(text: str) -> dict:
+    m = _SUMMARY.search(text)
+    assert m, text
+    return {"instances": int(m.group(1) or 1), "inter": int(m.group(2)), "intra": int(m.group(3))}
+
+
+def _facts(fmt: str, text: str) -> dict:
+    """(instances, inter, intra, CPU lists, OpenMP variables) read back from one rendering, by
+    that format's own syntax, as a person or a script would read it."""
+    if fmt == "json":
+        d = json.loads(text)
+        env = ThreadPlan.from_dict(d).to_env()
+        return {"instances": d["instances"], "inter": d["inter_op"], "intra": d["intra_op"],
+                "cpus": [format_cpus(g) for g in d["cpus"]], "omp": {k: env[k] for k in _OMP_VARS if k in env}}
+    if fmt == "env":
+        env = dict(shlex.split(line)[0].split("=", 1) for line in text.splitlines())
+        return {"instances": int(env.get("TF_AUTOPAR_INSTANCES", "1")), "inter": int(env["TF_NUM_INTEROP_THREADS"]),
+                "intra": int(env["TF_NUM_INTRAOP_THREADS"]),
+                "cpus": env["TF_AUTOPAR_CPUS"].split(":") if "TF_AUTOPAR_CPUS" in env else [],
+                "omp": {k: env[k] for k in _OMP_VARS if k in env}}
+    facts = _from_summary(text)
+    if fmt == "text":
+        listed = re.search(r"^  - cpus = (.+) \[planned\]", text, re.M)
+        facts["cpus"] = listed.group(1).split(" | ") if listed else []
+        why = dict(re.findall(r"^  - (\w+) = (.+?) \[\w+\]", text, re.M))
+        omp = {"OMP_NUM_THREADS": why.get("omp_threads"), "KMP_BLOCKTIME": why.get("kmp_blocktime"),
+               "KMP_AFFINITY": why.get("kmp_affinity")}
+        if omp["OMP_NUM_THREADS"]:
+            omp["MKL_NUM_THREADS"] = re.search(r"OMP/MKL=\d+/?(\d+)?", text).group(1) or omp["OMP_NUM_THREADS"]
+        facts["omp"] = {k: v for k, v in omp.items() if v}
+    elif fmt == "python":
+        facts["cpus"] = [format_cpus(ast.literal_eval(g)) for g in re.findall(r"sched_setaffinity\(0, (\[[\d, ]*\])\)", text)]
+        env = dict(re.findall(r"os\.environ\.setdefault\('(\w+)', '([^']*)'\)", text))
+        facts["omp"] = {k: env[k] for k in _OMP_VARS if k in env}
+        assert (int(env["TF_NUM_INTEROP_THREADS"]), int(env["TF_NUM_INTRAOP_THREADS"])) == (facts["inter"], facts["intra"])
+    elif fmt == "tfserving":
+        head = text.splitlines()[0]
+        facts["cpus"] = head.split("bound to CPUs ")[1].split(" | ") if "bound to CPUs " in head else []
+        served = re.search(r"^# the server's environment: (.+)$", text, re.M)
+        env = dict(w.split("=", 1) for w in shlex.split(served.group(1))) if served else {}
+        facts["omp"] = {k: env[k] for k in _OMP_VARS if k in env}
+        # the one server's flags are the instances' totals, as the plan's runtime shares them
+        flags = dict(re.findall(r"--tensorflow_(\w+)_op_parallelism=(\d+)", text))
+        n = facts["instances"]
+        assert int(flags["inter"]) == n * facts["inter"]
+        assert int(flags["intra"]) == (facts["intra"] if facts["omp"] else n * facts["intra"])
+    return facts
+
+
+def _fixture_topology(name: str, runtime: str):
+    from tf_autopar.topology import detect_topology
+
+    root = Path(__file__).parent / "fixtures" / "hosts" / name
+    if not root.is_dir():
+        pytest.skip(f"fixture host {name} not recorded")
+    return dataclasses.replace(detect_topology(root=str(root)), threading_runtime=runtime)
+
+
+@pytest.mark.parametrize("runtime", ["eigen", "openmp"])
+@pytest.mark.parametrize("mode", ["throughput", "latency", "training"])
+@pytest.mark.parametrize("host", ["skylake-2s-24c-48t", "epyc-4numa-64c", "this-host-2c"])
+def test_every_format_carries_the_same_plan(host, mode, runtime):
+    """A person reading any one format learns the same plan: instances, each one's CPUs and
+    threads, and the OpenMP variables (recorded many-core hosts, every mode)."""
+    p = plan(_fixture_topology(host, runtime), mode=mode, width=1 if mode == "latency" else None)
+    expected = {"instances": p.instances, "inter": p.inter_op, "intra": p.intra_op,
+                "cpus": [format_cpus(g) for g in p.cpus],
+                "omp": {k: v for k, v in p.to_env().items() if k in _OMP_VARS}}
+    if host != "this-host-2c" and mode == "throughput":
+        assert p.instances > 1 and len(p.cpus) == p.instances  # the case the formats used to lose
+    if runtime == "openmp":
+        assert expected["omp"]  # the OpenMP variables are part of what must agree
+    for fmt in FORMATS:
+        assert _facts(fmt, p.format(fmt)) == expected, fmt
+
+
+def test_cli_tfserving_writes_the_batching_file(tmp_path, capsys):
+    from tf_autopar.cli.main import main
+
+    root = str(Path(__file__).parent / "fixtures" / "hosts" / "skylake-2s-24c-48t")
+    path = tmp_path / "batching.txt"
+    assert main(["plan", "--root", root, "--mode", "throughput", "--format", "tfserving",
+                 "--batching-file", str(path), "--batch", "8"]) == 0
+    out, err = capsys.readouterr()
+    assert f"--batching_parameters_file={path}" in out and f"wrote {path}" in err
+    written = path.read_text()
+    instances = int(_from_summary(out)["instances"])
+    assert "max_batch_size { value: 8 }" in written and f"num_batch_threads {{ value: {instances} }}" in written
+    assert "max_batch_size" not in out  # the content is in the file, not repeated as comments
+    # given again, the file is the user's: read for the batch, never overwritten
+    path.write_text("max_batch_size { value: 16 }\n")
+    assert main(["plan", "--root", root, "--mode", "throughput", "--format", "tfserving",
+                 "--batching-file", str(path)]) == 0
+    assert path.read_text() == "max_batch_size { value: 16 }\n" and "kept" in capsys.readouterr().err
+    # a latency plan does not batch: a missing file is an error naming why
+    assert main(["plan", "--root", root, "--format", "tfserving", "--batching-file", str(tmp_path / "no")]) == 2
+    assert "only a throughput plan batches" in capsys.readouterr().err

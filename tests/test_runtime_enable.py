@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import textwrap
 
 import pytest
@@ -124,7 +125,7 @@ def test_two_sessions_get_their_own_pools(tmp_path):
     # ... and its own intra-op pool: the user's 1 thread for the first, several for the second
     assert res["busy1"]["busy"] == 1 and res["busy1"]["pool_busy"] == 0  # ran inline on its inter-op thread
     assert res["busy2"]["pool_busy"] >= 2, res["busy2"]
-    assert "Session#2" in res["text"]
+    assert re.search(r"TF1 session 2: \d+ heavy ops, width 4 -> ", res["text"]), res["text"]
 
 
 def test_late_and_repeated_enable_warns_once_and_never_raises(tmp_path):
@@ -259,3 +260,52 @@ def test_cooperating_workers_plan_for_disjoint_shares(tmp_path):
     assert sorted(r["share"]["index"] for r in results) == [0, 1]
     assert all(r["share"]["source"] == "lease" and r["share"]["count"] == 2 for r in results)
     assert all(r["planned"] == [1, 1] and r["tf_compute"] == 1 for r in results)
+
+
+STATUS_PROGRAM = """
+import os
+os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:2])
+import tf_autopar
+tf_autopar.enable()
+import numpy as np
+import keras
+import tensorflow as tf
+model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4)])
+model.predict(np.zeros((2, 8)), verbose=0)
+g = tf.Graph()
+with g.as_default():
+    x = tf.compat.v1.placeholder(tf.float32, [None, 8])
+    y = tf.matmul(x, tf.ones([8, 8]))
+with tf.compat.v1.Session(graph=g) as s:
+    s.run(y, {x: np.zeros((1, 8))})
+st = tf_autopar.status()
+report(text=st.text(), pid=os.getpid(), data=st.to_dict())
+"""
+
+STATUS_TEXT = """\
+tf_autopar: enabled in process PID, latency mode
+  planned: 2 inter-op x 2 intra-op threads, for this host (no model given)
+  applied before TensorFlow started: TF_NUM_INTEROP_THREADS=2 TF_NUM_INTRAOP_THREADS=2 TF_OVERRIDE_GLOBAL_THREADPOOL=1
+    (tf.config.threading.get_*_parallelism_threads() report 0 for settings made this way: TensorFlow read them from the environment)
+  TensorFlow runs 2 inter-op x 2 intra-op threads; its default here: 2 inter-op x 2 intra-op threads (one per CPU it may use)
+  watching: new TF1 sessions (each planned for its own graph), tf.function and Keras models (each planned at its first call), model loads (tf.saved_model.load, keras.models.load_model, keras.layers.TFSMLayer)
+  TF1 session 1: 1 heavy op, width 1 -> 1 inter-op x 2 intra-op threads, its own pools
+  a Keras model's predict/fit/evaluate step: 1 heavy op, width 1 -> best at 1 inter-op x 1 intra-op threads, but the process pools were already fixed; the plan is saved for the next start
+  warning: a Keras model's predict/fit/evaluate step (width 1, 1 heavy op) would run best with inter_op=1 intra_op=1, but the process pools are already fixed at 2x2. For inference now: fn = tf_autopar.optimize(model_or_function). The plan is cached: the next start of this program applies it when enable() runs before TensorFlow starts.
+  next: to plan for your model, pass it: tf_autopar.enable('path/to/saved_model'), or load it with tf.saved_model.load / keras.models.load_model after enable(); enable(batch=N) gives its batch
+  next: for inference now: fast = tf_autopar.optimize(model) runs it with its own plan; the next start of this program applies the saved plan"""
+
+
+def test_status_text_speaks_the_users_words_and_to_dict_keeps_the_internals(tmp_path):
+    """status() on a small program: what was planned and applied, in which process, against
+    TensorFlow's default, and what to do next; hook names and Keras internals only in to_dict()."""
+    needs_two_cpus()
+    res, err, rc = run_child(STATUS_PROGRAM, {"TF_AUTOPAR_CACHE_DIR": str(tmp_path)})
+    assert rc == 0, err
+    assert res["text"].replace(f"process {res['pid']},", "process PID,") == STATUS_TEXT
+    for internal in ("BaseSession", "CONCRETE_FUNCTION_CALLBACKS", "one_step_on", "before-start", "Session#"):
+        assert internal not in res["text"]
+    data = res["data"]
+    assert data["process"]["phase"] == "before-start" and data["process"]["tf_default"] == 2
+    assert any("BaseSession.__init__" in h for h in data["patches"])
+    assert data["functions"][0]["name"].startswith("one_step_on") and data["sessions"][0]["session"] == "Session#1"

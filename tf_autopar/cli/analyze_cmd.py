@@ -7,7 +7,8 @@ import os
 import sys
 from typing import Any
 
-from tf_autopar.cli.plan_cmd import add_shape_arguments, shape_options
+from tf_autopar.cli.notes import say
+from tf_autopar.cli.plan_cmd import add_shape_arguments, add_size_argument, shape_options, workload_names
 from tf_autopar.graph.profile import GraphProfile
 
 
@@ -26,7 +27,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--plot", metavar="PNG", help="save a bar chart of heavy ops per level (needs matplotlib)")
     p.add_argument("--no-gradients", action="store_true", help="do not count gradient (backward-pass) heavy ops")
     p.add_argument("--mode", choices=("infer", "train"), default="infer", help="workload graph to analyse")
-    p.add_argument("--size", default="tiny", help="workload size (tiny or paper)")
+    add_size_argument(p)
     p.add_argument("--top", type=int, default=10, help="op types to list (default 10)")
     add_shape_arguments(p)
     p.set_defaults(func=run)
@@ -39,6 +40,8 @@ def run(args: argparse.Namespace) -> int:
     options.pop("batch_given")  # the profile at the batch read (1 unless given); `plan` shows the robust choice
     if not os.path.exists(args.target):  # a workload is built at the batch; shapes are the model's own
         options.pop("input_shapes")
+        if args.target in workload_names():
+            say("analyze", f"building workload {args.target} at size {args.size} (imports TensorFlow: a few seconds)")
     profile = analyze(
         args.target,
         include_gradients=not args.no_gradients,

@@ -24,12 +24,36 @@ SUBCOMMANDS = (
 )
 
 
+#: Subcommands whose TensorFlow (in this process or the children they measure in) talks to the
+#: user's terminal; `run` is not one: its child is the user's program, whose logs are theirs.
+TF_BACKED = frozenset(SUBCOMMANDS) - {"run", "inspect"}
+
+
+def _global_options(parser: argparse.ArgumentParser, top: bool) -> None:
+    """-v and --version, accepted before or after the subcommand (SUPPRESS below the top, so a
+    subcommand's default never resets a -v given before it)."""
+    from tf_autopar import __version__
+
+    default = False if top else argparse.SUPPRESS
+    parser.add_argument("-v", "--verbose", action="store_true", default=default,
+                        help="log the library's decisions and show TensorFlow's own log lines")
+    parser.add_argument("--version", action="version", version=f"tf-autopar {__version__}")
+
+
+def _add_everywhere(parser: argparse.ArgumentParser) -> None:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                _global_options(child, top=False)
+                _add_everywhere(child)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tf-autopar",
         description="Plan and apply TensorFlow CPU thread settings from the host and the model.",
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log the library's decisions")
+    _global_options(parser, top=True)
     sub = parser.add_subparsers(dest="subcommand", metavar="COMMAND", required=True)
     for name in SUBCOMMANDS:
         try:
@@ -39,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
                 raise
             continue  # not built yet
         module.add_parser(sub)
+    _add_everywhere(parser)
     return parser
 
 
@@ -49,6 +74,10 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.INFO if args.verbose else logging.WARNING,
         format="tf-autopar: %(levelname)s: %(message)s",
     )
+    if not args.verbose and args.subcommand in TF_BACKED:
+        from tf_autopar.cli.quiet import quiet_tensorflow
+
+        quiet_tensorflow()
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:

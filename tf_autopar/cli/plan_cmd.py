@@ -11,6 +11,7 @@ import logging
 import os
 from typing import Any, Mapping
 
+from tf_autopar.cli.notes import say
 from tf_autopar.planning import BASELINES, FORMATS, MODES, ThreadPlan, baseline_plan, plan
 
 log = logging.getLogger("tf_autopar.cli")
@@ -28,6 +29,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("model", nargs="?", default=None,
                    help="SavedModel directory or bundled workload name to take the width from (imports TensorFlow)")
     p.add_argument("--width", type=int, default=None, help="the model's average width, if known (instead of MODEL)")
+    add_size_argument(p)
     add_shape_arguments(p)
     p.add_argument("--mode", choices=MODES, default="latency",
                    help="latency: one request at a time; throughput: many concurrent requests; training")
@@ -48,11 +50,19 @@ def add_shape_arguments(p: argparse.ArgumentParser) -> None:
                    help="batch size a None batch dimension is read as (default: 1 for latency; throughput: "
                         "--batching-file's max_batch_size, else 1); a bundled workload is built at it")
     p.add_argument("--batching-file", metavar="PATH", default=None,
-                   help="TF Serving batching parameters file: its max_batch_size is the throughput batch")
+                   help="TF Serving batching parameters file: its max_batch_size is the throughput batch; "
+                        "with `plan --format tfserving` a PATH that does not exist is written from the plan")
     p.add_argument("--input-shape", metavar="NAME=DIMS", action="append", default=[],
                    help="full shape of an input, batch first (e.g. input_ids=1,128): fixes other None dimensions "
                         "such as a sequence length (default 128); repeatable")
     p.add_argument("--signature", default=None, help="SavedModel signature to follow (default serving_default)")
+
+
+def add_size_argument(p: argparse.ArgumentParser) -> None:
+    """--size: which of a bundled workload's two sizes a command builds."""
+    p.add_argument("--size", choices=("tiny", "paper"), default="tiny",
+                   help="bundled workloads only: tiny (default; the same structure shrunk) or paper "
+                        "(the published hyperparameters and input shapes)")
 
 
 def shape_options(args: argparse.Namespace, mode: str = "latency") -> dict[str, Any]:
@@ -87,14 +97,23 @@ def load_profile(model: str, mode: str = "latency", **options: Any) -> Any:
         raise FileNotFoundError(f"no such file or directory: {model!r} (a SavedModel directory, .keras or graph file)")
     import workloads
 
+    from tf_autopar.graph.loaders import not_a_model
+
     if model not in workloads.names():
-        raise FileNotFoundError(
-            f"{model!r} is neither an existing path nor a bundled workload ({', '.join(workloads.names())})"
-        )
+        raise FileNotFoundError(not_a_model(model))
     # A training plan is for the training graph (forward + backward heavy ops).
     options.pop("input_shapes", None)
     options.pop("signature", None)
     return analyze(model, workload_mode="train" if mode == "training" else "infer", **options)
+
+
+def workload_names() -> list[str]:
+    """The bundled workloads' names ([] without the workloads package)."""
+    try:
+        import workloads
+    except ImportError:  # pragma: no cover - workloads ship with the package
+        return []
+    return workloads.names()
 
 
 def measured_for(profile: Any, mode: str, topology: Any, batch: int | None) -> tuple[Any, Any]:
@@ -113,6 +132,11 @@ def build_plan(args: argparse.Namespace, topology: Any, env: Mapping[str, str] |
     if args.model is not None and args.width is not None:
         raise ValueError("give MODEL or --width, not both")
     options = shape_options(args, args.mode)
+    if args.model is not None and not os.path.exists(args.model):
+        options["workload_size"] = getattr(args, "size", "tiny")
+        if args.model in workload_names():
+            say("plan", f"building workload {args.model} at size {options['workload_size']} to analyse it "
+                        "(imports TensorFlow: a few seconds)")
     profile = load_profile(args.model, args.mode, **options) if args.model is not None else None
     ignore = getattr(args, "no_tuned", False)
     tuned, calibration = (None, None) if ignore else measured_for(profile, args.mode, topology, options["batch"])
@@ -133,7 +157,35 @@ def build_plan(args: argparse.Namespace, topology: Any, env: Mapping[str, str] |
 def run(args: argparse.Namespace) -> int:
     from tf_autopar.topology import detect_topology
 
+    fmt = "json" if args.json else args.format
+    # `--format tfserving --batching-file NEW` writes the file from the plan instead of reading it.
+    write_to = None
+    if fmt == "tfserving" and args.batching_file and not os.path.exists(args.batching_file):
+        if args.mode != "throughput":
+            raise ValueError(f"--batching-file {args.batching_file!r} does not exist, and only a throughput plan "
+                             "batches (--mode throughput writes it)")
+        write_to, args = args.batching_file, argparse.Namespace(**{**vars(args), "batching_file": None})
     topology = detect_topology(root=args.root)
     result = build_plan(args, topology, os.environ)
-    print(result.format("json" if args.json else args.format), end="")
+    if fmt != "tfserving":
+        print(result.format(fmt), end="")
+    else:
+        batch = args.batch or 32
+        if write_to is not None:
+            with open(write_to, "w", encoding="utf-8") as fh:
+                fh.write(result.batching_parameters(max_batch_size=batch))
+            say("plan", f"wrote {write_to} (max_batch_size {batch}, num_batch_threads {result.instances})")
+        elif args.batching_file:
+            say("plan", f"kept {args.batching_file} as it is (its max_batch_size is the batch planned for); the plan's "
+                f"num_batch_threads is {result.instances}, max_enqueued_batches {2 * result.instances}")
+        print(result.tfserving_text(batching_file=args.batching_file or write_to or "batching_parameters.txt",
+                                    max_batch_size=batch,
+                                    batching_written=bool(write_to or args.batching_file)), end="")
+    if fmt == "env" and result.instances > 1:
+        n = result.instances
+        say("plan", f"{n} instances: start {n} processes with these variables, each bound to its CPU list in "
+                    f"TF_AUTOPAR_CPUS (taskset -c LIST), or let `tf-autopar run --mode throughput --instances {n} "
+                    "-- COMMAND` start and bind them; processes that call tf_autopar.enable() take their own CPUs "
+                    "from TF_AUTOPAR_INSTANCES")
     return 0
+

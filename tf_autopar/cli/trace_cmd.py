@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
+from tf_autopar.cli.notes import say
 from tf_autopar.models.options import add_model_flags, from_args
 
 
@@ -58,6 +60,20 @@ def _build(args: argparse.Namespace) -> int:
         return 1
     print(json.dumps({"built": True, "library": str(path)}) if args.json else f"native tracer built: {path}")
     return 0
+
+
+def _native_needs_building() -> bool:
+    """True when tracing will first compile the native tracer (a wait worth announcing)."""
+    from tf_autopar.tracing.build import FAILED_MARKER, NativeBuildError, make_plan
+    from tf_autopar.tracing.tracer import native_disabled
+
+    if native_disabled() or os.environ.get("TF_AUTOPAR_NATIVE_LIB"):
+        return False
+    try:
+        plan = make_plan()
+    except (NativeBuildError, OSError):
+        return False  # no compiler: the fallback says so itself
+    return not plan.library.is_file() and not (plan.cache_dir / FAILED_MARKER).is_file()
 
 
 def _step_fn(built: Any, mode: str, path: str) -> tuple[Any, Any, Any]:
@@ -124,7 +140,13 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--batch must be a positive integer, got {args.batch}")
     import tf_autopar
 
-    step, closer, graph, batch = _model_step(args) if _is_model(args.workload) else _workload_step(args)
+    model = _is_model(args.workload)
+    if not args.json:
+        what = f"loading {args.workload}" if model else f"building workload {args.workload} at size {args.size}"
+        say("trace", f"{what} (imports TensorFlow: a few seconds)")
+    step, closer, graph, batch = _model_step(args) if model else _workload_step(args)
+    if args.backend != "profiler" and not args.json and _native_needs_building():
+        say("trace", "compiling the native op tracer for this TensorFlow (once per version: about 10 s)")
     try:
         for _ in range(args.warmup):
             step()

@@ -14,6 +14,8 @@ import os
 import sys
 from typing import Any
 
+from tf_autopar.cli.notes import say
+
 log = logging.getLogger("tf_autopar.cli")
 
 
@@ -90,7 +92,12 @@ def _list(args: argparse.Namespace) -> int:
     _quiet_tf()
     import workloads
 
-    rows = [_describe(n, args.size, not args.no_build) for n in workloads.names()]
+    names = workloads.names()
+    rows = []
+    for i, name in enumerate(names, 1):
+        if not args.no_build and not args.json:  # each build takes a second or more
+            say("workloads", f"building {name} ({i} of {len(names)}, size {args.size}; --no-build skips this)")
+        rows.append(_describe(name, args.size, not args.no_build))
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0

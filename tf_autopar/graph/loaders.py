@@ -498,8 +498,20 @@ def _from_path_or_workload(
         profile = _from_workload(s, mode, size, include_gradients, batch)
         if profile is not None:
             return profile
-        raise FileNotFoundError(f"{s!r} is neither an existing path nor a known workload name")
+        raise FileNotFoundError(not_a_model(s))
     raise FileNotFoundError(f"no such file or directory: {s!r}")
+
+
+def not_a_model(name: str) -> str:
+    """The error for a name that is neither a path nor a bundled workload, listing the workloads
+    (a misspelt workload is the usual cause)."""
+    try:
+        import workloads
+
+        known = ", ".join(workloads.names())
+    except ImportError:  # pragma: no cover - workloads ship with the package
+        known = "none installed"
+    return f"{name!r} is neither an existing path nor a bundled workload (workloads: {known})"
 
 
 def _from_workload(name: str, mode: str, size: str, include_gradients: bool,

@@ -128,7 +128,7 @@ class ThreadPlan:
             "use_per_session_threads": self.instances > 1,
         }
 
-    def tfserving_flags(self) -> list[str]:
+    def tfserving_flags(self, batching_file: str = "batching_parameters.txt") -> list[str]:
         """Flags for ONE TensorFlow Serving process serving all of this plan's instances.
 
         Each of the ``instances`` concurrent batches needs its own inter-op threads, so the
@@ -144,7 +144,7 @@ class ThreadPlan:
             f"--tensorflow_inter_op_parallelism={inter}",
         ]
         if self.mode == "throughput":
-            flags += ["--enable_batching", "--batching_parameters_file=batching_parameters.txt"]
+            flags += ["--enable_batching", f"--batching_parameters_file={batching_file}"]
         return flags
 
     def batching_parameters(self, max_batch_size: int = 32, batch_timeout_micros: int = 1000) -> str:
@@ -168,7 +168,7 @@ class ThreadPlan:
 
     def python_snippet(self) -> str:
         """Python to paste at the top of a program, before anything imports TensorFlow."""
-        lines = [f"# {self.name} thread plan ({self.mode} mode); run before TensorFlow starts.", "import os", ""]
+        lines = [f"# {self.summary(cpu_lists=None)}", "# run before TensorFlow starts.", "import os", ""]
         for key, value in self.to_env().items():
             lines.append(f"os.environ.setdefault({key!r}, {value!r})")
         if self.instances == 1 and self.cpus:
@@ -197,17 +197,7 @@ class ThreadPlan:
 
     def explain(self) -> str:
         """A few lines: the plan, the facts it rests on, why each number, what was kept."""
-        head = f"{self.name} plan, {self.mode} mode: inter_op={self.inter_op} intra_op={self.intra_op}"
-        if self.omp_threads is not None:
-            head += f" OMP/MKL={self.omp_threads}"
-            if self.mkl_threads is not None and self.mkl_threads != self.omp_threads:
-                head += f"/{self.mkl_threads}"
-        if self.instances > 1:
-            head += f", {self.instances} instances"
-        if self.cpus:
-            shown = " | ".join(format_cpus(group) for group in self.cpus[:4])
-            head += ", bound to CPUs " + shown + (" | ..." if len(self.cpus) > 4 else "")
-        lines = [head]
+        lines = [self.summary()]
         if self.facts:
             lines.append("facts:")
             lines += [f"  - {fact}" for fact in self.facts]
@@ -216,29 +206,89 @@ class ThreadPlan:
         reasons = [(k, s) for k, s in ordered if s.reason]
         if reasons:
             lines.append("why:")
-            lines += [f"  - {k} = {s.value} [{s.source}]: {s.reason}" for k, s in reasons]
+            lines += [f"  - {k} = {_shown(s.value)} [{s.source}]: {s.reason}" for k, s in reasons]
         if self.user_settings:
             kept = ", ".join(f"{k}={v}" for k, v in self.user_settings.items())
             lines.append(f"kept from your environment (never overridden): {kept}")
         return "\n".join(lines)
 
+    def summary(self, cpu_lists: int | None = 4) -> str:
+        """One line every format starts from: instances, threads per instance, CPU lists (the
+        first ``cpu_lists`` of them; None = all)."""
+        threads = f"inter_op={self.inter_op} intra_op={self.intra_op}"
+        if self.omp_threads is not None:
+            threads += f" OMP/MKL={self.omp_threads}"
+            if self.mkl_threads is not None and self.mkl_threads != self.omp_threads:
+                threads += f"/{self.mkl_threads}"
+        head = f"{self.name} plan, {self.mode} mode: "
+        head += f"{self.instances} instances, each {threads}" if self.instances > 1 else threads
+        if self.cpus:
+            groups = self.cpus if cpu_lists is None else self.cpus[:cpu_lists]
+            shown = " | ".join(format_cpus(group) for group in groups)
+            head += ", bound to CPUs " + shown + (" | ..." if len(groups) < len(self.cpus) else "")
+        return head
+
+    def env_lines(self) -> dict[str, str]:
+        """``to_env()`` plus what one process's environment cannot hold by itself: the instance
+        count (TF_AUTOPAR_INSTANCES, which makes each of that many processes calling enable()
+        take its own CPUs) and the CPU lists (TF_AUTOPAR_CPUS, one list per instance separated
+        by ':', for ``taskset -c``). Every value is safe unquoted, so ``export $(...)`` works."""
+        env = self.to_env()
+        if self.instances > 1:
+            env["TF_AUTOPAR_INSTANCES"] = str(self.instances)
+        if self.cpus:
+            env["TF_AUTOPAR_CPUS"] = ":".join(format_cpus(group) for group in self.cpus)
+        return env
+
+    def tfserving_text(self, batching_file: str = "batching_parameters.txt", max_batch_size: int = 32,
+                       batching_written: bool = False) -> str:
+        """The server's flags, led by the plan they come from (so the totals can be checked
+        against the per-instance numbers), and the batching file's content when not written."""
+        lines = [f"# {self.summary(cpu_lists=None)}"]
+        server_env = {k: v for k, v in self.to_env().items() if not k.startswith("TF_NUM_")}
+        if server_env:
+            lines.append("# the server's environment: " + " ".join(f"{k}={shlex.quote(v)}" for k, v in server_env.items()))
+        if self.instances > 1:
+            intra = (f"intra-op {self.intra_op} (one op's OpenMP team)" if self.runtime == "openmp" else
+                     f"intra-op pool shared by every stream: {self.instances} x {self.intra_op} = "
+                     f"{self.intra_op * self.instances}")
+            lines.append(f"# one tensorflow_model_server serves all {self.instances} instances: inter-op "
+                         f"{self.instances} x {self.inter_op} = {self.inter_op * self.instances}, {intra}, "
+                         f"num_batch_threads {self.instances}")
+        if len(self.cpus) == 1 or self.instances > 1 and self.cpus:
+            every = sorted({c for group in self.cpus for c in group})
+            lines.append(f"# bind the server to its CPUs: taskset -c {format_cpus(every)} tensorflow_model_server ...")
+        text = "\n".join(lines) + "\n" + " \\\n".join(self.tfserving_flags(batching_file)) + "\n"
+        if self.mode == "throughput" and not batching_written:
+            text += f"# {batching_file} (write it, or pass --batching-file PATH to have it written):\n"
+            text += "".join(f"#   {line}\n" for line in self.batching_parameters(max_batch_size).splitlines())
+        return text
+
     def format(self, fmt: str = "text") -> str:
         """Render as env lines, JSON, TF Serving flags, a Python snippet or explain() text."""
         if fmt == "env":
-            return "".join(f"{k}={shlex.quote(v)}\n" for k, v in self.to_env().items())
+            return "".join(f"{k}={shlex.quote(v)}\n" for k, v in self.env_lines().items())
         if fmt == "json":
             return self.to_json() + "\n"
         if fmt == "tfserving":
-            text = " \\\n".join(self.tfserving_flags()) + "\n"
-            if self.mode == "throughput":
-                text += "# batching_parameters.txt:\n"
-                text += "".join(f"#   {line}\n" for line in self.batching_parameters().splitlines())
-            return text
+            return self.tfserving_text()
         if fmt == "python":
             return self.python_snippet()
         if fmt == "text":
             return self.explain() + "\n"
         raise ValueError(f"unknown format {fmt!r}; choose from {', '.join(FORMATS)}")
+
+
+def _shown(value: Any) -> str:
+    """A setting's value as a person reads it: CPU lists joined by ' | ', not a Python list."""
+    if isinstance(value, (list, tuple)):
+        return " | ".join(map(str, value)) or "none"
+    return str(value)
+
+
+def plural(n: int, noun: str, many: str | None = None) -> str:
+    """'1 CPU', '2 CPUs': counts read as English in every message."""
+    return f"{n} {noun if n == 1 else many or noun + 's'}"
 
 
 def format_cpus(cpus: tuple[int, ...] | list[int]) -> str:

@@ -45,7 +45,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Mapping, NamedTuple
 
-from tf_autopar.planning.plan import Setting, ThreadPlan, format_cpus
+from tf_autopar.planning.plan import Setting, ThreadPlan, format_cpus, plural
 from tf_autopar.planning.user_settings import KNOBS, UserSettings, read_user_settings
 from tf_autopar.topology.model import Core, Topology
 
@@ -148,7 +148,7 @@ def select_budget(topology: Topology, use_hyperthreads: bool) -> tuple[list[Unit
             f"TensorFlow's default would run {len(topology.affinity)} threads per pool and be throttled"
         )
     elif budget < len(topology.affinity):
-        facts.append(f"CPU budget {budget} of {len(topology.affinity)} CPUs in the affinity mask")
+        facts.append(f"CPU budget {budget} of {plural(len(topology.affinity), 'CPU')} in the affinity mask")
     units: list[Unit] = []
     for core in ordered_cores(cores):
         per_core = core.cpus if use_hyperthreads else core.cpus[:1]
@@ -157,14 +157,14 @@ def select_budget(topology: Topology, use_hyperthreads: bool) -> tuple[list[Unit
                 units.append(Unit(cpu, core.socket, core.numa_node, (core.socket, core.core_id)))
     smt = max(len(c.cpus) for c in cores)
     if use_hyperthreads:
-        facts.append(f"usable: {len(units)} logical CPUs (hyperthreads counted, as asked)")
+        facts.append(f"usable: {plural(len(units), 'logical CPU')} (hyperthreads counted, as asked)")
     elif smt > 1:
         facts.append(
             f"usable: {len(units)} physical cores, one logical CPU each: hyperthreads help little "
             "for compute-bound kernels, though TensorFlow's default counts them"
         )
     else:
-        facts.append(f"usable: {len(units)} cores")
+        facts.append(f"usable: {plural(len(units), 'core')}")
     if len(units) < len(cores) * (smt if use_hyperthreads else 1):
         facts.append(f"whole cores taken from as few NUMA nodes as possible: CPUs {format_cpus([u.cpu for u in units])}")
     return units, facts
@@ -175,8 +175,8 @@ def _host_fact(topology: Topology, cores: tuple[Core, ...]) -> str:
     nodes = len({(c.socket, c.numa_node) for c in cores})
     smt = max(len(c.cpus) for c in cores)
     return (
-        f"affinity: {len(topology.affinity)} logical CPUs on {len(cores)} physical cores "
-        f"({smt} per core), {sockets} socket(s), {nodes} NUMA node(s)"
+        f"affinity: {plural(len(topology.affinity), 'logical CPU')} on {plural(len(cores), 'physical core')} "
+        f"({smt} per core), {plural(sockets, 'socket')}, {plural(nodes, 'NUMA node')}"
     )
 
 
@@ -215,14 +215,15 @@ def model_pools(profile: Any, usable: int, runtime: str = "eigen") -> tuple[int,
     if profile is None:
         return 1, "no model given: 1 pool (one op at a time; give --width or a model to use branches)"
     p = max(1, min(profile.avg_width, max(profile.max_width, 1), usable))
-    why = f"model width {profile.avg_width}"
-    heavy, depth = getattr(profile, "heavy_ops", None), getattr(profile, "depth", None)
-    if heavy is not None and depth:
-        why += f" ({heavy} heavy ops / depth {depth})"
-    why += f", max width {profile.max_width}"
     source = getattr(profile, "source", "")
-    if source and source != "given width":
-        why += f" [{source}]"
+    if source == "given width":  # nothing was analysed: no heavy ops, depth or max width to report
+        why = f"model width {profile.avg_width} (given, not analysed)"
+    else:
+        why = f"model width {profile.avg_width}"
+        heavy, depth = getattr(profile, "heavy_ops", None), getattr(profile, "depth", None)
+        if heavy is not None and depth:
+            why += f" ({heavy} heavy ops / depth {depth})"
+        why += f", max width {profile.max_width}" + (f" [{source}]" if source else "")
     if p < profile.avg_width:
         why += f", bounded to {p} by " + ("the max width" if p == profile.max_width else f"{usable} usable CPUs")
     return p, why
@@ -277,8 +278,10 @@ def intra_threads(
             f"OpenMP runtime: each of the {inter} inter-op threads owns its own OpenMP team, "
             f"so {cpus} CPUs / {inter} = {n} thread(s) per op (the paper's rule)"
         )
+    shared = "the inter-op thread" if inter == 1 else f"all {inter} inter-op threads"
+    gets = "its CPU" if cpus == 1 else f"all {cpus} CPUs"
     return cpus, None, (
-        f"Eigen runtime: one intra-op pool shared by all {inter} inter-op thread(s); it gets all {cpus} CPUs "
+        f"Eigen runtime: one intra-op pool shared by {shared}; it gets {gets} "
         "(dividing would idle cores whenever one op runs alone); no OpenMP variables"
     )
 

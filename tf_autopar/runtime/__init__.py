@@ -319,6 +319,7 @@ def _binding(plan: Any, share: Any) -> tuple[int, ...]:
 
 def apply_before_start(plan: Any, source: str, share: Any = None) -> None:
     """Set the process pools (and binding) for ``plan`` while TensorFlow's runtime is not started."""
+    tf_default = controller.default_pool_size()  # what TensorFlow would pick, before any binding narrows it
     cpus = _binding(plan, share)
     bound = cpus if cpus and (controller.bind(cpus) or controller.bound_to(cpus)) else ()
     env = plan.to_env()
@@ -335,7 +336,7 @@ def apply_before_start(plan: Any, source: str, share: Any = None) -> None:
         phase="before-start", planned_inter=plan.inter_op, planned_intra=plan.intra_op,
         applied=applied, kept_user=kept, running_inter=running[0], running_intra=running[1],
         per_session_intra=controller.per_session_intra(), source=source, explain=plan.explain(),
-        share=share.to_dict() if share is not None else None, bound_cpus=bound,
+        share=share.to_dict() if share is not None else None, bound_cpus=bound, tf_default=tf_default,
     )
 
 
@@ -355,6 +356,7 @@ def report_late(plan: Any, source: str) -> None:
         phase="after-start", planned_inter=plan.inter_op, planned_intra=plan.intra_op,
         not_applied=tuple(not_applied), running_inter=running[0], running_intra=running[1],
         per_session_intra=per_session, source=source, explain=plan.explain(),
+        tf_default=controller.default_pool_size(),
     )
     if not_applied:
         hooks = []

@@ -100,7 +100,8 @@ def on_trace(concrete_fn: Any) -> None:
             cached = True
         except Exception as exc:
             fail_open("write the plan cache", exc)
-    from tf_autopar.runtime.records import FunctionRecord
+    from tf_autopar.planning.plan import plural
+    from tf_autopar.runtime.records import FunctionRecord, user_function_name
 
     record = FunctionRecord(
         name=name, fingerprint=profile.fingerprint, heavy_ops=profile.heavy_ops,
@@ -114,7 +115,7 @@ def on_trace(concrete_fn: Any) -> None:
     if not matches:
         warn_once(
             "function-mismatch",
-            f"tf.function {name!r} (width {profile.avg_width}, {profile.heavy_ops} heavy ops) would run best with "
+            f"{user_function_name(name)} (width {profile.avg_width}, {plural(profile.heavy_ops, 'heavy op')}) would run best with "
             f"inter_op={plan.inter_op} intra_op={plan.intra_op}, but the process pools are already fixed at "
             f"{running[0]}x{running[1]}. For inference now: fn = tf_autopar.optimize(model_or_function). "
             + ("The plan is cached: the next start of this program applies it when enable() runs before TensorFlow starts."

@@ -8,6 +8,11 @@ its own CPUs: ``numactl --physcpubind --membind`` when numactl exists and the ho
 several NUMA nodes, else ``os.sched_setaffinity`` in the child before exec. Signals
 SIGINT/SIGTERM/SIGHUP are forwarded to every child; the exit code is the first non-zero child
 status (128+signal for a child killed by a signal), 0 when all succeed.
+
+Output: one instance writes to the launcher's own stdout and stderr. Several would interleave,
+even mid-line (each child writes whatever its buffer holds), so each one's output goes either to
+its own log file (``log_dir``) or through a pipe read line by line and written whole, prefixed
+``[instance i]``.
 """
 from __future__ import annotations
 
@@ -16,8 +21,12 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
+import threading
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import IO, Any, Mapping, Sequence
+
+from tf_autopar.planning.plan import format_cpus, plural
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 #: Names the thread variables the launcher set (not the user): controller.user_env() leaves them out.
@@ -44,9 +53,35 @@ class LaunchPlan:
     instances: tuple[InstanceSpec, ...]
     plan: dict[str, Any] = field(default_factory=dict)
     explain: str = ""
+    warnings: tuple[str, ...] = ()  # what the person starting it should know first (shared CPUs)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"instances": [i.to_dict() for i in self.instances], "plan": self.plan, "explain": self.explain}
+        return {"instances": [i.to_dict() for i in self.instances], "plan": self.plan, "explain": self.explain,
+                "warnings": list(self.warnings)}
+
+    def describe(self, index: int) -> str:
+        """One line for instance ``index``: its CPUs, binding and threads, and the command."""
+        spec = self.instances[index]
+        cpus = format_cpus(spec.cpus) if spec.cpus else "all CPUs"
+        how = {"none": "not bound", "numactl": "bound with numactl", "sched_setaffinity": "bound"}[spec.binding]
+        threads = f"inter_op={spec.inter_op} intra_op={spec.intra_op}"
+        kept = f" (yours kept: {', '.join(f'{k}={v}' for k, v in sorted(spec.env_kept.items()))})" if spec.env_kept else ""
+        return f"instance {spec.index} of {len(self.instances)}: CPUs {cpus} ({how}), {threads}{kept}"
+
+
+def shared_cpus(slices: Sequence[Sequence[int]]) -> str:
+    """A warning naming the CPUs that several instances were given ('' when the slices are disjoint)."""
+    owners: dict[int, list[int]] = {}
+    for i, cpus in enumerate(slices):
+        for cpu in cpus:
+            owners.setdefault(cpu, []).append(i)
+    crowded = {cpu: who for cpu, who in sorted(owners.items()) if len(who) > 1}
+    if not crowded:
+        return ""
+    shown = "; ".join(f"CPU {cpu}: instances {', '.join(map(str, who))}" for cpu, who in list(crowded.items())[:4])
+    more = f"; {len(crowded) - 4} more CPUs shared" if len(crowded) > 4 else ""
+    return (f"{len(slices)} instances on {plural(len(owners), 'CPU')}: instances share CPUs ({shown}{more}), so they slow "
+            f"each other down; at most {len(owners)} get a CPU of their own (--instances {len(owners)})")
 
 
 def restrict_to_cores(topology: Any, cores: Sequence[int]) -> Any:
@@ -126,7 +161,8 @@ def launch_specs(
         else:
             binding = "sched_setaffinity"
         specs.append(InstanceSpec(i, tuple(cpus), env_set, kept, argv, binding, ip.inter_op, ip.intra_op))
-    return LaunchPlan(tuple(specs), p.to_dict(), p.explain())
+    warning = shared_cpus(slices) if n > 1 else ""
+    return LaunchPlan(tuple(specs), p.to_dict(), p.explain(), (warning,) if warning else ())
 
 
 def _affinity_setter(cpus: tuple[int, ...]) -> Any:
@@ -136,11 +172,43 @@ def _affinity_setter(cpus: tuple[int, ...]) -> Any:
     return bind
 
 
-def run(launch: LaunchPlan, environ: Mapping[str, str] | None = None) -> int:
-    """Start every instance, forward signals, wait; the exit code as described above."""
+def log_path(log_dir: str, index: int) -> str:
+    """Where instance ``index`` writes its stdout and stderr with ``log_dir``."""
+    return os.path.join(log_dir, f"instance-{index}.log")
+
+
+def _relay(stream: IO[bytes], out: Any, prefix: bytes, lock: threading.Lock) -> None:
+    """Copy ``stream`` to ``out`` (our stdout or stderr) whole line by whole line, each led by
+    ``prefix``; bytes pass through unchanged where ``out`` has a binary buffer."""
+    target = getattr(out, "buffer", None)
+    for line in iter(stream.readline, b""):
+        if not line.endswith(b"\n"):
+            line += b"\n"  # a last line without its newline still ends before the next instance's
+        with lock:
+            if target is not None:
+                out.flush()
+                target.write(prefix + line)
+                target.flush()
+            else:
+                out.write((prefix + line).decode(errors="replace"))
+                out.flush()
+    stream.close()
+
+
+def run(launch: LaunchPlan, environ: Mapping[str, str] | None = None, *, log_dir: str | None = None) -> int:
+    """Start every instance, forward signals, wait; the exit code as described above.
+
+    ``log_dir``: each instance's stdout and stderr go to ``log_path(log_dir, i)``; without it,
+    several instances' lines are prefixed ``[instance i]`` (see the module docstring)."""
     base = dict(os.environ if environ is None else environ)
     children: list[subprocess.Popen] = []
+    relays: list[threading.Thread] = []
+    files: list[IO[bytes]] = []
     previous = {}
+    several = len(launch.instances) > 1
+    lock = threading.Lock()
+    if log_dir:
+        os.makedirs(log_dir, exist_ok=True)
 
     def forward(signum: int, _frame: Any) -> None:
         for child in children:
@@ -157,17 +225,34 @@ def run(launch: LaunchPlan, environ: Mapping[str, str] | None = None) -> int:
             env = dict(base)
             env.update(spec.env_set)
             preexec = _affinity_setter(spec.cpus) if spec.binding == "sched_setaffinity" else None
+            streams: dict[str, Any] = {}
+            if log_dir:
+                files.append(open(log_path(log_dir, spec.index), "wb"))
+                streams = {"stdout": files[-1], "stderr": subprocess.STDOUT}
+            elif several:
+                streams = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
             try:
-                children.append(subprocess.Popen(list(spec.argv), env=env, preexec_fn=preexec))
+                child = subprocess.Popen(list(spec.argv), env=env, preexec_fn=preexec, **streams)
             except FileNotFoundError as exc:
                 forward(signal.SIGTERM, None)
-                for child in children:
-                    child.wait()
+                for started in children:
+                    started.wait()
                 raise FileNotFoundError(f"cannot start {spec.argv[0]!r}: {exc.strerror}") from None
+            children.append(child)
+            if streams.get("stdout") is subprocess.PIPE:
+                prefix = f"[instance {spec.index}] ".encode()
+                for pipe, out in ((child.stdout, sys.stdout), (child.stderr, sys.stderr)):
+                    relay = threading.Thread(target=_relay, args=(pipe, out, prefix, lock), daemon=True)
+                    relay.start()
+                    relays.append(relay)
         codes = [child.wait() for child in children]
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        for relay in relays:
+            relay.join(timeout=5)  # a grandchild may hold the pipe open: do not wait for it forever
+        for fh in files:
+            fh.close()
     for code in codes:
         if code != 0:
             return 128 + (-code) if code < 0 else code

@@ -36,3 +36,15 @@ class FunctionRecord:
     traces: int = 1
     cached: bool = False  # written to the plan cache for the next start
     analysis_ms: float = 0.0
+
+
+#: Names Keras gives the tf.functions behind predict(), fit() and evaluate(): internal to Keras.
+_KERAS_STEPS = ("one_step_on_", "multi_step_on_", "train_function", "test_function", "predict_function")
+
+
+def user_function_name(name: str) -> str:
+    """A traced function as its user knows it: their own tf.function by name, Keras's internal
+    step functions as the model call they come from."""
+    if name.startswith(_KERAS_STEPS):
+        return "a Keras model's predict/fit/evaluate step"
+    return f"tf.function {name!r}"

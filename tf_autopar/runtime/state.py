@@ -7,6 +7,7 @@ and functions can be created from several threads.
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -32,6 +33,8 @@ class ProcessRecord:
     explain: str = ""
     share: dict[str, Any] | None = None  # this process's share of the host (coordination.Share.to_dict())
     bound_cpus: tuple[int, ...] = ()  # CPUs the process was bound to before TF started (() = not bound)
+    tf_default: int = 0  # threads per pool TensorFlow would have picked itself (0 = unknown)
+    pid: int = field(default_factory=os.getpid)  # the process the record was made in
 
 
 @dataclass(frozen=True)
@@ -49,53 +52,101 @@ class Status:
         return dataclasses.asdict(self)
 
     def text(self) -> str:
+        """What was planned and applied, in which process, against TensorFlow's default, and what
+        to do next, in a user's words. Hook names, phases and fingerprints stay in to_dict()."""
+        from tf_autopar.planning.plan import format_cpus
+        from tf_autopar.runtime.records import user_function_name
+
         if not self.enabled and not self.sessions and not self.functions:
-            return "tf_autopar: not enabled"
-        lines = [f"tf_autopar: {'enabled' if self.enabled else 'disabled'} (mode {self.mode})"]
+            return "tf_autopar: not enabled (call tf_autopar.enable() before the first TensorFlow op)"
         p = self.process
+        pid = p.pid if p is not None else os.getpid()
+        lines = [f"tf_autopar: {'enabled' if self.enabled else 'disabled'} in process {pid}, {self.mode} mode"]
+        todo: list[str] = []
         if p is not None:
-            running = f"running {p.running_inter}x{p.running_intra}" if p.running_inter else "running pools unknown"
-            lines.append(
-                f"process pools [{p.phase}]: planned inter_op={p.planned_inter} intra_op={p.planned_intra}; "
-                f"{running}; source: {p.source}"
-            )
-            if p.applied:
-                lines.append("  set: " + " ".join(f"{k}={v}" for k, v in sorted(p.applied.items())))
+            planned = _threads(p.planned_inter, p.planned_intra)
+            lines.append(f"  planned: {planned}, for {_source_words(p.source)}")
+            if p.phase == "after-start":
+                lines.append("  applied: not to the process pools: TensorFlow had already started and fixed them")
+                todo.append("call tf_autopar.enable() before the first TensorFlow op (after `import tensorflow` is "
+                            "fine), or start the program with `tf-autopar run -- python ...`")
+            else:
+                how = " ".join(f"{k}={v}" for k, v in sorted(p.applied.items())) or "nothing needed setting"
+                lines.append(f"  applied before TensorFlow started: {how}")
+                if p.applied:
+                    lines.append("    (tf.config.threading.get_*_parallelism_threads() report 0 for settings made "
+                                 "this way: TensorFlow read them from the environment)")
             if p.kept_user:
                 lines.append("  kept yours: " + " ".join(f"{k}={v}" for k, v in sorted(p.kept_user.items())))
             for item in p.not_applied:
                 lines.append(f"  not applied: {item}")
-            lines.append(f"  per-session intra-op pools: {'yes' if p.per_session_intra else 'no'}")
-            if p.share is not None and p.share.get("count", 1) > 1:
-                lines.append(f"  share: worker {p.share.get('index')} of {p.share.get('count')} "
-                             f"[{p.share.get('source')}]: {p.share.get('note', '')}")
+            if p.running_inter:
+                lines.append(f"  TensorFlow runs {_threads(p.running_inter, p.running_intra)}; its default here: "
+                             + (_threads(p.tf_default, p.tf_default) + " (one per CPU it may use)"
+                                if p.tf_default else "one thread per CPU it may use, in each pool"))
             if p.bound_cpus:
-                lines.append("  bound to CPUs " + ",".join(map(str, p.bound_cpus)))
+                lines.append("  bound to CPUs " + format_cpus(p.bound_cpus))
+            if p.share is not None and p.share.get("count", 1) > 1:
+                lines.append(f"  one of {p.share.get('count')} processes sharing this host: worker "
+                             f"{p.share.get('index')} ({p.share.get('note', '')})")
+            if p.source == "host" and p.phase != "after-start":
+                todo.append("to plan for your model, pass it: tf_autopar.enable('path/to/saved_model'), or load it "
+                            "with tf.saved_model.load / keras.models.load_model after enable(); enable(batch=N) "
+                            "gives its batch")
         if self.patches:
-            lines.append("hooks: " + ", ".join(self.patches))
-        for s in self.sessions:
-            lines.append(
-                f"{s.session}: {s.graph_nodes} nodes, width {s.avg_width} ({s.heavy_ops} heavy ops) -> "
-                f"inter_op={s.inter_op} intra_op={s.intra_op}"
-                f"{' (per-session pools)' if s.per_session_threads else ''}"
-                f"{'' if s.intra_per_session else ' (intra-op is the process pool)'}"
-                f"{'; kept yours: ' + ', '.join(s.user_fields) if s.user_fields else ''}"
-                f"{'; ' + s.note if s.note else ''}; analysis {s.analysis_ms:.1f} ms"
-            )
+            lines.append("  watching: " + ", ".join(_HOOK_WORDS.get(h.split(" (")[0], h) for h in self.patches))
+        for rec in self.sessions:
+            pools = "its own pools" if rec.per_session_threads else "the process pools"
+            intra = "" if rec.intra_per_session else " (intra-op: the process pool)"
+            lines.append(f"  TF1 session {rec.session.rsplit('#', 1)[-1]}: {_ops(rec.heavy_ops)}, width {rec.avg_width} -> "
+                         f"{_threads(rec.inter_op, rec.intra_op)}, {pools}{intra}"
+                         + (f"; kept yours: {', '.join(rec.user_fields)}" if rec.user_fields else "")
+                         + (f"; {rec.note}" if rec.note else ""))
         for f in self.functions:
-            verdict = "matches the process pools" if f.matches_process else (
-                "differs from the process pools: use tf_autopar.optimize()"
-                + (", plan cached for the next start" if f.cached else "")
-            )
-            lines.append(
-                f"function {f.name}: width {f.avg_width} ({f.heavy_ops} heavy ops) -> "
-                f"inter_op={f.planned_inter} intra_op={f.planned_intra}, {verdict}; {f.traces} trace(s)"
-            )
+            best = _threads(f.planned_inter, f.planned_intra)
+            if f.matches_process:
+                lines.append(f"  {user_function_name(f.name)}: {_ops(f.heavy_ops)}, width {f.avg_width} -> {best}, "
+                             "as the process runs")
+                continue
+            lines.append(f"  {user_function_name(f.name)}: {_ops(f.heavy_ops)}, width {f.avg_width} -> best at "
+                         f"{best}, but the process pools were already fixed"
+                         + ("; the plan is saved for the next start" if f.cached else ""))
+            todo.append("for inference now: fast = tf_autopar.optimize(model) runs it with its own plan"
+                        + ("; the next start of this program applies the saved plan" if f.cached else ""))
         for w in self.warnings:
-            lines.append(f"warning: {w}")
+            lines.append(f"  warning: {w}")
+        for item in dict.fromkeys(todo):  # each once, in order
+            lines.append(f"  next: {item}")
         return "\n".join(lines)
 
     __str__ = text
+
+
+_HOOK_WORDS = {
+    "tf.compat.v1.Session": "new TF1 sessions (each planned for its own graph)",
+    "tf.function first trace": "tf.function and Keras models (each planned at its first call)",
+    "model loading": "model loads (tf.saved_model.load, keras.models.load_model, keras.layers.TFSMLayer)",
+}
+
+
+def _threads(inter: int, intra: int) -> str:
+    return f"{inter} inter-op x {intra} intra-op threads"
+
+
+def _ops(n: int) -> str:
+    return f"{n} heavy op{'' if n == 1 else 's'}"
+
+
+def _source_words(source: str) -> str:
+    """The plan's source as a user would say it ("host" -> "this host, no model given")."""
+    if source == "host":
+        return "this host (no model given)"
+    if source.startswith("cache:"):
+        from tf_autopar.runtime.records import user_function_name
+
+        name = source.split(":", 1)[1].strip().split(" (")[0]
+        return f"the plan this program saved last time, for {user_function_name(name)}"
+    return source
 
 
 class Registry:

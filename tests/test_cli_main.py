@@ -1,0 +1,69 @@
+"""The `tf-autopar` entry point: options accepted anywhere, TensorFlow's start-up noise kept
+off the terminal (unless asked for), errors that name the subcommand. No TensorFlow import."""
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from tf_autopar import __version__
+from tf_autopar.cli import quiet
+from tf_autopar.cli.main import build_parser, main
+
+NOISE = (
+    b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
+    b"I0000 00:00:1796045616.380794    9397 port.cc:153] oneDNN custom operations are on. You may see ...\n"
+    b"W0000 00:00:1796045616.380794    9397 cpu_feature_guard.cc:227] This TensorFlow binary is optimized\n"
+)
+
+
+@pytest.mark.parametrize("argv", [["-v", "plan"], ["plan", "-v"], ["workloads", "list", "--verbose"],
+                                  ["run", "-v", "--", "true"]])
+def test_verbose_is_accepted_before_or_after_the_subcommand(argv):
+    assert build_parser().parse_args(argv).verbose is True
+    assert build_parser().parse_args([a for a in argv if a not in ("-v", "--verbose")]).verbose is False
+
+
+@pytest.mark.parametrize("argv", [["--version"], ["plan", "--version"], ["workloads", "run", "--version"]])
+def test_version_anywhere(argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 0 and capsys.readouterr().out == f"tf-autopar {__version__}\n"
+
+
+def test_a_command_argument_never_replaces_the_subcommand_in_errors(capsys):
+    assert main(["run", "--instances", "0", "--", "true"]) == 2
+    assert capsys.readouterr().err.startswith("tf-autopar run: error: --instances must be at least 1")
+
+
+def test_the_noise_is_filtered_and_everything_else_kept():
+    kept = b"E0000 00:00:1796045616.3 9397 x.cc:1] a real error\nUserWarning: something Python said\n"
+    assert quiet.filtered(NOISE + kept + NOISE) == kept
+    assert quiet.filtered(b"To enable the following instructions: AVX2 FMA, in other operations, rebuild\n") == b""
+
+
+def test_quieting_respects_the_users_setting(monkeypatch):
+    env = {"TF_CPP_MIN_LOG_LEVEL": "0"}
+    assert quiet.quiet_tensorflow(env) is False and env == {"TF_CPP_MIN_LOG_LEVEL": "0"}
+    env = {}
+    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
+    monkeypatch.setitem(sys.modules, "tensorflow", sys.modules.get("tensorflow", object()))
+    assert quiet.quiet_tensorflow(env) is True and env == {"TF_CPP_MIN_LOG_LEVEL": "2"}
+
+
+def test_importing_tensorflow_under_the_cli_prints_no_start_up_lines():
+    pytest.importorskip("tensorflow")
+    import os
+    import subprocess
+    from pathlib import Path
+
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
+    code = "from tf_autopar.cli.quiet import quiet_tensorflow\n{}import tensorflow\nprint('imported')\n"
+    loud = subprocess.run([sys.executable, "-c", code.format("")], env=env, capture_output=True, timeout=120)
+    if b"absl::InitializeLog" not in loud.stderr and b"] " not in loud.stderr:
+        pytest.skip("this TensorFlow prints nothing at import")
+    calm = subprocess.run([sys.executable, "-c", code.format("quiet_tensorflow()\n")], env=env,
+                          capture_output=True, timeout=120)
+    assert calm.returncode == 0 and calm.stdout == b"imported\n"
+    assert quiet.filtered(calm.stderr) == calm.stderr and b"absl" not in calm.stderr, calm.stderr
