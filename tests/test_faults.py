@@ -1,0 +1,117 @@
+"""Fault injection: hostile files where tf_autopar keeps its own, garbled host files, and
+the faults a user should hear about once. Each test runs the real code path; the ones that
+used to hang run in a child process with a timeout."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tf_autopar._files import FileTooLarge, NotRegularFile, read_json, read_regular, write_json_atomic
+
+ROOT = Path(__file__).resolve().parents[1]
+TIMEOUT = 90  # a hang fails the test instead of stalling the suite
+
+
+def run_py(code: str, env: dict[str, str], *args: str, timeout: float = TIMEOUT) -> subprocess.CompletedProcess:
+    """Run ``code`` in a fresh interpreter (no logging configured), tf_autopar importable."""
+    full = {**os.environ, "PYTHONPATH": str(ROOT), **env}
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], env=full, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+# ---------------------------------------------------------------- item 2: only regular files, never blocking
+
+def test_read_regular_refuses_a_fifo_without_blocking(tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    with pytest.raises(NotRegularFile, match="named pipe"):
+        read_regular(str(fifo), 100)  # would block forever with open()
+
+
+def test_read_regular_bounds_the_size(tmp_path):
+    big = tmp_path / "big"
+    big.write_bytes(b"x" * 1000)
+    with pytest.raises(FileTooLarge, match="larger than 999 bytes"):
+        read_regular(str(big), 999)
+    assert read_regular(str(big), 10, truncate=True) == b"x" * 10
+    assert read_regular(str(big), 1000) == b"x" * 1000
+
+
+def test_deeply_nested_json_is_a_corrupt_file_not_a_recursion_error(tmp_path):
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 200000 + "]" * 200000)
+    with pytest.raises(ValueError, match="nested too deeply"):
+        read_json(str(deep), 1 << 20)
+
+
+def test_atomic_json_write_replaces_a_symlink_instead_of_following_it(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    link = tmp_path / "cache.json"
+    link.symlink_to(victim)
+    write_json_atomic(str(link), {"a": 1})
+    assert victim.read_text() == "keep"
+    assert not link.is_symlink() and json.loads(link.read_text()) == {"a": 1}
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary left
+
+
+def test_fifo_at_the_plan_cache_does_not_hang_enable(tmp_path):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    os.mkfifo(cache / "plans.json")
+    proc = run_py("""
+        import json, tf_autopar
+        st = tf_autopar.enable()
+        print(json.dumps(list(st.warnings)))
+    """, {"TF_AUTOPAR_CACHE_DIR": str(cache), "TF_AUTOPAR_LEASE_DIR": str(tmp_path / "lease")})
+    assert proc.returncode == 0, proc.stderr
+    warnings = json.loads(proc.stdout.splitlines()[-1])
+    assert any("plans.json" in w and "named pipe" in w for w in warnings), warnings
+    assert not (cache / "plans.json").exists()  # moved aside: the next write makes a real file
+    assert any(p.name.startswith("plans.json.corrupt-") for p in cache.iterdir())
+
+
+def test_fifo_at_the_topology_caches_does_not_hang_inspect(tmp_path):
+    for name in ("cpuinfo.json", "tf_runtime.json"):
+        os.mkfifo(tmp_path / name)
+    proc = subprocess.run([sys.executable, "-m", "tf_autopar.cli.main", "inspect", "--json"],
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "TF_AUTOPAR_CACHE_DIR": str(tmp_path)},
+                          capture_output=True, text=True, timeout=TIMEOUT)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["cpu_budget"] >= 1
+
+
+def test_fifo_at_a_lease_slot_does_not_hang_the_claim(tmp_path):
+    from tf_autopar.coordination.lease import group_key
+
+    env = {"TF_AUTOPAR_LEASE_DIR": str(tmp_path / "lease"), "TF_AUTOPAR_GROUP": "fifo-test",
+           "TF_AUTOPAR_INSTANCES": "2"}
+    code = """
+        import json, os, sys
+        from tf_autopar.coordination import claim_share
+        from tf_autopar.topology import detect_topology
+        share = claim_share(detect_topology(cpu_details=False))
+        print(json.dumps(share.to_dict()))
+    """
+    topo_cpus = sorted(os.sched_getaffinity(0))
+    group = tmp_path / "lease" / group_key(env, cpus=topo_cpus)
+    group.mkdir(parents=True)
+    os.mkfifo(group / "slot-1.lock")  # a peer slot: counting peers used to block on it
+    proc = run_py(code, env)
+    assert proc.returncode == 0, proc.stderr
+    share = json.loads(proc.stdout.splitlines()[-1])
+    assert share["lease_slot"] == 0
+
+    (group / "slot-0.lock").unlink()
+    os.mkfifo(group / "slot-0.lock")  # the slot to take: refused with one clear warning
+    proc = run_py(code, env)
+    assert proc.returncode == 0, proc.stderr
+    share = json.loads(proc.stdout.splitlines()[-1])
+    assert share["source"] == "even-split"
+    assert "slot-0.lock is a named pipe" in share["note"]
