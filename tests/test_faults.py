@@ -115,3 +115,70 @@ def test_fifo_at_a_lease_slot_does_not_hang_the_claim(tmp_path):
     share = json.loads(proc.stdout.splitlines()[-1])
     assert share["source"] == "even-split"
     assert "slot-0.lock is a named pipe" in share["note"]
+
+
+# ---------------------------------------------------------------- item 7: parsers do not trust their input
+
+def test_non_ascii_digits_in_proc_cgroup_are_skipped_not_raised():
+    from tf_autopar.topology.cgroup import parse_cpu_max, parse_proc_cgroup
+
+    ms = parse_proc_cgroup("\u00b2:cpu:/a\n0::/b\n")  # '²'.isdigit() is True, int('²') raises
+    assert [(m.hierarchy, m.path) for m in ms] == [(0, "/b")]
+    with pytest.raises(ValueError, match="period"):
+        parse_cpu_max("max \u0661\u0660\u0660")  # Arabic-Indic digits: int() would read them
+
+
+def test_non_ascii_digits_in_cpuinfo_and_quota_files_warn_not_raise(tmp_path):
+    from tf_autopar.topology._fs import HostFS, Notes
+    from tf_autopar.topology.cgroup import GroupDir, read_quota
+    from tf_autopar.topology.cpus import cpuinfo_processors
+
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc" / "cpuinfo").write_text("processor\t: \u00b2\n\nprocessor\t: 1\nphysical id\t: 0\n")
+    assert list(cpuinfo_processors(HostFS(str(tmp_path)))) == [1]
+    group = tmp_path / "sys" / "fs" / "cgroup" / "cpu"
+    group.mkdir(parents=True)
+    (group / "cpu.cfs_quota_us").write_text("\u0665\u0660\u0660\u0660\u0660\n")  # '50000' in Arabic-Indic
+    (group / "cpu.cfs_period_us").write_text("100000\n")
+    notes = Notes()
+    assert read_quota(HostFS(str(tmp_path)), notes, [GroupDir(1, "/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu")]) is None
+    assert any("is not a number" in w for w in notes.warnings), notes.warnings
+
+
+def test_huge_cpu_lists_are_refused_before_allocating():
+    from tf_autopar.topology.cpulist import MAX_CPU_ID, parse_cpulist
+
+    for text in ("0-4294967295", "0-99999999999", "7,100000", "0-8:99999999999999999999"):
+        with pytest.raises(ValueError, match=r"bad cpulist .*(beyond the largest CPU id|not a CPU number)"):
+            parse_cpulist(text)
+    assert parse_cpulist(f"{MAX_CPU_ID}") == (MAX_CPU_ID,)
+    with pytest.raises(ValueError, match="not a CPU number"):
+        parse_cpulist("0-\u00b2")
+
+
+def test_run_cores_with_a_huge_list_is_a_clear_cli_error():
+    proc = subprocess.run([sys.executable, "-m", "tf_autopar.cli.main", "run", "--cores", "0-99999999999", "--",
+                           sys.executable, "-c", "pass"],
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=TIMEOUT)
+    assert proc.returncode != 0
+    assert "0-99999999999" in proc.stderr and "beyond the largest CPU id" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_deeply_nested_plan_cache_is_moved_aside_with_one_warning(tmp_path, monkeypatch):
+    from tf_autopar.runtime import cache
+    from tf_autopar.runtime.state import STATE
+
+    path = tmp_path / "plans.json"
+    path.write_text("[" * 100000 + "]" * 100000)
+    STATE.warned_keys.discard(f"cache-corrupt:{path}")
+    data = cache.load(str(path))
+    assert data["plans"] == {} and not path.exists()
+    assert any("nested too deeply" in w for w in STATE.warnings)
+
+
+def test_tf_config_nested_too_deeply_is_a_value_error():
+    from tf_autopar.coordination.ranks import detect_ranks
+
+    r = detect_ranks({"TF_CONFIG": "[" * 100000 + "]" * 100000})
+    assert r.rank is None and any("nested too deeply" in w for w in r.warnings), r.warnings

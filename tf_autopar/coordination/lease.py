@@ -41,6 +41,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from tf_autopar._files import NotRegularFile, check_regular, parse_json, read_regular
 from tf_autopar._keys import stable_key
+from tf_autopar._text import uint_or_none
 
 MAX_SLOTS = 4096
 MAX_STATUS = 65536  # bytes of a slot's JSON (or a holder's fdinfo) read at most
@@ -151,7 +152,7 @@ def _slot_index(name: str) -> int | None:
     if not (name.startswith(SLOT_PREFIX) and name.endswith(SLOT_SUFFIX)):
         return None
     digits = name[len(SLOT_PREFIX): -len(SLOT_SUFFIX)]
-    return int(digits) if digits.isdigit() else None
+    return uint_or_none(digits)
 
 
 def _read_status(fd: int) -> dict[str, Any] | None:

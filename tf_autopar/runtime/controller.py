@@ -18,6 +18,8 @@ import os
 import sys
 from typing import Mapping
 
+from tf_autopar._text import is_uint
+
 OVERRIDE_VAR = "TF_OVERRIDE_GLOBAL_THREADPOOL"
 POOL_VARS = ("TF_NUM_INTEROP_THREADS", "TF_NUM_INTRAOP_THREADS")
 
@@ -150,7 +152,7 @@ def running_pools() -> tuple[int, int]:
             result.append(int(api))
             continue
         text = os.environ.get(var, "")
-        result.append(int(text) if text.isdigit() and int(text) > 0 else default_pool_size())
+        result.append(int(text) if is_uint(text) and int(text) > 0 else default_pool_size())
     return result[0], result[1]
 
 

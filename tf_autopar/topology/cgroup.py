@@ -34,6 +34,8 @@ import posixpath
 import re
 from typing import NamedTuple
 
+from tf_autopar._text import is_uint, uint_or_none
+
 from ._fs import HostFS, Notes
 from .cpulist import parse_cpulist
 from .model import CpuQuota
@@ -101,7 +103,7 @@ def parse_proc_cgroup(text: str) -> list[Membership]:
     out = []
     for line in text.splitlines():
         parts = line.strip().split(":", 2)
-        if len(parts) != 3 or not parts[0].isdigit():
+        if len(parts) != 3 or not is_uint(parts[0]):
             continue
         controllers = tuple(c for c in parts[1].split(",") if c)
         out.append(Membership(int(parts[0]), controllers, parts[2]))
@@ -174,12 +176,12 @@ def parse_cpu_max(text: str) -> tuple[int | None, int]:
     if not parts or len(parts) > 2:
         raise ValueError(f"expected '<quota|max> <period>', got {text.strip()!r}")
     period_text = parts[1] if len(parts) == 2 else "100000"
-    if not period_text.isdigit() or int(period_text) == 0:
+    if not is_uint(period_text) or int(period_text) == 0:
         raise ValueError(f"period {period_text!r} is not a positive number")
     period = int(period_text)
     if parts[0] == "max":
         return None, period
-    if not parts[0].isdigit() or int(parts[0]) == 0:
+    if not is_uint(parts[0]) or int(parts[0]) == 0:
         raise ValueError(f"quota {parts[0]!r} is neither 'max' nor a positive number")
     return int(parts[0]), period
 
@@ -189,9 +191,9 @@ def _v1_quota(fs: HostFS, directory: str, notes: Notes) -> CpuQuota | None:
     qtext = fs.read(qfile)
     if qtext is None:
         return None
-    try:
-        quota = int(qtext.strip())
-    except ValueError:
+    q = qtext.strip()
+    quota = -1 if q[:1] == "-" and is_uint(q[1:]) else uint_or_none(q)  # -1: no limit
+    if quota is None:
         notes.warn(f"{fs.path(qfile)}: {qtext.strip()!r} is not a number; treating this group as unlimited")
         return None
     if quota < 0:  # -1: no limit
@@ -200,11 +202,8 @@ def _v1_quota(fs: HostFS, directory: str, notes: Notes) -> CpuQuota | None:
         notes.warn(f"{fs.path(qfile)}: quota 0 is invalid; treating this group as unlimited")
         return None
     ptext = fs.read(pfile)
-    try:
-        period = int((ptext or "").strip())
-        if period <= 0:
-            raise ValueError
-    except ValueError:
+    period = uint_or_none((ptext or "").strip()) or 0
+    if period <= 0:
         notes.warn(
             f"{fs.path(pfile)}: period {ptext.strip() if ptext else None!r} missing or invalid; "
             f"treating this group as unlimited"
