@@ -182,3 +182,96 @@ def test_tf_config_nested_too_deeply_is_a_value_error():
 
     r = detect_ranks({"TF_CONFIG": "[" * 100000 + "]" * 100000})
     assert r.rank is None and any("nested too deeply" in w for w in r.warnings), r.warnings
+
+
+# ---------------------------------------------------------------- item 6: an unreadable quota is said, not dropped
+
+def _unprivileged(fn):
+    """fn() in a forked child without root's power to read anything (uid nobody when root)."""
+    import pickle
+
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        try:
+            os.close(r)
+            if os.geteuid() == 0:
+                os.setgroups([])
+                os.setgid(65534)
+                os.setuid(65534)
+            out = ("ok", fn())
+        except BaseException as exc:  # noqa: BLE001 - handed to the parent
+            out = ("error", repr(exc))
+        with os.fdopen(w, "wb") as fh:
+            pickle.dump(out, fh)
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as fh:
+        data = fh.read()
+    os.waitpid(pid, 0)
+    kind, value = pickle.loads(data)
+    assert kind == "ok", value
+    return value
+
+
+def _quota_host(kind: str) -> str:
+    """A recorded host tree (under /tmp, readable by everyone) whose cgroup quota file is mode 000."""
+    import tempfile
+
+    root = tempfile.mkdtemp(prefix="tfap-quota-", dir="/tmp")
+    os.chmod(root, 0o755)
+    files = {
+        "proc/self/cgroup": "0::/job\n" if kind == "v2" else "4:cpu,cpuacct:/job\n",
+        "proc/self/mountinfo": ("30 20 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n" if kind == "v2" else
+                                "30 20 0:26 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu,cpuacct\n"),
+        "proc/self/status": "Cpus_allowed_list:\t0-3\n",
+        "sys/devices/system/cpu/online": "0-3\n",
+    }
+    if kind == "v2":
+        files["sys/fs/cgroup/job/cpu.max"] = "100000 100000\n"
+    else:
+        files["sys/fs/cgroup/cpu/job/cpu.cfs_quota_us"] = "100000\n"
+        files["sys/fs/cgroup/cpu/job/cpu.cfs_period_us"] = "100000\n"
+    for rel, text in files.items():
+        path = os.path.join(root, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as fh:
+            fh.write(text)
+    for dirpath, _, _ in os.walk(root):
+        os.chmod(dirpath, 0o755)
+    for rel in files:
+        os.chmod(os.path.join(root, rel), 0o644)
+    return root
+
+
+@pytest.mark.parametrize("kind,quota_file", [("v2", "cpu.max"), ("v1", "cpu.cfs_quota_us")])
+def test_an_unreadable_quota_is_a_warning_in_the_topology_and_the_plan(kind, quota_file):
+    import shutil
+
+    from tf_autopar.planning import plan
+    from tf_autopar.topology import detect_topology
+
+    def detect():
+        topo = detect_topology(root, cpu_details=False)
+        return topo.cpu_budget, list(topo.warnings), plan(topo).explain()
+
+    root = _quota_host(kind)
+    try:
+        assert detect()[0] == 1  # imports what the child needs (uid nobody cannot read root's stdlib)
+        assert _unprivileged(detect)[0] == 1  # the quota (1 CPU) applies when the file can be read
+        qpath = next(os.path.join(d, quota_file) for d, _, names in os.walk(root) if quota_file in names)
+        os.chmod(qpath, 0)
+
+        budget, warnings, explain = _unprivileged(detect)
+        assert budget == 4
+        assert [w for w in warnings if quota_file in w] == [
+            f"cannot read {qpath} (Permission denied); this group's CPU quota is unknown and not applied: "
+            "the CPU budget may exceed the quota and the process be throttled"]
+        assert f"cannot read {qpath}" in explain
+
+        os.chmod(os.path.join(root, "proc/self/cgroup"), 0)
+        budget, warnings, explain = _unprivileged(detect)
+        assert any("proc/self/cgroup (Permission denied); no cgroup CPU quota or cpuset is known" in w
+                   for w in warnings), warnings
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

@@ -60,11 +60,14 @@ class HostFS:
             return host_path
         return os.path.join(self.root, host_path.lstrip("/"))
 
-    def read(self, host_path: str, limit: int = -1) -> str | None:
+    def read(self, host_path: str, limit: int = -1, *, notes: Notes | None = None,
+             consequence: str = "") -> str | None:
         """Text of a host file (at most `limit` bytes if >= 0), or None when it is missing or unreadable.
 
         Through read_regular: a FIFO or device planted in a recorded tree (or at a cgroup
         path) is refused instead of blocking, and no file is read past MAX_READ bytes.
+        ``notes``: a file that exists but cannot be read (permission denied, not a regular
+        file) is a warning naming it and ``consequence``, not a silent absence.
         """
         path = self.path(host_path)
         try:
@@ -73,6 +76,8 @@ class HostFS:
             return None
         except OSError as exc:  # permission denied, not a regular file, EIO on some virtual files
             log.debug("cannot read %s: %s", path, exc)
+            if notes is not None:
+                notes.warn(f"cannot read {path} ({exc.strerror or exc}); {consequence}")
             return None
         if read_hook is not None:
             read_hook(host_path)

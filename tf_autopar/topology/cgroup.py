@@ -42,6 +42,9 @@ from .model import CpuQuota
 
 log = logging.getLogger("tf_autopar.topology")
 
+UNREAD_QUOTA = ("this group's CPU quota is unknown and not applied: the CPU budget may exceed the quota "
+                "and the process be throttled")
+
 
 class Mount(NamedTuple):
     root: str  # the group shown at the mount's top ("/" unless a sub-tree is bind-mounted)
@@ -162,7 +165,9 @@ def find_groups(memberships: list[Membership], mounts: list[Mount], controller: 
 def process_groups(fs: HostFS, notes: Notes, controller: str) -> list[GroupDir]:
     cg_path = f"{fs.proc_self}/cgroup"
     mi_path = f"{fs.proc_self}/mountinfo"
-    cg_text, mi_text = fs.read(cg_path), fs.read(mi_path)
+    why = "no cgroup CPU quota or cpuset is known: the plan may use more CPUs than the container allows"
+    cg_text = fs.read(cg_path, notes=notes, consequence=why)
+    mi_text = fs.read(mi_path, notes=notes, consequence=why)
     if cg_text is None or mi_text is None:
         missing = cg_path if cg_text is None else mi_path
         log.debug("%s missing: no cgroup limits read", fs.path(missing))
@@ -188,7 +193,7 @@ def parse_cpu_max(text: str) -> tuple[int | None, int]:
 
 def _v1_quota(fs: HostFS, directory: str, notes: Notes) -> CpuQuota | None:
     qfile, pfile = f"{directory}/cpu.cfs_quota_us", f"{directory}/cpu.cfs_period_us"
-    qtext = fs.read(qfile)
+    qtext = fs.read(qfile, notes=notes, consequence=UNREAD_QUOTA)
     if qtext is None:
         return None
     q = qtext.strip()
@@ -201,7 +206,7 @@ def _v1_quota(fs: HostFS, directory: str, notes: Notes) -> CpuQuota | None:
     if quota == 0:
         notes.warn(f"{fs.path(qfile)}: quota 0 is invalid; treating this group as unlimited")
         return None
-    ptext = fs.read(pfile)
+    ptext = fs.read(pfile, notes=notes, consequence=UNREAD_QUOTA)
     period = uint_or_none((ptext or "").strip()) or 0
     if period <= 0:
         notes.warn(
@@ -214,7 +219,7 @@ def _v1_quota(fs: HostFS, directory: str, notes: Notes) -> CpuQuota | None:
 
 def _v2_quota(fs: HostFS, directory: str, notes: Notes) -> CpuQuota | None:
     path = f"{directory}/cpu.max"
-    text = fs.read(path)
+    text = fs.read(path, notes=notes, consequence=UNREAD_QUOTA)
     if text is None:
         return None
     try:
