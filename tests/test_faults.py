@@ -275,3 +275,54 @@ def test_an_unreadable_quota_is_a_warning_in_the_topology_and_the_plan(kind, quo
                    for w in warnings), warnings
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- item 8: warnings reach the user, once
+
+WARN_PROGRAM = """
+    import json, os, sys
+    if sys.argv[1] == "configured":
+        import logging
+        logging.basicConfig(format="LOGGED %(name)s %(message)s")
+    import tf_autopar
+    st = tf_autopar.enable()
+    tf_autopar.disable()
+    st = tf_autopar.enable()          # a second start meets the same faults: no new lines
+    print(json.dumps(list(st.warnings)))
+"""
+
+
+def _faulty_env(tmp_path) -> dict[str, str]:
+    cache = tmp_path / "cache"
+    cache.mkdir(exist_ok=True)
+    (cache / "plans.json").write_text("{not json")
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    return {"TF_AUTOPAR_CACHE_DIR": str(cache), "TF_AUTOPAR_LEASE_DIR": str(blocker / "lease")}
+
+
+def test_warnings_reach_stderr_once_in_a_program_without_logging(tmp_path):
+    proc = run_py(WARN_PROGRAM, _faulty_env(tmp_path), "bare")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.splitlines()
+    lease = [ln for ln in lines if "lease unusable" in ln]
+    cache = [ln for ln in lines if "plan cache" in ln]
+    assert len(lease) == 1 and len(cache) == 1, proc.stderr
+    assert len(lines) == 2, proc.stderr  # nothing else, nothing twice
+    assert all(ln.startswith("tf_autopar") for ln in lines)
+    warnings = json.loads(proc.stdout.splitlines()[-1])
+    assert any("lease unusable" in w for w in warnings) and any("plan cache" in w for w in warnings), warnings
+
+
+def test_a_program_that_configured_logging_gets_each_warning_once_through_it(tmp_path):
+    proc = run_py(WARN_PROGRAM, _faulty_env(tmp_path), "configured")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 2 and all(ln.startswith("LOGGED tf_autopar.") for ln in lines), proc.stderr
+
+
+def test_tf_autopar_log_quiet_silences_the_fallback(tmp_path):
+    proc = run_py(WARN_PROGRAM, {**_faulty_env(tmp_path), "TF_AUTOPAR_LOG": "quiet"}, "bare")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    assert len(json.loads(proc.stdout.splitlines()[-1])) == 2  # still in status()

@@ -10,6 +10,7 @@ import logging
 import os
 from collections.abc import Callable
 
+from tf_autopar import _warn
 from tf_autopar._files import read_regular
 
 log = logging.getLogger("tf_autopar.topology")
@@ -27,9 +28,10 @@ class Notes:
         self.warnings: list[str] = []
 
     def warn(self, message: str) -> None:
+        """Kept in this detection's warnings; logged once per process (a host is detected often)."""
         if message not in self.warnings:
             self.warnings.append(message)
-            log.warning("%s", message)
+            _warn.warn_once("topology:" + message, message, log.name)
 
 
 class HostFS:
