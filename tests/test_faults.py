@@ -326,3 +326,57 @@ def test_tf_autopar_log_quiet_silences_the_fallback(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""
     assert len(json.loads(proc.stdout.splitlines()[-1])) == 2  # still in status()
+
+
+# ---------------------------------------------------------------- item 3: disable() undoes enable()
+
+UNDO_PROGRAM = """
+    import json, os
+    from tf_autopar.coordination import lease_status
+    import tf_autopar
+
+    def snapshot():
+        held = [s["slot"] for d in os.listdir(os.environ["TF_AUTOPAR_LEASE_DIR"])
+                for s in lease_status(os.path.join(os.environ["TF_AUTOPAR_LEASE_DIR"], d)) if s["held"]]
+        return {"mask": sorted(os.sched_getaffinity(0)), "held": held,
+                "inter": os.environ.get("TF_NUM_INTEROP_THREADS"), "intra": os.environ.get("TF_NUM_INTRAOP_THREADS")}
+
+    out = {"before": snapshot()}
+    st = tf_autopar.enable()
+    out["enabled"] = snapshot()
+    out["share"] = st.process.share
+    tf_autopar.disable()
+    out["disabled"] = snapshot()
+    st = tf_autopar.enable()
+    out["again"] = snapshot()
+    out["share_again"] = st.process.share
+    print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("count", ["2", None])
+def test_disable_gives_back_the_slot_the_affinity_and_the_variables(tmp_path, count):
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs 2 CPUs to pin a worker to half of them")
+    env = {"TF_AUTOPAR_LEASE_DIR": str(tmp_path / "lease"), "TF_AUTOPAR_GROUP": "undo-test",
+           "TF_AUTOPAR_CACHE_DIR": str(tmp_path / "cache"),
+           "TF_NUM_INTRAOP_THREADS": "7", "TF_AUTOPAR_LAUNCHER_VARS": "TF_NUM_INTRAOP_THREADS"}
+    if count:
+        env["TF_AUTOPAR_INSTANCES"] = count
+    (tmp_path / "lease").mkdir()
+    proc = run_py(UNDO_PROGRAM, env)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.splitlines()[-1])
+    before = out["before"]
+    assert before["held"] == [] and before["inter"] is None and before["intra"] == "7"
+    assert out["enabled"]["held"] == [0]
+    assert out["enabled"]["inter"] is not None
+    assert out["enabled"]["intra"] != "7" or out["share"]["budget"] == 7  # the launcher's value is re-planned
+    if count:  # worker 0 of 2: pinned to its half
+        assert out["share"]["pin"] and len(out["enabled"]["mask"]) < len(before["mask"])
+    assert out["disabled"] == before  # slot free, mask and variables as they were
+    assert out["again"]["held"] == [0]  # the same slot again, not a second one
+    assert out["share_again"]["lease_slot"] == 0
+    if not count:
+        assert out["share_again"]["source"] == "single", out["share_again"]  # its old slot is no peer
+    assert out["again"]["mask"] == out["enabled"]["mask"]

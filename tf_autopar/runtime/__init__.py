@@ -85,7 +85,10 @@ def enable(
 
 
 def disable() -> Status:
-    """Remove every hook and the variables enable() set; records stay readable in status()."""
+    """Undo enable(): remove every hook, put back the variables it set and the CPU affinity it
+    changed, give back its lease slot. Records stay readable in status().
+
+    TensorFlow's process pools, once started, keep the sizes they started with."""
     with STATE.lock:
         _undo()
         return STATE.snapshot()
@@ -127,6 +130,10 @@ def _undo() -> None:
         except Exception as exc:  # a hook we cannot remove must not break the caller
             fail_open("remove a hook", exc)
     controller.restore_env()
+    controller.restore_affinity()
+    if STATE.share is not None:  # the slot goes back: a later enable() must not count it as a peer
+        STATE.share.release()
+        STATE.share = None
     fn_hooks.reset_seen()
     STATE.enabled = False
     STATE.patches = []
