@@ -380,3 +380,77 @@ def test_disable_gives_back_the_slot_the_affinity_and_the_variables(tmp_path, co
     if not count:
         assert out["share_again"]["source"] == "single", out["share_again"]  # its old slot is no peer
     assert out["again"]["mask"] == out["enabled"]["mask"]
+
+
+# ---------------------------------------------------------------- item 9: the tracer library and its logs
+
+def _sh_plan(tmp_path, script: str):
+    """A build plan whose 'compiler' is a shell line writing the output ({out} = $0): no TensorFlow."""
+    from tf_autopar.tracing.build import BuildPlan
+
+    return BuildPlan(source=tmp_path / "src.cc", compiler="sh", command=("sh", "-c", script, "{out}"),
+                     tf_version="test", key="k", cache_dir=tmp_path / "native" / "k")
+
+
+def test_a_cached_library_others_could_write_is_rebuilt_not_loaded(tmp_path):
+    from tf_autopar.tracing.build import build
+
+    plan = _sh_plan(tmp_path, 'printf built > "$0"')
+    plan.cache_dir.mkdir(parents=True)
+    plan.library.write_text("planted")
+    os.chmod(plan.library, 0o666)
+    assert build(plan=plan).read_text() == "built"
+    assert not os.stat(plan.library).st_mode & 0o022
+
+    victim = tmp_path / "victim.so"
+    victim.write_text("someone else's")
+    plan.library.unlink()
+    plan.library.symlink_to(victim)  # a symlink is replaced, its target untouched
+    assert build(plan=plan).read_text() == "built" and not plan.library.is_symlink()
+    assert victim.read_text() == "someone else's"
+
+
+def test_a_library_owned_by_another_user_is_refused_at_load(tmp_path):
+    from tf_autopar.tracing.build import NativeBuildError, open_library
+
+    lib = tmp_path / "lib.so"
+    lib.write_text("x")
+    os.chmod(lib, 0o644)
+    os.close(open_library(lib))
+    os.chmod(lib, 0o664)
+    with pytest.raises(NativeBuildError, match="writable by group or others"):
+        open_library(lib)
+    link = tmp_path / "link.so"
+    link.symlink_to(lib)
+    with pytest.raises(NativeBuildError, match="cannot open"):
+        open_library(link)
+    if os.geteuid() == 0:
+        os.chmod(lib, 0o644)
+        os.chown(lib, 65534, 65534)
+        with pytest.raises(NativeBuildError, match="belongs to uid 65534"):
+            open_library(lib)
+
+
+def test_a_failed_build_log_is_not_written_through_a_symlink(tmp_path):
+    from tf_autopar.tracing.build import FAILED_MARKER, NativeBuildError, build
+
+    plan = _sh_plan(tmp_path, "echo broken >&2; exit 3")
+    plan.cache_dir.mkdir(parents=True)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep")
+    (plan.cache_dir / FAILED_MARKER).symlink_to(victim)
+    with pytest.raises(NativeBuildError):
+        build(plan=plan, force=True)
+    assert victim.read_text() == "keep"
+    log_file = plan.cache_dir / FAILED_MARKER
+    assert not log_file.is_symlink() and "broken" in log_file.read_text()
+
+
+def test_a_cache_directory_others_can_write_is_not_used(tmp_path):
+    from tf_autopar.tracing.build import NativeBuildError, build
+
+    plan = _sh_plan(tmp_path, 'printf built > "$0"')
+    plan.cache_dir.mkdir(parents=True)
+    os.chmod(plan.cache_dir, 0o777)
+    with pytest.raises(NativeBuildError, match="writable by group or others"):
+        build(plan=plan)

@@ -88,13 +88,19 @@ def read_json(path: str, max_bytes: int) -> Any:
 
 
 def write_json_atomic(path: str, data: Any, **dump_options: Any) -> None:
-    """Write ``data`` as JSON to ``path``: a temporary file in the same directory, then a rename."""
+    """Write ``data`` as JSON to ``path`` (see write_text_atomic)."""
+    write_text_atomic(path, json.dumps(data, **dump_options))
+
+
+def write_text_atomic(path: str, text: str) -> None:
+    """Write ``text`` to ``path``: a temporary file in the same directory, then a rename (a
+    symlink at ``path`` is replaced, never written through)."""
     directory = os.path.dirname(path) or "."
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, **dump_options)
+            fh.write(text)
         os.replace(tmp, path)
     except BaseException:
         try:
