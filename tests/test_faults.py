@@ -454,3 +454,43 @@ def test_a_cache_directory_others_can_write_is_not_used(tmp_path):
     os.chmod(plan.cache_dir, 0o777)
     with pytest.raises(NativeBuildError, match="writable by group or others"):
         build(plan=plan)
+
+
+# ---------------------------------------------------------------- item 4: fork after enable()
+
+FORK_PROGRAM = """
+    import json, os
+    import tf_autopar
+    parent = tf_autopar.enable()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        before = {"warnings": list(tf_autopar.status().warnings), "mask": sorted(os.sched_getaffinity(0))}
+        st = tf_autopar.enable()             # the child plans for its own share
+        out = {**before, "share": st.process.share, "mask_after": sorted(os.sched_getaffinity(0))}
+        os.write(w, json.dumps(out).encode())
+        os._exit(0)
+    os.close(w)
+    child = json.loads(os.read(r, 1 << 20).decode())
+    os.waitpid(pid, 0)
+    print(json.dumps({"parent": parent.process.share, "parent_mask": sorted(os.sched_getaffinity(0)),
+                      "parent_warnings": list(tf_autopar.status().warnings), "child": child}))
+"""
+
+
+def test_a_child_forked_after_enable_is_told_and_takes_its_own_share(tmp_path):
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs 2 CPUs for two disjoint shares")
+    (tmp_path / "lease").mkdir()
+    env = {"TF_AUTOPAR_LEASE_DIR": str(tmp_path / "lease"), "TF_AUTOPAR_GROUP": "fork-test",
+           "TF_AUTOPAR_CACHE_DIR": str(tmp_path / "cache"), "TF_AUTOPAR_INSTANCES": "2"}
+    proc = run_py(FORK_PROGRAM, env)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.splitlines()[-1])
+    child = out["child"]
+    assert sum("forked from pid" in w for w in child["warnings"]) == 1
+    assert not any("forked" in w for w in out["parent_warnings"])
+    assert proc.stderr.count("forked from pid") == 1  # said once, by the child
+    assert child["mask"] == out["parent_mask"]  # inherited until the child's enable()
+    assert (out["parent"]["lease_slot"], child["share"]["lease_slot"]) == (0, 1)
+    assert not set(child["mask_after"]) & set(out["parent_mask"])  # disjoint CPUs

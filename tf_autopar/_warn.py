@@ -72,6 +72,15 @@ def install() -> FallbackHandler:
     return handler
 
 
+def _reinit_after_fork() -> None:
+    global _lock
+    _lock = threading.Lock()  # another thread may have held it when the process forked
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reinit_after_fork)
+
+
 def warn_once(key: str, message: str, logger: str = ROOT_LOGGER) -> bool:
     """Log ``message`` as a warning the first time ``key`` is seen; True if it was logged."""
     with _lock:

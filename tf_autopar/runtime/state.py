@@ -124,6 +124,8 @@ class Registry:
         self.warned_keys: set[str] = _warn.SEEN
         self.session_count = 0
         self.enable_ms = 0.0
+        self.pid = 0  # the process that ran enable(); another pid here is a forked child
+        self.forked_from: int | None = None  # set in a child forked after enable()
 
     def snapshot(self) -> Status:
         with self.lock:
