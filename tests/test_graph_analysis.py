@@ -384,3 +384,25 @@ def test_dense_on_a_sequence_counts_every_row_through_its_reshape():
     assert p.typical_op_work == 2 * 128 * 256 * 1024
     assert p.assumptions == ("unknown batch dimension read as 2",)  # no guessed sequence length
     assert analyze_graph_def(g).typical_op_work is None  # nothing assumed: unknown
+
+
+def test_functions_nested_too_deeply_are_a_clear_value_error():
+    from tf_autopar.graph.analysis import MAX_FUNCTION_NESTING
+
+    def nested(depth):
+        g = graph_pb2.GraphDef()
+        matmul_function(g.library, f"f{depth}", 1)
+        for i in range(depth - 1, -1, -1):
+            f = g.library.function.add()
+            f.signature.name = f"f{i}"
+            f.signature.input_arg.add().name = "x"
+            f.signature.output_arg.add().name = "out"
+            node(f.node_def, "call", "PartitionedCall", "x", f=f"f{i + 1}")
+            f.ret["out"] = "call:output:0"
+        node(g.node, "x", "Placeholder")
+        node(g.node, "c", "PartitionedCall", "x", f="f0")
+        return g
+
+    assert analyze_graph_def(nested(MAX_FUNCTION_NESTING - 2)).heavy_ops == 1
+    with pytest.raises(ValueError, match="nested more than"):
+        analyze_graph_def(nested(5000))  # used to end in RecursionError

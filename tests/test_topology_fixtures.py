@@ -117,9 +117,14 @@ def test_v1_quota_from_ancestor():
     assert t.quota.path.endswith("sys/fs/cgroup/cpu,cpuacct/batch.slice/cpu.cfs_quota_us")
 
 
-def test_garbled_files_warn_and_fall_back(caplog):
+def test_garbled_files_warn_and_fall_back(caplog, monkeypatch):
+    from tf_autopar import _warn
+
+    monkeypatch.setattr(_warn, "SEEN", set())  # as in a fresh process
     with caplog.at_level("WARNING", logger="tf_autopar"):
         t = detect_topology(os.path.join(HOSTS, "garbled"))
+        again = detect_topology(os.path.join(HOSTS, "garbled"))  # the same problems: logged once per process
+    assert again.warnings == t.warnings
     text = "\n".join(t.warnings)
     assert "cpu.max" in text and "banana" in text
     assert "cpu0/topology missing" in text and "/proc/cpuinfo" in text

@@ -12,12 +12,13 @@ Public API (imports are lazy so `import tf_autopar` never imports TensorFlow):
 from __future__ import annotations
 
 import importlib
-import logging
 from typing import Any
+
+from tf_autopar import _warn
 
 __version__ = "0.1.0"
 
-logging.getLogger("tf_autopar").addHandler(logging.NullHandler())
+_warn.install()  # warnings reach stderr in a program that never configured logging (_warn.py)
 
 _EXPORTS = {
     "detect_topology": "tf_autopar.topology",

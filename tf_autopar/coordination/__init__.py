@@ -35,6 +35,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+from tf_autopar import _warn
 from tf_autopar.coordination.lease import Lease, LeaseError, acquire, default_root, group_key, lease_status
 from tf_autopar.coordination.ranks import LAUNCHER, Ranks, detect_ranks
 from tf_autopar.coordination.slices import Slice, capacity_cores, restrict, slice_for, split
@@ -47,13 +48,8 @@ __all__ = [
     "lease_status", "restrict", "split",
 ]
 
-_warned: set[str] = set()
-
-
 def _warn_once(key: str, message: str) -> None:
-    if key not in _warned:
-        _warned.add(key)
-        log.warning("%s", message)
+    _warn.warn_once(key, message, log.name)
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,9 @@ A worker takes the lowest free slot. A forked child does not inherit its parent'
 
 Failures (unwritable root, a root or group path that is not a directory or is a symlink or
 belongs to another user, a slot path that is not a regular file, more than MAX_SLOTS slots)
-raise LeaseError; ``claim_share`` turns it into its even-split fallback and one warning.
+raise LeaseError; ``claim_share`` turns it into its even-split fallback and one warning. Slot files are
+opened without blocking and read with a size bound (a FIFO planted there is refused, and
+ignored when counting peers).
 """
 from __future__ import annotations
 
@@ -37,9 +39,12 @@ import threading
 import time
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
+from tf_autopar._files import NotRegularFile, check_regular, parse_json, read_regular
 from tf_autopar._keys import stable_key
+from tf_autopar._text import uint_or_none
 
 MAX_SLOTS = 4096
+MAX_STATUS = 65536  # bytes of a slot's JSON (or a holder's fdinfo) read at most
 SLOT_PREFIX, SLOT_SUFFIX = "slot-", ".lock"
 
 
@@ -110,8 +115,8 @@ def _holds_slot(data: Any, st: os.stat_result) -> bool:
     if not isinstance(fd, int):  # status written without its descriptor: trust the pid
         return True
     try:
-        with open(f"/proc/{data['pid']}/fdinfo/{fd}", encoding="ascii", errors="replace") as fh:
-            lines = fh.read().splitlines()
+        lines = read_regular(f"/proc/{data['pid']}/fdinfo/{fd}", MAX_STATUS, truncate=True).decode(
+            "ascii", "replace").splitlines()
     except FileNotFoundError:  # the descriptor is closed: the slot was released
         return False
     except OSError:
@@ -147,20 +152,20 @@ def _slot_index(name: str) -> int | None:
     if not (name.startswith(SLOT_PREFIX) and name.endswith(SLOT_SUFFIX)):
         return None
     digits = name[len(SLOT_PREFIX): -len(SLOT_SUFFIX)]
-    return int(digits) if digits.isdigit() else None
+    return uint_or_none(digits)
 
 
 def _read_status(fd: int) -> dict[str, Any] | None:
     """The slot's JSON, {} when empty, None when garbled."""
     try:
-        raw = os.pread(fd, 65536, 0)
+        raw = os.pread(fd, MAX_STATUS, 0)
     except OSError:
         return None
     if not raw.strip():
         return {}
     try:
-        data = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
+        data = parse_json(raw, "lease slot status")
+    except ValueError:
         return None
     return data if isinstance(data, dict) else None
 
@@ -228,16 +233,18 @@ if hasattr(os, "register_at_fork"):
 
 def _open_slot(path: str) -> int:
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o600)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise LeaseError(errno.ELOOP, f"lease slot {path} is a symlink") from None
         if exc.errno == errno.EISDIR:
             raise LeaseError(errno.EISDIR, f"lease slot {path} is a directory, not a file") from None
         raise LeaseError(exc.errno or errno.EIO, f"cannot open lease slot {path}: {exc.strerror or exc}") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+    try:
+        check_regular(fd, path)
+    except NotRegularFile as exc:
         os.close(fd)
-        raise LeaseError(errno.EINVAL, f"lease slot {path} is not a regular file")
+        raise LeaseError(errno.EINVAL, f"lease slot {exc.strerror}") from None
     return fd
 
 
@@ -251,9 +258,8 @@ def _slots(directory: str) -> Iterator[tuple[int, os.stat_result | None, Any]]:
         path = os.path.join(directory, name)
         try:
             st = os.stat(path, follow_symlinks=False)
-            with open(path, "rb") as fh:
-                raw = fh.read(65536)
-            yield index, st, (json.loads(raw) if raw.strip() else {})
+            raw = read_regular(path, MAX_STATUS, truncate=True, follow_symlinks=False)
+            yield index, st, (parse_json(raw, path) if raw.strip() else {})
         except (OSError, ValueError):
             yield index, None, None
 

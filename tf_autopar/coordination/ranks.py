@@ -28,6 +28,9 @@ from __future__ import annotations
 import json
 from typing import Any, Iterable, Mapping, NamedTuple
 
+from tf_autopar._files import parse_json
+from tf_autopar._text import uint_or_none
+
 # (rank variable, size variable, source label); "" rank = count only.
 PAIRS: tuple[tuple[str, str], ...] = (
     ("TF_AUTOPAR_INSTANCE", "TF_AUTOPAR_INSTANCES"),
@@ -59,11 +62,12 @@ def _int(env: Mapping[str, str], name: str, minimum: int, warnings: list[str]) -
     raw = env.get(name)
     if raw is None or raw.strip() == "":
         return None
-    try:
-        value = int(raw.strip())
-    except ValueError:
+    text = raw.strip()
+    value = uint_or_none(text.removeprefix("-"))
+    if value is None:
         warnings.append(f"{name}={raw!r} is not an integer: ignored")
         return None
+    value = -value if text.startswith("-") else value
     if value < minimum:
         warnings.append(f"{name}={raw!r} is below {minimum}: ignored")
         return None
@@ -90,7 +94,7 @@ def _host_of(address: Any) -> str | None:
 def tf_config_ranks(text: str, local_names: Iterable[str] = ()) -> tuple[int, int]:
     """(local rank, local size) from a TF_CONFIG value; ValueError naming what is wrong."""
     try:
-        cfg = json.loads(text)
+        cfg = parse_json(text, "TF_CONFIG")
     except json.JSONDecodeError as exc:
         raise ValueError(f"TF_CONFIG is not JSON ({exc.msg})") from None
     if not isinstance(cfg, dict) or not isinstance(cfg.get("cluster"), dict) or not isinstance(cfg.get("task"), dict):

@@ -54,6 +54,9 @@ from tf_autopar.graph.work import WORK_ATTR, const_ints, op_work, output_shapes,
 
 log = logging.getLogger("tf_autopar.graph")
 
+# Function calls nested deeper than this are refused with a ValueError instead of running into
+# Python's recursion limit (Keras models nest a few tens deep at most).
+MAX_FUNCTION_NESTING = 128
 _CALL_OPS = frozenset({"PartitionedCall", "StatefulPartitionedCall"})
 _WHILE_OPS = frozenset({"While", "StatelessWhile", "_While"})
 _IF_OPS = frozenset({"If", "StatelessIf", "_If"})
@@ -140,6 +143,9 @@ class _Analyzer:
         if name in self.active:  # TF forbids recursion; stay safe on malformed input
             log.warning("function %s calls itself; the inner call counts as a light op", name)
             return None
+        if len(self.active) >= MAX_FUNCTION_NESTING:  # each level costs a few Python frames
+            raise ValueError(f"functions nested more than {MAX_FUNCTION_NESTING} deep (at {name!r}): "
+                             "not a graph tf_autopar can analyse")
         self.active.add(name)
         try:
             prefix = None if name in self.fingerprinted else f"{name}/"

@@ -53,7 +53,8 @@ def enable(
     calls still tune sessions and report functions. ``batch``: what a model's None batch
     dimension is read as; not given, 1 for the model's width, but op sizes count as unknown
     (no one-thread-per-op rule: graph/dims.py). Repeated calls return the current status and
-    change nothing.
+    change nothing, except in a child forked after enable() (warned about at the fork): there it
+    drops the parent's binding and plans for the child's own share.
     ``cooperate``: when other processes of this program (or ranks named in the environment:
     LOCAL_RANK, TF_CONFIG, WEB_CONCURRENCY, ...) share the host, plan for this process's
     share of the cores and bind to it (tf_autopar.coordination).
@@ -67,8 +68,12 @@ def enable(
     batch_given = batch is not None
     batch = typical_batch(mode, batch)  # ValueError for a bad batch, before anything changes
     with STATE.lock:
-        if STATE.enabled:
+        if STATE.enabled and STATE.forked_from is None:
             return STATE.snapshot()
+        if STATE.enabled:  # a child forked after enable(): drop the parent's binding, take its own share
+            _undo()
+            STATE.forked_from = None
+        STATE.pid = os.getpid()
         t0 = time.perf_counter()
         STATE.mode, STATE.streams, STATE.use_cache, STATE.batch = mode, streams, cache, batch
         STATE.batch_given = batch_given
@@ -84,8 +89,37 @@ def enable(
         return STATE.snapshot()
 
 
+def _after_fork_in_child() -> None:
+    """A child forked after enable() keeps its parent's plan and CPU binding, but not its lease
+    slot (lease.py): say so once; its own enable() then takes its own share."""
+    import threading
+
+    STATE.lock = threading.RLock()  # another thread may have held it when the process forked
+    if not STATE.enabled or STATE.pid == os.getpid():
+        return
+    STATE.forked_from = STATE.pid
+    share = STATE.share
+    STATE.share = None
+    bound = STATE.process.bound_cpus if STATE.process is not None else ()
+    warn_once(
+        "forked-after-enable",
+        f"tf_autopar: this process was forked from pid {STATE.forked_from} after tf_autopar.enable(); it keeps "
+        f"the parent's thread plan" + (f" and its binding to CPUs {','.join(map(str, bound))}" if bound else "")
+        + (" (sized for the parent's share, not this worker's)" if share is not None else "")
+        + ". Call tf_autopar.enable() in the child before its first TensorFlow op to plan for its own share, "
+        "or call enable() after forking.",
+    )
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def disable() -> Status:
-    """Remove every hook and the variables enable() set; records stay readable in status()."""
+    """Undo enable(): remove every hook, put back the variables it set and the CPU affinity it
+    changed, give back its lease slot. Records stay readable in status().
+
+    TensorFlow's process pools, once started, keep the sizes they started with."""
     with STATE.lock:
         _undo()
         return STATE.snapshot()
@@ -127,6 +161,10 @@ def _undo() -> None:
         except Exception as exc:  # a hook we cannot remove must not break the caller
             fail_open("remove a hook", exc)
     controller.restore_env()
+    controller.restore_affinity()
+    if STATE.share is not None:  # the slot goes back: a later enable() must not count it as a peer
+        STATE.share.release()
+        STATE.share = None
     fn_hooks.reset_seen()
     STATE.enabled = False
     STATE.patches = []

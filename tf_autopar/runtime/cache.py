@@ -12,7 +12,8 @@ File: ``$TF_AUTOPAR_CACHE_DIR/plans.json`` (else ``$XDG_CACHE_HOME/tf_autopar`` 
 
 A program's entry names the heaviest graph it ran, since that is the one the process
 pools should fit. Writes take a file lock and replace the file atomically; a corrupt
-file is moved aside with one warning and the cache starts empty. Reads take no lock
+file (or a FIFO, a device, a file over 64 MB, JSON nested too deeply) is moved aside with
+one warning and the cache starts empty. Reads take no lock
 (the file is only ever replaced whole).
 """
 from __future__ import annotations
@@ -24,6 +25,7 @@ import sys
 import time
 from typing import Any
 
+from tf_autopar._files import read_json, write_json_atomic
 from tf_autopar._keys import stable_key
 from tf_autopar._paths import cache_dir
 from tf_autopar.runtime.safety import warn_once
@@ -33,6 +35,7 @@ FILENAME = "plans.json"
 # 2: plans use each heavy op's work (the small-op rule); older entries are dropped, not reused.
 VERSION = 2
 MAX_ENTRIES = 500  # oldest entries are dropped beyond this
+MAX_BYTES = 64 << 20  # a larger file is not one tf_autopar wrote: treated as corrupt
 
 
 def cache_path() -> str:
@@ -74,8 +77,7 @@ def load(path: str | None = None) -> dict[str, Any]:
     """The cache's content; an unreadable or corrupt file gives an empty cache (moved aside, one warning)."""
     path = path or cache_path()
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
+        data = read_json(path, MAX_BYTES)
         if isinstance(data, dict) and isinstance(data.get("version"), int) and 0 < data["version"] < VERSION:
             log.info("plan cache %s is from an older tf_autopar (version %s): starting fresh", path, data["version"])
             return _empty()  # an upgrade, not corruption: replaced on the next write
@@ -103,21 +105,7 @@ def load(path: str | None = None) -> dict[str, Any]:
 
 
 def _write(path: str, data: dict[str, Any]) -> None:
-    directory = os.path.dirname(path)
-    os.makedirs(directory, exist_ok=True)
-    import tempfile  # only when writing
-
-    fd, tmp = tempfile.mkstemp(prefix=".plans-", suffix=".json", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=1, sort_keys=True)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_json_atomic(path, data, indent=1, sort_keys=True)
 
 
 def _trim(entries: dict[str, Any]) -> None:

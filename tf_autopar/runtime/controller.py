@@ -18,11 +18,17 @@ import os
 import sys
 from typing import Mapping
 
+from tf_autopar._text import is_uint
+
 OVERRIDE_VAR = "TF_OVERRIDE_GLOBAL_THREADPOOL"
 POOL_VARS = ("TF_NUM_INTEROP_THREADS", "TF_NUM_INTRAOP_THREADS")
 
 # variables tf_autopar set in this process -> the value set (to tell them from the user's)
 _SET_BY_US: dict[str, str] = {}
+# their values before we set them (None: unset), put back by restore_env()
+_BEFORE: dict[str, str | None] = {}
+# (mask before bind(), mask bind() set), for restore_affinity(); None: never bound
+_BOUND: tuple[frozenset[int], frozenset[int]] | None = None
 # value of OVERRIDE_VAR when the runtime started, as far as we know (None = unknown)
 _override_at_start: bool | None = None
 
@@ -83,6 +89,7 @@ def set_env(values: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
         if key in users:
             kept[key] = users[key]
             continue
+        _BEFORE.setdefault(key, os.environ.get(key))  # a launcher's value, re-planned here
         os.environ[key] = value
         _SET_BY_US[key] = value
         applied[key] = value
@@ -90,11 +97,16 @@ def set_env(values: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
 
 
 def restore_env() -> list[str]:
-    """Remove the variables we set (unless someone changed them since); returns their names."""
+    """Put back the variables we set as they were before (unless someone changed them since);
+    returns their names."""
     removed = []
     for key, value in list(_SET_BY_US.items()):
+        before = _BEFORE.pop(key, None)
         if os.environ.get(key) == value:
-            del os.environ[key]
+            if before is None:
+                del os.environ[key]
+            else:
+                os.environ[key] = before
             removed.append(key)
         del _SET_BY_US[key]
     return removed
@@ -116,13 +128,43 @@ def per_session_intra() -> bool:
 
 def bind(cpus: tuple[int, ...]) -> bool:
     """Bind this process to ``cpus`` before TF starts (its pool threads inherit the mask)."""
+    global _BOUND
     try:
-        if set(os.sched_getaffinity(0)) == set(cpus):
+        before = frozenset(os.sched_getaffinity(0))
+        if before == set(cpus):
             return False
         os.sched_setaffinity(0, cpus)
-        return True
     except (AttributeError, OSError, ValueError):
         return False
+    if _BOUND is None:
+        _BOUND = (before, frozenset(cpus))
+    else:  # bound again (enable after enable): the first mask is the one to restore
+        _BOUND = (_BOUND[0], frozenset(cpus))
+    return True
+
+
+def restore_affinity() -> bool:
+    """Give every thread still on the mask bind() set the mask it had before; True if any moved.
+
+    Threads the program moved elsewhere since are left where they are."""
+    global _BOUND
+    if _BOUND is None:
+        return False
+    before, ours = _BOUND
+    _BOUND = None
+    try:
+        tids = [int(t) for t in os.listdir("/proc/self/task")]
+    except OSError:
+        tids = [0]
+    moved = False
+    for tid in tids:
+        try:
+            if frozenset(os.sched_getaffinity(tid)) == ours:
+                os.sched_setaffinity(tid, before)
+                moved = True
+        except (OSError, ValueError):  # a thread that just exited, or a cpuset that shrank
+            continue
+    return moved
 
 
 def bound_to(cpus: tuple[int, ...]) -> bool:
@@ -150,7 +192,7 @@ def running_pools() -> tuple[int, int]:
             result.append(int(api))
             continue
         text = os.environ.get(var, "")
-        result.append(int(text) if text.isdigit() and int(text) > 0 else default_pool_size())
+        result.append(int(text) if is_uint(text) and int(text) > 0 else default_pool_size())
     return result[0], result[1]
 
 

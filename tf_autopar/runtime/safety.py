@@ -4,7 +4,7 @@ from __future__ import annotations
 import logging
 import os
 
-from tf_autopar.runtime.state import STATE
+from tf_autopar import _warn
 
 log = logging.getLogger("tf_autopar.runtime")
 
@@ -20,14 +20,8 @@ def maybe_fail(stage: str) -> None:
 
 
 def warn_once(key: str, message: str) -> bool:
-    """Log ``message`` as a warning the first time ``key`` is seen; True if it was logged."""
-    with STATE.lock:
-        if key in STATE.warned_keys:
-            return False
-        STATE.warned_keys.add(key)
-        STATE.warnings.append(message)
-    log.warning("%s", message)
-    return True
+    """Log ``message`` as a warning the first time ``key`` is seen (tf_autopar._warn); True if logged."""
+    return _warn.warn_once(key, message, log.name)
 
 
 def fail_open(what: str, exc: BaseException) -> None:

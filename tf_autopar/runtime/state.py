@@ -12,6 +12,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tf_autopar import _warn
+
 if TYPE_CHECKING:
     from tf_autopar.runtime.records import FunctionRecord, SessionRecord
 
@@ -169,10 +171,12 @@ class Registry:
         self.sessions: list[SessionRecord] = []
         self.functions: dict[tuple[str, str], FunctionRecord] = {}
         self.patches: list[str] = []
-        self.warnings: list[str] = []
-        self.warned_keys: set[str] = set()
+        self.warnings: list[str] = _warn.ISSUED  # every tf_autopar warning of this process (_warn.py)
+        self.warned_keys: set[str] = _warn.SEEN
         self.session_count = 0
         self.enable_ms = 0.0
+        self.pid = 0  # the process that ran enable(); another pid here is a forked child
+        self.forked_from: int | None = None  # set in a child forked after enable()
 
     def snapshot(self) -> Status:
         with self.lock:

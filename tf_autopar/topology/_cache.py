@@ -5,30 +5,31 @@ The directory is $TF_AUTOPAR_CACHE_DIR if set, else $XDG_CACHE_HOME/tf_autopar, 
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 
+from tf_autopar._files import read_json, write_json_atomic
 from tf_autopar._paths import cache_dir
 
 log = logging.getLogger("tf_autopar.topology")
 
 MAX_ENTRIES = 16  # per file: one per CPU model / TF install seen from this home directory
+MAX_BYTES = 1 << 20  # sixteen small entries; anything larger was not written by tf_autopar
 
 
 def load_cache(name: str) -> dict:
+    """The cache's mapping; {} when missing, unreadable, not a regular file or not JSON."""
     try:
-        with open(os.path.join(cache_dir(), name), encoding="utf-8") as fh:
-            data = json.load(fh)
+        data = read_json(os.path.join(cache_dir(), name), MAX_BYTES)
         return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
+    except (OSError, ValueError) as exc:
+        if not isinstance(exc, FileNotFoundError):
+            log.debug("ignoring cache %s/%s: %s", cache_dir(), name, exc)
         return {}
 
 
 def store_cache(name: str, key: str, value: dict) -> None:
     """Add key -> value to a JSON cache file, atomically; a failure only costs speed."""
-    import tempfile  # only when writing, i.e. once per host
-
     directory = cache_dir()
     try:
         os.makedirs(directory, exist_ok=True)
@@ -37,9 +38,6 @@ def store_cache(name: str, key: str, value: dict) -> None:
         data[key] = value
         while len(data) > MAX_ENTRIES:  # oldest first: JSON objects keep insertion order
             data.pop(next(iter(data)))
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.")
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=1)
-        os.replace(tmp, os.path.join(directory, name))
+        write_json_atomic(os.path.join(directory, name), data, indent=1)
     except OSError as exc:
         log.debug("cannot write cache %s/%s: %s", directory, name, exc)

@@ -10,11 +10,15 @@ import logging
 import os
 from collections.abc import Callable
 
+from tf_autopar import _warn
+from tf_autopar._files import read_regular
+
 log = logging.getLogger("tf_autopar.topology")
 
 # Set by the fixture recorder (make_hosts.py --record): called with each absolute host
 # path that was read successfully. None in normal use.
 read_hook: Callable[[str], None] | None = None
+MAX_READ = 64 << 20  # /proc/cpuinfo of a 1024-CPU host is about 1.5 MB
 
 
 class Notes:
@@ -24,9 +28,10 @@ class Notes:
         self.warnings: list[str] = []
 
     def warn(self, message: str) -> None:
+        """Kept in this detection's warnings; logged once per process (a host is detected often)."""
         if message not in self.warnings:
             self.warnings.append(message)
-            log.warning("%s", message)
+            _warn.warn_once("topology:" + message, message, log.name)
 
 
 class HostFS:
@@ -57,38 +62,28 @@ class HostFS:
             return host_path
         return os.path.join(self.root, host_path.lstrip("/"))
 
-    def read(self, host_path: str, limit: int = -1) -> str | None:
+    def read(self, host_path: str, limit: int = -1, *, notes: Notes | None = None,
+             consequence: str = "") -> str | None:
         """Text of a host file (at most `limit` bytes if >= 0), or None when it is missing or unreadable.
 
-        Raw os.open/os.read: a detection reads hundreds of one-line sysfs files, and this is
-        about three times faster than open() with a text wrapper.
+        Through read_regular: a FIFO or device planted in a recorded tree (or at a cgroup
+        path) is refused instead of blocking, and no file is read past MAX_READ bytes.
+        ``notes``: a file that exists but cannot be read (permission denied, not a regular
+        file) is a warning naming it and ``consequence``, not a silent absence.
         """
         path = self.path(host_path)
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            raw = read_regular(path, limit if limit >= 0 else MAX_READ, truncate=True)
         except (FileNotFoundError, NotADirectoryError):
             return None
-        except OSError as exc:  # permission denied and the like
+        except OSError as exc:  # permission denied, not a regular file, EIO on some virtual files
             log.debug("cannot read %s: %s", path, exc)
+            if notes is not None:
+                notes.warn(f"cannot read {path} ({exc.strerror or exc}); {consequence}")
             return None
-        chunks: list[bytes] = []
-        try:
-            remaining = limit if limit >= 0 else -1
-            while remaining != 0:
-                chunk = os.read(fd, 65536 if remaining < 0 else min(65536, remaining))
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                if remaining > 0:
-                    remaining = max(0, remaining - len(chunk))
-        except OSError as exc:  # EISDIR, EIO on some virtual files
-            log.debug("cannot read %s: %s", path, exc)
-            return None
-        finally:
-            os.close(fd)
         if read_hook is not None:
             read_hook(host_path)
-        return b"".join(chunks).decode("utf-8", "replace")
+        return raw.decode("utf-8", "replace")
 
     def exists(self, host_path: str) -> bool:
         return os.path.exists(self.path(host_path))

@@ -34,11 +34,16 @@ import posixpath
 import re
 from typing import NamedTuple
 
+from tf_autopar._text import is_uint, uint_or_none
+
 from ._fs import HostFS, Notes
 from .cpulist import parse_cpulist
 from .model import CpuQuota
 
 log = logging.getLogger("tf_autopar.topology")
+
+UNREAD_QUOTA = ("this group's CPU quota is unknown and not applied: the CPU budget may exceed the quota "
+                "and the process be throttled")
 
 
 class Mount(NamedTuple):
@@ -101,7 +106,7 @@ def parse_proc_cgroup(text: str) -> list[Membership]:
     out = []
     for line in text.splitlines():
         parts = line.strip().split(":", 2)
-        if len(parts) != 3 or not parts[0].isdigit():
+        if len(parts) != 3 or not is_uint(parts[0]):
             continue
         controllers = tuple(c for c in parts[1].split(",") if c)
         out.append(Membership(int(parts[0]), controllers, parts[2]))
@@ -160,7 +165,9 @@ def find_groups(memberships: list[Membership], mounts: list[Mount], controller: 
 def process_groups(fs: HostFS, notes: Notes, controller: str) -> list[GroupDir]:
     cg_path = f"{fs.proc_self}/cgroup"
     mi_path = f"{fs.proc_self}/mountinfo"
-    cg_text, mi_text = fs.read(cg_path), fs.read(mi_path)
+    why = "no cgroup CPU quota or cpuset is known: the plan may use more CPUs than the container allows"
+    cg_text = fs.read(cg_path, notes=notes, consequence=why)
+    mi_text = fs.read(mi_path, notes=notes, consequence=why)
     if cg_text is None or mi_text is None:
         missing = cg_path if cg_text is None else mi_path
         log.debug("%s missing: no cgroup limits read", fs.path(missing))
@@ -174,24 +181,24 @@ def parse_cpu_max(text: str) -> tuple[int | None, int]:
     if not parts or len(parts) > 2:
         raise ValueError(f"expected '<quota|max> <period>', got {text.strip()!r}")
     period_text = parts[1] if len(parts) == 2 else "100000"
-    if not period_text.isdigit() or int(period_text) == 0:
+    if not is_uint(period_text) or int(period_text) == 0:
         raise ValueError(f"period {period_text!r} is not a positive number")
     period = int(period_text)
     if parts[0] == "max":
         return None, period
-    if not parts[0].isdigit() or int(parts[0]) == 0:
+    if not is_uint(parts[0]) or int(parts[0]) == 0:
         raise ValueError(f"quota {parts[0]!r} is neither 'max' nor a positive number")
     return int(parts[0]), period
 
 
 def _v1_quota(fs: HostFS, directory: str, notes: Notes) -> CpuQuota | None:
     qfile, pfile = f"{directory}/cpu.cfs_quota_us", f"{directory}/cpu.cfs_period_us"
-    qtext = fs.read(qfile)
+    qtext = fs.read(qfile, notes=notes, consequence=UNREAD_QUOTA)
     if qtext is None:
         return None
-    try:
-        quota = int(qtext.strip())
-    except ValueError:
+    q = qtext.strip()
+    quota = -1 if q[:1] == "-" and is_uint(q[1:]) else uint_or_none(q)  # -1: no limit
+    if quota is None:
         notes.warn(f"{fs.path(qfile)}: {qtext.strip()!r} is not a number; treating this group as unlimited")
         return None
     if quota < 0:  # -1: no limit
@@ -199,12 +206,9 @@ def _v1_quota(fs: HostFS, directory: str, notes: Notes) -> CpuQuota | None:
     if quota == 0:
         notes.warn(f"{fs.path(qfile)}: quota 0 is invalid; treating this group as unlimited")
         return None
-    ptext = fs.read(pfile)
-    try:
-        period = int((ptext or "").strip())
-        if period <= 0:
-            raise ValueError
-    except ValueError:
+    ptext = fs.read(pfile, notes=notes, consequence=UNREAD_QUOTA)
+    period = uint_or_none((ptext or "").strip()) or 0
+    if period <= 0:
         notes.warn(
             f"{fs.path(pfile)}: period {ptext.strip() if ptext else None!r} missing or invalid; "
             f"treating this group as unlimited"
@@ -215,7 +219,7 @@ def _v1_quota(fs: HostFS, directory: str, notes: Notes) -> CpuQuota | None:
 
 def _v2_quota(fs: HostFS, directory: str, notes: Notes) -> CpuQuota | None:
     path = f"{directory}/cpu.max"
-    text = fs.read(path)
+    text = fs.read(path, notes=notes, consequence=UNREAD_QUOTA)
     if text is None:
         return None
     try:

@@ -7,12 +7,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from tf_autopar._text import is_uint
+
+# Linux allows at most 8192 CPUs (NR_CPUS); anything far beyond is garbage that must not be
+# expanded into a set ("0-4294967295" would allocate until memory runs out).
+MAX_CPU_ID = (1 << 16) - 1
+
 
 def parse_cpulist(text: str) -> tuple[int, ...]:
     """Return the sorted CPU ids of a kernel cpulist such as ``"0-3,8,10-11"``.
 
     An empty string (an empty cpuset) gives ``()``. Stride syntax ``"0-8:2"`` (allowed by
-    the kernel's bitmap parser) is accepted. Anything else raises ValueError naming the
+    the kernel's bitmap parser) is accepted. Anything else, including a CPU id above
+    MAX_CPU_ID or a digit that is not ASCII, raises ValueError naming the list and the
     offending piece, so callers can turn it into a warning with the file's name.
     """
     cpus: set[int] = set()
@@ -42,8 +49,10 @@ def parse_cpulist(text: str) -> tuple[int, ...]:
 
 def _nonneg(token: str, whole: str) -> int:
     token = token.strip()
-    if not token.isdigit():
+    if not is_uint(token):
         raise ValueError(f"bad cpulist {whole!r}: {token!r} is not a CPU number")
+    if len(token) > 6 or int(token) > MAX_CPU_ID:
+        raise ValueError(f"bad cpulist {whole!r}: CPU {token} is beyond the largest CPU id {MAX_CPU_ID}")
     return int(token)
 
 

@@ -17,6 +17,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
+from tf_autopar._text import is_uint
+
 from ._fs import HostFS, Notes
 from .cpulist import parse_cpulist
 from .model import Core, NumaNode
@@ -153,7 +155,7 @@ def cpuinfo_processors(fs: HostFS) -> dict[int, dict[str, str]]:
             if sep and key in _CPUINFO_KEYS:
                 fields[key] = value.strip()
         proc = fields.get("processor", "")
-        if proc.isdigit():
+        if is_uint(proc):
             result[int(proc)] = fields
     return result
 
@@ -165,7 +167,7 @@ def places_from_cpuinfo(fs: HostFS, cpus: Iterable[int]) -> dict[int, CpuPlace]:
     for cpu in cpus:
         fields = info.get(cpu, {})
         pkg, core = fields.get("physical id", ""), fields.get("core id", "")
-        if pkg.isdigit() and core.isdigit():
+        if is_uint(pkg) and is_uint(core):
             places[cpu] = CpuPlace(int(pkg), int(core))
     return places
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tf_autopar.tracing.build import NativeBuildError, build
+from tf_autopar.tracing.build import NativeBuildError, build, open_library
 from tf_autopar.tracing.model import RawChunk
 
 log = logging.getLogger("tf_autopar.tracing")
@@ -64,7 +64,11 @@ def load(build_if_missing: bool = True) -> ctypes.CDLL:
             import tensorflow  # noqa: F401  (the library resolves symbols from TF's loaded libraries)
 
             path = Path(os.environ["TF_AUTOPAR_NATIVE_LIB"]) if os.environ.get("TF_AUTOPAR_NATIVE_LIB") else build()
-            lib = ctypes.CDLL(str(path))
+            fd = open_library(path)  # checked: owned by this user, nobody else may write it
+            try:
+                lib = ctypes.CDLL(f"/proc/self/fd/{fd}")
+            finally:
+                os.close(fd)
             _declare(lib)
             if lib.tfap_abi_version() != ABI_VERSION:
                 raise NativeBuildError(f"{path} has ABI {lib.tfap_abi_version()}, expected {ABI_VERSION}")

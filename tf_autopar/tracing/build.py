@@ -17,12 +17,14 @@ import logging
 import os
 import shlex
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from tf_autopar._files import kind_of, write_text_atomic
 from tf_autopar._paths import cache_dir
 
 log = logging.getLogger("tf_autopar.tracing")
@@ -133,12 +135,13 @@ def build(force: bool = False, plan: BuildPlan | None = None) -> Path:
     from filelock import FileLock
 
     plan = plan or make_plan()
-    plan.cache_dir.mkdir(parents=True, exist_ok=True)
+    plan.cache_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    check_owned(plan.cache_dir, directory=True)
     lib, failed = plan.library, plan.cache_dir / FAILED_MARKER
-    if lib.is_file() and not force:
+    if not force and _trusted(lib):
         return lib
     with FileLock(str(plan.cache_dir / "build.lock"), timeout=600):
-        if lib.is_file() and not force:
+        if not force and _trusted(lib):
             return lib  # another process built it while we waited
         if failed.is_file() and not force:
             raise NativeBuildError(
@@ -158,14 +161,59 @@ def build(force: bool = False, plan: BuildPlan | None = None) -> Path:
             err = proc.stderr
         if proc is None or proc.returncode != 0:
             Path(tmp).unlink(missing_ok=True)
-            failed.write_text(" ".join(shlex.quote(c) for c in cmd) + "\n\n" + err)
+            write_text_atomic(str(failed), " ".join(shlex.quote(c) for c in cmd) + "\n\n" + err)
             tail = "\n".join(err.strip().splitlines()[-15:])
             status = f"exit status {proc.returncode}" if proc is not None else "could not run the compiler"
             raise NativeBuildError(f"compiling the native tracer failed ({status}; log: {failed})" + (f":\n{tail}" if tail else ""))
+        os.chmod(tmp, 0o755)
         os.replace(tmp, lib)
         failed.unlink(missing_ok=True)
-        (plan.cache_dir / "command.txt").write_text(" ".join(shlex.quote(c) for c in plan.command) + "\n")
+        write_text_atomic(str(plan.cache_dir / "command.txt"), " ".join(shlex.quote(c) for c in plan.command) + "\n")
     return lib
+
+
+def check_owned(path: Path, *, directory: bool = False, fd: int | None = None) -> None:
+    """NativeBuildError unless ``path`` (or the open ``fd``) is a regular file (a directory when
+    ``directory``), not a symlink, owned by this user or root and not writable by group or others:
+    a library loaded into the process runs with its rights, so nobody else may have written it."""
+    try:
+        st = os.fstat(fd) if fd is not None else os.lstat(path)
+    except OSError as exc:
+        raise NativeBuildError(f"cannot check {path}: {exc.strerror or exc}") from None
+    want, what = (stat.S_ISDIR, "a directory") if directory else (stat.S_ISREG, "a regular file")
+    if not want(st.st_mode):
+        raise NativeBuildError(f"{path} is not {what} ({kind_of(st.st_mode)})")
+    if st.st_uid not in (os.getuid(), 0):
+        raise NativeBuildError(f"{path} belongs to uid {st.st_uid}, not to this user ({os.getuid()})")
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise NativeBuildError(f"{path} is writable by group or others (mode {stat.S_IMODE(st.st_mode):o})")
+
+
+def _trusted(lib: Path) -> bool:
+    """Whether a cached library exists and may be loaded; an untrusted one is rebuilt (said once)."""
+    if not os.path.lexists(lib):
+        return False
+    try:
+        check_owned(lib)
+    except NativeBuildError as exc:
+        log.warning("rebuilding the native tracer: %s", exc)
+        return False
+    return True
+
+
+def open_library(path: Path) -> int:
+    """A descriptor of the library at ``path``, opened without following a symlink and checked
+    (check_owned) on that descriptor, so the file checked is the file loaded."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        raise NativeBuildError(f"cannot open the native tracer {path}: {exc.strerror or exc}") from None
+    try:
+        check_owned(path, fd=fd)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def main(argv: list[str] | None = None) -> int:

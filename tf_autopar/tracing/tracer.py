@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tf_autopar import _warn
 from tf_autopar.tracing import model
 from tf_autopar.tracing._native import LEVEL_ALL_OPS, LEVEL_OPS, TraceBusyError
 from tf_autopar.tracing.build import NativeBuildError
@@ -32,7 +33,6 @@ from tf_autopar.tracing.build import NativeBuildError
 log = logging.getLogger("tf_autopar.tracing")
 
 BACKENDS = ("auto", "native", "profiler")
-_warned_fallback = False
 
 
 def native_disabled() -> bool:
@@ -53,7 +53,6 @@ def native_status() -> tuple[bool, str]:
 
 
 def _make_backend(choice: str):
-    global _warned_fallback
     if choice not in BACKENDS:
         raise ValueError(f"unknown tracing backend {choice!r}; choose from {', '.join(BACKENDS)}")
     if choice in ("auto", "native") and not (choice == "auto" and native_disabled()):
@@ -66,9 +65,8 @@ def _make_backend(choice: str):
         except NativeBuildError as exc:
             if choice == "native":
                 raise
-            if not _warned_fallback:
-                log.warning("native op tracer unavailable, using the tf.profiler fallback (slower): %s", exc)
-                _warned_fallback = True
+            _warn.warn_once("tracer-fallback", f"native op tracer unavailable, using the tf.profiler fallback "
+                            f"(slower): {exc}", log.name)
     from tf_autopar.tracing._profiler import ProfilerBackend
 
     return ProfilerBackend()
