@@ -33,6 +33,7 @@ _EXPORTS = {
     "status": "tf_autopar.runtime",
     "optimize": "tf_autopar.runtime",
     "trace": "tf_autopar.tracing",
+    "characterize": "tf_autopar.cli.characterize_cmd",
     "tune": "tf_autopar.tuning",
 }
 

@@ -16,6 +16,7 @@ SUBCOMMANDS = (
     "analyze",
     "workloads",
     "trace",
+    "characterize",
     "run",
     "validate",
     "bench",
