@@ -38,7 +38,8 @@ setup(
         "matplotlib>=3.8",  # the PNG charts of `validate --plot` and `analyze --plot`
     ],
     extras_require={
-        "test": ["pytest>=8", "hypothesis>=6.100"],
+        "test": ["pytest>=8", "hypothesis>=6.100", "scipy>=1.11"],
+        "characterize": ["scipy>=1.11"],  # `tf-autopar characterize`: hierarchical clustering
     },
     cmdclass={"build_py": build_py},
     entry_points={"console_scripts": ["tf-autopar=tf_autopar.cli.main:main"]},

@@ -172,6 +172,15 @@ def check_out_dir(out: str | os.PathLike[str]) -> Path:
     return p
 
 
+def check_dependencies() -> None:
+    """scipy and matplotlib are needed only at the end: say so before an hour of measuring."""
+    import importlib.util
+
+    missing = [m for m in ("scipy", "matplotlib") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ValueError(f"characterize needs {' and '.join(missing)}: pip install 'tf_autopar[characterize]'")
+
+
 def child_command(spec: Spec, s: Settings) -> list[str]:
     cmd = [sys.executable, "-m", "tf_autopar.cli.main", "trace", spec.workload, "--json", "--mode", spec.mode,
            "--size", s.size, "--steps", str(s.steps), "--warmup", str(s.warmup)]
@@ -250,6 +259,7 @@ def characterize(workloads: Sequence[str], out: str | os.PathLike[str], *, known
                                 rounds=rounds, batch=batch, timeout_s=timeout_s, classes=tuple(classes)),
                        known, budget)
     out_dir = check_out_dir(out)
+    check_dependencies()
     specs = plan_runs(s)
     log.info("characterize: %d runs in fresh processes", len(specs))
     bar = Progress(len(specs), enabled=progress)
