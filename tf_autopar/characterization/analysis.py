@@ -182,22 +182,28 @@ def reference_intra(points: Mapping[tuple[str, str, int, int], Point], workload:
     return max(xs) if xs else None
 
 
+def _measured(points: Mapping[tuple[str, str, int, int], Point], workloads: Sequence[str],
+              modes: Sequence[str]) -> Iterable[tuple[str, str, int]]:
+    """(workload, mode, reference intra-op count) for every pair that has a reference run."""
+    for w in workloads:
+        for m in modes:
+            intra = reference_intra(points, w, m)
+            if intra is not None:
+                yield w, m, intra
+
+
 def breakdown(points: Mapping[tuple[str, str, int, int], Point], workloads: Sequence[str],
               modes: Sequence[str]) -> dict[str, dict[str, dict[str, Any]]]:
     """Where the time goes: class shares, tax, dominant types per workload and mode."""
     out: dict[str, dict[str, dict[str, Any]]] = {}
-    for w in workloads:
-        for m in modes:
-            intra = reference_intra(points, w, m)
-            if intra is None:
-                continue
-            p = points[(w, m, intra, 1)]
-            out.setdefault(w, {})[m] = {
-                "intra": intra, "inter": 1, "batch": p.batch, "step_s": p.step_s,
-                "kernel_s": sum(p.class_s.values()), "shares": p.class_shares,
-                "tax_fraction": p.tax_fraction, "heavy_fraction": p.heavy_fraction,
-                "dominant_types": dominant_types(p.type_s), "n_types": sum(1 for s in p.type_s.values() if s > 0),
-            }
+    for w, m, intra in _measured(points, workloads, modes):
+        p = points[(w, m, intra, 1)]
+        out.setdefault(w, {})[m] = {
+            "intra": intra, "inter": 1, "batch": p.batch, "step_s": p.step_s,
+            "kernel_s": sum(p.class_s.values()), "shares": p.class_shares,
+            "tax_fraction": p.tax_fraction, "heavy_fraction": p.heavy_fraction,
+            "dominant_types": dominant_types(p.type_s), "n_types": sum(1 for s in p.type_s.values() if s > 0),
+        }
     return out
 
 
@@ -242,18 +248,14 @@ def inter_pools(points: Mapping[tuple[str, str, int, int], Point], workloads: Se
                 modes: Sequence[str]) -> dict[str, dict[str, dict[str, Any]]]:
     """At the largest intra-op count: step time per inter-op pool size, and speedup over inter-op 1."""
     out: dict[str, dict[str, dict[str, Any]]] = {}
-    for w in workloads:
-        for m in modes:
-            intra = reference_intra(points, w, m)
-            if intra is None:
-                continue
-            inters = sorted(k[3] for k in points if k[0] == w and k[1] == m and k[2] == intra)
-            if len(inters) < 2:
-                continue
-            base = points[(w, m, intra, 1)].step_s
-            step = [points[(w, m, intra, i)].step_s for i in inters]
-            out.setdefault(w, {})[m] = {"intra": intra, "inter": inters, "step_s": step,
-                                        "speedup": [base / s if s > 0 else math.nan for s in step]}
+    for w, m, intra in _measured(points, workloads, modes):
+        inters = sorted(k[3] for k in points if k[0] == w and k[1] == m and k[2] == intra)
+        if len(inters) < 2:
+            continue
+        base = points[(w, m, intra, 1)].step_s
+        step = [points[(w, m, intra, i)].step_s for i in inters]
+        out.setdefault(w, {})[m] = {"intra": intra, "inter": inters, "step_s": step,
+                                    "speedup": [base / s if s > 0 else math.nan for s in step]}
     return out
 
 

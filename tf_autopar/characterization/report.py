@@ -153,6 +153,16 @@ def render(result: Result, images: Sequence[str] = ()) -> str:
     return "\n".join(lines)
 
 
+def _save(fig: Any, path: Path, **kw: Any) -> bool:
+    import matplotlib.pyplot as plt
+
+    if not kw:
+        fig.tight_layout()
+    fig.savefig(path, dpi=110, **kw)
+    plt.close(fig)
+    return True
+
+
 def _colors() -> dict[str, Any]:
     import matplotlib
 
@@ -183,10 +193,7 @@ def plot_time_by_class(result: Result, path: Path) -> bool:
         ax.set_title(f"{m}: kernel time by op class")
         ax.tick_params(axis="x", rotation=45)
     axes[0, 0].legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
+    return _save(fig, path)
 
 
 def plot_similarity(sim: Any, mode: str, path: Path) -> bool:
@@ -215,9 +222,7 @@ def plot_similarity(sim: Any, mode: str, path: Path) -> bool:
                         color="white" if mat[i, j] < 0.6 else "black")
     ax.set_title(f"{mode}: cosine similarity of op-class profiles")
     fig.colorbar(im, cax=fig.add_axes((0.86, 0.1, 0.02, 0.78)))
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return True
+    return _save(fig, path, bbox_inches="tight")
 
 
 def plot_train_vs_infer(result: Result, path: Path) -> bool:
@@ -245,10 +250,7 @@ def plot_train_vs_infer(result: Result, path: Path) -> bool:
                 ax2.text(j, i, f"{shift[i, j]:+.0f}", ha="center", va="center", fontsize=7)
     ax2.set_title("share shift, train - infer (percentage points)")
     fig.colorbar(im, ax=ax2)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
+    return _save(fig, path)
 
 
 def plot_scaling(result: Result, path: Path) -> bool:
@@ -270,10 +272,7 @@ def plot_scaling(result: Result, path: Path) -> bool:
         ax.set_title(f"{m}: step speedup")
         ax.set_xticks(list(s.threads))
     axes[0, -1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
+    return _save(fig, path)
 
 
 def plot_scaling_by_class(result: Result, path: Path) -> bool:
@@ -298,10 +297,7 @@ def plot_scaling_by_class(result: Result, path: Path) -> bool:
                         color="white" if mat[i, j] < max(s.threads) * 0.6 else "black")
     ax.set_title(f"speedup by op class at {max(s.threads)} intra-op threads")
     fig.colorbar(im, ax=ax)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
+    return _save(fig, path)
 
 
 def write_files(result: Result, folder: Path) -> list[str]:

@@ -111,16 +111,16 @@ def check_settings(s: Settings, known: Sequence[str], budget: int) -> Settings:
     over = [n for n in s.inter if n > budget]
     if over:
         raise ValueError(f"inter-op pool size {', '.join(map(str, over))} is above the CPU budget of {budget}")
-    if isinstance(s.steps, bool) or not isinstance(s.steps, int) or s.steps < 1:
-        raise ValueError(f"--steps must be a positive integer, got {s.steps}")
-    if s.warmup < 0:
-        raise ValueError(f"--warmup must be zero or more, got {s.warmup}")
-    if s.rounds < 1:
-        raise ValueError(f"--rounds must be a positive integer, got {s.rounds}")
-    if s.batch is not None and s.batch < 1:
-        raise ValueError(f"--batch must be a positive integer, got {s.batch}")
-    if s.timeout_s <= 0:
-        raise ValueError(f"--timeout must be positive, got {s.timeout_s}")
+    for ok, message in (
+        (not isinstance(s.steps, bool) and isinstance(s.steps, int) and s.steps >= 1,
+         f"--steps must be a positive integer, got {s.steps}"),
+        (s.warmup >= 0, f"--warmup must be zero or more, got {s.warmup}"),
+        (s.rounds >= 1, f"--rounds must be a positive integer, got {s.rounds}"),
+        (s.batch is None or s.batch >= 1, f"--batch must be a positive integer, got {s.batch}"),
+        (s.timeout_s > 0, f"--timeout must be positive, got {s.timeout_s}"),
+    ):
+        if not ok:
+            raise ValueError(message)
     classes = tuple(check_classes(s.classes)) if s.classes else ()
     dedup = lambda xs: tuple(dict.fromkeys(xs))  # noqa: E731
     return Settings(workloads=dedup(s.workloads), threads=tuple(sorted(set(s.threads))), size=s.size,

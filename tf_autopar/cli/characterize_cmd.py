@@ -46,18 +46,18 @@ def _words(text: str) -> list[str]:
     return [x.strip() for x in text.split(",") if x.strip()]
 
 
+_HELP = "Fathom's characterization of the workloads: op-class time, similarity, train vs infer, scaling"
+_DESCRIPTION = (
+    "Trace each WORKLOAD (default: all fifteen) in inference and training, at each intra-op thread count and "
+    "two inter-op pool sizes, each run in a fresh process, and write DIR/report.md, DIR/characterize.json and "
+    "PNGs: kernel time by op class and the programmability tax, which workloads are alike (clustered cosine "
+    "similarity), training vs inference, and speedup per workload and per op class. Files appear in DIR only "
+    "when everything is done."
+)
+
+
 def add_parser(subparsers: Any) -> None:
-    p = subparsers.add_parser(
-        "characterize",
-        help="Fathom's characterization of the workloads: op-class time, similarity, train vs infer, scaling",
-        description=(
-            "Trace each WORKLOAD (default: all fifteen) in inference and training, at each intra-op thread "
-            "count and two inter-op pool sizes, each run in a fresh process, and write DIR/report.md, "
-            "DIR/characterize.json and PNGs: kernel time by op class and the programmability tax, which "
-            "workloads are alike (clustered cosine similarity), training vs inference, and speedup per "
-            "workload and per op class. Files appear in DIR only when everything is done."
-        ),
-    )
+    p = subparsers.add_parser("characterize", help=_HELP, description=_DESCRIPTION)
     p.add_argument("workloads", nargs="*", metavar="WORKLOAD", help="bundled workload names (default: all)")
     p.add_argument("--out", required=True, metavar="DIR", help="directory for report.md, characterize.json, PNGs")
     p.add_argument("--size", choices=("tiny", "paper"), default="tiny", help="model size (default tiny)")
