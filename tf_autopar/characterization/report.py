@@ -40,6 +40,28 @@ def _scaling_classes(result: Result) -> list[str]:
     return [c for c in OP_CLASSES if c in seen]
 
 
+def _scaling_table(result: Result, img: set[str]) -> list[str]:
+    s, a = result.settings, result.analyses
+    lines: list[str] = []
+    for name, alt in (("scaling.png", "step speedup"), ("scaling_by_class.png", "speedup by op class")):
+        if name in img:
+            lines += [f"![{alt}]({name})", ""]
+    classes = _scaling_classes(result)
+    rows = []
+    for w in s.workloads:
+        for m in s.modes:
+            e = a["scaling"].get(w, {}).get(m)
+            if e is None:
+                continue
+            rows.append([w, m] + [f"{_ms(t)} ({_x(x)})" for t, x in zip(e["step_s"], e["speedup"])][-4:]
+                        + [_x(e["class_speedup"][c][-1]) if c in e["class_speedup"] else "–" for c in classes])
+    if rows:
+        ths = [str(n) for n in s.threads][-4:]
+        lines += _table(["workload", "mode"] + [f"{n} thr ms (speedup)" for n in ths]
+                        + [f"{SHORT[c]} at {max(s.threads)}" for c in classes], rows)
+    return lines
+
+
 def render(result: Result, images: Sequence[str] = ()) -> str:
     """The Markdown report; ``images`` are the PNG names written next to it."""
     s, a, h = result.settings, result.analyses, result.host
@@ -118,25 +140,14 @@ def render(result: Result, images: Sequence[str] = ()) -> str:
     else:
         lines += ["Not measured: needs both modes (`--modes infer,train`).", ""]
 
-    lines += ["## 4. Parallel scaling", "",
-              "Speedup over one intra-op thread, inter-op 1; per op class: that class's kernel time per step at 1 "
-              f"thread over its time at n (classes holding at least {MIN_CLASS_SHARE:.0%} of the 1-thread time).", ""]
-    for name, alt in (("scaling.png", "step speedup"), ("scaling_by_class.png", "speedup by op class")):
-        if name in img:
-            lines += [f"![{alt}]({name})", ""]
-    classes = _scaling_classes(result)
-    rows = []
-    for w in s.workloads:
-        for m in s.modes:
-            e = a["scaling"].get(w, {}).get(m)
-            if e is None:
-                continue
-            rows.append([w, m] + [f"{_ms(t)} ({_x(x)})" for t, x in zip(e["step_s"], e["speedup"])][-4:]
-                        + [_x(e["class_speedup"][c][-1]) if c in e["class_speedup"] else "–" for c in classes])
-    if rows:
-        ths = [str(n) for n in s.threads][-4:]
-        lines += _table(["workload", "mode"] + [f"{n} thr ms (speedup)" for n in ths]
-                        + [f"{SHORT[c]} at {max(s.threads)}" for c in classes], rows)
+    lines += ["## 4. Parallel scaling", ""]
+    if len(s.threads) < 2:
+        lines += ["Intra-op scaling not measured: it needs two or more intra-op counts (`--threads 1,2,...`).", ""]
+    else:
+        lines += [f"Speedup over {min(s.threads)} intra-op thread(s), inter-op 1; per op class: that class's kernel "
+                  "time per step at the smallest count over its time at n (classes holding at least "
+                  f"{MIN_CLASS_SHARE:.0%} of it).", ""]
+        lines += _scaling_table(result, img)
     ip = a["inter_pools"]
     if ip:
         lines += ["", f"Inter-op pools at intra-op {max(s.threads)} (speedup over one inter-op thread):", ""]
