@@ -27,7 +27,7 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.11",
-    packages=find_packages(include=["tf_autopar", "tf_autopar.*", "workloads", "workloads.*"]),
+    packages=find_packages(include=["tf_autopar", "tf_autopar.*", "tf_autopar_workloads", "tf_autopar_workloads.*"]),
     package_data={"tf_autopar": ["py.typed"], "tf_autopar.tracing": ["native_src/*"]},
     install_requires=[
         "tensorflow-cpu==2.21.0",

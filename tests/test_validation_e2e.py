@@ -21,7 +21,7 @@ MAIN = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def _require_pieces():
     try:
         graph = importlib.import_module("tf_autopar.graph")
-        importlib.import_module("workloads.fathom.autoenc")
+        importlib.import_module("tf_autopar_workloads.fathom.autoenc")
     except ImportError as exc:
         pytest.skip(f"piece not built yet: {exc}")
     if not hasattr(graph, "analyze"):

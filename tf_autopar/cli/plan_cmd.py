@@ -95,7 +95,7 @@ def load_profile(model: str, mode: str = "latency", **options: Any) -> Any:
         return for_unknown_batch(analyze(model, **options))
     if os.sep in model or model.endswith((".keras", ".pb", ".pbtxt")):
         raise FileNotFoundError(f"no such file or directory: {model!r} (a SavedModel directory, .keras or graph file)")
-    import workloads
+    import tf_autopar_workloads as workloads
 
     from tf_autopar.graph.loaders import not_a_model
 
@@ -110,7 +110,7 @@ def load_profile(model: str, mode: str = "latency", **options: Any) -> Any:
 def workload_names() -> list[str]:
     """The bundled workloads' names ([] without the workloads package)."""
     try:
-        import workloads
+        import tf_autopar_workloads as workloads
     except ImportError:  # pragma: no cover - workloads ship with the package
         return []
     return workloads.names()

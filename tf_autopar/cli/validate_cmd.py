@@ -131,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"unknown mode {m!r} in --modes; choose from {', '.join(ROW_MODES)}")
     if args.batch is not None and args.batch < 1:
         raise ValueError(f"--batch must be a positive integer, got {args.batch}")
-    import workloads
+    import tf_autopar_workloads as workloads
 
     paths = [n for n in args.workloads if looks_like_model(n)]
     model_options = from_args(args)

@@ -506,7 +506,7 @@ def not_a_model(name: str) -> str:
     """The error for a name that is neither a path nor a bundled workload, listing the workloads
     (a misspelt workload is the usual cause)."""
     try:
-        import workloads
+        import tf_autopar_workloads as workloads
 
         known = ", ".join(workloads.names())
     except ImportError:  # pragma: no cover - workloads ship with the package
@@ -520,7 +520,7 @@ def _from_workload(name: str, mode: str, size: str, include_gradients: bool,
     when the runner provides it, else its Keras model's predict graph. None when the
     ``workloads`` package is missing or does not know the name."""
     try:
-        import workloads  # noqa: PLC0415
+        import tf_autopar_workloads as workloads  # noqa: PLC0415
     except ImportError:
         return None
     get = getattr(workloads, "get", None)
@@ -534,7 +534,7 @@ def _from_workload(name: str, mode: str, size: str, include_gradients: bool,
         return None
     source = f"workload {name} ({mode}, {size})"
     try:
-        from workloads import runner  # noqa: PLC0415
+        from tf_autopar_workloads import runner  # noqa: PLC0415
     except ImportError:
         runner = None
     graph_def_fn = getattr(runner, "graph_def", None)

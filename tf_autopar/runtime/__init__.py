@@ -292,7 +292,7 @@ def _model_profile(model: Any, width: int | None, started: bool, use_cache: bool
 def _workload_profile(name: str, use_cache: bool) -> Any:
     """A bundled workload's profile without starting TF here: building it would fix the pools.
     Analysed once in a child process, then read from the plan cache."""
-    import workloads
+    import tf_autopar_workloads as workloads
 
     from tf_autopar.runtime.model_loads import child_profile
 

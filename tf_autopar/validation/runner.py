@@ -53,7 +53,7 @@ def clean_env(base: Mapping[str, str] | None = None) -> tuple[dict[str, str], li
     """``base`` (default os.environ) without thread-count variables; also the names removed.
 
     The package's parent directory is put on PYTHONPATH so ``python -m tf_autopar...`` and
-    ``workloads`` resolve in the child exactly as in the harness.
+    ``tf_autopar_workloads`` resolve in the child exactly as in the harness.
     """
     env = dict(os.environ if base is None else base)
     removed = sorted(k for k in env if is_thread_var(k))

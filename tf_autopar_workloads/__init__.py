@@ -1,6 +1,6 @@
 """Bundled workloads: Fathom's eight models and the parallelism paper's seven.
 
-Registration is an explicit list of module paths so that ``import workloads`` stays
+Registration is an explicit list of module paths so that ``import tf_autopar_workloads`` stays
 cheap (no TensorFlow, no Keras) and ``names()`` never depends on a model module
 importing cleanly; ``get(name)`` imports the module only when asked.
 """
@@ -8,27 +8,27 @@ from __future__ import annotations
 
 import importlib
 
-from workloads.base import MODES, SIZES, Workload
+from tf_autopar_workloads.base import MODES, SIZES, Workload
 
 # name -> module defining WORKLOAD
 _REGISTRY: dict[str, str] = {
     # Fathom (Adolf et al., IISWC 2016)
-    "seq2seq": "workloads.fathom.seq2seq",
-    "memnet": "workloads.fathom.memnet",
-    "speech": "workloads.fathom.speech",
-    "autoenc": "workloads.fathom.autoenc",
-    "residual": "workloads.fathom.residual",
-    "vgg": "workloads.fathom.vgg",
-    "alexnet": "workloads.fathom.alexnet",
-    "deepq": "workloads.fathom.deepq",
+    "seq2seq": "tf_autopar_workloads.fathom.seq2seq",
+    "memnet": "tf_autopar_workloads.fathom.memnet",
+    "speech": "tf_autopar_workloads.fathom.speech",
+    "autoenc": "tf_autopar_workloads.fathom.autoenc",
+    "residual": "tf_autopar_workloads.fathom.residual",
+    "vgg": "tf_autopar_workloads.fathom.vgg",
+    "alexnet": "tf_autopar_workloads.fathom.alexnet",
+    "deepq": "tf_autopar_workloads.fathom.deepq",
     # Wang et al., "Exploiting Parallelism Opportunities with Deep Learning Frameworks"
-    "inception_v3": "workloads.paper.inception_v3",
-    "resnet50": "workloads.paper.resnet50",
-    "densenet": "workloads.paper.densenet",
-    "squeezenet": "workloads.paper.squeezenet",
-    "ncf": "workloads.paper.ncf",
-    "transformer": "workloads.paper.transformer",
-    "wide_deep": "workloads.paper.wide_deep",
+    "inception_v3": "tf_autopar_workloads.paper.inception_v3",
+    "resnet50": "tf_autopar_workloads.paper.resnet50",
+    "densenet": "tf_autopar_workloads.paper.densenet",
+    "squeezenet": "tf_autopar_workloads.paper.squeezenet",
+    "ncf": "tf_autopar_workloads.paper.ncf",
+    "transformer": "tf_autopar_workloads.paper.transformer",
+    "wide_deep": "tf_autopar_workloads.paper.wide_deep",
 }
 
 __all__ = ["MODES", "SIZES", "Workload", "get", "module_path", "names"]
