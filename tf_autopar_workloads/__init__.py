@@ -2,12 +2,16 @@
 
 Registration is an explicit list of module paths so that ``import tf_autopar_workloads`` stays
 cheap (no TensorFlow, no Keras) and ``names()`` never depends on a model module
-importing cleanly; ``get(name)`` imports the module only when asked.
+importing cleanly; ``get(name)`` imports the module only when asked. Importing this package
+registers the names with tf_autopar (tf_autopar.graph.named), so ``tf_autopar.analyze("alexnet")``
+and ``tf_autopar.enable("alexnet")`` resolve them.
 """
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
+from tf_autopar.graph import named
 from tf_autopar_workloads.base import MODES, SIZES, Workload
 
 # name -> module defining WORKLOAD
@@ -56,3 +60,14 @@ def get(name: str) -> Workload:
     if workload.name != name:
         raise ValueError(f"module {module.__name__} defines workload {workload.name!r}, registered as {name!r}")
     return workload
+
+
+def _graph_def(name: str, *, mode: str = "infer", size: str = "tiny", batch: int | None = None) -> Any:
+    """A workload's GraphDef for analysis (the runner imports TensorFlow, so only when asked)."""
+    from tf_autopar_workloads import runner
+
+    return runner.graph_def(name, mode=mode, size=size, batch=batch)
+
+
+# The library resolves workload names through this registration and never imports this package.
+named.register(__name__, names=names, graph_def=_graph_def)

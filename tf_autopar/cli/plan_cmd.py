@@ -97,7 +97,7 @@ def load_profile(model: str, mode: str = "latency", **options: Any) -> Any:
         raise FileNotFoundError(f"no such file or directory: {model!r} (a SavedModel directory, .keras or graph file)")
     import tf_autopar_workloads as workloads
 
-    from tf_autopar.graph.loaders import not_a_model
+    from tf_autopar.graph.named import not_a_model
 
     if model not in workloads.names():
         raise FileNotFoundError(not_a_model(model))
