@@ -35,10 +35,10 @@ setup(
         "psutil>=5.9",
         "py-cpuinfo>=9.0",
         "filelock>=3.12",
-        "matplotlib>=3.8",  # the PNG charts of `validate --plot` and `analyze --plot`
     ],
     extras_require={
-        "test": ["pytest>=8", "hypothesis>=6.100"],
+        "plots": ["matplotlib>=3.8"],  # the PNG charts of `validate --plot` and `analyze --plot`
+        "test": ["pytest>=8", "hypothesis>=6.100", "matplotlib>=3.8"],  # the tests draw the charts too
     },
     cmdclass={"build_py": build_py},
     entry_points={"console_scripts": ["tf-autopar=tf_autopar.cli.main:main"]},

@@ -7,6 +7,7 @@ import os
 import tempfile
 from typing import Any, Mapping
 
+from tf_autopar import _plots
 from tf_autopar.validation.results import OURS, TUNED, canonical
 from tf_autopar.validation.space import BASELINES
 from tf_autopar.validation.stats import BELOW_OPTIMUM
@@ -210,11 +211,7 @@ def write_json(doc: Mapping[str, Any], path: str) -> None:
 
 def plot(doc: Mapping[str, Any], path: str) -> None:
     """Grouped bars per row: our speedup over each baseline and our share of the optimum."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _plots.pyplot()
     rows = [r for r in doc["rows"] if (r.get("summary") or {}).get("ours")]
     series = [(SHORT[b].replace("vs ", "over "), b) for b in BASELINES] + [("ours / optimum", None)]
     colors = ["#4c72b0", "#55a868", "#c44e52", "#8c8c8c"]
