@@ -22,3 +22,8 @@ def test_validate_plot_without_matplotlib_fails_before_running(no_matplotlib, tm
     err = capsys.readouterr().err
     assert "tf_autopar[plots]" in err and "validating" not in err
     assert not (tmp_path / "v.png").exists()
+
+
+def test_analyze_plot_without_matplotlib_fails_before_analysing(no_matplotlib, tmp_path, capsys):
+    assert main(["analyze", "no_such_model", "--plot", str(tmp_path / "w.png")]) == 2
+    assert "tf_autopar[plots]" in capsys.readouterr().err  # not the unknown model: the check comes first

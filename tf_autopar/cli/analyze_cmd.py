@@ -38,6 +38,8 @@ def add_parser(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from tf_autopar.graph import analyze
 
+    if args.plot:
+        _plots.require()  # before building a model, not after
     options = shape_options(args, "latency" if args.mode == "infer" else "training")
     options.pop("batch_given")  # the profile at the batch read (1 unless given); `plan` shows the robust choice
     if not os.path.exists(args.target):  # a workload is built at the batch; shapes are the model's own
