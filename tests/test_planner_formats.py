@@ -8,7 +8,6 @@ import re
 import shlex
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -202,22 +201,19 @@ def _facts(fmt: str, text: str) -> dict:
     return facts
 
 
-def _fixture_topology(name: str, runtime: str):
+def _fixture_topology(root: str, runtime: str):
     from tf_autopar.topology import detect_topology
 
-    root = Path(__file__).parent / "fixtures" / "hosts" / name
-    if not root.is_dir():
-        pytest.skip(f"fixture host {name} not recorded")
-    return dataclasses.replace(detect_topology(root=str(root)), threading_runtime=runtime)
+    return dataclasses.replace(detect_topology(root=root), threading_runtime=runtime)
 
 
 @pytest.mark.parametrize("runtime", ["eigen", "openmp"])
 @pytest.mark.parametrize("mode", ["throughput", "latency", "training"])
 @pytest.mark.parametrize("host", ["skylake-2s-24c-48t", "epyc-4numa-64c", "this-host-2c"])
-def test_every_format_carries_the_same_plan(host, mode, runtime):
+def test_every_format_carries_the_same_plan(host, mode, runtime, host_root):
     """A person reading any one format learns the same plan: instances, each one's CPUs and
     threads, and the OpenMP variables (recorded many-core hosts, every mode)."""
-    p = plan(_fixture_topology(host, runtime), mode=mode, width=1 if mode == "latency" else None)
+    p = plan(_fixture_topology(host_root(host), runtime), mode=mode, width=1 if mode == "latency" else None)
     expected = {"instances": p.instances, "inter": p.inter_op, "intra": p.intra_op,
                 "cpus": [format_cpus(g) for g in p.cpus],
                 "omp": {k: v for k, v in p.to_env().items() if k in _OMP_VARS}}
@@ -229,10 +225,10 @@ def test_every_format_carries_the_same_plan(host, mode, runtime):
         assert _facts(fmt, p.format(fmt)) == expected, fmt
 
 
-def test_cli_tfserving_writes_the_batching_file(tmp_path, capsys):
+def test_cli_tfserving_writes_the_batching_file(tmp_path, capsys, host_root):
     from tf_autopar.cli.main import main
 
-    root = str(Path(__file__).parent / "fixtures" / "hosts" / "skylake-2s-24c-48t")
+    root = host_root("skylake-2s-24c-48t")
     path = tmp_path / "batching.txt"
     assert main(["plan", "--root", root, "--mode", "throughput", "--format", "tfserving",
                  "--batching-file", str(path), "--batch", "8"]) == 0
