@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any, Mapping, Sequence
 
 from tf_autopar.planning.plan import format_cpus, plural
+from tf_autopar.topology import affinity
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 #: Names the thread variables the launcher set (not the user): controller.user_env() leaves them out.
@@ -165,13 +166,6 @@ def launch_specs(
     return LaunchPlan(tuple(specs), p.to_dict(), p.explain(), (warning,) if warning else ())
 
 
-def _affinity_setter(cpus: tuple[int, ...]) -> Any:
-    def bind() -> None:
-        os.sched_setaffinity(0, cpus)
-
-    return bind
-
-
 def log_path(log_dir: str, index: int) -> str:
     """Where instance ``index`` writes its stdout and stderr with ``log_dir``."""
     return os.path.join(log_dir, f"instance-{index}.log")
@@ -224,7 +218,7 @@ def run(launch: LaunchPlan, environ: Mapping[str, str] | None = None, *, log_dir
         for spec in launch.instances:
             env = dict(base)
             env.update(spec.env_set)
-            preexec = _affinity_setter(spec.cpus) if spec.binding == "sched_setaffinity" else None
+            preexec = affinity.binder(spec.cpus) if spec.binding == "sched_setaffinity" else None
             streams: dict[str, Any] = {}
             if log_dir:
                 files.append(open(log_path(log_dir, spec.index), "wb"))

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
+from tf_autopar.topology.affinity import set_affinity
 from tf_autopar.validation.cgroup import QuotaGroup
 from tf_autopar.validation.space import is_thread_var
 
@@ -104,7 +105,7 @@ def _preexec(cpus: Sequence[int], group: QuotaGroup | None) -> Callable[[], None
         if group is not None:
             group.join()
         if cpus:
-            os.sched_setaffinity(0, set(cpus))
+            set_affinity(cpus)
 
     return setup
 
