@@ -26,7 +26,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import IO, Any, Mapping, Sequence
 
-from tf_autopar.planning.plan import format_cpus, plural
+from tf_autopar.planning.plan import plural
+from tf_autopar.topology.cpulist import format_cpulist
 from tf_autopar.topology import affinity
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -63,7 +64,7 @@ class LaunchPlan:
     def describe(self, index: int) -> str:
         """One line for instance ``index``: its CPUs, binding and threads, and the command."""
         spec = self.instances[index]
-        cpus = format_cpus(spec.cpus) if spec.cpus else "all CPUs"
+        cpus = format_cpulist(spec.cpus) if spec.cpus else "all CPUs"
         how = {"none": "not bound", "numactl": "bound with numactl", "sched_setaffinity": "bound"}[spec.binding]
         threads = f"inter_op={spec.inter_op} intra_op={spec.intra_op}"
         kept = f" (yours kept: {', '.join(f'{k}={v}' for k, v in sorted(spec.env_kept.items()))})" if spec.env_kept else ""
