@@ -27,7 +27,7 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.11",
-    packages=find_packages(include=["tf_autopar", "tf_autopar.*", "workloads", "workloads.*"]),
+    packages=find_packages(include=["tf_autopar", "tf_autopar.*", "tf_autopar_workloads", "tf_autopar_workloads.*"]),
     package_data={"tf_autopar": ["py.typed"], "tf_autopar.tracing": ["native_src/*"]},
     install_requires=[
         "tensorflow-cpu==2.21.0",
@@ -35,11 +35,11 @@ setup(
         "psutil>=5.9",
         "py-cpuinfo>=9.0",
         "filelock>=3.12",
-        "matplotlib>=3.8",  # the PNG charts of `validate --plot` and `analyze --plot`
     ],
     extras_require={
-        "test": ["pytest>=8", "hypothesis>=6.100", "scipy>=1.11"],
-        "characterize": ["scipy>=1.11"],  # `tf-autopar characterize`: hierarchical clustering
+        "plots": ["matplotlib>=3.8"],  # the PNG charts of `validate --plot` and `analyze --plot`
+        "characterize": ["scipy>=1.11", "matplotlib>=3.8"],  # `tf-autopar characterize`: clustering, figures
+        "test": ["pytest>=8", "hypothesis>=6.100", "matplotlib>=3.8", "scipy>=1.11"],  # the tests draw and cluster too
     },
     cmdclass={"build_py": build_py},
     entry_points={"console_scripts": ["tf-autopar=tf_autopar.cli.main:main"]},

@@ -45,7 +45,7 @@ import json, sys, time
 import tf_autopar
 tf_autopar.enable()
 import tensorflow as tf
-from workloads import runner
+from tf_autopar_workloads import runner
 name, size, reps = sys.argv[1], sys.argv[2], int(sys.argv[3])
 built = runner.build(name, size=size)
 infer = built.session("infer")
@@ -139,7 +139,7 @@ def main() -> int:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     sys.path.insert(0, ROOT)
-    import workloads
+    import tf_autopar_workloads as workloads
 
     names = args.workloads.split(",") if args.workloads else workloads.names()
     rounds, reps = args.rounds, args.reps

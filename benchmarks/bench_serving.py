@@ -85,7 +85,7 @@ def serve(args: argparse.Namespace) -> int:
             info["plan"] = f"{p.inter_op}x{p.intra_op}"
     import numpy as np
 
-    from workloads.runner import build
+    from tf_autopar_workloads.runner import build
 
     built = build(args.workload, size=args.size, batch=1)
     fn = built.infer_function()

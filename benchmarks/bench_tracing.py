@@ -76,7 +76,7 @@ def child(spec: dict) -> dict:
     import numpy as np
     import tensorflow as tf
 
-    from workloads import runner
+    from tf_autopar_workloads import runner
 
     cfg, steps = spec["config"], spec["steps"]
     built = runner.build(spec["workload"], size=spec["size"], batch=spec["batch"])

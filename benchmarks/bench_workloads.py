@@ -96,7 +96,7 @@ def markdown(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import workloads
+    import tf_autopar_workloads as workloads
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--workloads", default="", help="comma-separated names (default: all)")

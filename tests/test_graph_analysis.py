@@ -10,7 +10,7 @@ import pytest
 
 pytestmark = pytest.mark.tf
 
-graph_pb2 = pytest.importorskip("tensorflow.core.framework.graph_pb2")
+from tensorflow.core.framework import graph_pb2  # noqa: E402
 
 from tf_autopar.graph import analyze, analyze_graph_def  # noqa: E402
 from tf_autopar.graph import heavy_ops  # noqa: E402

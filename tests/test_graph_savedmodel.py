@@ -11,8 +11,8 @@ import pytest
 
 pytestmark = pytest.mark.tf
 
-tf = pytest.importorskip("tensorflow")
-keras = pytest.importorskip("keras")
+import keras  # noqa: E402
+import tensorflow as tf  # noqa: E402
 
 from tf_autopar.cli.main import main  # noqa: E402
 from tf_autopar.graph import analyze  # noqa: E402

@@ -5,8 +5,8 @@ import pytest
 
 pytestmark = pytest.mark.tf
 
-tf = pytest.importorskip("tensorflow")
-keras = pytest.importorskip("keras")
+import keras  # noqa: E402
+import tensorflow as tf  # noqa: E402
 
 import numpy as np  # noqa: E402
 

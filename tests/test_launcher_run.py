@@ -96,11 +96,11 @@ def test_dry_run_json_and_bad_input():
     assert p.returncode == 2 and "cannot start" in err
 
 
-def test_instances_get_disjoint_whole_core_slices_each_planned_for_its_slice():
+def test_instances_get_disjoint_whole_core_slices_each_planned_for_its_slice(host_root):
     from tf_autopar.runtime.launcher import launch_specs
     from tf_autopar.topology import detect_topology
 
-    topo = detect_topology(os.path.join(os.path.dirname(__file__), "fixtures", "hosts", "skylake-2s-24c-48t"))
+    topo = detect_topology(host_root("skylake-2s-24c-48t"))
     launch = launch_specs(topo, ["true"], mode="latency", instances=4, environ={})
     slices = [set(spec.cpus) for spec in launch.instances]
     assert [len(s) for s in slices] == [12, 12, 12, 12]  # 6 cores x 2 hyperthreads each
@@ -150,11 +150,11 @@ def test_refusals_name_the_problem_and_the_way_out():
         assert p.returncode == 0 and "starting 2 instances" in err, err
 
 
-def test_shared_cpus_warning_in_the_launch_plan():
+def test_shared_cpus_warning_in_the_launch_plan(host_root):
     from tf_autopar.runtime.launcher import launch_specs
     from tf_autopar.topology import detect_topology
 
-    topo = detect_topology(os.path.join(os.path.dirname(__file__), "fixtures", "hosts", "this-host-2c"))
+    topo = detect_topology(host_root("this-host-2c"))
     assert launch_specs(topo, ["true"], instances=2, environ={}).warnings == ()
     crowded = launch_specs(topo, ["true"], instances=5, environ={})
     assert crowded.warnings == ("5 instances on 2 CPUs: instances share CPUs (CPU 0: instances 0, 2, 4; CPU 1: "

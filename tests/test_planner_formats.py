@@ -8,12 +8,11 @@ import re
 import shlex
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from tf_autopar.planning import BASELINES, FORMATS, ThreadPlan, baseline_plan, plan
-from tf_autopar.planning.plan import format_cpus
+from tf_autopar.topology.cpulist import format_cpulist
 
 try:
     from test_planner_hosts import hosts
@@ -166,7 +165,7 @@ def _facts(fmt: str, text: str) -> dict:
         d = json.loads(text)
         env = ThreadPlan.from_dict(d).to_env()
         return {"instances": d["instances"], "inter": d["inter_op"], "intra": d["intra_op"],
-                "cpus": [format_cpus(g) for g in d["cpus"]], "omp": {k: env[k] for k in _OMP_VARS if k in env}}
+                "cpus": [format_cpulist(g) for g in d["cpus"]], "omp": {k: env[k] for k in _OMP_VARS if k in env}}
     if fmt == "env":
         env = dict(shlex.split(line)[0].split("=", 1) for line in text.splitlines())
         return {"instances": int(env.get("TF_AUTOPAR_INSTANCES", "1")), "inter": int(env["TF_NUM_INTEROP_THREADS"]),
@@ -184,7 +183,7 @@ def _facts(fmt: str, text: str) -> dict:
             omp["MKL_NUM_THREADS"] = re.search(r"OMP/MKL=\d+/?(\d+)?", text).group(1) or omp["OMP_NUM_THREADS"]
         facts["omp"] = {k: v for k, v in omp.items() if v}
     elif fmt == "python":
-        facts["cpus"] = [format_cpus(ast.literal_eval(g)) for g in re.findall(r"sched_setaffinity\(0, (\[[\d, ]*\])\)", text)]
+        facts["cpus"] = [format_cpulist(ast.literal_eval(g)) for g in re.findall(r"sched_setaffinity\(0, (\[[\d, ]*\])\)", text)]
         env = dict(re.findall(r"os\.environ\.setdefault\('(\w+)', '([^']*)'\)", text))
         facts["omp"] = {k: env[k] for k in _OMP_VARS if k in env}
         assert (int(env["TF_NUM_INTEROP_THREADS"]), int(env["TF_NUM_INTRAOP_THREADS"])) == (facts["inter"], facts["intra"])
@@ -202,24 +201,21 @@ def _facts(fmt: str, text: str) -> dict:
     return facts
 
 
-def _fixture_topology(name: str, runtime: str):
+def _fixture_topology(root: str, runtime: str):
     from tf_autopar.topology import detect_topology
 
-    root = Path(__file__).parent / "fixtures" / "hosts" / name
-    if not root.is_dir():
-        pytest.skip(f"fixture host {name} not recorded")
-    return dataclasses.replace(detect_topology(root=str(root)), threading_runtime=runtime)
+    return dataclasses.replace(detect_topology(root=root), threading_runtime=runtime)
 
 
 @pytest.mark.parametrize("runtime", ["eigen", "openmp"])
 @pytest.mark.parametrize("mode", ["throughput", "latency", "training"])
 @pytest.mark.parametrize("host", ["skylake-2s-24c-48t", "epyc-4numa-64c", "this-host-2c"])
-def test_every_format_carries_the_same_plan(host, mode, runtime):
+def test_every_format_carries_the_same_plan(host, mode, runtime, host_root):
     """A person reading any one format learns the same plan: instances, each one's CPUs and
     threads, and the OpenMP variables (recorded many-core hosts, every mode)."""
-    p = plan(_fixture_topology(host, runtime), mode=mode, width=1 if mode == "latency" else None)
+    p = plan(_fixture_topology(host_root(host), runtime), mode=mode, width=1 if mode == "latency" else None)
     expected = {"instances": p.instances, "inter": p.inter_op, "intra": p.intra_op,
-                "cpus": [format_cpus(g) for g in p.cpus],
+                "cpus": [format_cpulist(g) for g in p.cpus],
                 "omp": {k: v for k, v in p.to_env().items() if k in _OMP_VARS}}
     if host != "this-host-2c" and mode == "throughput":
         assert p.instances > 1 and len(p.cpus) == p.instances  # the case the formats used to lose
@@ -229,10 +225,10 @@ def test_every_format_carries_the_same_plan(host, mode, runtime):
         assert _facts(fmt, p.format(fmt)) == expected, fmt
 
 
-def test_cli_tfserving_writes_the_batching_file(tmp_path, capsys):
+def test_cli_tfserving_writes_the_batching_file(tmp_path, capsys, host_root):
     from tf_autopar.cli.main import main
 
-    root = str(Path(__file__).parent / "fixtures" / "hosts" / "skylake-2s-24c-48t")
+    root = host_root("skylake-2s-24c-48t")
     path = tmp_path / "batching.txt"
     assert main(["plan", "--root", root, "--mode", "throughput", "--format", "tfserving",
                  "--batching-file", str(path), "--batch", "8"]) == 0

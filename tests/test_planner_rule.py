@@ -19,7 +19,7 @@ import pytest
 
 from tf_autopar.graph.profile import GraphProfile
 from tf_autopar.planning import MODES, plan
-from tf_autopar.planning.plan import format_cpus
+from tf_autopar.topology.cpulist import format_cpulist
 
 try:
     from test_planner_hosts import hosts, make_topology
@@ -145,7 +145,7 @@ def test_expected_numbers(row, runtime):
     if binding is None:
         assert p.cpus == ()
     else:
-        assert format_cpus(p.cpus[0]) == binding
+        assert format_cpulist(p.cpus[0]) == binding
     assert len(p.cpus) == (instances if binding is not None else 0)
     if mode == "training":
         assert p.tf_data_threads == USABLE[host]
@@ -166,7 +166,7 @@ def test_unknown_runtime_is_planned_as_eigen():
 def test_skylake_streams_stay_on_their_socket():
     p = plan(hosts()["skylake"], mode="throughput", width=1)
     # 12 streams of 2 cores: the first 6 on socket 0 (CPUs 0-11), the rest on socket 1 (12-23)
-    assert [format_cpus(c) for c in p.cpus] == [f"{i}-{i + 1}" for i in range(0, 24, 2)]
+    assert [format_cpulist(c) for c in p.cpus] == [f"{i}-{i + 1}" for i in range(0, 24, 2)]
     assert not any("cross" in f for f in p.facts)
 
 
@@ -179,7 +179,7 @@ def test_epyc_streams_four_per_node():
 def test_explicit_streams_two_on_skylake_one_per_socket():
     p = plan(hosts("openmp")["skylake"], mode="throughput", width=3, streams=2)
     # 24 / 2 = 12 cores per stream, one socket each; inter min(3, 12) = 3; openmp 12 // 3 = 4
-    assert [format_cpus(c) for c in p.cpus] == ["0-11", "12-23"]
+    assert [format_cpulist(c) for c in p.cpus] == ["0-11", "12-23"]
     assert (p.instances, p.inter_op, p.intra_op, p.omp_threads) == (2, 3, 4, 4)
 
 
@@ -216,7 +216,7 @@ def test_hyperthreads_counted_when_asked():
     p = plan(t, width=1, use_hyperthreads=True)
     # 48 logical CPUs; width 1 -> socket 0 only: its 12 cores x 2 siblings = 24 CPUs (0-11, 24-35)
     assert (p.inter_op, p.intra_op) == (1, 24)
-    assert format_cpus(p.cpus[0]) == "0-11,24-35"
+    assert format_cpulist(p.cpus[0]) == "0-11,24-35"
     assert "hyperthreads counted" in p.explain()
     train = plan(t, mode="training", width=2, use_hyperthreads=True)
     assert (train.inter_op, train.intra_op, train.cpus) == (2, 48, ())
@@ -257,7 +257,7 @@ def test_tf_data_from_profile_and_explicit_false():
 def test_tf_data_does_not_spread_latency_plan_across_sockets():
     p = plan(hosts("openmp")["skylake"], width=1, tf_data=True)
     # width 1 keeps socket 0 (12 cores); the tf.data floor makes inter 2, so OMP 12 // 2 = 6
-    assert (p.inter_op, p.omp_threads, format_cpus(p.cpus[0])) == (2, 6, "0-11")
+    assert (p.inter_op, p.omp_threads, format_cpulist(p.cpus[0])) == (2, 6, "0-11")
 
 
 # ---------------------------------------------------------------- profiles and facts

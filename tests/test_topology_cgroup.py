@@ -2,10 +2,7 @@
 the tightest quota, cpusets, garbled files, and the budget rule."""
 from __future__ import annotations
 
-import dataclasses
-import importlib.util
 import os
-import sys
 
 import pytest
 
@@ -22,29 +19,6 @@ from tf_autopar.topology.cgroup import (
     tightest,
 )
 from tf_autopar.topology.model import CpuQuota
-
-
-def load_make_hosts():
-    """tests/fixtures/make_hosts.py, the generator of the trees (not a package: load by path)."""
-    if "make_hosts" in sys.modules:
-        return sys.modules["make_hosts"]
-    path = os.path.join(os.path.dirname(__file__), "fixtures", "make_hosts.py")
-    spec = importlib.util.spec_from_file_location("make_hosts", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["make_hosts"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-MH = load_make_hosts()
-
-
-def variant(tmp_path, base: str, **changes) -> str:
-    """A copy of a fixture host with some spec fields changed, written under tmp_path."""
-    host = MH.HOSTS[base]
-    if "files" in changes and changes.pop("merge_files", True):
-        changes["files"] = {**host.files, **changes["files"]}
-    return MH.write_host(dataclasses.replace(host, **changes), str(tmp_path / "host"))
 
 
 # ---------------------------------------------------------------- parsing
@@ -144,22 +118,22 @@ def test_tightest_compares_ratios_not_quotas():
 
 # ---------------------------------------------------------------- ancestor walk on trees
 
-def test_v2_tighter_ancestor_wins(tmp_path):
-    root = variant(tmp_path, "container-v2-quota-2.5", files={"/sys/fs/cgroup/cpu.max": "150000 100000\n"})
+def test_v2_tighter_ancestor_wins(host_variant):
+    root = host_variant("container-v2-quota-2.5", files={"/sys/fs/cgroup/cpu.max": "150000 100000\n"})
     t = detect_topology(root)
     assert t.quota.cpus == 1.5 and t.cpu_budget == 1
     assert t.quota.path == os.path.join(root, "sys/fs/cgroup/cpu.max")
 
 
-def test_v2_looser_ancestor_loses(tmp_path):
-    root = variant(tmp_path, "container-v2-quota-2.5", files={"/sys/fs/cgroup/cpu.max": "max 100000\n"})
+def test_v2_looser_ancestor_loses(host_variant):
+    root = host_variant("container-v2-quota-2.5", files={"/sys/fs/cgroup/cpu.max": "max 100000\n"})
     assert detect_topology(root).quota.cpus == 2.5
 
 
-def test_v2_container_mount_root_is_own_group(tmp_path):
-    leaf = MH.K8S_CONTAINER
-    root = variant(
-        tmp_path, "container-v2-quota-2.5",
+def test_v2_container_mount_root_is_own_group(host_variant, make_hosts):
+    leaf = make_hosts.K8S_CONTAINER
+    root = host_variant(
+        "container-v2-quota-2.5",
         mounts=(f"{leaf} /sys/fs/cgroup cgroup2 rw,nsdelegate",),
         files={"/sys/fs/cgroup/cpu.max": "350000 100000\n"}, merge_files=False,
     )
@@ -167,26 +141,26 @@ def test_v2_container_mount_root_is_own_group(tmp_path):
     assert t.quota.cpus == 3.5 and t.cpu_budget == 3
 
 
-def test_v1_leaf_tighter_than_ancestor(tmp_path):
+def test_v1_leaf_tighter_than_ancestor(host_variant):
     leaf = "/sys/fs/cgroup/cpu,cpuacct/batch.slice/job42.service"
-    root = variant(tmp_path, "cgroup-v1-host", files={f"{leaf}/cpu.cfs_quota_us": "50000\n", f"{leaf}/cpu.cfs_period_us": "20000\n"})
+    root = host_variant("cgroup-v1-host", files={f"{leaf}/cpu.cfs_quota_us": "50000\n", f"{leaf}/cpu.cfs_period_us": "20000\n"})
     t = detect_topology(root)
     assert (t.quota.cpus, t.quota.cgroup_version, t.cpu_budget) == (2.5, 1, 2)
     assert t.quota.path.endswith("job42.service/cpu.cfs_quota_us")
 
 
-def test_v1_unlimited_everywhere(tmp_path):
-    root = variant(tmp_path, "cgroup-v1-host", files={"/sys/fs/cgroup/cpu,cpuacct/batch.slice/cpu.cfs_quota_us": "-1\n"})
+def test_v1_unlimited_everywhere(host_variant):
+    root = host_variant("cgroup-v1-host", files={"/sys/fs/cgroup/cpu,cpuacct/batch.slice/cpu.cfs_quota_us": "-1\n"})
     t = detect_topology(root)
     assert t.quota is None and t.cpu_budget == 16
 
 
 @pytest.mark.parametrize("v1_quota, v2_max, cpus, version", [("400000", "150000 100000", 1.5, 2), ("100000", "300000 100000", 1.0, 1)])
-def test_hybrid_v1_and_v2_tightest_wins(tmp_path, v1_quota, v2_max, cpus, version):
-    root = variant(
-        tmp_path, "cgroup-v1-host",
-        proc_cgroup=MH.HOSTS["cgroup-v1-host"].proc_cgroup + "0::/batch.slice/job42.service\n",
-        mounts=MH.HOSTS["cgroup-v1-host"].mounts + ("/ /sys/fs/cgroup/unified cgroup2 rw",),
+def test_hybrid_v1_and_v2_tightest_wins(v1_quota, v2_max, cpus, version, host_variant, make_hosts):
+    root = host_variant(
+        "cgroup-v1-host",
+        proc_cgroup=make_hosts.HOSTS["cgroup-v1-host"].proc_cgroup + "0::/batch.slice/job42.service\n",
+        mounts=make_hosts.HOSTS["cgroup-v1-host"].mounts + ("/ /sys/fs/cgroup/unified cgroup2 rw",),
         files={
             "/sys/fs/cgroup/cpu,cpuacct/batch.slice/cpu.cfs_quota_us": v1_quota + "\n",
             "/sys/fs/cgroup/unified/batch.slice/cpu.max": v2_max + "\n",
@@ -198,17 +172,17 @@ def test_hybrid_v1_and_v2_tightest_wins(tmp_path, v1_quota, v2_max, cpus, versio
 
 @pytest.mark.parametrize("quota, period, fragment", [("abc", "100000", "'abc' is not a number"), ("200000", "0", "period"),
                                                      ("0", "100000", "quota 0")])
-def test_v1_garbled_quota_warns_and_is_ignored(tmp_path, quota, period, fragment):
+def test_v1_garbled_quota_warns_and_is_ignored(quota, period, fragment, host_variant):
     d = "/sys/fs/cgroup/cpu,cpuacct/batch.slice"
-    root = variant(tmp_path, "cgroup-v1-host", files={f"{d}/cpu.cfs_quota_us": quota + "\n", f"{d}/cpu.cfs_period_us": period + "\n"})
+    root = host_variant("cgroup-v1-host", files={f"{d}/cpu.cfs_quota_us": quota + "\n", f"{d}/cpu.cfs_period_us": period + "\n"})
     t = detect_topology(root)
     assert t.quota is None and t.cpu_budget == 16
     assert any(fragment in w and "batch.slice" in w for w in t.warnings), t.warnings
 
 
-def test_v1_cpuset_intersects_ancestors(tmp_path):
-    root = variant(
-        tmp_path, "cgroup-v1-host",
+def test_v1_cpuset_intersects_ancestors(host_variant):
+    root = host_variant(
+        "cgroup-v1-host",
         proc_cgroup="11:cpuset:/pinned/job\n4:cpu,cpuacct:/\n",
         files={
             "/sys/fs/cgroup/cpuset/pinned/cpuset.cpus": "0-7\n",
@@ -220,29 +194,29 @@ def test_v1_cpuset_intersects_ancestors(tmp_path):
     assert t.physical_cores == 6 and t.threads_per_core == 1  # siblings 10-15 are outside the cpuset
 
 
-def test_v2_cpuset_nearest_effective(tmp_path):
-    root = variant(tmp_path, "container-v2-quota-2.5",
+def test_v2_cpuset_nearest_effective(host_variant):
+    root = host_variant("container-v2-quota-2.5",
                    files={"/sys/fs/cgroup/cri-containerd-3f4e5d6c.scope/cpuset.cpus.effective": "0-3,64-67\n"})
     t = detect_topology(root)
     assert t.cpuset == (0, 1, 2, 3, 64, 65, 66, 67)
     assert t.physical_cores == 4 and t.cpu_budget == 2
 
 
-def test_garbled_cpuset_is_ignored_with_warning(tmp_path):
-    root = variant(tmp_path, "container-cpuset", files={"/sys/fs/cgroup/cpuset.cpus.effective": "4-x\n"})
+def test_garbled_cpuset_is_ignored_with_warning(host_variant):
+    root = host_variant("container-cpuset", files={"/sys/fs/cgroup/cpuset.cpus.effective": "4-x\n"})
     t = detect_topology(root)
     assert t.cpuset is None and t.affinity == (4, 5, 36, 37)  # the affinity mask still limits
     assert any("cpuset.cpus.effective" in w for w in t.warnings)
 
 
-def test_no_proc_cgroup_means_no_limits(tmp_path):
-    root = variant(tmp_path, "skylake-2s-24c-48t", drop=("/proc/self/cgroup",))
+def test_no_proc_cgroup_means_no_limits(host_variant):
+    root = host_variant("skylake-2s-24c-48t", drop=("/proc/self/cgroup",))
     t = detect_topology(root)
     assert t.quota is None and t.cpuset is None and t.cpu_budget == 48
 
 
-def test_read_quota_directly_on_groups(tmp_path):
-    root = variant(tmp_path, "container-v2-quota-2.5")
+def test_read_quota_directly_on_groups(host_variant):
+    root = host_variant("container-v2-quota-2.5")
     fs = HostFS(root)
     notes = Notes()
     quota = read_quota(fs, notes, [GroupDir(2, "/sys/fs/cgroup", "/sys/fs/cgroup")])  # the pod only

@@ -9,11 +9,10 @@ import sys
 from tf_autopar.cli.main import main
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-HOSTS = os.path.join(REPO, "tests", "fixtures", "hosts")
 
 
-def test_json_on_container_fixture(capsys):
-    assert main(["inspect", "--json", "--root", os.path.join(HOSTS, "container-v2-quota-2.5")]) == 0
+def test_json_on_container_fixture(capsys, host_root):
+    assert main(["inspect", "--json", "--root", host_root("container-v2-quota-2.5")]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["cpu_budget"] == 2 and d["quota"]["cpus"] == 2.5 and d["quota"]["cgroup_version"] == 2
     assert d["physical_cores"] == 64 and d["logical_cpus"] == 128 and d["sockets"] == [0, 1]
@@ -23,8 +22,8 @@ def test_json_on_container_fixture(capsys):
     assert d["affinity_list"] == "0-127" and d["cpuset_list"] is None
 
 
-def test_human_summary_on_cpuset_fixture(capsys):
-    assert main(["inspect", "--root", os.path.join(HOSTS, "container-cpuset")]) == 0
+def test_human_summary_on_cpuset_fixture(capsys, host_root):
+    assert main(["inspect", "--root", host_root("container-cpuset")]) == 0
     out = capsys.readouterr().out
     assert "Sockets     1 (socket 0: 2 cores)" in out
     assert "NUMA nodes  1 (node 0: CPUs 4-5,36-37)" in out
@@ -35,13 +34,13 @@ def test_human_summary_on_cpuset_fixture(capsys):
     assert "Gold 6226R" in out and "avx512_vnni" in out
 
 
-def test_human_summary_shows_quota_file_and_warnings(capsys):
-    main(["inspect", "--root", os.path.join(HOSTS, "cgroup-v1-host")])
+def test_human_summary_shows_quota_file_and_warnings(capsys, host_root):
+    main(["inspect", "--root", host_root("cgroup-v1-host")])
     out = capsys.readouterr().out
     assert "Quota       3 CPUs (300000/100000 us, cgroup v1) from " in out
     assert "cpu,cpuacct/batch.slice/cpu.cfs_quota_us" in out
     assert "floor(3)" in out
-    main(["inspect", "--root", os.path.join(HOSTS, "garbled")])
+    main(["inspect", "--root", host_root("garbled")])
     out = capsys.readouterr().out
     assert "Warnings    " in out and "banana" in out
 

@@ -2,34 +2,10 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import os
-import sys
 
 from tf_autopar.topology import detect_topology
 from tf_autopar.topology.cpus import CpuPlace, group_cores, guess_places
-
-
-def load_make_hosts():
-    """tests/fixtures/make_hosts.py, the generator of the trees (not a package: load by path)."""
-    if "make_hosts" in sys.modules:
-        return sys.modules["make_hosts"]
-    path = os.path.join(os.path.dirname(__file__), "fixtures", "make_hosts.py")
-    spec = importlib.util.spec_from_file_location("make_hosts", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["make_hosts"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-MH = load_make_hosts()
-
-
-def variant(tmp_path, base: str, **changes) -> str:
-    host = MH.HOSTS[base]
-    if "files" in changes:
-        changes["files"] = {**host.files, **changes["files"]}
-    return MH.write_host(dataclasses.replace(host, **changes), str(tmp_path / "host"))
 
 
 def test_core_id_repeated_across_dies_is_told_apart_by_siblings():
@@ -50,16 +26,16 @@ def test_psutil_guess_pairs_i_and_i_plus_cores():
     assert guess_places([0, 1], 8, None) == {}
 
 
-def test_no_topology_anywhere_counts_each_cpu_as_a_core(tmp_path):
-    host = MH.HOSTS["garbled"]
-    root = variant(tmp_path, "garbled", cpu=dataclasses.replace(host.cpu, with_topology_lines=False))
+def test_no_topology_anywhere_counts_each_cpu_as_a_core(host_variant, make_hosts):
+    host = make_hosts.HOSTS["garbled"]
+    root = host_variant("garbled", cpu=dataclasses.replace(host.cpu, with_topology_lines=False))
     t = detect_topology(root)
     assert t.physical_cores == 8 and t.threads_per_core == 1
     assert any("counting each logical CPU as a physical core" in w for w in t.warnings)
 
 
-def test_garbled_core_id_is_named(tmp_path):
-    root = variant(tmp_path, "skylake-2s-24c-48t", files={"/sys/devices/system/cpu/cpu3/topology/core_id": "three\n"})
+def test_garbled_core_id_is_named(host_variant):
+    root = host_variant("skylake-2s-24c-48t", files={"/sys/devices/system/cpu/cpu3/topology/core_id": "three\n"})
     t = detect_topology(root)
     assert any("cpu3/topology" in w and "not a number" in w for w in t.warnings), t.warnings
     # cpu3's sibling cpu27 names the core (its thread_siblings_list includes 3): still 24 cores
@@ -67,42 +43,42 @@ def test_garbled_core_id_is_named(tmp_path):
     assert any(core.cpus == (3, 27) for core in t.cores)
 
 
-def test_offline_cpus_are_dropped_from_the_mask(tmp_path):
-    root = variant(tmp_path, "arm-graviton-64c", files={"/sys/devices/system/cpu/online": "0-31\n"})
+def test_offline_cpus_are_dropped_from_the_mask(host_variant):
+    root = host_variant("arm-graviton-64c", files={"/sys/devices/system/cpu/online": "0-31\n"})
     t = detect_topology(root)
     assert t.host_cpus == 32 and t.affinity == tuple(range(32)) and t.cpu_budget == 32
 
 
-def test_garbled_affinity_line_falls_back_to_online(tmp_path):
-    root = variant(tmp_path, "arm-graviton-64c", files={"/proc/self/status": "Name:\tx\nCpus_allowed_list:\t0-zz\n"})
+def test_garbled_affinity_line_falls_back_to_online(host_variant):
+    root = host_variant("arm-graviton-64c", files={"/proc/self/status": "Name:\tx\nCpus_allowed_list:\t0-zz\n"})
     t = detect_topology(root)
     assert t.affinity == tuple(range(64))
     assert any("Cpus_allowed_list" in w for w in t.warnings)
     assert any("assuming all online CPUs" in w for w in t.warnings)
 
 
-def test_disjoint_mask_and_cpuset_warns_and_keeps_the_mask(tmp_path):
-    root = variant(tmp_path, "container-cpuset", files={"/sys/fs/cgroup/cpuset.cpus.effective": "10-11\n"})
+def test_disjoint_mask_and_cpuset_warns_and_keeps_the_mask(host_variant):
+    root = host_variant("container-cpuset", files={"/sys/fs/cgroup/cpuset.cpus.effective": "10-11\n"})
     t = detect_topology(root)
     assert t.affinity == (4, 5, 36, 37)
     assert any("no CPU in common" in w for w in t.warnings)
 
 
-def test_cpu_outside_every_numa_node_is_counted_in_the_first(tmp_path):
-    root = variant(tmp_path, "skylake-2s-24c-48t", files={"/sys/devices/system/node/node1/cpulist": "12-23\n"})
+def test_cpu_outside_every_numa_node_is_counted_in_the_first(host_variant):
+    root = host_variant("skylake-2s-24c-48t", files={"/sys/devices/system/node/node1/cpulist": "12-23\n"})
     t = detect_topology(root)
     assert sorted(c for n in t.numa_nodes for c in n.cpus) == list(range(48))
     assert any("36-47 are in no NUMA node" in w for w in t.warnings)
 
 
-def test_pid_reads_that_process_directory(tmp_path):
-    root = variant(tmp_path, "container-cpuset")
+def test_pid_reads_that_process_directory(host_variant):
+    root = host_variant("container-cpuset")
     os.rename(os.path.join(root, "proc", "self"), os.path.join(root, "proc", "4242"))
     assert detect_topology(root, pid=4242).affinity == (4, 5, 36, 37)
 
 
-def test_recording_this_machine_reproduces_live_detection(tmp_path):
-    dest = MH.record("live", dest=str(tmp_path / "live"))
+def test_recording_this_machine_reproduces_live_detection(tmp_path, make_hosts):
+    dest = make_hosts.record("live", dest=str(tmp_path / "live"))
     live, recorded = detect_topology("/"), detect_topology(dest)
     for name in ("host_cpus", "affinity", "cores", "numa_nodes", "cpu_budget", "cpuset"):
         assert getattr(recorded, name) == getattr(live, name), name

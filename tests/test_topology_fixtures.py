@@ -2,27 +2,13 @@
 from __future__ import annotations
 
 import filecmp
-import importlib.util
 import os
-import sys
 
 import pytest
 
 from tf_autopar.topology import detect_topology
 
 HOSTS = os.path.join(os.path.dirname(__file__), "fixtures", "hosts")
-
-
-def load_make_hosts():
-    """tests/fixtures/make_hosts.py, the generator of the trees (not a package: load by path)."""
-    if "make_hosts" in sys.modules:
-        return sys.modules["make_hosts"]
-    path = os.path.join(os.path.dirname(__file__), "fixtures", "make_hosts.py")
-    spec = importlib.util.spec_from_file_location("make_hosts", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["make_hosts"] = module  # dataclasses resolve annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
 
 
 # name: (host_cpus, logical, physical cores, sockets, threads/core, NUMA nodes, quota CPUs, budget, vendor)
@@ -43,9 +29,9 @@ def test_every_fixture_has_expectations():
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
-def test_fixture_numbers(name):
+def test_fixture_numbers(name, host_root):
     host, logical, physical, sockets, tpc, numa, quota, budget, vendor = EXPECTED[name]
-    t = detect_topology(os.path.join(HOSTS, name))
+    t = detect_topology(host_root(name))
     assert t.host_cpus == host
     assert t.logical_cpus == logical
     assert t.physical_cores == physical
@@ -62,8 +48,8 @@ def test_fixture_numbers(name):
         assert t.warnings == ()
 
 
-def test_skylake_smt_siblings_numa_and_sparse_core_ids():
-    t = detect_topology(os.path.join(HOSTS, "skylake-2s-24c-48t"))
+def test_skylake_smt_siblings_numa_and_sparse_core_ids(host_root):
+    t = detect_topology(host_root("skylake-2s-24c-48t"))
     first = t.cores[0]
     assert (first.socket, first.core_id, first.cpus, first.numa_node) == (0, 0, (0, 24), 0)
     assert {c.core_id for c in t.cores_on_socket(0)} == {0, 1, 2, 3, 4, 5, 8, 9, 10, 11, 12, 13}
@@ -79,8 +65,8 @@ def test_skylake_smt_siblings_numa_and_sparse_core_ids():
     assert t.cpu.model == "Intel(R) Xeon(R) Gold 6136 CPU @ 3.00GHz"
 
 
-def test_epyc_four_numa_nodes():
-    t = detect_topology(os.path.join(HOSTS, "epyc-4numa-64c"))
+def test_epyc_four_numa_nodes(host_root):
+    t = detect_topology(host_root("epyc-4numa-64c"))
     assert [n.id for n in t.numa_nodes] == [0, 1, 2, 3]
     assert t.numa_nodes[1].cpus == tuple(range(16, 32)) + tuple(range(80, 96))
     assert sum(1 for c in t.cores if c.numa_node == 3) == 16
@@ -88,42 +74,42 @@ def test_epyc_four_numa_nodes():
     assert "avx2" in t.cpu.isa and "avx512f" not in t.cpu.isa and "sme" not in t.cpu.isa
 
 
-def test_arm_without_smt():
-    t = detect_topology(os.path.join(HOSTS, "arm-graviton-64c"))
+def test_arm_without_smt(host_root):
+    t = detect_topology(host_root("arm-graviton-64c"))
     assert all(len(c.cpus) == 1 for c in t.cores)
     assert t.cpu.model == "Neoverse-N1"
     assert "asimddp" in t.cpu.isa and "avx2" not in t.cpu.isa
 
 
-def test_container_quota_comes_from_the_container_group():
-    t = detect_topology(os.path.join(HOSTS, "container-v2-quota-2.5"))
+def test_container_quota_comes_from_the_container_group(host_root):
+    t = detect_topology(host_root("container-v2-quota-2.5"))
     q = t.quota
     assert (q.quota_us, q.period_us, q.cgroup_version) == (250000, 100000, 2)
     assert q.path.endswith("sys/fs/cgroup/cri-containerd-3f4e5d6c.scope/cpu.max")
     assert t.cpuset is None  # the cpuset covers the whole host
 
 
-def test_cpuset_container():
-    t = detect_topology(os.path.join(HOSTS, "container-cpuset"))
+def test_cpuset_container(host_root):
+    t = detect_topology(host_root("container-cpuset"))
     assert t.affinity == (4, 5, 36, 37)
     assert t.cpuset == (4, 5, 36, 37)
     assert [c.cpus for c in t.cores] == [(4, 36), (5, 37)]
     assert t.numa_nodes[0].id == 0 and t.numa_nodes[0].cpus == (4, 5, 36, 37)
 
 
-def test_v1_quota_from_ancestor():
-    t = detect_topology(os.path.join(HOSTS, "cgroup-v1-host"))
+def test_v1_quota_from_ancestor(host_root):
+    t = detect_topology(host_root("cgroup-v1-host"))
     assert (t.quota.quota_us, t.quota.period_us, t.quota.cgroup_version) == (300000, 100000, 1)
     assert t.quota.path.endswith("sys/fs/cgroup/cpu,cpuacct/batch.slice/cpu.cfs_quota_us")
 
 
-def test_garbled_files_warn_and_fall_back(caplog, monkeypatch):
+def test_garbled_files_warn_and_fall_back(caplog, monkeypatch, host_root):
     from tf_autopar import _warn
 
     monkeypatch.setattr(_warn, "SEEN", set())  # as in a fresh process
     with caplog.at_level("WARNING", logger="tf_autopar"):
-        t = detect_topology(os.path.join(HOSTS, "garbled"))
-        again = detect_topology(os.path.join(HOSTS, "garbled"))  # the same problems: logged once per process
+        t = detect_topology(host_root("garbled"))
+        again = detect_topology(host_root("garbled"))  # the same problems: logged once per process
     assert again.warnings == t.warnings
     text = "\n".join(t.warnings)
     assert "cpu.max" in text and "banana" in text
@@ -134,12 +120,11 @@ def test_garbled_files_warn_and_fall_back(caplog, monkeypatch):
     assert [c.cpus for c in t.cores] == [(0, 4), (1, 5), (2, 6), (3, 7)]
 
 
-def test_committed_trees_match_the_generator(tmp_path):
+def test_committed_trees_match_the_generator(tmp_path, make_hosts, host_root):
     """The declarative specs in make_hosts.py are the source of truth for the committed trees."""
-    mh = load_make_hosts()
-    for name, host in mh.HOSTS.items():
-        dest = mh.write_host(host, str(tmp_path / name))
-        committed = os.path.join(HOSTS, name)
+    for name, host in make_hosts.HOSTS.items():
+        dest = make_hosts.write_host(host, str(tmp_path / name))
+        committed = host_root(name)
         mismatch = []
 
         def walk(cmp, prefix=""):

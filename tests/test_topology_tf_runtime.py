@@ -25,13 +25,19 @@ def private_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("TF_AUTOPAR_CACHE_DIR", str(tmp_path / "cache"))
 
 
+@pytest.fixture
+def needs_gcc(need_tool):
+    """A C compiler to build stand-in libraries (GCC below)."""
+    need_tool("gcc", "cc")
+
+
 def readelf_needed(path: str) -> list[str]:
     out = subprocess.run(["readelf", "-d", path], capture_output=True, text=True, check=True).stdout
     return re.findall(r"\(NEEDED\)\s+Shared library: \[(.+?)\]", out)
 
 
-@pytest.mark.skipif(shutil.which("readelf") is None, reason="readelf (binutils) not installed")
-def test_elf_reader_agrees_with_readelf():
+def test_elf_reader_agrees_with_readelf(need_tool):
+    need_tool("readelf")
     libs = [sys.executable, os.path.realpath(sys.executable)]
     libs += glob.glob("/usr/lib/x86_64-linux-gnu/libstdc++.so.6*")[:1] + glob.glob("/lib/x86_64-linux-gnu/libz.so.1*")[:1]
     if TF_SPEC:
@@ -64,14 +70,14 @@ def _fake_tf(tmp_path, openmp: bool) -> str:
     return str(pkg)
 
 
-@pytest.mark.skipif(GCC is None, reason="needs a C compiler to build a stand-in library")
+@pytest.mark.usefixtures("needs_gcc")
 def test_openmp_linked_build_is_openmp(tmp_path):
     result = detect_tf_runtime(_fake_tf(tmp_path, openmp=True))
     assert result.runtime == "openmp"
     assert "libgomp" in result.evidence
 
 
-@pytest.mark.skipif(GCC is None, reason="needs a C compiler to build a stand-in library")
+@pytest.mark.usefixtures("needs_gcc")
 def test_plain_build_is_eigen_and_bundled_openmp_counts(tmp_path):
     pkg = _fake_tf(tmp_path, openmp=False)
     assert detect_tf_runtime(pkg).runtime == "eigen"
@@ -84,9 +90,8 @@ def test_unreadable_package_is_unknown(tmp_path):
     assert detect_tf_runtime(str(tmp_path)).runtime == "unknown"
 
 
+@pytest.mark.usefixtures("needs_gcc")
 def test_verdict_is_cached_on_disk_by_path_and_mtime(tmp_path):
-    if GCC is None:
-        pytest.skip("needs a C compiler to build a stand-in library")
     pkg = _fake_tf(tmp_path, openmp=True)
     detect_tf_runtime(pkg)
     cache = json.loads((tmp_path / "cache" / "tf_runtime.json").read_text())
@@ -102,7 +107,6 @@ def test_decision_rules():
     assert decide({"a.so": None}, [], False, "tensorflow-cpu 2.21.0")[0] == "unknown"
 
 
-@pytest.mark.skipif(TF_SPEC is None, reason="TensorFlow not installed")
 def test_installed_stock_tf_is_eigen():
     result = detect_tf_runtime()
     assert result.runtime == "eigen", result  # pip tensorflow-cpu links no OpenMP (REFERENCE sec. 4)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -16,7 +15,6 @@ import pytest
 pytestmark = pytest.mark.tf
 
 REPO = Path(__file__).resolve().parent.parent
-HAVE_CXX = bool(shutil.which(os.environ.get("CXX", "g++")) or shutil.which("c++"))
 
 # The known graph: three chained matmuls of known sizes and a relu.
 KNOWN_GRAPH = textwrap.dedent(
@@ -50,9 +48,8 @@ def tf_env():
 
 
 @pytest.fixture(scope="module")
-def native(tf_env):
-    if not HAVE_CXX:
-        pytest.skip("no C++ compiler (g++/c++/$CXX): the native tracer cannot be built here")
+def native(tf_env, need_tool):
+    need_tool(os.environ.get("CXX", "g++"), "c++")  # the native tracer is built with it
     from tf_autopar.tracing import native_status
 
     ok, why = native_status()
@@ -70,8 +67,8 @@ def _trace_known(tf_env, steps: int = 3, **kw):
     return t
 
 
-@pytest.mark.skipif(not HAVE_CXX, reason="no C++ compiler (g++/c++/$CXX)")
-def test_extension_builds_here(tmp_path, monkeypatch, tf_env) -> None:
+def test_extension_builds_here(tmp_path, monkeypatch, tf_env, need_tool) -> None:
+    need_tool(os.environ.get("CXX", "g++"), "c++")
     from tf_autopar.tracing import build as b
 
     monkeypatch.setenv("TF_AUTOPAR_CACHE_DIR", str(tmp_path))

@@ -80,17 +80,15 @@ def test_the_budget_bounds_the_runs_and_failed_runs_are_not_winners():
     assert C(1, 1) not in res.times
 
 
-def test_on_the_recorded_two_socket_host_the_tuner_measures_a_few_of_the_sweep():
+def test_on_the_recorded_two_socket_host_the_tuner_measures_a_few_of_the_sweep(host_root):
     """The 2-socket 48-CPU Skylake fixture: at most 12 candidates against the validation sweep
     (its bounded grid of 72; the full inter x intra space would be 48 x 48 = 2304)."""
-    import os
-
     from tf_autopar.graph.profile import GraphProfile
     from tf_autopar.planning import plan
     from tf_autopar.topology import detect_topology
     from tf_autopar.validation.space import search_space
 
-    t = detect_topology(os.path.join(os.path.dirname(__file__), "fixtures", "hosts", "skylake-2s-24c-48t"))
+    t = detect_topology(host_root("skylake-2s-24c-48t"))
     sweep = len(search_space(t, "auto").configs)
     assert sweep == 72
     for width in (1, 3, 8):

@@ -41,12 +41,12 @@ def test_host_key_changes_with_the_processor():
     assert cache.topology_key(t) == cache.topology_key(other)  # rule-made plans still apply
 
 
-def test_the_planner_takes_a_tuned_setting_and_says_so():
+def test_the_planner_takes_a_tuned_setting_and_says_so(host_root):
     from tf_autopar.graph.profile import GraphProfile
     from tf_autopar.planning import plan
     from tf_autopar.topology import detect_topology
 
-    t = detect_topology(os.path.join(os.path.dirname(__file__), "fixtures", "hosts", "skylake-2s-24c-48t"))
+    t = detect_topology(host_root("skylake-2s-24c-48t"))
     prof = GraphProfile(heavy_ops=50, depth=50, avg_width=1, max_width=1, typical_op_work=20_000_000)
     tuned = {"inter_op": 2, "intra_op": 12, "speedup": 1.18, "rounds": 3, "runs": 10, "date": "2026-11-30"}
     p = plan(t, prof, "latency", env={}, tuned=tuned)

@@ -16,7 +16,7 @@ from tf_autopar.validation.harness import Harness, Options, RowSpec, fixed_plan_
 from tf_autopar.validation.runner import run_child
 from tf_autopar.validation.space import thread_config
 
-from test_validation_harness import RUNNER, standin_log  # noqa: F401 (fixture)
+from test_validation_harness import RUNNER
 from test_validation_stats import topo
 
 
@@ -81,7 +81,7 @@ def test_group_with_a_stray_process_is_still_removed():
 
 
 @pytest.mark.root
-def test_harness_under_a_quota_records_throttling_per_run(standin_log, monkeypatch):  # noqa: F811
+def test_harness_under_a_quota_records_throttling_per_run(standin_log, monkeypatch):
     controller = writable_controller()
     monkeypatch.setenv("STANDIN_BURN_S", "0.3")
     provider = fixed_plan_provider(thread_config(1, 1, openmp=False, name="tf_autopar", kind="plan"))

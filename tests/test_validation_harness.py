@@ -37,19 +37,6 @@ def alive(pid: int) -> bool:
         return False
 
 
-@pytest.fixture
-def standin_log(tmp_path, monkeypatch):
-    path = tmp_path / "runs.jsonl"
-    monkeypatch.setenv("STANDIN_LOG", str(path))
-    for var in ("STANDIN_CRASH", "STANDIN_HANG", "STANDIN_HANG_ALL", "STANDIN_HANG_AFTER", "STANDIN_BADJSON",
-                "STANDIN_FAST"):
-        monkeypatch.delenv(var, raising=False)
-    # a thread setting in the harness's own environment must not leak into any configuration
-    monkeypatch.setenv("TF_NUM_INTRAOP_THREADS", "7")
-    monkeypatch.setenv("OMP_NUM_THREADS", "7")
-    return path
-
-
 def test_rounds_are_interleaved_and_every_timing_is_kept(standin_log, tmp_path):
     t = topo()
     h = Harness(t, Options(rounds=2, steps=3, warmup=1, runner=RUNNER, timeout_s=60), plan_provider=OURS_1x2)

@@ -11,7 +11,7 @@ FATHOM = ("seq2seq", "memnet", "speech", "autoenc", "residual", "vgg", "alexnet"
 
 @pytest.fixture(scope="module", params=FATHOM)
 def built(request):
-    from workloads import runner
+    from tf_autopar_workloads import runner
 
     return runner.build(request.param, size="tiny", seed=0)
 
@@ -44,7 +44,7 @@ def test_infer_session_matches_function(built):
 
 def test_train_lowers_loss_and_session_agrees(built):
     """A few Adam steps on the batch lower the loss; the graph-mode step computes the same losses."""
-    from workloads import runner
+    from tf_autopar_workloads import runner
 
     # Session first, from a fresh copy of the same initial weights.
     twin = runner.build(built.workload, size="tiny", seed=0)

@@ -21,7 +21,7 @@ TRAIN_SESSION = ("squeezenet", "ncf", "transformer", "wide_deep")
 @pytest.fixture(scope="module")
 def builds():
     """Each tiny model built once for the whole module (lazily, on first use)."""
-    from workloads import runner
+    from tf_autopar_workloads import runner
 
     cache: dict = {}
 
@@ -53,7 +53,7 @@ def _ops(graph_def) -> dict[str, int]:
 def test_modules_import_without_tensorflow():
     code = (
         "import sys\n"
-        + "".join(f"import workloads.paper.{n}\n" for n in PAPER)
+        + "".join(f"import tf_autopar_workloads.paper.{n}\n" for n in PAPER)
         + "bad = [m for m in ('tensorflow', 'keras') if m in sys.modules]\n"
         "assert not bad, bad\n"
     )
@@ -62,7 +62,7 @@ def test_modules_import_without_tensorflow():
 
 @pytest.mark.parametrize("name", PAPER)
 def test_registered_with_published_facts(name):
-    import workloads
+    import tf_autopar_workloads as workloads
 
     w = workloads.get(name)
     assert w.name == name and w.family == "paper"
@@ -72,7 +72,7 @@ def test_registered_with_published_facts(name):
 
 
 def test_paper_sizes_are_the_published_shapes():
-    import workloads
+    import tf_autopar_workloads as workloads
 
     def hp(name):
         return workloads.get(name).sizes["paper"]
@@ -92,7 +92,7 @@ def test_paper_sizes_are_the_published_shapes():
 @pytest.mark.parametrize("name", PAPER)
 def test_paper_size_data_has_published_shapes_and_is_seeded(name):
     """make_data at paper size (no model needed): shapes, dtypes, id ranges, determinism."""
-    import workloads
+    import tf_autopar_workloads as workloads
 
     w = workloads.get(name)
     hp = w.sizes["paper"]
@@ -112,7 +112,7 @@ def test_paper_size_data_has_published_shapes_and_is_seeded(name):
         assert src.shape == tgt_in.shape == y1.shape == (2, hp["seq_len"])
         assert src.max() < hp["vocab"] and y1.max() < hp["vocab"]
     else:
-        from workloads.paper.wide_deep import cardinalities
+        from tf_autopar_workloads.paper.wide_deep import cardinalities
 
         dense, cat = x1
         assert dense.shape == (2, 13) and cat.shape == (2, 26) and y1.shape == (2, 1)
@@ -121,7 +121,7 @@ def test_paper_size_data_has_published_shapes_and_is_seeded(name):
 
 def test_synthetic_targets_are_functions_of_the_inputs():
     """The learnable structure: the same input always gets the same target."""
-    import workloads
+    import tf_autopar_workloads as workloads
 
     ncf = workloads.get("ncf")
     hp = ncf.sizes["tiny"]
@@ -171,7 +171,7 @@ def test_training_lowers_the_loss(builds, name):
 @pytest.mark.parametrize("name", TRAIN_SESSION)
 def test_graph_mode_training_step_matches_function(name):
     """The model rebuilt in a tf.Graph trains in a TF1 Session with the function path's losses."""
-    from workloads import runner
+    from tf_autopar_workloads import runner
 
     b = runner.build(name, size="tiny", seed=0)
     with b.session("train") as sess:
@@ -194,7 +194,7 @@ def test_parallel_branches_show_in_the_width(builds):
     """What the planner reads: Inception and Wide&Deep have parallel heavy ops, DenseNet none."""
     from tf_autopar.graph import analyze
 
-    from workloads import runner
+    from tf_autopar_workloads import runner
 
     prof = {n: analyze(builds(n).graph_def("infer")) for n in ("inception_v3", "densenet", "squeezenet")}
     # recommenders at a batch whose look-ups read >= MIN_LOOKUP_ELEMENTS (fewer are light: heavy_ops.py)
@@ -229,7 +229,7 @@ PAPER_PARAMS = {
 def test_paper_size_parameter_counts(name):
     import keras
 
-    import workloads
+    import tf_autopar_workloads as workloads
 
     w = workloads.get(name)
     keras.utils.set_random_seed(0)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-import workloads
+import tf_autopar_workloads as workloads
 
 pytestmark = pytest.mark.tf
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,14 +42,14 @@ def test_every_registered_module_defines_its_workload():
 
 
 def test_import_workloads_does_not_import_tensorflow():
-    code = "import sys, workloads, workloads.runner; workloads.names(); " \
+    code = "import sys, tf_autopar_workloads, tf_autopar_workloads.runner; tf_autopar_workloads.names(); " \
            "print(any(m.split('.')[0] in ('tensorflow', 'keras') for m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(), check=True)
     assert out.stdout.strip() == "False"
 
 
 def test_bad_arguments_raise_value_error():
-    from workloads import runner
+    from tf_autopar_workloads import runner
 
     with pytest.raises(ValueError, match="size"):
         runner.run("autoenc", size="huge")
@@ -62,7 +62,7 @@ def test_bad_arguments_raise_value_error():
 
 
 def test_run_function_and_session_paths_report_the_same_losses():
-    from workloads import runner
+    from tf_autopar_workloads import runner
 
     a = runner.run("autoenc", mode="train", steps=3, warmup=1, path="function")
     b = runner.run("autoenc", mode="train", steps=3, warmup=1, path="session")
@@ -79,7 +79,7 @@ def test_session_uses_the_given_config():
     """The session path builds its Session with the caller's ConfigProto (what per-session pools need)."""
     import tensorflow as tf
 
-    from workloads import runner
+    from tf_autopar_workloads import runner
 
     built = runner.build("deepq")
     config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=1, intra_op_parallelism_threads=1,
@@ -95,7 +95,7 @@ def test_session_uses_the_given_config():
 
 
 def test_module_level_graph_def_has_function_library():
-    from workloads import runner
+    from tf_autopar_workloads import runner
 
     gd = runner.graph_def("speech", mode="infer")  # RNN loops live in the library
     assert len(gd.library.function) >= 2

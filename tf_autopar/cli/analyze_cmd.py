@@ -7,6 +7,7 @@ import os
 import sys
 from typing import Any
 
+from tf_autopar import _plots
 from tf_autopar.cli.notes import say
 from tf_autopar.cli.plan_cmd import add_shape_arguments, add_size_argument, shape_options, workload_names
 from tf_autopar.graph.profile import GraphProfile
@@ -24,7 +25,8 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument("target", metavar="PATH_OR_WORKLOAD", help="SavedModel directory, graph file or workload name")
     p.add_argument("--json", action="store_true", help="print the profile as JSON")
-    p.add_argument("--plot", metavar="PNG", help="save a bar chart of heavy ops per level (needs matplotlib)")
+    p.add_argument("--plot", metavar="PNG",
+                   help="save a bar chart of heavy ops per level (needs the plots extra: matplotlib)")
     p.add_argument("--no-gradients", action="store_true", help="do not count gradient (backward-pass) heavy ops")
     p.add_argument("--mode", choices=("infer", "train"), default="infer", help="workload graph to analyse")
     add_size_argument(p)
@@ -36,6 +38,8 @@ def add_parser(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from tf_autopar.graph import analyze
 
+    if args.plot:
+        _plots.require()  # before building a model, not after
     options = shape_options(args, "latency" if args.mode == "infer" else "training")
     options.pop("batch_given")  # the profile at the batch read (1 unless given); `plan` shows the robust choice
     if not os.path.exists(args.target):  # a workload is built at the batch; shapes are the model's own
@@ -100,13 +104,8 @@ def _sparkline(widths: tuple[int, ...], limit: int = 60) -> str:
 def plot_levels(profile: GraphProfile, path: str) -> None:
     """Bar chart of heavy ops per level, level 1 at the left, so the model's shape shows:
     a chain is a flat line at 1, branches are bumps; dashed lines mark the widths."""
-    try:
-        import matplotlib
-    except ImportError as exc:
-        raise ValueError("--plot needs matplotlib (pip install matplotlib)") from exc
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import matplotlib.ticker  # noqa: F401  (MaxNLocator)
+    plt = _plots.pyplot()
+    from matplotlib.ticker import MaxNLocator
 
     widths = profile.level_widths or (0,)
     fig, ax = plt.subplots(figsize=(min(16, max(6, len(widths) * 0.08 + 4)), 4))
@@ -117,7 +116,7 @@ def plot_levels(profile: GraphProfile, path: str) -> None:
     ax.set_ylabel("heavy ops")
     ax.set_xlim(0.5, len(widths) + 0.5)
     ax.set_ylim(0, max(widths) * 1.25 + 0.5)
-    ax.yaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_title(f"{profile.source}: {profile.heavy_ops} heavy ops, depth {profile.depth}", fontsize=9)
     ax.legend(loc="upper left", fontsize=8, ncol=2, frameon=False)
     fig.tight_layout()

@@ -12,6 +12,7 @@ import signal
 import sys
 from typing import Any, Mapping
 
+from tf_autopar._files import write_json_atomic
 from tf_autopar.models.options import add_model_flags
 from tf_autopar.validation.report import format_ratio
 
@@ -179,8 +180,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json == "-":
         print(json.dumps(doc, indent=1, default=str))
     elif args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(doc, f, indent=1, default=str)
+        write_json_atomic(args.json, doc, indent=1, default=str)
         print(f"raw timings written to {args.json}", file=out)
     if doc.get("interrupted"):
         return 130

@@ -19,7 +19,7 @@ from tf_autopar.characterization.classes import OP_CLASSES
 
 def _workloads() -> ModuleType:
     """The bundled workloads' catalogue (names only: importing it loads no model, no TensorFlow)."""
-    import workloads
+    import tf_autopar_workloads as workloads
 
     return workloads
 

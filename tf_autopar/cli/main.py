@@ -10,6 +10,8 @@ import importlib
 import logging
 import sys
 
+import tf_autopar_workloads  # noqa: F401  registers the bundled workload names (tf_autopar/graph/named.py)
+
 SUBCOMMANDS = (
     "inspect",
     "plan",

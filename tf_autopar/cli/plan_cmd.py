@@ -95,9 +95,9 @@ def load_profile(model: str, mode: str = "latency", **options: Any) -> Any:
         return for_unknown_batch(analyze(model, **options))
     if os.sep in model or model.endswith((".keras", ".pb", ".pbtxt")):
         raise FileNotFoundError(f"no such file or directory: {model!r} (a SavedModel directory, .keras or graph file)")
-    import workloads
+    import tf_autopar_workloads as workloads
 
-    from tf_autopar.graph.loaders import not_a_model
+    from tf_autopar.graph.named import not_a_model
 
     if model not in workloads.names():
         raise FileNotFoundError(not_a_model(model))
@@ -110,7 +110,7 @@ def load_profile(model: str, mode: str = "latency", **options: Any) -> Any:
 def workload_names() -> list[str]:
     """The bundled workloads' names ([] without the workloads package)."""
     try:
-        import workloads
+        import tf_autopar_workloads as workloads
     except ImportError:  # pragma: no cover - workloads ship with the package
         return []
     return workloads.names()

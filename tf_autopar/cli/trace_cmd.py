@@ -105,8 +105,8 @@ def _workload_step(args: argparse.Namespace) -> tuple[Any, Any, Any, int]:
     if from_args(args).given:
         raise ValueError("--signature, --input-shape, --int-max and --inputs apply to model files (SavedModel "
                          f"directories, .keras files), not to the bundled workload {args.workload!r}")
-    import workloads
-    from workloads import runner
+    import tf_autopar_workloads as workloads
+    from tf_autopar_workloads import runner
 
     workloads.module_path(args.workload)  # ValueError listing the bundled names
     built = runner.build(args.workload, size=args.size, batch=args.batch)

@@ -13,6 +13,7 @@ import signal
 import sys
 from typing import Any
 
+from tf_autopar import _plots
 from tf_autopar.models.options import add_model_flags
 from tf_autopar.validation.plan_child import ROW_MODES
 
@@ -59,7 +60,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--timeout", type=float, default=None, help="seconds per run before it is killed and recorded "
                                                                  "as a timeout (default 180 tiny, 1800 paper)")
     p.add_argument("--json", metavar="OUT.json", default=None, help="write every raw timing as JSON ('-' = stdout)")
-    p.add_argument("--plot", metavar="OUT.png", default=None, help="bar chart of our speedups per row")
+    p.add_argument("--plot", metavar="OUT.png", default=None, help="bar chart of our speedups per row (needs the plots extra: matplotlib)")
     p.add_argument("--details", action="store_true", help="also print every configuration of every row")
     p.add_argument("--runner", default=None,
                    help="command prefix that runs one workload and prints its JSON (default: "
@@ -122,6 +123,8 @@ def run(args: argparse.Namespace) -> int:
     from tf_autopar.models.options import from_args
     from tf_autopar.validation.harness import MODEL_ROW_MODES, make_model_rows
 
+    if args.plot:
+        _plots.require()  # before the run, not after it
     preset = QUICK if args.quick else FULL
     size = args.size or preset["size"]
     modes = tuple(m.strip() for m in args.modes.split(",") if m.strip()) if args.modes else \
@@ -131,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"unknown mode {m!r} in --modes; choose from {', '.join(ROW_MODES)}")
     if args.batch is not None and args.batch < 1:
         raise ValueError(f"--batch must be a positive integer, got {args.batch}")
-    import workloads
+    import tf_autopar_workloads as workloads
 
     paths = [n for n in args.workloads if looks_like_model(n)]
     model_options = from_args(args)

@@ -48,7 +48,7 @@ def _quiet_tf() -> None:
 
 
 def _describe(name: str, size: str, build: bool) -> dict[str, Any]:
-    import workloads
+    import tf_autopar_workloads as workloads
 
     w = workloads.get(name)
     row: dict[str, Any] = {
@@ -58,7 +58,7 @@ def _describe(name: str, size: str, build: bool) -> dict[str, Any]:
     }
     if not build:
         return row
-    from workloads import runner
+    from tf_autopar_workloads import runner
 
     try:
         built = runner.build(w, size=size)
@@ -90,7 +90,7 @@ def _fmt(value: Any) -> str:
 
 def _list(args: argparse.Namespace) -> int:
     _quiet_tf()
-    import workloads
+    import tf_autopar_workloads as workloads
 
     names = workloads.names()
     rows = []
@@ -112,7 +112,7 @@ def _list(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     _quiet_tf()
-    from workloads import runner
+    from tf_autopar_workloads import runner
 
     result = runner.run(args.name, mode=args.mode, batch=args.batch, steps=args.steps, size=args.size,
                         path=args.path, warmup=args.warmup, seed=args.seed)

@@ -39,6 +39,7 @@ from tf_autopar import _warn
 from tf_autopar.coordination.lease import Lease, LeaseError, acquire, default_root, group_key, lease_status
 from tf_autopar.coordination.ranks import LAUNCHER, Ranks, detect_ranks
 from tf_autopar.coordination.slices import Slice, capacity_cores, restrict, slice_for, split
+from tf_autopar.topology import affinity
 from tf_autopar.topology.model import Topology
 
 log = logging.getLogger("tf_autopar.coordination")
@@ -227,18 +228,8 @@ def apply_affinity(share: Share, pid: int = 0, *, all_threads: bool = False) -> 
     """
     if not share.pin or not share.cpus:
         return False
-    targets = [pid]
-    if all_threads and pid == 0:
-        try:
-            targets = [int(t) for t in os.listdir("/proc/self/task")]
-        except OSError:
-            targets = [0]
     try:
-        for tid in targets:
-            try:
-                os.sched_setaffinity(tid, share.cpus)
-            except ProcessLookupError:  # a thread that just exited
-                continue
+        affinity.set_affinity(share.cpus, affinity.threads() if all_threads and pid == 0 else (pid,))
     except (OSError, ValueError) as exc:
         _warn_once("affinity", f"tf_autopar: cannot bind to CPUs {list(share.cpus)} ({exc}); left unbound")
         return False

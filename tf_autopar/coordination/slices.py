@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterable, NamedTuple, Sequence
 
-from tf_autopar.topology.model import Core, Topology
+from tf_autopar.topology.model import Core, Topology, ordered_cores
 
 
 class Slice(NamedTuple):
@@ -32,8 +32,6 @@ class Slice(NamedTuple):
 
 def capacity_cores(topology: Topology) -> list[Core]:
     """The cores workers may share out, in the planner's fill order, limited to the CPU budget."""
-    from tf_autopar.planning.planner import ordered_cores
-
     ordered = ordered_cores(topology.planning_cores())
     return ordered[: max(1, min(len(ordered), int(topology.cpu_budget)))]
 

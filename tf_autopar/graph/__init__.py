@@ -2,7 +2,8 @@
 
 ``analyze(obj)`` accepts a tf.Graph, GraphDef, MetaGraphDef, tf.function with an input
 signature, ConcreteFunction, Keras 3 model, SavedModel directory (read without starting
-TensorFlow's runtime), a graph file path or a bundled workload name.
+TensorFlow's runtime), a graph file path or a registered model name (named.py: importing
+``tf_autopar_workloads`` registers the bundled workloads; the library never imports them).
 Importing this package does not import TensorFlow.
 """
 from __future__ import annotations

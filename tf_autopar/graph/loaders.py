@@ -17,6 +17,7 @@ import re
 from typing import Any, Mapping, Sequence
 
 from tf_autopar.graph import heavy_ops as H
+from tf_autopar.graph import named
 from tf_autopar.graph.analysis import analyze_function, analyze_graph_def
 from tf_autopar.graph.profile import GraphProfile
 from tf_autopar.graph.dims import Assumed, assumed_dims, describe_assumptions, fill_unknown, proto_dims
@@ -34,7 +35,7 @@ SUPPORTED = (
     "Keras 3 model",
     "SavedModel directory",
     "path to saved_model.pb(txt) or a GraphDef .pb/.pbtxt file",
-    "workload name",
+    "registered model name (a bundled workload once tf_autopar_workloads is imported)",
 )
 
 _SAVER_FUNCTION = re.compile(r"^__inference__traced_(save|restore)_\d+$")
@@ -65,7 +66,7 @@ def analyze(
     option) until a many-core measurement says otherwise. ``signature``: which SavedModel /
     MetaGraphDef signature to follow (default ``serving_default``). ``input_signature``:
     input specs for a Keras model without known inputs or a tf.function without a
-    signature. ``workload_mode``/``workload_size``: for a bundled workload name.
+    signature. ``workload_mode``/``workload_size``: for a registered model name (graph/named.py).
     ``batch``: what an unknown batch dimension (a serving signature's None) is read as when
     estimating each op's work; default 1 (a bundled workload is built at it, default: its
     published batch). ``input_shapes``: full shapes of some inputs by name (``--input-shape``),
@@ -74,7 +75,7 @@ def analyze(
     """
     shapes = dict(input_shapes or {})
     if isinstance(obj, (str, os.PathLike)):
-        return _from_path_or_workload(
+        return _from_path_or_name(
             os.fspath(obj), include_gradients, signature, workload_mode, workload_size, batch, shapes
         )
     kw = {"include_gradients": include_gradients}
@@ -454,7 +455,7 @@ def _read_graph_file(path: str) -> Any:
     raise ValueError(f"{path} is not a GraphDef, MetaGraphDef or SavedModel file ({'; '.join(errors)})")
 
 
-# --- paths and workloads ------------------------------------------------------------------
+# --- paths and model names ----------------------------------------------------------------
 def _looks_like_path(s: str) -> bool:
     return os.sep in s or s.startswith((".", "~")) or s.endswith((".pb", ".pbtxt", ".keras"))
 
@@ -477,7 +478,7 @@ def _from_keras_file(path: str, include_gradients: bool, batch: int | None,
     return dataclasses.replace(profile, source=f"{profile.source} from {path}")
 
 
-def _from_path_or_workload(
+def _from_path_or_name(
     s: str, include_gradients: bool, signature: str | None, mode: str, size: str,
     batch: int | None = None, shapes: Mapping[str, Sequence[int]] | None = None,
 ) -> GraphProfile:
@@ -495,54 +496,20 @@ def _from_path_or_workload(
                           input_shapes=shapes)
         return dataclasses.replace(profile, source=f"{profile.source} from {s}")
     if not _looks_like_path(s):
-        profile = _from_workload(s, mode, size, include_gradients, batch)
+        profile = _from_name(s, mode, size, include_gradients, batch)
         if profile is not None:
             return profile
-        raise FileNotFoundError(not_a_model(s))
+        raise FileNotFoundError(named.not_a_model(s))
     raise FileNotFoundError(f"no such file or directory: {s!r}")
 
 
-def not_a_model(name: str) -> str:
-    """The error for a name that is neither a path nor a bundled workload, listing the workloads
-    (a misspelt workload is the usual cause)."""
-    try:
-        import workloads
-
-        known = ", ".join(workloads.names())
-    except ImportError:  # pragma: no cover - workloads ship with the package
-        known = "none installed"
-    return f"{name!r} is neither an existing path nor a bundled workload (workloads: {known})"
-
-
-def _from_workload(name: str, mode: str, size: str, include_gradients: bool,
-                   batch: int | None = None) -> GraphProfile | None:
-    """A bundled workload's graph, via ``workloads.runner.graph_def(name, mode=, size=)``
-    when the runner provides it, else its Keras model's predict graph. None when the
-    ``workloads`` package is missing or does not know the name."""
-    try:
-        import workloads  # noqa: PLC0415
-    except ImportError:
+def _from_name(name: str, mode: str, size: str, include_gradients: bool,
+               batch: int | None = None) -> GraphProfile | None:
+    """A registered model name's graph (see named.py: ``import tf_autopar_workloads`` registers the
+    bundled workloads), or None when no provider knows the name."""
+    provider = named.find(name)
+    if provider is None:
         return None
-    get = getattr(workloads, "get", None)
-    if get is None:
-        return None
-    try:
-        workload = get(name)
-    except (KeyError, ValueError, LookupError):
-        return None
-    if workload is None:
-        return None
-    source = f"workload {name} ({mode}, {size})"
-    try:
-        from workloads import runner  # noqa: PLC0415
-    except ImportError:
-        runner = None
-    graph_def_fn = getattr(runner, "graph_def", None)
-    if graph_def_fn is not None:
-        profile = analyze(graph_def_fn(name, mode=mode, size=size, batch=batch), include_gradients=include_gradients)
-    else:
-        if mode != "infer":
-            raise ValueError(f"workload {name!r}: mode {mode!r} needs workloads.runner.graph_def")
-        model = workload.build_model(workload.hyperparameters(size))
-        profile = _from_keras(model, None, include_gradients)
-    return dataclasses.replace(profile, source=source)
+    graph_def = provider.graph_def(name, mode=mode, size=size, batch=batch)
+    profile = analyze(graph_def, include_gradients=include_gradients)
+    return dataclasses.replace(profile, source=f"workload {name} ({mode}, {size})")

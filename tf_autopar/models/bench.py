@@ -137,7 +137,7 @@ class BenchOptions:
         if looks_like_model(self.model):
             model_kind(self.model)  # missing path, not a model: ValueError before any process starts
         else:
-            import workloads
+            import tf_autopar_workloads as workloads
 
             workloads.module_path(self.model)  # ValueError listing the bundled names
             if self.model_options.given:

@@ -151,7 +151,7 @@ def _is_model(name: str) -> bool:
 def _workload_step(name: str, size: str, batch: int) -> tuple[Callable[[], None], dict[str, Any]]:
     """A bundled workload's inference request, built by the workloads runner (its function path)."""
     import tensorflow as tf
-    from workloads import runner
+    from tf_autopar_workloads import runner
 
     built = runner.build(name, size=size, batch=batch)
     fn = built.infer_function()
@@ -214,7 +214,7 @@ def run(args: argparse.Namespace) -> int:
         "settings": settings, "tf_autopar": status, "tf_version": tf.__version__, **info,
     }
     try:
-        from workloads.runner import peak_rss_mb
+        from tf_autopar_workloads.runner import peak_rss_mb
 
         payload["peak_rss_mb"] = peak_rss_mb()
     except ImportError:
@@ -242,9 +242,9 @@ def prepare(args: argparse.Namespace) -> int:
         else:
             if options.given:
                 raise ValueError("--signature/--input-shape/--int-max/--inputs apply to model files, not workloads")
-            import workloads
+            import tf_autopar_workloads as workloads
             from tf_autopar.graph import analyze
-            from workloads import runner
+            from tf_autopar_workloads import runner
 
             workloads.module_path(args.model)  # ValueError listing the names
             built = runner.build(args.model, size=args.size, batch=args.batch)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from tf_autopar.planning.user_settings import KNOBS
+from tf_autopar.topology.cpulist import format_cpulist
 
 FORMATS = ("env", "json", "tfserving", "python", "text")
 
@@ -224,7 +225,7 @@ class ThreadPlan:
         head += f"{self.instances} instances, each {threads}" if self.instances > 1 else threads
         if self.cpus:
             groups = self.cpus if cpu_lists is None else self.cpus[:cpu_lists]
-            shown = " | ".join(format_cpus(group) for group in groups)
+            shown = " | ".join(format_cpulist(group) for group in groups)
             head += ", bound to CPUs " + shown + (" | ..." if len(groups) < len(self.cpus) else "")
         return head
 
@@ -237,7 +238,7 @@ class ThreadPlan:
         if self.instances > 1:
             env["TF_AUTOPAR_INSTANCES"] = str(self.instances)
         if self.cpus:
-            env["TF_AUTOPAR_CPUS"] = ":".join(format_cpus(group) for group in self.cpus)
+            env["TF_AUTOPAR_CPUS"] = ":".join(format_cpulist(group) for group in self.cpus)
         return env
 
     def tfserving_text(self, batching_file: str = "batching_parameters.txt", max_batch_size: int = 32,
@@ -257,7 +258,7 @@ class ThreadPlan:
                          f"num_batch_threads {self.instances}")
         if len(self.cpus) == 1 or self.instances > 1 and self.cpus:
             every = sorted({c for group in self.cpus for c in group})
-            lines.append(f"# bind the server to its CPUs: taskset -c {format_cpus(every)} tensorflow_model_server ...")
+            lines.append(f"# bind the server to its CPUs: taskset -c {format_cpulist(every)} tensorflow_model_server ...")
         text = "\n".join(lines) + "\n" + " \\\n".join(self.tfserving_flags(batching_file)) + "\n"
         if self.mode == "throughput" and not batching_written:
             text += f"# {batching_file} (write it, or pass --batching-file PATH to have it written):\n"
@@ -289,20 +290,3 @@ def _shown(value: Any) -> str:
 def plural(n: int, noun: str, many: str | None = None) -> str:
     """'1 CPU', '2 CPUs': counts read as English in every message."""
     return f"{n} {noun if n == 1 else many or noun + 's'}"
-
-
-def format_cpus(cpus: tuple[int, ...] | list[int]) -> str:
-    """Compact CPU list in the kernel's cpulist syntax: (0, 1, 2, 5) -> '0-2,5'."""
-    ids = sorted(set(cpus))
-    parts: list[str] = []
-    start = prev = None
-    for cpu in ids:
-        if prev is not None and cpu == prev + 1:
-            prev = cpu
-            continue
-        if start is not None:
-            parts.append(f"{start}-{prev}" if prev != start else f"{start}")
-        start = prev = cpu
-    if start is not None:
-        parts.append(f"{start}-{prev}" if prev != start else f"{start}")
-    return ",".join(parts)

@@ -45,9 +45,10 @@ from __future__ import annotations
 import logging
 from typing import Any, Mapping, NamedTuple
 
-from tf_autopar.planning.plan import Setting, ThreadPlan, format_cpus, plural
+from tf_autopar.planning.plan import Setting, ThreadPlan, plural
 from tf_autopar.planning.user_settings import KNOBS, UserSettings, read_user_settings
-from tf_autopar.topology.model import Core, Topology
+from tf_autopar.topology.cpulist import format_cpulist
+from tf_autopar.topology.model import Core, Topology, ordered_cores
 
 log = logging.getLogger("tf_autopar.planning")
 
@@ -123,19 +124,6 @@ def _runtime(topology: Topology) -> tuple[str, list[str]]:
 # ------------------------------------------------------------------------------ budget
 
 
-def ordered_cores(cores: tuple[Core, ...]) -> list[Core]:
-    """Cores in fill order: biggest socket first, its biggest NUMA node first (ties: lowest id)."""
-    per_socket: dict[int, int] = {}
-    per_node: dict[tuple[int, int], int] = {}
-    for c in cores:
-        per_socket[c.socket] = per_socket.get(c.socket, 0) + 1
-        per_node[(c.socket, c.numa_node)] = per_node.get((c.socket, c.numa_node), 0) + 1
-    return sorted(
-        cores,
-        key=lambda c: (-per_socket[c.socket], c.socket, -per_node[(c.socket, c.numa_node)], c.numa_node, c.cpus[0]),
-    )
-
-
 def select_budget(topology: Topology, use_hyperthreads: bool) -> tuple[list[Unit], list[str]]:
     """The logical CPUs the plan may use, in fill order, and the facts that decided them."""
     cores = topology.planning_cores()
@@ -166,7 +154,7 @@ def select_budget(topology: Topology, use_hyperthreads: bool) -> tuple[list[Unit
     else:
         facts.append(f"usable: {plural(len(units), 'core')}")
     if len(units) < len(cores) * (smt if use_hyperthreads else 1):
-        facts.append(f"whole cores taken from as few NUMA nodes as possible: CPUs {format_cpus([u.cpu for u in units])}")
+        facts.append(f"whole cores taken from as few NUMA nodes as possible: CPUs {format_cpulist([u.cpu for u in units])}")
     return units, facts
 
 
@@ -416,7 +404,7 @@ def planned_settings(
     else:  # TF's default: per-request inputs are small
         settings["tf_data_threads"] = Setting(None, "planned", "")
     settings["cpus"] = Setting(
-        [format_cpus(g) for g in layout.cpus], "planned",
+        [format_cpulist(g) for g in layout.cpus], "planned",
         "one CPU list per instance: bind each instance to it" if layout.cpus else "")
     return settings
 

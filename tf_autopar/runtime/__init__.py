@@ -290,14 +290,14 @@ def _model_profile(model: Any, width: int | None, started: bool, use_cache: bool
 
 
 def _workload_profile(name: str, use_cache: bool) -> Any:
-    """A bundled workload's profile without starting TF here: building it would fix the pools.
-    Analysed once in a child process, then read from the plan cache."""
-    import workloads
-
+    """A registered model name's profile (graph/named.py) without starting TF here: building the
+    model would fix the pools. Analysed once in a child process, then read from the plan cache."""
+    from tf_autopar.graph import named
     from tf_autopar.runtime.model_loads import child_profile
 
-    workloads.module_path(name)  # ValueError naming the choices for an unknown name
-    return child_profile(name, f"workload:{name}:tiny", use_cache)
+    if named.find(name) is None:
+        raise named.unknown(name)
+    return child_profile(name, f"workload:{name}:tiny", use_cache, preload=named.modules())
 
 
 def _claim_share() -> Any:

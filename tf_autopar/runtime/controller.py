@@ -19,6 +19,7 @@ import sys
 from typing import Mapping
 
 from tf_autopar._text import is_uint
+from tf_autopar.topology import affinity
 
 OVERRIDE_VAR = "TF_OVERRIDE_GLOBAL_THREADPOOL"
 POOL_VARS = ("TF_NUM_INTEROP_THREADS", "TF_NUM_INTRAOP_THREADS")
@@ -133,7 +134,7 @@ def bind(cpus: tuple[int, ...]) -> bool:
         before = frozenset(os.sched_getaffinity(0))
         if before == set(cpus):
             return False
-        os.sched_setaffinity(0, cpus)
+        affinity.set_affinity(cpus)
     except (AttributeError, OSError, ValueError):
         return False
     if _BOUND is None:
@@ -152,15 +153,11 @@ def restore_affinity() -> bool:
         return False
     before, ours = _BOUND
     _BOUND = None
-    try:
-        tids = [int(t) for t in os.listdir("/proc/self/task")]
-    except OSError:
-        tids = [0]
     moved = False
-    for tid in tids:
+    for tid in affinity.threads():
         try:
             if frozenset(os.sched_getaffinity(tid)) == ours:
-                os.sched_setaffinity(tid, before)
+                affinity.set_affinity(before, (tid,))
                 moved = True
         except (OSError, ValueError):  # a thread that just exited, or a cpuset that shrank
             continue

@@ -26,7 +26,9 @@ import threading
 from dataclasses import dataclass, field
 from typing import IO, Any, Mapping, Sequence
 
-from tf_autopar.planning.plan import format_cpus, plural
+from tf_autopar.planning.plan import plural
+from tf_autopar.topology.cpulist import format_cpulist
+from tf_autopar.topology import affinity
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 #: Names the thread variables the launcher set (not the user): controller.user_env() leaves them out.
@@ -62,7 +64,7 @@ class LaunchPlan:
     def describe(self, index: int) -> str:
         """One line for instance ``index``: its CPUs, binding and threads, and the command."""
         spec = self.instances[index]
-        cpus = format_cpus(spec.cpus) if spec.cpus else "all CPUs"
+        cpus = format_cpulist(spec.cpus) if spec.cpus else "all CPUs"
         how = {"none": "not bound", "numactl": "bound with numactl", "sched_setaffinity": "bound"}[spec.binding]
         threads = f"inter_op={spec.inter_op} intra_op={spec.intra_op}"
         kept = f" (yours kept: {', '.join(f'{k}={v}' for k, v in sorted(spec.env_kept.items()))})" if spec.env_kept else ""
@@ -165,13 +167,6 @@ def launch_specs(
     return LaunchPlan(tuple(specs), p.to_dict(), p.explain(), (warning,) if warning else ())
 
 
-def _affinity_setter(cpus: tuple[int, ...]) -> Any:
-    def bind() -> None:
-        os.sched_setaffinity(0, cpus)
-
-    return bind
-
-
 def log_path(log_dir: str, index: int) -> str:
     """Where instance ``index`` writes its stdout and stderr with ``log_dir``."""
     return os.path.join(log_dir, f"instance-{index}.log")
@@ -224,7 +219,7 @@ def run(launch: LaunchPlan, environ: Mapping[str, str] | None = None, *, log_dir
         for spec in launch.instances:
             env = dict(base)
             env.update(spec.env_set)
-            preexec = _affinity_setter(spec.cpus) if spec.binding == "sched_setaffinity" else None
+            preexec = affinity.binder(spec.cpus) if spec.binding == "sched_setaffinity" else None
             streams: dict[str, Any] = {}
             if log_dir:
                 files.append(open(log_path(log_dir, spec.index), "wb"))

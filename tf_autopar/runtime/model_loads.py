@@ -24,7 +24,7 @@ import logging
 import os
 import sys
 import weakref
-from typing import Any
+from typing import Any, Sequence
 
 from tf_autopar.runtime import cache, controller, core
 from tf_autopar.runtime.safety import fail_open, maybe_fail, warn_once
@@ -209,9 +209,11 @@ def model_profile(path: str, batch: int | None, started: bool) -> Any:
     return None
 
 
-def child_profile(target: str, key: str, use_cache: bool = True, **options: Any) -> Any:
+def child_profile(target: str, key: str, use_cache: bool = True, preload: Sequence[str] = (),
+                  **options: Any) -> Any:
     """``analyze(target, **options)`` in a child process (building a model here would start TF's
-    runtime and fix the pools), cached under ``key`` in the plan cache."""
+    runtime and fix the pools), cached under ``key`` in the plan cache. ``preload``: modules the
+    child imports first (the providers of registered model names, graph/named.py)."""
     import json
     import subprocess
 
@@ -219,7 +221,8 @@ def child_profile(target: str, key: str, use_cache: bool = True, **options: Any)
     if found:
         return core.profile_from_dict(found)
     code = (
-        "import json, sys; from tf_autopar.graph import analyze; "
+        "import importlib, json, sys; from tf_autopar.graph import analyze; "
+        "[importlib.import_module(m) for m in json.loads(sys.argv[3])]; "
         "print(json.dumps(analyze(sys.argv[1], **json.loads(sys.argv[2])).to_dict()))"
     )
     env = dict(controller.user_env())
@@ -227,7 +230,7 @@ def child_profile(target: str, key: str, use_cache: bool = True, **options: Any)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     log.info("analysing %s in a child process (once; cached afterwards)", target)
-    out = subprocess.run([sys.executable, "-c", code, target, json.dumps(options)], env=env, capture_output=True,
+    out = subprocess.run([sys.executable, "-c", code, target, json.dumps(options), json.dumps(list(preload))], env=env, capture_output=True,
                          text=True, timeout=600)
     if out.returncode != 0:
         raise RuntimeError(f"analysing {target} failed: {out.stderr.strip().splitlines()[-1:]}")

@@ -56,7 +56,7 @@ class Status:
     def text(self) -> str:
         """What was planned and applied, in which process, against TensorFlow's default, and what
         to do next, in a user's words. Hook names, phases and fingerprints stay in to_dict()."""
-        from tf_autopar.planning.plan import format_cpus
+        from tf_autopar.topology.cpulist import format_cpulist
         from tf_autopar.runtime.records import user_function_name
 
         if not self.enabled and not self.sessions and not self.functions:
@@ -87,7 +87,7 @@ class Status:
                              + (_threads(p.tf_default, p.tf_default) + " (one per CPU it may use)"
                                 if p.tf_default else "one thread per CPU it may use, in each pool"))
             if p.bound_cpus:
-                lines.append("  bound to CPUs " + format_cpus(p.bound_cpus))
+                lines.append("  bound to CPUs " + format_cpulist(p.bound_cpus))
             if p.share is not None and p.share.get("count", 1) > 1:
                 lines.append(f"  one of {p.share.get('count')} processes sharing this host: worker "
                              f"{p.share.get('index')} ({p.share.get('note', '')})")

@@ -95,3 +95,17 @@ class Topology:
             threads_per_core=self.threads_per_core,
         )
         return d
+
+
+def ordered_cores(cores: tuple[Core, ...]) -> list[Core]:
+    """Cores in the order plans and worker slices fill them: biggest socket first, its biggest NUMA
+    node first (ties: lowest id)."""
+    per_socket: dict[int, int] = {}
+    per_node: dict[tuple[int, int], int] = {}
+    for c in cores:
+        per_socket[c.socket] = per_socket.get(c.socket, 0) + 1
+        per_node[(c.socket, c.numa_node)] = per_node.get((c.socket, c.numa_node), 0) + 1
+    return sorted(
+        cores,
+        key=lambda c: (-per_socket[c.socket], c.socket, -per_node[(c.socket, c.numa_node)], c.numa_node, c.cpus[0]),
+    )

@@ -17,7 +17,6 @@ Recording is process-wide in TensorFlow (one TraceMe recorder, one profiler lock
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from tf_autopar import _warn
+from tf_autopar._files import write_json_atomic
 from tf_autopar.tracing import model
 from tf_autopar.tracing._native import LEVEL_ALL_OPS, LEVEL_OPS, TraceBusyError
 from tf_autopar.tracing.build import NativeBuildError
@@ -232,9 +232,7 @@ class Trace:
         ``include_runtime`` adds TF's runtime events (executor, eager dispatch) next to the ops.
         """
         p = Path(path)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        with open(p, "w", encoding="utf-8") as f:
-            json.dump(self.chrome_trace(include_runtime), f)
+        write_json_atomic(str(p), self.chrome_trace(include_runtime))
         return p
 
     def to_dict(self, steps: int | None = None) -> dict:

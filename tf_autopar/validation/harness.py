@@ -103,7 +103,7 @@ def make_rows(workload_names: Sequence[str], modes: Sequence[str], size: str,
     for name in workload_names:
         published = (batches or {}).get(name)
         if published is None and any(m != "infer1" for m in modes):
-            import workloads
+            import tf_autopar_workloads as workloads
 
             published = workloads.get(name).default_batch
         for m in modes:

@@ -57,7 +57,7 @@ def _profile(workload: str, runner_mode: str, size: str, batch: int | None, mode
         profile, note = prepared.profile()
         return profile, {**prepared.describe(), "profile_note": note}
     from tf_autopar.graph import analyze
-    from workloads import runner
+    from tf_autopar_workloads import runner
 
     return analyze(runner.graph_def(workload, runner_mode, size, batch=batch)), {}
 

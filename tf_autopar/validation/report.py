@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from typing import Any, Mapping
 
+from tf_autopar import _plots
+from tf_autopar._files import write_text_atomic
 from tf_autopar.validation.results import OURS, TUNED, canonical
 from tf_autopar.validation.space import BASELINES
 from tf_autopar.validation.stats import BELOW_OPTIMUM
@@ -194,27 +194,12 @@ def to_json(doc: Mapping[str, Any]) -> str:
 
 def write_json(doc: Mapping[str, Any], path: str) -> None:
     """Atomically (write then rename): an interrupt mid-write never leaves a truncated file."""
-    text = to_json(doc)
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".validate_", suffix=".json", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_text_atomic(path, to_json(doc) + "\n")
 
 
 def plot(doc: Mapping[str, Any], path: str) -> None:
     """Grouped bars per row: our speedup over each baseline and our share of the optimum."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _plots.pyplot()
     rows = [r for r in doc["rows"] if (r.get("summary") or {}).get("ours")]
     series = [(SHORT[b].replace("vs ", "over "), b) for b in BASELINES] + [("ours / optimum", None)]
     colors = ["#4c72b0", "#55a868", "#c44e52", "#8c8c8c"]

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
+from tf_autopar.topology.affinity import set_affinity
 from tf_autopar.validation.cgroup import QuotaGroup
 from tf_autopar.validation.space import is_thread_var
 
@@ -53,7 +54,7 @@ def clean_env(base: Mapping[str, str] | None = None) -> tuple[dict[str, str], li
     """``base`` (default os.environ) without thread-count variables; also the names removed.
 
     The package's parent directory is put on PYTHONPATH so ``python -m tf_autopar...`` and
-    ``workloads`` resolve in the child exactly as in the harness.
+    ``tf_autopar_workloads`` resolve in the child exactly as in the harness.
     """
     env = dict(os.environ if base is None else base)
     removed = sorted(k for k in env if is_thread_var(k))
@@ -104,7 +105,7 @@ def _preexec(cpus: Sequence[int], group: QuotaGroup | None) -> Callable[[], None
         if group is not None:
             group.join()
         if cpus:
-            os.sched_setaffinity(0, set(cpus))
+            set_affinity(cpus)
 
     return setup
 

@@ -12,8 +12,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from workloads.base import Workload
-from workloads.fathom._keras import sparse_xent
+from tf_autopar_workloads.base import Workload
+from tf_autopar_workloads.fathom._keras import sparse_xent
 
 SIZES = {
     "paper": {"vocab": 40000, "units": 256, "layers": 3, "source_len": 40, "target_len": 50},

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from workloads.base import Workload
-from workloads.paper._common import make_image_data, sparse_ce_from_logits
+from tf_autopar_workloads.base import Workload
+from tf_autopar_workloads.paper._common import make_image_data, sparse_ce_from_logits
 
 
 def build_model(hp: Mapping[str, Any]) -> Any:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from workloads.base import Workload
-from workloads.paper._common import make_image_data, sparse_ce_from_logits
+from tf_autopar_workloads.base import Workload
+from tf_autopar_workloads.paper._common import make_image_data, sparse_ce_from_logits
 
 # Channel counts of the published network (TF-slim / keras.applications layout).
 _POOL_A = (32, 64, 64)  # pool-projection filters of mixed0..2

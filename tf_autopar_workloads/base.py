@@ -2,7 +2,7 @@
 
 Model modules only supply these pieces (``WORKLOAD = Workload(...)``); running them
 (tf.function, TF1 Session, graph export, training) is generic and lives in
-``workloads/runner.py`` so every workload is run the same way.
+``tf_autopar_workloads/runner.py`` so every workload is run the same way.
 """
 from __future__ import annotations
 

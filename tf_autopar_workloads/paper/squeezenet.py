@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from workloads.base import Workload
-from workloads.paper._common import make_image_data, sparse_ce_from_logits
+from tf_autopar_workloads.base import Workload
+from tf_autopar_workloads.paper._common import make_image_data, sparse_ce_from_logits
 
 # (squeeze, expand) filters of fire2..fire9 in v1.1; a max pool follows fire3 and fire5.
 _FIRES = ((16, 64), (16, 64), (32, 128), (32, 128), (48, 192), (48, 192), (64, 256), (64, 256))

@@ -10,7 +10,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from workloads.base import Workload
+from tf_autopar_workloads.base import Workload
 
 SIZES = {
     "paper": {"input": 784, "hidden": 200, "layers": 0, "latent": 200},

@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from workloads.base import Workload
+from tf_autopar_workloads.base import Workload
 
 # Cardinalities of the 26 categorical columns of the Criteo Kaggle display-advertising set.
 CRITEO_CARDINALITIES = (

@@ -10,7 +10,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from workloads.base import Workload
+from tf_autopar_workloads.base import Workload
 
 SIZES = {
     "paper": {"features": 26, "frames": 1566, "hidden": 1024, "labels": 62, "max_labels": 75, "segment": 20},

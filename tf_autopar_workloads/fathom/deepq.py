@@ -10,7 +10,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from workloads.base import Workload
+from tf_autopar_workloads.base import Workload
 
 SIZES = {
     "paper": {"frame": 84, "history": 4, "convs": ((32, 8, 4), (64, 4, 2), (64, 3, 1)), "fc": 512, "actions": 18},

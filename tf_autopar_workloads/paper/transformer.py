@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from workloads.base import Workload
+from tf_autopar_workloads.base import Workload
 
 PAD, BOS, FIRST_TOKEN = 0, 1, 3  # ids below FIRST_TOKEN are reserved
 

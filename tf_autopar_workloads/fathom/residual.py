@@ -13,9 +13,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from workloads.base import Workload
-from workloads.fathom._data import class_images
-from workloads.fathom._keras import sparse_xent
+from tf_autopar_workloads.base import Workload
+from tf_autopar_workloads.fathom._data import class_images
+from tf_autopar_workloads.fathom._keras import sparse_xent
 
 SIZES = {
     "paper": {"image": 224, "classes": 1000, "stem": 64, "stages": ((128, 32), (256, 64), (512, 128), (1024, 256)), "repeats": 3},

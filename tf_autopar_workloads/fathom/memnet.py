@@ -11,8 +11,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from workloads.base import Workload
-from workloads.fathom._keras import sparse_xent
+from tf_autopar_workloads.base import Workload
+from tf_autopar_workloads.fathom._keras import sparse_xent
 
 SIZES = {
     "paper": {"vocab": 20, "sentence": 7, "memory": 50, "embed": 20, "hops": 3},

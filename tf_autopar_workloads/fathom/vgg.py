@@ -9,9 +9,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from workloads.base import Workload
-from workloads.fathom._data import class_images
-from workloads.fathom._keras import sparse_xent
+from tf_autopar_workloads.base import Workload
+from tf_autopar_workloads.fathom._data import class_images
+from tf_autopar_workloads.fathom._keras import sparse_xent
 
 SIZES = {
     "paper": {"image": 224, "classes": 1000, "blocks": ((2, 64), (2, 128), (4, 256), (4, 512), (4, 512)), "fc": 4096, "dropout": 0.5},

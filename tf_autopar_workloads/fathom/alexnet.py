@@ -10,9 +10,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from workloads.base import Workload
-from workloads.fathom._data import class_images
-from workloads.fathom._keras import sparse_xent
+from tf_autopar_workloads.base import Workload
+from tf_autopar_workloads.fathom._data import class_images
+from tf_autopar_workloads.fathom._keras import sparse_xent
 
 SIZES = {
     "paper": {"image": 224, "classes": 1000, "convs": (96, 256, 384, 384, 256), "fc": 4096, "dropout": 0.5},

@@ -32,7 +32,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from workloads.base import MODES, SIZES, Workload
+from tf_autopar_workloads.base import MODES, SIZES, Workload
 
 log = logging.getLogger("tf_autopar.workloads")
 
@@ -45,7 +45,7 @@ ADAM_EPS = 1e-7
 def _resolve(workload_or_name: Workload | str) -> Workload:
     if isinstance(workload_or_name, Workload):
         return workload_or_name
-    import workloads
+    import tf_autopar_workloads as workloads
 
     return workloads.get(workload_or_name)
 

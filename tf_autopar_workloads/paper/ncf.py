@@ -12,7 +12,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from workloads.base import Workload
+from tf_autopar_workloads.base import Workload
 
 LATENT_SEED = 20_170_403  # fixed: the "true" preferences are the same in every batch
 LATENT_RANK = 8
