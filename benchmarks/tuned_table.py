@@ -63,12 +63,17 @@ def table(doc: dict) -> str:
     g = lambda xs: math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")  # noqa: E731
     lines.append(f"| geomean | | | | {g(geo_plan):.3f} | | {g(geo_tuned):.3f} | | {tune_s:.0f} s | "
                  f"{tune_s / sweep_s:.0%} |" if sweep_s else "| geomean | | | | | | | | | |")
-    low_plan = sum(1 for x in geo_plan if x < 0.97)
-    low_tuned = sum(1 for x in geo_tuned if x < 0.97)
     host = doc.get("host", {}).get("cpu", {})
     lines.append("")
-    lines.append(f"{len(geo_plan)} rows; below 0.97 of the optimum: plan {low_plan}, tuned {low_tuned}. "
-                 f"Processor: {host.get('model', '?')}; started {doc.get('started')}, finished {doc.get('finished')}.")
+    for label, rows in (("bundled workloads", [r for r in doc["rows"] if "/" not in r["workload"]]),
+                        ("model files (not bundled)", [r for r in doc["rows"] if "/" in r["workload"]])):
+        if not rows:
+            continue
+        plan = [v for r in rows if (v := ((r.get("summary") or {}).get("ours_vs_optimum") or {}).get("value"))]
+        tuned = [v for r in rows if (v := ((r.get("summary") or {}).get("tuned_vs_optimum") or {}).get("value"))]
+        lines.append(f"- {label}, {len(rows)} rows: plan/opt geomean {g(plan):.3f} ({sum(x < 0.97 for x in plan)} "
+                     f"below 0.97), tuned/opt {g(tuned):.3f} ({sum(x < 0.97 for x in tuned)} below 0.97)")
+    lines.append(f"- processor: {host.get('model', '?')}; started {doc.get('started')}, finished {doc.get('finished')}")
     return "\n".join(lines)
 
 
