@@ -24,8 +24,6 @@ from __future__ import annotations
 import re
 from typing import Iterable, Mapping
 
-from tf_autopar.tracing.model import normalize_type
-
 CONVOLUTION = "convolution"
 MATMUL = "matrix multiply"
 ELEMENTWISE = "element-wise arithmetic"
@@ -127,6 +125,8 @@ def _heavy(op_type: str) -> str | None:
 
 def _known(op_type: str) -> str | None:
     """The class from the table, the heavy-op table or a family rule; None if unknown."""
+    from tf_autopar.tracing.model import normalize_type  # here: it imports numpy, the CLI's parser must not
+
     raw = op_type.rsplit("/", 1)[-1]  # "eager/MatMul" -> "MatMul"
     t = normalize_type(raw)
     if t in OP_CLASS_TABLE:
