@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -494,3 +495,69 @@ def test_a_child_forked_after_enable_is_told_and_takes_its_own_share(tmp_path):
     assert child["mask"] == out["parent_mask"]  # inherited until the child's enable()
     assert (out["parent"]["lease_slot"], child["share"]["lease_slot"]) == (0, 1)
     assert not set(child["mask_after"]) & set(out["parent_mask"])  # disjoint CPUs
+
+
+# ---------------------------------------------------------------- item 5: workers started together, no count
+
+TOGETHER_PROGRAM = """
+    import json, os, sys, time
+    import tf_autopar
+    while not os.path.exists(sys.argv[1]):
+        time.sleep(0.001)
+    st = tf_autopar.enable()
+    print(json.dumps({"share": st.process.share, "mask": sorted(os.sched_getaffinity(0)), "ms": st.enable_ms,
+                      "warnings": list(st.warnings)}), flush=True)
+    sys.stdin.read()                           # hold the slot until every worker has reported
+"""
+
+
+def _start(code: str, env: dict[str, str], *args: str) -> subprocess.Popen:
+    """A worker without a count or ranks, whatever the test runner's environment holds."""
+    from tf_autopar.coordination.ranks import COUNTS, PAIRS
+
+    full = {k: v for k, v in os.environ.items() if k not in {x for pair in PAIRS for x in pair} | set(COUNTS)}
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), *args], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**full, "PYTHONPATH": str(ROOT), **env})
+
+
+def test_three_workers_started_together_without_a_count_split_the_host(tmp_path):
+    from tf_autopar.coordination import split
+    from tf_autopar.topology import detect_topology
+
+    env = {"TF_AUTOPAR_LEASE_DIR": str(tmp_path / "lease"), "TF_AUTOPAR_GROUP": "together-test",
+           "TF_AUTOPAR_CACHE_DIR": str(tmp_path / "cache")}
+    go = tmp_path / "go"
+    procs = [_start(TOGETHER_PROGRAM, env, str(go)) for _ in range(3)]
+    try:
+        time.sleep(0.5)
+        go.touch()
+        outs = [json.loads(p.stdout.readline()) for p in procs]
+    finally:
+        for p in procs:
+            p.stdin.close()
+            p.wait(TIMEOUT)
+    assert sorted(o["share"]["index"] for o in outs) == [0, 1, 2]
+    assert all((o["share"]["count"], o["share"]["source"], o["warnings"]) == (3, "rendezvous", []) for o in outs)
+    expected = split(detect_topology(), 3)  # the sharing rule when 3 > cores: worker i on core i mod cores
+    for o in outs:
+        assert o["mask"] == o["share"]["cpus"] == list(expected[o["share"]["index"]].cpus), o
+    for x in outs:
+        for y in outs:
+            i, j = x["share"]["index"], y["share"]["index"]
+            if i != j and set(expected[i].cpus).isdisjoint(expected[j].cpus):
+                assert set(x["mask"]).isdisjoint(y["mask"])  # pairwise disjoint wherever the rule says so
+    if len(os.sched_getaffinity(0)) >= 3:
+        assert len({c for o in outs for c in o["mask"]}) == sum(len(o["mask"]) for o in outs)
+
+
+def test_a_lone_process_pays_the_window_and_a_known_count_does_not(tmp_path):
+    base = {"TF_AUTOPAR_LEASE_DIR": str(tmp_path / "lease"), "TF_AUTOPAR_CACHE_DIR": str(tmp_path / "cache"),
+            "TF_AUTOPAR_RENDEZVOUS_S": "3"}
+    program = "import json, tf_autopar; st = tf_autopar.enable(); print(json.dumps([st.enable_ms, st.process.share]))"
+    lone = run_py(program, {**base, "TF_AUTOPAR_GROUP": "lone"})
+    counted = run_py(program, {**base, "TF_AUTOPAR_GROUP": "counted", "TF_AUTOPAR_INSTANCES": "1"})
+    ms, share = json.loads(lone.stdout.splitlines()[-1])
+    assert ms >= 3000 and share["source"] == "single" and "within 3 s" in share["note"]
+    ms, share = json.loads(counted.stdout.splitlines()[-1])
+    assert ms < 3000 and share["source"] == "lease"  # a count decides: no wait
