@@ -460,41 +460,81 @@ def test_a_cache_directory_others_can_write_is_not_used(tmp_path):
 # ---------------------------------------------------------------- item 4: fork after enable()
 
 FORK_PROGRAM = """
-    import json, os
+    import json, os, sys, time
     import tf_autopar
     parent = tf_autopar.enable()
+    pipes = []
+    for _ in range(2):                         # gunicorn's master: it forks its workers, serves nothing
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            st = tf_autopar.status()           # no enable() in the worker
+            out = {"mask": sorted(os.sched_getaffinity(0)), "share": st.process.share,
+                   "warnings": list(st.warnings), "intra": os.environ.get("TF_NUM_INTRAOP_THREADS"),
+                   "again": tf_autopar.enable().process.share}
+            os.write(w, json.dumps(out).encode())
+            time.sleep(1)                      # both workers alive together
+            os._exit(0)
+        os.close(w)
+        pipes.append((pid, r))
+    kids = [json.loads(os.read(r, 1 << 20).decode()) for _, r in pipes]
+    for pid, _ in pipes:
+        os.waitpid(pid, 0)
+    print(json.dumps({"parent": parent.process.share, "kids": kids, "tf": "tensorflow" in sys.modules,
+                      "parent_warnings": list(tf_autopar.status().warnings)}))
+"""
+
+
+def test_a_parent_that_only_forks_has_its_workers_split_the_host(tmp_path):
+    host = sorted(os.sched_getaffinity(0))
+    if len(host) < 2:
+        pytest.skip("needs 2 CPUs for two disjoint shares")
+    (tmp_path / "lease").mkdir()
+    env = {"TF_AUTOPAR_LEASE_DIR": str(tmp_path / "lease"), "TF_AUTOPAR_GROUP": "fork-test",
+           "TF_AUTOPAR_CACHE_DIR": str(tmp_path / "cache"), "WEB_CONCURRENCY": "2", "TF_AUTOPAR_LOG": "info"}
+    proc = run_py(FORK_PROGRAM, env)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.splitlines()[-1])
+    assert out["tf"] is False and out["parent"]["lease_slot"] == 0
+    a, b = out["kids"]
+    assert sorted([a["share"]["lease_slot"], b["share"]["lease_slot"]]) == [0, 1]  # the master's slot handed over
+    assert a["mask"] == a["share"]["cpus"] and b["mask"] == b["share"]["cpus"]  # really re-bound
+    assert not set(a["mask"]) & set(b["mask"]), out  # disjoint CPUs
+    assert a["share"]["budget"] == b["share"]["budget"] == len(host) // 2  # a clean split, not doubled up
+    assert a["again"] == a["share"]  # a later enable() in the worker changes nothing
+    assert a["warnings"] == b["warnings"] == [] and out["parent_warnings"] == []
+    assert proc.stderr.count("forks before TensorFlow started") == 1  # said once, by the master
+    assert proc.stderr.count("planned for this worker's own share") == 2
+
+
+STARTED_FORK_PROGRAM = """
+    import json, os
+    import tensorflow as tf
+    import tf_autopar
+    tf_autopar.enable()
+    tf.constant(1.0) + 1.0                     # the parent's runtime starts: its pools are fixed
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
-        before = {"warnings": list(tf_autopar.status().warnings), "mask": sorted(os.sched_getaffinity(0))}
-        st = tf_autopar.enable()             # the child plans for its own share
-        out = {**before, "share": st.process.share, "mask_after": sorted(os.sched_getaffinity(0))}
-        os.write(w, json.dumps(out).encode())
+        os.write(w, json.dumps(list(tf_autopar.status().warnings)).encode())
         os._exit(0)
     os.close(w)
     child = json.loads(os.read(r, 1 << 20).decode())
     os.waitpid(pid, 0)
-    print(json.dumps({"parent": parent.process.share, "parent_mask": sorted(os.sched_getaffinity(0)),
-                      "parent_warnings": list(tf_autopar.status().warnings), "child": child}))
+    print(json.dumps({"child": child, "parent": list(tf_autopar.status().warnings)}))
 """
 
 
-def test_a_child_forked_after_enable_is_told_and_takes_its_own_share(tmp_path):
-    if len(os.sched_getaffinity(0)) < 2:
-        pytest.skip("needs 2 CPUs for two disjoint shares")
-    (tmp_path / "lease").mkdir()
-    env = {"TF_AUTOPAR_LEASE_DIR": str(tmp_path / "lease"), "TF_AUTOPAR_GROUP": "fork-test",
-           "TF_AUTOPAR_CACHE_DIR": str(tmp_path / "cache"), "TF_AUTOPAR_INSTANCES": "2"}
-    proc = run_py(FORK_PROGRAM, env)
+@pytest.mark.tf
+def test_a_child_forked_after_tensorflow_started_is_told_it_keeps_the_parent_pools(tmp_path):
+    env = {"TF_AUTOPAR_LEASE_DIR": str(tmp_path / "lease"), "TF_AUTOPAR_GROUP": "fork-tf-test",
+           "TF_AUTOPAR_CACHE_DIR": str(tmp_path / "cache"), "WEB_CONCURRENCY": "2", "TF_CPP_MIN_LOG_LEVEL": "3"}
+    proc = run_py(STARTED_FORK_PROGRAM, env, timeout=240)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.splitlines()[-1])
-    child = out["child"]
-    assert sum("forked from pid" in w for w in child["warnings"]) == 1
-    assert not any("forked" in w for w in out["parent_warnings"])
-    assert proc.stderr.count("forked from pid") == 1  # said once, by the child
-    assert child["mask"] == out["parent_mask"]  # inherited until the child's enable()
-    assert (out["parent"]["lease_slot"], child["share"]["lease_slot"]) == (0, 1)
-    assert not set(child["mask_after"]) & set(out["parent_mask"])  # disjoint CPUs
+    told = [w for w in out["child"] if "forked from pid" in w]
+    assert len(told) == 1 and "after TensorFlow's runtime started" in told[0] and "keeps the parent's thread pools" in told[0]
+    assert not any("forked" in w for w in out["parent"])
 
 
 # ---------------------------------------------------------------- item 5: workers started together, no count
