@@ -601,3 +601,29 @@ def test_a_lone_process_pays_the_window_and_a_known_count_does_not(tmp_path):
     assert ms >= 3000 and share["source"] == "single" and "within 3 s" in share["note"]
     ms, share = json.loads(counted.stdout.splitlines()[-1])
     assert ms < 3000 and share["source"] == "lease"  # a count decides: no wait
+
+
+# ---------------------------------------------------------------- the kill switch
+
+def test_the_kill_switch_makes_enable_change_nothing_and_says_so_once(tmp_path):
+    program = """
+        import json, os
+        import tf_autopar
+        before = (dict(os.environ), sorted(os.sched_getaffinity(0)))
+        st = tf_autopar.enable(mode="latency")
+        st = tf_autopar.enable()
+        after = (dict(os.environ), sorted(os.sched_getaffinity(0)))
+        print(json.dumps({"same": before == after, "enabled": st.enabled, "by": st.disabled_by, "text": st.text(),
+                          "lease": os.listdir(os.environ["TF_AUTOPAR_LEASE_DIR"]), "warnings": list(st.warnings)}))
+    """
+    (tmp_path / "lease").mkdir()
+    env = {"TF_AUTOPAR_LEASE_DIR": str(tmp_path / "lease"), "TF_AUTOPAR_CACHE_DIR": str(tmp_path / "cache"),
+           "TF_AUTOPAR_INSTANCES": "2", "TF_AUTOPAR_DISABLE": "1", "TF_AUTOPAR_LOG": "info"}
+    proc = run_py(program, env)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.splitlines()[-1])
+    assert out["same"] and out["enabled"] is False and out["lease"] == [] and out["warnings"] == []
+    assert out["by"] == "TF_AUTOPAR_DISABLE=1" and "switched off by TF_AUTOPAR_DISABLE=1" in out["text"]
+    assert proc.stderr.count("TF_AUTOPAR_DISABLE=1") == 1, proc.stderr  # said once, at info
+    off = run_py(program, {**env, "TF_AUTOPAR_DISABLE": "0"})
+    assert json.loads(off.stdout.splitlines()[-1])["enabled"] is True

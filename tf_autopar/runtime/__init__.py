@@ -56,10 +56,18 @@ def enable(
     change nothing. A child forked before TensorFlow's runtime started (gunicorn's workers)
     takes its own share at the fork, the parent handing over its lease slot; forked after, it
     keeps the parent's pools (warned about at the fork), and its enable() re-plans what it can.
+    ``TF_AUTOPAR_DISABLE=1`` (the kill switch) makes it change nothing; status() says so.
     ``cooperate``: when other processes of this program (or ranks named in the environment:
     LOCAL_RANK, TF_CONFIG, WEB_CONCURRENCY, ...) share the host, plan for this process's
     share of the cores and bind to it (tf_autopar.coordination).
     """
+    switch = kill_switch()
+    if switch:  # before anything else: an emergency switch must not depend on the rest working
+        with STATE.lock:
+            if not STATE.disabled_by:
+                log.info("tf_autopar: %s: enable() changes nothing; TensorFlow runs with its own settings", switch)
+            STATE.disabled_by = switch
+            return STATE.snapshot()
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     if width is not None and (not isinstance(width, int) or width < 1):
@@ -90,9 +98,16 @@ def enable(
         return STATE.snapshot()
 
 
+DISABLE_VAR = "TF_AUTOPAR_DISABLE"
 # shares a forked worker claims anew: from the lease (a count, a rendezvous, or alone). Ranks
 # from the environment are the same in the child, and an even split has nothing to re-claim.
 _RECLAIMED_AT_FORK = ("lease", "single", "rendezvous")
+
+
+def kill_switch() -> str:
+    """``"TF_AUTOPAR_DISABLE=<value>"`` when the kill switch is on (for A/B runs and emergencies), else ""."""
+    value = os.environ.get(DISABLE_VAR, "").strip()
+    return f"{DISABLE_VAR}={value}" if value.lower() in ("1", "true", "yes", "on") else ""
 
 
 def _reclaims_at_fork() -> bool:
