@@ -288,3 +288,38 @@ def test_a_live_process_that_released_its_slot_no_longer_holds_it(tmp_path):
     finally:
         first.release()
         second.release()
+
+
+def test_a_slow_member_never_takes_a_rank_a_latecomer_took(tmp_path):
+    """Under load a member may decide after a latecomer took a rank whose worker exited (soak finding)."""
+    from tf_autopar.coordination.rendezvous import _decide
+
+    d = str(tmp_path / "g")
+    a, b, c = acquire(d), acquire(d), acquire(d)
+    try:
+        now = time.time()
+        a.update(time=now - 5, rank=0, cohort=3)  # a member that decided
+        b.update(time=now - 5)  # a member descheduled until now: its position among the members is 1
+        c.update(time=now - 1, rank=1, cohort=3)  # a latecomer that took rank 1
+        assert _decide(b, now - 4) == (2, 3)
+        assert json.loads(open(b.path).read())["rank"] == 2  # recorded, padded JSON still parses
+    finally:
+        for x in (a, b, c):
+            x.release()
+
+
+def test_the_group_lock_keeps_two_latecomers_apart_and_never_blocks_for_good(tmp_path):
+    from tf_autopar.coordination.lease import group_lock
+
+    d = tmp_path / "g"
+    d.mkdir()
+    probe = ("import sys; from tf_autopar.coordination.lease import group_lock\n"
+             "with group_lock(sys.argv[1], timeout=0.2) as taken: print(taken)")
+    with group_lock(str(d)) as taken:
+        assert taken
+        other = subprocess.run([sys.executable, "-c", probe, str(d)], env=_env(), capture_output=True, text=True,
+                               timeout=60)
+        assert other.stdout.strip() == "False", other.stderr  # waited its bound, then went on
+    other = subprocess.run([sys.executable, "-c", probe, str(d)], env=_env(), capture_output=True, text=True, timeout=60)
+    assert other.stdout.strip() == "True"
+    assert [x["slot"] for x in lease_status(str(d))] == []  # the lock file is no slot

@@ -30,6 +30,7 @@ ignored when counting peers).
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import json
@@ -282,6 +283,40 @@ def _read_slot(directory: str, index: int) -> tuple[int, os.stat_result | None, 
         return index, st, (parse_json(raw, path) if raw.strip() else {})
     except (OSError, ValueError):
         return index, None, None
+
+
+GROUP_LOCK = "decide.lock"  # not a slot: serialises short read-decide-write steps (rendezvous.py)
+
+
+@contextlib.contextmanager
+def group_lock(directory: str, timeout: float = 2.0) -> Iterator[bool]:
+    """Hold the group's decision lock for a few milliseconds; yields whether it was taken.
+
+    Never blocks for good: the lock is polled without blocking until ``timeout``, then the
+    caller proceeds unlocked (a holder killed mid-step frees it at once: it is a flock)."""
+    try:
+        fd = _open_slot(os.path.join(directory, GROUP_LOCK))
+    except LeaseError:
+        yield False
+        return
+    try:
+        end = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                taken = True
+                break
+            except BlockingIOError:
+                if time.monotonic() >= end:
+                    taken = False
+                    break
+                time.sleep(0.001)
+            except OSError:
+                taken = False
+                break
+        yield taken
+    finally:
+        os.close(fd)  # drops the lock
 
 
 def live_peers(directory: str, own_fd: int) -> list[tuple[int, dict[str, Any]]]:

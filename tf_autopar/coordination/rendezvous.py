@@ -28,7 +28,7 @@ import time
 from typing import Any, Callable, Mapping, NamedTuple
 
 from tf_autopar import _warn
-from tf_autopar.coordination.lease import Lease, live_peers
+from tf_autopar.coordination.lease import Lease, group_lock, live_peers
 
 WINDOW_VAR = "TF_AUTOPAR_RENDEZVOUS_S"
 DEFAULT_WINDOW_S = 1.0
@@ -88,29 +88,59 @@ def meet(lease: Lease, window: float, *, clock: Callable[[], float] = time.time,
     peers = live_peers(lease.directory, lease.fd)
     times = [t for _, d in peers if (t := _claim_time(d)) is not None]
     deadline = min(times + [own]) + window
-    if own <= deadline and not any(_decided(d) for _, d in peers):
+    if own <= deadline and not any(_decided(d) or d.get("late") for _, d in peers):
         sleep(max(0.0, deadline + GRACE_S - clock()))
-        members = sorted([lease.index] + [i for i, d in live_peers(lease.directory, lease.fd)
-                                          if (t := _claim_time(d)) is not None and t <= deadline])
-        rank, count = members.index(lease.index), len(members)
-        lease.update(rank=rank, cohort=count)
+        with group_lock(lease.directory):
+            decision = _decide(lease, deadline)
+            if decision is None:  # more members than the first to decide saw: late after all
+                peers = live_peers(lease.directory, lease.fd)
+                lease.update(late=True)
+                return Late(_late_message(peers, own, window))
+        rank, count = decision
         note = (f"no other worker started within {window:g} s: the whole host" if count == 1 else
                 f"{count} workers started within {window:g} s of each other: worker {rank} of {count}")
         return Met(rank, count, note)
     if clock() < deadline + 2 * GRACE_S:  # the members are deciding: wait to see what they decide
         sleep(max(0.0, deadline + 2 * GRACE_S - clock()))
+    with group_lock(lease.directory):  # two latecomers must not both take the same free rank
         peers = live_peers(lease.directory, lease.fd)
-    decided = {pid_rank for _, d in peers if (pid_rank := _decided(d)) is not None}
-    count = max((c for _, c in decided), default=0)
-    free = sorted(set(range(count)) - {r for r, _ in decided})
-    if free:
-        lease.update(rank=free[0], cohort=count)
-        return Met(free[0], count, f"rank {free[0]} of {count} was free (its worker exited): taken over")
+        decided = {pid_rank for _, d in peers if (pid_rank := _decided(d)) is not None}
+        count = max((c for _, c in decided), default=0)
+        free = sorted(set(range(count)) - {r for r, _ in decided})
+        if free:
+            lease.update(rank=free[0], cohort=count)
+            return Met(free[0], count, f"rank {free[0]} of {count} was free (its worker exited): taken over")
+        lease.update(late=True)  # no window opens while it lives; its overlap is announced, not counted
     return Late(_late_message(peers, own, window))
 
 
+def _decide(lease: Lease, deadline: float) -> tuple[int, int] | None:
+    """This member's (rank, count), recorded in its slot; call under the group lock.
+
+    The first member to decide fixes the count (the members alive then); a member deciding
+    later (descheduled under load, while a member that decided has since exited) adopts it and
+    takes its own position if free, else the lowest free rank: never a rank already taken,
+    by a member or by a latecomer that took a rank whose worker exited.
+    None when every rank is taken (a member the first one did not see): the caller is late."""
+    peers = live_peers(lease.directory, lease.fd)
+    mine = [(i, d) for i, d in peers if (t := _claim_time(d)) is not None and t <= deadline]
+    members = sorted([lease.index] + [i for i, _ in mine])
+    decided = [x for _, d in mine if (x := _decided(d)) is not None]
+    count = decided[0][1] if decided else len(members)
+    # every live rank, a latecomer's too: one may have taken a free rank before this member decided
+    used = {r for _, d in peers if (x := _decided(d)) is not None and x[1] == count for r in (x[0],)}
+    rank = members.index(lease.index)
+    if rank in used or rank >= count:
+        free = set(range(count)) - used
+        if not free:
+            return None
+        rank = min(free)
+    lease.update(rank=rank, cohort=count)
+    return rank, count
+
+
 def _late_message(peers: list[tuple[int, dict[str, Any]]], own: float, window: float) -> str:
-    whole = [d for _, d in peers if _decided(d) == (0, 1)]
+    whole = [d for _, d in peers if _decided(d) == (0, 1)]  # "single": it kept every CPU
     first = min((t for _, d in peers if (t := _claim_time(d)) is not None), default=own)
     ago = max(0.0, own - first)
     if whole:
