@@ -73,6 +73,9 @@ def _env(cache_dir: str) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p)
     env["TF_AUTOPAR_CACHE_DIR"] = cache_dir
     env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    # enable()'s own work: a lone process without a count also waits out the rendezvous window
+    # (about 1 s, docs/design.md "Production"), which is a wait, not a cost of this code
+    env["TF_AUTOPAR_RENDEZVOUS_S"] = "0"
     return env
 
 

@@ -160,10 +160,49 @@ def test_without_a_count_later_workers_see_the_earlier_ones(workers, tmp_path):
     first = workers.start(tmp_path / "lease", "-", 8)
     a = workers.result(first)
     assert (a["source"], a["pin"], a["cpus"]) == ("single", False, list(range(8)))
+    assert "no other worker started within 1 s" in a["note"]
     second = workers.start(tmp_path / "lease", "-", 8)
     b = workers.result(second)
     assert (b["source"], b["index"], b["count"], b["cpus"]) == ("lease", 1, 2, [4, 5, 6, 7])
-    assert "no worker count is known" in workers.stderr_after_exit(second)
+    err = workers.stderr_after_exit(second)
+    assert err.count("WARNING") == 1, err
+    assert f"pid {a['pid']} started" in err and "took the whole host" in err and "no worker count is known" in err
+    assert "TF_AUTOPAR_INSTANCES=N" in err
+
+
+def test_workers_started_together_without_a_count_meet_and_split_the_host(workers, tmp_path):
+    """Item 5: no ranks, no count: the rendezvous makes them see each other (they used to overlap)."""
+    procs, shares = _start_together(workers, tmp_path, 3, "-", 8)
+    assert sorted(s["index"] for s in shares) == [0, 1, 2]
+    assert all((s["source"], s["count"], s["pin"], s["shared_with"]) == ("rendezvous", 3, True, 1) for s in shares)
+    cpus = [c for s in shares for c in s["cpus"]]
+    assert sorted(cpus) == list(range(8)), "slices overlap or leave cores out"
+    assert all(workers.stderr_after_exit(p).count("WARNING") == 0 for p in procs)
+
+
+def test_a_restarted_worker_takes_the_rank_its_predecessor_left(workers, tmp_path):
+    procs, shares = _start_together(workers, tmp_path, 3, "-", 8)
+    victim = next(i for i, s in enumerate(shares) if s["index"] == 1)
+    os.kill(procs[victim].pid, signal.SIGKILL)
+    procs[victim].wait(30)
+    p = workers.start(tmp_path / "lease", "-", 8)
+    s = workers.result(p)
+    assert (s["index"], s["count"], s["cpus"]) == (1, 3, shares[victim]["cpus"])
+    assert "was free" in s["note"]
+    assert "WARNING" not in workers.stderr_after_exit(p)
+
+
+@pytest.mark.parametrize("text, want, warned", [
+    ("", 1.0, False), ("0", 0.0, False), ("0.25", 0.25, False), ("1e9", 10.0, False), ("soon", 1.0, True),
+    ("-1", 1.0, True), ("nan", 1.0, True),
+])
+def test_the_rendezvous_window_is_bounded_and_a_bad_value_is_said(text, want, warned):
+    from tf_autopar import _warn
+    from tf_autopar.coordination.rendezvous import window_s
+
+    before = len(_warn.ISSUED)
+    assert window_s({"TF_AUTOPAR_RENDEZVOUS_S": text}) == want
+    assert (len(_warn.ISSUED) > before) == warned
 
 
 def test_unwritable_lease_dir_falls_back_to_even_split(workers, tmp_path):
@@ -249,3 +288,38 @@ def test_a_live_process_that_released_its_slot_no_longer_holds_it(tmp_path):
     finally:
         first.release()
         second.release()
+
+
+def test_a_slow_member_never_takes_a_rank_a_latecomer_took(tmp_path):
+    """Under load a member may decide after a latecomer took a rank whose worker exited (soak finding)."""
+    from tf_autopar.coordination.rendezvous import _decide
+
+    d = str(tmp_path / "g")
+    a, b, c = acquire(d), acquire(d), acquire(d)
+    try:
+        now = time.time()
+        a.update(time=now - 5, rank=0, cohort=3)  # a member that decided
+        b.update(time=now - 5)  # a member descheduled until now: its position among the members is 1
+        c.update(time=now - 1, rank=1, cohort=3)  # a latecomer that took rank 1
+        assert _decide(b, now - 4) == (2, 3)
+        assert json.loads(open(b.path).read())["rank"] == 2  # recorded, padded JSON still parses
+    finally:
+        for x in (a, b, c):
+            x.release()
+
+
+def test_the_group_lock_keeps_two_latecomers_apart_and_never_blocks_for_good(tmp_path):
+    from tf_autopar.coordination.lease import group_lock
+
+    d = tmp_path / "g"
+    d.mkdir()
+    probe = ("import sys; from tf_autopar.coordination.lease import group_lock\n"
+             "with group_lock(sys.argv[1], timeout=0.2) as taken: print(taken)")
+    with group_lock(str(d)) as taken:
+        assert taken
+        other = subprocess.run([sys.executable, "-c", probe, str(d)], env=_env(), capture_output=True, text=True,
+                               timeout=60)
+        assert other.stdout.strip() == "False", other.stderr  # waited its bound, then went on
+    other = subprocess.run([sys.executable, "-c", probe, str(d)], env=_env(), capture_output=True, text=True, timeout=60)
+    assert other.stdout.strip() == "True"
+    assert [x["slot"] for x in lease_status(str(d))] == []  # the lock file is no slot

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -459,38 +460,170 @@ def test_a_cache_directory_others_can_write_is_not_used(tmp_path):
 # ---------------------------------------------------------------- item 4: fork after enable()
 
 FORK_PROGRAM = """
-    import json, os
+    import json, os, sys, time
     import tf_autopar
     parent = tf_autopar.enable()
+    pipes = []
+    for _ in range(2):                         # gunicorn's master: it forks its workers, serves nothing
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            st = tf_autopar.status()           # no enable() in the worker
+            out = {"mask": sorted(os.sched_getaffinity(0)), "share": st.process.share,
+                   "warnings": list(st.warnings), "intra": os.environ.get("TF_NUM_INTRAOP_THREADS"),
+                   "again": tf_autopar.enable().process.share}
+            os.write(w, json.dumps(out).encode())
+            time.sleep(1)                      # both workers alive together
+            os._exit(0)
+        os.close(w)
+        pipes.append((pid, r))
+    kids = [json.loads(os.read(r, 1 << 20).decode()) for _, r in pipes]
+    for pid, _ in pipes:
+        os.waitpid(pid, 0)
+    print(json.dumps({"parent": parent.process.share, "kids": kids, "tf": "tensorflow" in sys.modules,
+                      "parent_warnings": list(tf_autopar.status().warnings)}))
+"""
+
+
+def test_a_parent_that_only_forks_has_its_workers_split_the_host(tmp_path):
+    host = sorted(os.sched_getaffinity(0))
+    if len(host) < 2:
+        pytest.skip("needs 2 CPUs for two disjoint shares")
+    (tmp_path / "lease").mkdir()
+    env = {"TF_AUTOPAR_LEASE_DIR": str(tmp_path / "lease"), "TF_AUTOPAR_GROUP": "fork-test",
+           "TF_AUTOPAR_CACHE_DIR": str(tmp_path / "cache"), "WEB_CONCURRENCY": "2", "TF_AUTOPAR_LOG": "info"}
+    proc = run_py(FORK_PROGRAM, env)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.splitlines()[-1])
+    assert out["tf"] is False and out["parent"]["lease_slot"] == 0
+    a, b = out["kids"]
+    assert sorted([a["share"]["lease_slot"], b["share"]["lease_slot"]]) == [0, 1]  # the master's slot handed over
+    assert a["mask"] == a["share"]["cpus"] and b["mask"] == b["share"]["cpus"]  # really re-bound
+    assert not set(a["mask"]) & set(b["mask"]), out  # disjoint CPUs
+    assert a["share"]["budget"] == b["share"]["budget"] == len(host) // 2  # a clean split, not doubled up
+    assert a["again"] == a["share"]  # a later enable() in the worker changes nothing
+    assert a["warnings"] == b["warnings"] == [] and out["parent_warnings"] == []
+    assert proc.stderr.count("forks before TensorFlow started") == 1  # said once, by the master
+    assert proc.stderr.count("planned for this worker's own share") == 2
+
+
+STARTED_FORK_PROGRAM = """
+    import json, os
+    import tensorflow as tf
+    import tf_autopar
+    tf_autopar.enable()
+    tf.constant(1.0) + 1.0                     # the parent's runtime starts: its pools are fixed
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
-        before = {"warnings": list(tf_autopar.status().warnings), "mask": sorted(os.sched_getaffinity(0))}
-        st = tf_autopar.enable()             # the child plans for its own share
-        out = {**before, "share": st.process.share, "mask_after": sorted(os.sched_getaffinity(0))}
-        os.write(w, json.dumps(out).encode())
+        os.write(w, json.dumps(list(tf_autopar.status().warnings)).encode())
         os._exit(0)
     os.close(w)
     child = json.loads(os.read(r, 1 << 20).decode())
     os.waitpid(pid, 0)
-    print(json.dumps({"parent": parent.process.share, "parent_mask": sorted(os.sched_getaffinity(0)),
-                      "parent_warnings": list(tf_autopar.status().warnings), "child": child}))
+    print(json.dumps({"child": child, "parent": list(tf_autopar.status().warnings)}))
 """
 
 
-def test_a_child_forked_after_enable_is_told_and_takes_its_own_share(tmp_path):
-    if len(os.sched_getaffinity(0)) < 2:
-        pytest.skip("needs 2 CPUs for two disjoint shares")
-    (tmp_path / "lease").mkdir()
-    env = {"TF_AUTOPAR_LEASE_DIR": str(tmp_path / "lease"), "TF_AUTOPAR_GROUP": "fork-test",
-           "TF_AUTOPAR_CACHE_DIR": str(tmp_path / "cache"), "TF_AUTOPAR_INSTANCES": "2"}
-    proc = run_py(FORK_PROGRAM, env)
+@pytest.mark.tf
+def test_a_child_forked_after_tensorflow_started_is_told_it_keeps_the_parent_pools(tmp_path):
+    env = {"TF_AUTOPAR_LEASE_DIR": str(tmp_path / "lease"), "TF_AUTOPAR_GROUP": "fork-tf-test",
+           "TF_AUTOPAR_CACHE_DIR": str(tmp_path / "cache"), "WEB_CONCURRENCY": "2", "TF_CPP_MIN_LOG_LEVEL": "3"}
+    proc = run_py(STARTED_FORK_PROGRAM, env, timeout=240)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.splitlines()[-1])
-    child = out["child"]
-    assert sum("forked from pid" in w for w in child["warnings"]) == 1
-    assert not any("forked" in w for w in out["parent_warnings"])
-    assert proc.stderr.count("forked from pid") == 1  # said once, by the child
-    assert child["mask"] == out["parent_mask"]  # inherited until the child's enable()
-    assert (out["parent"]["lease_slot"], child["share"]["lease_slot"]) == (0, 1)
-    assert not set(child["mask_after"]) & set(out["parent_mask"])  # disjoint CPUs
+    told = [w for w in out["child"] if "forked from pid" in w]
+    assert len(told) == 1 and "after TensorFlow's runtime started" in told[0] and "keeps the parent's thread pools" in told[0]
+    assert not any("forked" in w for w in out["parent"])
+
+
+# ---------------------------------------------------------------- item 5: workers started together, no count
+
+TOGETHER_PROGRAM = """
+    import json, os, sys, time
+    import tf_autopar
+    while not os.path.exists(sys.argv[1]):
+        time.sleep(0.001)
+    st = tf_autopar.enable()
+    print(json.dumps({"share": st.process.share, "mask": sorted(os.sched_getaffinity(0)), "ms": st.enable_ms,
+                      "warnings": list(st.warnings)}), flush=True)
+    sys.stdin.read()                           # hold the slot until every worker has reported
+"""
+
+
+def _start(code: str, env: dict[str, str], *args: str) -> subprocess.Popen:
+    """A worker without a count or ranks, whatever the test runner's environment holds."""
+    from tf_autopar.coordination.ranks import COUNTS, PAIRS
+
+    full = {k: v for k, v in os.environ.items() if k not in {x for pair in PAIRS for x in pair} | set(COUNTS)}
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), *args], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**full, "PYTHONPATH": str(ROOT), **env})
+
+
+def test_three_workers_started_together_without_a_count_split_the_host(tmp_path):
+    from tf_autopar.coordination import split
+    from tf_autopar.topology import detect_topology
+
+    env = {"TF_AUTOPAR_LEASE_DIR": str(tmp_path / "lease"), "TF_AUTOPAR_GROUP": "together-test",
+           "TF_AUTOPAR_CACHE_DIR": str(tmp_path / "cache")}
+    go = tmp_path / "go"
+    procs = [_start(TOGETHER_PROGRAM, env, str(go)) for _ in range(3)]
+    try:
+        time.sleep(0.5)
+        go.touch()
+        outs = [json.loads(p.stdout.readline()) for p in procs]
+    finally:
+        for p in procs:
+            p.stdin.close()
+            p.wait(TIMEOUT)
+    assert sorted(o["share"]["index"] for o in outs) == [0, 1, 2]
+    assert all((o["share"]["count"], o["share"]["source"], o["warnings"]) == (3, "rendezvous", []) for o in outs)
+    expected = split(detect_topology(), 3)  # the sharing rule when 3 > cores: worker i on core i mod cores
+    for o in outs:
+        assert o["mask"] == o["share"]["cpus"] == list(expected[o["share"]["index"]].cpus), o
+    for x in outs:
+        for y in outs:
+            i, j = x["share"]["index"], y["share"]["index"]
+            if i != j and set(expected[i].cpus).isdisjoint(expected[j].cpus):
+                assert set(x["mask"]).isdisjoint(y["mask"])  # pairwise disjoint wherever the rule says so
+    if len(os.sched_getaffinity(0)) >= 3:
+        assert len({c for o in outs for c in o["mask"]}) == sum(len(o["mask"]) for o in outs)
+
+
+def test_a_lone_process_pays_the_window_and_a_known_count_does_not(tmp_path):
+    base = {"TF_AUTOPAR_LEASE_DIR": str(tmp_path / "lease"), "TF_AUTOPAR_CACHE_DIR": str(tmp_path / "cache"),
+            "TF_AUTOPAR_RENDEZVOUS_S": "3"}
+    program = "import json, tf_autopar; st = tf_autopar.enable(); print(json.dumps([st.enable_ms, st.process.share]))"
+    lone = run_py(program, {**base, "TF_AUTOPAR_GROUP": "lone"})
+    counted = run_py(program, {**base, "TF_AUTOPAR_GROUP": "counted", "TF_AUTOPAR_INSTANCES": "1"})
+    ms, share = json.loads(lone.stdout.splitlines()[-1])
+    assert ms >= 3000 and share["source"] == "single" and "within 3 s" in share["note"]
+    ms, share = json.loads(counted.stdout.splitlines()[-1])
+    assert ms < 3000 and share["source"] == "lease"  # a count decides: no wait
+
+
+# ---------------------------------------------------------------- the kill switch
+
+def test_the_kill_switch_makes_enable_change_nothing_and_says_so_once(tmp_path):
+    program = """
+        import json, os
+        import tf_autopar
+        before = (dict(os.environ), sorted(os.sched_getaffinity(0)))
+        st = tf_autopar.enable(mode="latency")
+        st = tf_autopar.enable()
+        after = (dict(os.environ), sorted(os.sched_getaffinity(0)))
+        print(json.dumps({"same": before == after, "enabled": st.enabled, "by": st.disabled_by, "text": st.text(),
+                          "lease": os.listdir(os.environ["TF_AUTOPAR_LEASE_DIR"]), "warnings": list(st.warnings)}))
+    """
+    (tmp_path / "lease").mkdir()
+    env = {"TF_AUTOPAR_LEASE_DIR": str(tmp_path / "lease"), "TF_AUTOPAR_CACHE_DIR": str(tmp_path / "cache"),
+           "TF_AUTOPAR_INSTANCES": "2", "TF_AUTOPAR_DISABLE": "1", "TF_AUTOPAR_LOG": "info"}
+    proc = run_py(program, env)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.splitlines()[-1])
+    assert out["same"] and out["enabled"] is False and out["lease"] == [] and out["warnings"] == []
+    assert out["by"] == "TF_AUTOPAR_DISABLE=1" and "switched off by TF_AUTOPAR_DISABLE=1" in out["text"]
+    assert proc.stderr.count("TF_AUTOPAR_DISABLE=1") == 1, proc.stderr  # said once, at info
+    off = run_py(program, {**env, "TF_AUTOPAR_DISABLE": "0"})
+    assert json.loads(off.stdout.splitlines()[-1])["enabled"] is True

@@ -17,10 +17,13 @@ How the share is decided, first match wins:
    (lease.py) gives the index, the lowest free slot. A slot at or beyond the count (more
    processes than announced, e.g. a restarted worker overlapping its predecessor) reuses
    slice ``slot mod count`` and says so in ``note``.
-4. no count at all: the lease still gives the index; the count is the number of slots held
-   at claim time. A lone process gets the whole host (source "single"). This is best effort:
-   workers starting together may see fewer peers than there will be; announce the count
-   (TF_AUTOPAR_INSTANCES=N) for disjoint slices.
+4. no count at all: the lease still gives the slot, and the workers that start within
+   TF_AUTOPAR_RENDEZVOUS_S (default 1 s) of each other meet (rendezvous.py): worker ``rank`` of
+   the ``count`` that met (source "rendezvous"); one alone gets the whole host (source
+   "single") after waiting out the window. A worker arriving later takes a rank a worker left
+   free, else warns once and takes a slice of the slots held now, which overlaps the earlier
+   workers. With the rendezvous off (0 s) the count is the number of slots held at claim time.
+   Announce the count (TF_AUTOPAR_INSTANCES=N) for exact, wait-free, disjoint slices.
 5. the lease cannot be used (unwritable or corrupt directory): "even-split": no index, no
    pinning, a CPU budget of capacity // count (1 process when the count is unknown), and one
    warning. Never an exception.
@@ -36,7 +39,10 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from tf_autopar import _warn
-from tf_autopar.coordination.lease import Lease, LeaseError, acquire, default_root, group_key, lease_status
+from tf_autopar.coordination import rendezvous
+from tf_autopar.coordination.lease import (
+    Lease, LeaseError, acquire, default_root, group_key, lease_status, live_peers, pid_alive,
+)
 from tf_autopar.coordination.ranks import LAUNCHER, Ranks, detect_ranks
 from tf_autopar.coordination.slices import Slice, capacity_cores, restrict, slice_for, split
 from tf_autopar.topology import affinity
@@ -77,6 +83,11 @@ class Share:
     def lease_slot(self) -> int | None:
         return self._lease.index if self._lease is not None else None
 
+    @property
+    def lease_held(self) -> bool:
+        """Whether this process still holds its lease slot (not released, not a forked copy)."""
+        return self._lease is not None and self._lease.held
+
     def release(self) -> None:
         """Give the lease slot back now (process exit does it too)."""
         if self._lease is not None:
@@ -112,14 +123,17 @@ def placed(topology: Topology) -> bool:
     return bool(topology.affinity) and 0 < len(topology.affinity) < allowed
 
 
-def _from_slice(s: Slice, count: int, source: str, topology: Topology, note: str = "", lease: Lease | None = None) -> Share:
+def _from_slice(s: Slice, count: int, source: str, topology: Topology, note: str = "", lease: Lease | None = None,
+                index: int | None = None) -> Share:
+    """``index``: the worker's index when neither the slice's nor the lease slot's (a rendezvous rank)."""
     whole = set(s.cpus) == set(topology.affinity)
     if s.shared_with > 1:
         note = (note + "; " if note else "") + (
             f"{count} workers for {len(capacity_cores(topology))} core(s): core shared by {s.shared_with} workers, "
             "1 x 1 threads each (sharing rule)")
-    return Share(s.index if lease is None else lease.index, count, s.cpus, source, s.shared_with, note,
-                 budget=s.cores, pin=not whole, _lease=lease)
+    if index is None:
+        index = s.index if lease is None else lease.index
+    return Share(index, count, s.cpus, source, s.shared_with, note, budget=s.cores, pin=not whole, _lease=lease)
 
 
 def _whole(topology: Topology, source: str, count: int, index: int | None, note: str, budget: int | None = None,
@@ -184,15 +198,32 @@ def claim_share(
         note += "; the slot's status was garbled and has been rewritten"
         log.info("tf_autopar: lease slot %s had garbled status content; rewritten", lease.path)
     elif prev.get("pid") and prev.get("pid") != os.getpid():
-        note += f"; reclaimed from pid {prev.get('pid')} (exited)"
+        alive = pid_alive(prev.get("pid"))
+        note += f"; {'handed over by' if alive else 'reclaimed from'} pid {prev.get('pid')} ({'released' if alive else 'exited'})"
     if n is None:
-        n_seen = max(lease.active, k + 1)
+        window = rendezvous.window_s(env)
+        if window > 0:
+            try:
+                met = rendezvous.meet(lease, window)
+            except OSError as exc:  # the slot cannot be written: as without a rendezvous
+                log.info("tf_autopar: rendezvous in %s failed (%s); counting the slots held now", directory, exc)
+                met = None
+            if isinstance(met, rendezvous.Met):
+                if met.count == 1:
+                    return _whole(topology, "single", 1, k, f"{note}; {met.note}", lease=lease)
+                return _from_slice(slice_for(topology, met.rank, met.count), met.count, "rendezvous", topology,
+                                   f"{note}; {met.note}", lease, index=met.rank)
+            if isinstance(met, rendezvous.Late):
+                _warn_once("no-count-late", met.message)
+        n_seen = max(len(live_peers(directory, lease.fd)) + 1, k + 1) if window > 0 else max(
+            lease.active, k + 1)
         if n_seen == 1:
             return _whole(topology, "single", 1, k, note + "; no other worker holds a slot: the whole host", lease=lease)
-        _warn_once("no-count", (
-            f"tf_autopar: {n_seen} cooperating processes seen but no worker count is known; slices are sized for "
-            f"{n_seen} and may overlap with workers that started earlier. Set TF_AUTOPAR_INSTANCES=N (or "
-            "WEB_CONCURRENCY) to the number of workers for disjoint slices."))
+        if window <= 0:
+            _warn_once("no-count", (
+                f"tf_autopar: {n_seen} cooperating processes seen but no worker count is known; slices are sized "
+                f"for {n_seen} and may overlap with workers that started earlier. Set TF_AUTOPAR_INSTANCES=N (or "
+                "WEB_CONCURRENCY) to the number of workers for disjoint slices."))
         s = slice_for(topology, k, n_seen)
         return _from_slice(s, n_seen, "lease", topology, note + f"; {n_seen} slots held at claim time", lease)
     if n == 1 and k == 0:

@@ -16,7 +16,8 @@ process exits or is killed, so a dead worker's slot is free again at once and wi
 races (no pid files to clean, no timeouts). The small JSON inside (pid, fd, argv, time, slot,
 count) names the holder: counting the active slots and ``lease_status()`` check that this pid
 still holds the lock through that descriptor (``/proc/<pid>/fdinfo/<fd>``). Garbled content in
-a free slot is overwritten.
+a free slot is overwritten. Workers without a count add their rendezvous outcome (rank and
+cohort, rendezvous.py) with ``Lease.update``.
 
 A worker takes the lowest free slot. A forked child does not inherit its parent's slot
 (``os.register_at_fork`` closes the inherited descriptor without unlocking it).
@@ -29,6 +30,7 @@ ignored when counting peers).
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import json
@@ -109,7 +111,7 @@ def _holds_slot(data: Any, st: os.stat_result) -> bool:
     descriptor. Not /proc/locks: its first read in a process costs 8-20 ms here, as much as the
     rest of enable(). A pid that is alive but whose fdinfo is unreadable (another user) counts.
     """
-    if not isinstance(data, dict) or not _pid_alive(data.get("pid")):
+    if not isinstance(data, dict) or not pid_alive(data.get("pid")):
         return False
     fd = data.get("fd")
     if not isinstance(fd, int):  # status written without its descriptor: trust the pid
@@ -136,7 +138,7 @@ def _holds_slot(data: Any, st: os.stat_result) -> bool:
     return False
 
 
-def _pid_alive(pid: Any) -> bool:
+def pid_alive(pid: Any) -> bool:
     if not isinstance(pid, int) or pid <= 0:
         return False
     try:
@@ -174,14 +176,26 @@ class Lease:
     """One held slot. ``release()`` (or process exit) frees it. Equal only to itself."""
 
     def __init__(self, directory: str, index: int, fd: int, pid: int, active: int,
-                 previous: dict[str, Any] | None = None) -> None:
+                 previous: dict[str, Any] | None = None, status: dict[str, Any] | None = None) -> None:
         self.directory = directory
         self.index = index
         self.fd = fd
         self.pid = pid
         self.active = active  # slots of the group held at claim time, this one included
         self.previous = previous  # what the slot's JSON said before (None: garbled)
+        self.status: dict[str, Any] = dict(status or {})  # what the slot's JSON says now
         self._released = False
+
+    def update(self, **fields: Any) -> None:
+        """Add ``fields`` to the slot's JSON, for the peers to read (rendezvous.py).
+
+        Written in place, padded with spaces to at least the old length and never truncated
+        first, so that a peer reading at the same time never finds the slot empty (an empty or
+        torn slot would not count as held). Raises OSError."""
+        self.status.update(fields)
+        data = json.dumps(self.status).encode()
+        old = os.fstat(self.fd).st_size
+        os.pwrite(self.fd, data.ljust(old), 0)
 
     def __repr__(self) -> str:
         return (f"Lease(directory={self.directory!r}, index={self.index}, fd={self.fd}, pid={self.pid}, "
@@ -217,14 +231,17 @@ _HELD_LOCK = threading.Lock()
 
 
 def _forget_in_child() -> None:
-    """After fork: close inherited slot descriptors WITHOUT unlocking (the parent still holds them)."""
-    for lease in list(_HELD):
+    """After fork: close inherited slot descriptors WITHOUT unlocking (the parent still holds them).
+
+    Only leases taken by another process: a slot this child already claimed for itself (the
+    runtime's at-fork handler may run first) stays."""
+    for lease in [x for x in _HELD if x.pid != os.getpid()]:
         lease._released = True
         try:
             os.close(lease.fd)
         except OSError:
             pass
-    _HELD.clear()
+        _HELD.discard(lease)
 
 
 if hasattr(os, "register_at_fork"):
@@ -254,20 +271,73 @@ def _slots(directory: str) -> Iterator[tuple[int, os.stat_result | None, Any]]:
         names = os.listdir(directory)
     except OSError:
         return
-    for index, name in sorted((i, n) for n in names if (i := _slot_index(n)) is not None):
-        path = os.path.join(directory, name)
-        try:
-            st = os.stat(path, follow_symlinks=False)
-            raw = read_regular(path, MAX_STATUS, truncate=True, follow_symlinks=False)
-            yield index, st, (parse_json(raw, path) if raw.strip() else {})
-        except (OSError, ValueError):
-            yield index, None, None
+    for index in sorted(i for n in names if (i := _slot_index(n)) is not None):
+        yield _read_slot(directory, index)
+
+
+def _read_slot(directory: str, index: int) -> tuple[int, os.stat_result | None, Any]:
+    path = os.path.join(directory, f"{SLOT_PREFIX}{index}{SLOT_SUFFIX}")
+    try:
+        st = os.stat(path, follow_symlinks=False)
+        raw = read_regular(path, MAX_STATUS, truncate=True, follow_symlinks=False)
+        return index, st, (parse_json(raw, path) if raw.strip() else {})
+    except (OSError, ValueError):
+        return index, None, None
+
+
+GROUP_LOCK = "decide.lock"  # not a slot: serialises short read-decide-write steps (rendezvous.py)
+
+
+@contextlib.contextmanager
+def group_lock(directory: str, timeout: float = 2.0) -> Iterator[bool]:
+    """Hold the group's decision lock for a few milliseconds; yields whether it was taken.
+
+    Never blocks for good: the lock is polled without blocking until ``timeout``, then the
+    caller proceeds unlocked (a holder killed mid-step frees it at once: it is a flock)."""
+    try:
+        fd = _open_slot(os.path.join(directory, GROUP_LOCK))
+    except LeaseError:
+        yield False
+        return
+    try:
+        end = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                taken = True
+                break
+            except BlockingIOError:
+                if time.monotonic() >= end:
+                    taken = False
+                    break
+                time.sleep(0.001)
+            except OSError:
+                taken = False
+                break
+        yield taken
+    finally:
+        os.close(fd)  # drops the lock
+
+
+def live_peers(directory: str, own_fd: int) -> list[tuple[int, dict[str, Any]]]:
+    """(slot, JSON) of every other slot in ``directory`` a live process holds.
+
+    A slot read as garbled is read once more after a millisecond: a peer may be writing it."""
+    own = os.fstat(own_fd)
+    out = []
+    for index, st, data in _slots(directory):
+        if st is not None and (st.st_dev, st.st_ino) == (own.st_dev, own.st_ino):
+            continue
+        if st is None or not isinstance(data, dict) or not data:
+            time.sleep(0.001)
+            _, st, data = _read_slot(directory, index)
+        if st is not None and _holds_slot(data, st):
+            out.append((index, data))
+    return out
 
 
 def _count_active(directory: str, own_fd: int) -> int:
-    own = os.fstat(own_fd)
-    return 1 + sum(_holds_slot(data, st) for _, st, data in _slots(directory)
-                   if st is not None and (st.st_dev, st.st_ino) != (own.st_dev, own.st_ino))
+    return 1 + len(live_peers(directory, own_fd))
 
 
 def acquire(directory: str, *, count: int | None = None, strict_root: str | None = None,
@@ -303,7 +373,7 @@ def acquire(directory: str, *, count: int | None = None, strict_root: str | None
         except OSError as exc:
             os.close(fd)
             raise LeaseError(exc.errno or errno.EIO, f"cannot write lease slot {path}: {exc.strerror or exc}") from None
-        lease = Lease(directory, index, fd, os.getpid(), active, previous)
+        lease = Lease(directory, index, fd, os.getpid(), active, previous, status)
         with _HELD_LOCK:
             _HELD.add(lease)
         return lease

@@ -351,8 +351,7 @@ class Bench:
                 else:
                     os.makedirs(cache_dir)
             env["TF_AUTOPAR_CACHE_DIR"] = cache_dir
-            if n > 1:
-                env["TF_AUTOPAR_INSTANCES"] = str(n)
+            env["TF_AUTOPAR_INSTANCES"] = str(n)  # the count is known: no rendezvous wait, even for one
         cmd = self._command(cfg)
         try:
             if n == 1:

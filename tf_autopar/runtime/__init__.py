@@ -53,12 +53,21 @@ def enable(
     calls still tune sessions and report functions. ``batch``: what a model's None batch
     dimension is read as; not given, 1 for the model's width, but op sizes count as unknown
     (no one-thread-per-op rule: graph/dims.py). Repeated calls return the current status and
-    change nothing, except in a child forked after enable() (warned about at the fork): there it
-    drops the parent's binding and plans for the child's own share.
+    change nothing. A child forked before TensorFlow's runtime started (gunicorn's workers)
+    takes its own share at the fork, the parent handing over its lease slot; forked after, it
+    keeps the parent's pools (warned about at the fork), and its enable() re-plans what it can.
+    ``TF_AUTOPAR_DISABLE=1`` (the kill switch) makes it change nothing; status() says so.
     ``cooperate``: when other processes of this program (or ranks named in the environment:
     LOCAL_RANK, TF_CONFIG, WEB_CONCURRENCY, ...) share the host, plan for this process's
     share of the cores and bind to it (tf_autopar.coordination).
     """
+    switch = kill_switch()
+    if switch:  # before anything else: an emergency switch must not depend on the rest working
+        with STATE.lock:
+            if not STATE.disabled_by:
+                log.info("tf_autopar: %s: enable() changes nothing; TensorFlow runs with its own settings", switch)
+            STATE.disabled_by = switch
+            return STATE.snapshot()
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     if width is not None and (not isinstance(width, int) or width < 1):
@@ -89,30 +98,96 @@ def enable(
         return STATE.snapshot()
 
 
+DISABLE_VAR = "TF_AUTOPAR_DISABLE"
+# shares a forked worker claims anew: from the lease (a count, a rendezvous, or alone). Ranks
+# from the environment are the same in the child, and an even split has nothing to re-claim.
+_RECLAIMED_AT_FORK = ("lease", "single", "rendezvous")
+
+
+def kill_switch() -> str:
+    """``"TF_AUTOPAR_DISABLE=<value>"`` when the kill switch is on (for A/B runs and emergencies), else ""."""
+    value = os.environ.get(DISABLE_VAR, "").strip()
+    return f"{DISABLE_VAR}={value}" if value.lower() in ("1", "true", "yes", "on") else ""
+
+
+def _reclaims_at_fork() -> bool:
+    share = STATE.share
+    return (STATE.enabled and share is not None and share.source in _RECLAIMED_AT_FORK
+            and not controller.runtime_started())
+
+
+def _before_fork() -> None:
+    """A parent forking before TensorFlow's runtime started is taken for a master (gunicorn's, a
+    fork-started pool's): it hands its lease slot to the workers it forks, which claim their own
+    shares (``_after_fork_in_child``), so that the workers, not the master, split the host."""
+    try:
+        if STATE.pid == os.getpid() and _reclaims_at_fork() and STATE.share.lease_held:
+            STATE.share.release()
+            log.info("tf_autopar: pid %s forks before TensorFlow started: its lease slot goes to its workers",
+                     os.getpid())
+    except Exception as exc:  # never break the user's fork
+        log.debug("tf_autopar: before-fork handler failed", exc_info=exc)
+
+
 def _after_fork_in_child() -> None:
-    """A child forked after enable() keeps its parent's plan and CPU binding, but not its lease
-    slot (lease.py): say so once; its own enable() then takes its own share."""
+    """In a child forked after enable(): before TensorFlow started in the parent, take this
+    worker's own share of the host (drop the parent's binding, claim a slot, re-plan, re-bind);
+    after, say once that the child keeps the parent's pools (they cannot change in a child)."""
     import threading
 
     STATE.lock = threading.RLock()  # another thread may have held it when the process forked
     if not STATE.enabled or STATE.pid == os.getpid():
         return
-    STATE.forked_from = STATE.pid
+    parent = STATE.pid
+    started = controller.runtime_started()
+    if _reclaims_at_fork():
+        try:
+            _replan_in_child(parent)
+            return
+        except Exception as exc:
+            fail_open("plan for this forked worker's own share", exc)
+    STATE.forked_from = parent
     share = STATE.share
     STATE.share = None
     bound = STATE.process.bound_cpus if STATE.process is not None else ()
-    warn_once(
-        "forked-after-enable",
-        f"tf_autopar: this process was forked from pid {STATE.forked_from} after tf_autopar.enable(); it keeps "
-        f"the parent's thread plan" + (f" and its binding to CPUs {','.join(map(str, bound))}" if bound else "")
-        + (" (sized for the parent's share, not this worker's)" if share is not None else "")
-        + ". Call tf_autopar.enable() in the child before its first TensorFlow op to plan for its own share, "
-        "or call enable() after forking.",
-    )
+    binding = f" and its binding to CPUs {','.join(map(str, bound))}" if bound else ""
+    if started:
+        message = (f"tf_autopar: this process was forked from pid {parent} after TensorFlow's runtime started there; "
+                   f"it keeps the parent's thread pools{binding}, which cannot change in a forked child"
+                   + (" (sized for the parent's share, not this worker's)" if share is not None else "")
+                   + ". Fork the workers before the parent's first TensorFlow op (gunicorn: load the model in "
+                   "post_fork, not with --preload), or start them with spawn.")
+    else:
+        message = (f"tf_autopar: this process was forked from pid {parent} after tf_autopar.enable(); it keeps "
+                   f"the parent's thread plan{binding}"
+                   + (" (sized for the parent's share, not this worker's)" if share is not None else "")
+                   + ". Call tf_autopar.enable() in the child before its first TensorFlow op to plan for its own "
+                   "share, or call enable() after forking.")
+    warn_once("forked-after-enable", message)
+
+
+def _replan_in_child(parent: int) -> None:
+    """The child's own share: the parent's binding and variables undone, a slot of its own, the
+    parent's profile planned for that share and applied before TensorFlow starts here."""
+    from tf_autopar.coordination import lease
+
+    lease._forget_in_child()  # the parent's slot descriptors, before this child claims its own
+    STATE.share = None
+    controller.restore_affinity()
+    controller.restore_env()
+    core.use_share(None)
+    STATE.pid = os.getpid()
+    source = STATE.process.source if STATE.process is not None else "host"
+    share = _claim_share()
+    STATE.share = share
+    plan = core.plan_for(STATE.process_profile, STATE.mode, width=None, streams=STATE.streams)
+    apply_before_start(plan, source, share)
+    log.info("tf_autopar: forked from pid %s before TensorFlow started: planned for this worker's own share (%s)",
+             parent, share.note if share is not None else "the whole host")
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+    os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
 
 
 def disable() -> Status:

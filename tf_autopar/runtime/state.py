@@ -49,6 +49,7 @@ class Status:
     patches: tuple[str, ...] = ()  # hooks installed right now
     warnings: tuple[str, ...] = ()  # every warning tf_autopar issued in this process
     enable_ms: float = 0.0
+    disabled_by: str = ""  # "TF_AUTOPAR_DISABLE=1" when the kill switch kept enable() from changing anything
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -59,6 +60,9 @@ class Status:
         from tf_autopar.topology.cpulist import format_cpulist
         from tf_autopar.runtime.records import user_function_name
 
+        if self.disabled_by:
+            return (f"tf_autopar: switched off by {self.disabled_by}; enable() changed nothing and TensorFlow runs "
+                    "with its own settings")
         if not self.enabled and not self.sessions and not self.functions:
             return "tf_autopar: not enabled (call tf_autopar.enable() before the first TensorFlow op)"
         p = self.process
@@ -177,6 +181,7 @@ class Registry:
         self.enable_ms = 0.0
         self.pid = 0  # the process that ran enable(); another pid here is a forked child
         self.forked_from: int | None = None  # set in a child forked after enable()
+        self.disabled_by = ""  # the kill switch's setting when it stopped enable()
 
     def snapshot(self) -> Status:
         with self.lock:
@@ -189,6 +194,7 @@ class Registry:
                 patches=tuple(self.patches),
                 warnings=tuple(self.warnings),
                 enable_ms=self.enable_ms,
+                disabled_by=self.disabled_by,
             )
 
     def next_session_name(self) -> str:

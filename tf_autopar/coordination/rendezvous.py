@@ -1,0 +1,153 @@
+"""Workers started together without a count find each other: a short window in the lease.
+
+Without ranks or a count (TF_AUTOPAR_INSTANCES, WEB_CONCURRENCY), the first worker of a
+program to start would see no peer and take the whole host, and its peers, a few
+milliseconds later, slices that overlap it. So a worker that holds a lease slot but knows no
+count waits for the others:
+
+- The window opens at the claim time of the oldest live slot holder of the group and lasts
+  ``TF_AUTOPAR_RENDEZVOUS_S`` seconds (default 1; 0 turns the rendezvous off). Every worker
+  that claims a slot while it is open is a member; all members wait until it closes (plus a
+  short grace for a peer still writing its slot), then count the members holding a slot, in
+  slot order: worker ``rank`` of ``count``. Each records (rank, count) in its slot's JSON.
+- A lone process therefore pays the whole window once, in ``enable()``. Nothing waits when a
+  count, ranks or a narrowed CPU mask decide the share (coordination/__init__.py returns
+  before the lease is asked).
+- A worker that arrives after the window closed is late. If a member exited and left its
+  rank free (a restarted worker), it takes that rank of the recorded count: no overlap.
+  Otherwise it is told what happened and what to do (``Late``), and the caller falls back to
+  a slice of the slots held now, which overlaps the earlier workers.
+
+Best effort by design: a worker descheduled for longer than the grace between locking its
+slot and writing its claim time may be counted by some members and not by others. A count
+is the exact answer; this is the safety net for when none is given.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Mapping, NamedTuple
+
+from tf_autopar import _warn
+from tf_autopar.coordination.lease import Lease, group_lock, live_peers
+
+WINDOW_VAR = "TF_AUTOPAR_RENDEZVOUS_S"
+DEFAULT_WINDOW_S = 1.0
+MAX_WINDOW_S = 10.0  # a typo must not stall start-up for minutes
+GRACE_S = 0.05  # after the window closes: time for a peer that locked its slot to write its claim
+
+
+class Met(NamedTuple):
+    """This worker's rank among the workers that met (or took a freed rank), of ``count``."""
+
+    rank: int
+    count: int
+    note: str
+
+
+class Late(NamedTuple):
+    """Arrived after the window closed and no rank was free: why, in the user's words."""
+
+    message: str
+
+
+def window_s(env: Mapping[str, str]) -> float:
+    """TF_AUTOPAR_RENDEZVOUS_S in seconds, bounded to [0, MAX_WINDOW_S]; garbled: the default, one warning."""
+    text = env.get(WINDOW_VAR, "").strip()
+    if not text:
+        return DEFAULT_WINDOW_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value == value or value < 0:  # NaN or negative
+        _warn.warn_once(f"rendezvous-var:{text}", (
+            f"tf_autopar: {WINDOW_VAR}={text!r} is not a number of seconds >= 0; using {DEFAULT_WINDOW_S:g}"),
+            "tf_autopar.coordination")
+        return DEFAULT_WINDOW_S
+    return min(value, MAX_WINDOW_S)
+
+
+def _claim_time(data: Mapping[str, Any]) -> float | None:
+    t = data.get("time")
+    return float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else None
+
+
+def _decided(data: Mapping[str, Any]) -> tuple[int, int] | None:
+    rank, count = data.get("rank"), data.get("cohort")
+    if isinstance(rank, int) and isinstance(count, int) and 0 <= rank < count:
+        return rank, count
+    return None
+
+
+def meet(lease: Lease, window: float, *, clock: Callable[[], float] = time.time,
+         sleep: Callable[[float], None] = time.sleep) -> Met | Late:
+    """Wait for the workers starting with this one (module docstring); record and return the outcome.
+
+    Raises OSError when the slot cannot be written (the caller fails open)."""
+    own = _claim_time(lease.status) or clock()
+    peers = live_peers(lease.directory, lease.fd)
+    times = [t for _, d in peers if (t := _claim_time(d)) is not None]
+    deadline = min(times + [own]) + window
+    if own <= deadline and not any(_decided(d) or d.get("late") for _, d in peers):
+        sleep(max(0.0, deadline + GRACE_S - clock()))
+        with group_lock(lease.directory):
+            decision = _decide(lease, deadline)
+            if decision is None:  # more members than the first to decide saw: late after all
+                peers = live_peers(lease.directory, lease.fd)
+                lease.update(late=True)
+                return Late(_late_message(peers, own, window))
+        rank, count = decision
+        note = (f"no other worker started within {window:g} s: the whole host" if count == 1 else
+                f"{count} workers started within {window:g} s of each other: worker {rank} of {count}")
+        return Met(rank, count, note)
+    if clock() < deadline + 2 * GRACE_S:  # the members are deciding: wait to see what they decide
+        sleep(max(0.0, deadline + 2 * GRACE_S - clock()))
+    with group_lock(lease.directory):  # two latecomers must not both take the same free rank
+        peers = live_peers(lease.directory, lease.fd)
+        decided = {pid_rank for _, d in peers if (pid_rank := _decided(d)) is not None}
+        count = max((c for _, c in decided), default=0)
+        free = sorted(set(range(count)) - {r for r, _ in decided})
+        if free:
+            lease.update(rank=free[0], cohort=count)
+            return Met(free[0], count, f"rank {free[0]} of {count} was free (its worker exited): taken over")
+        lease.update(late=True)  # no window opens while it lives; its overlap is announced, not counted
+    return Late(_late_message(peers, own, window))
+
+
+def _decide(lease: Lease, deadline: float) -> tuple[int, int] | None:
+    """This member's (rank, count), recorded in its slot; call under the group lock.
+
+    The first member to decide fixes the count (the members alive then); a member deciding
+    later (descheduled under load, while a member that decided has since exited) adopts it and
+    takes its own position if free, else the lowest free rank: never a rank already taken,
+    by a member or by a latecomer that took a rank whose worker exited.
+    None when every rank is taken (a member the first one did not see): the caller is late."""
+    peers = live_peers(lease.directory, lease.fd)
+    mine = [(i, d) for i, d in peers if (t := _claim_time(d)) is not None and t <= deadline]
+    members = sorted([lease.index] + [i for i, _ in mine])
+    decided = [x for _, d in mine if (x := _decided(d)) is not None]
+    count = decided[0][1] if decided else len(members)
+    # every live rank, a latecomer's too: one may have taken a free rank before this member decided
+    used = {r for _, d in peers if (x := _decided(d)) is not None and x[1] == count for r in (x[0],)}
+    rank = members.index(lease.index)
+    if rank in used or rank >= count:
+        free = set(range(count)) - used
+        if not free:
+            return None
+        rank = min(free)
+    lease.update(rank=rank, cohort=count)
+    return rank, count
+
+
+def _late_message(peers: list[tuple[int, dict[str, Any]]], own: float, window: float) -> str:
+    whole = [d for _, d in peers if _decided(d) == (0, 1)]  # "single": it kept every CPU
+    first = min((t for _, d in peers if (t := _claim_time(d)) is not None), default=own)
+    ago = max(0.0, own - first)
+    if whole:
+        what = (f"pid {whole[0].get('pid')} started {ago:.1f} s earlier, saw no other worker within "
+                f"{window:g} s and took the whole host")
+    else:
+        what = f"this process started {ago:.1f} s after {len(peers)} other worker(s) had shared the host out"
+    return (f"tf_autopar: {what}; no worker count is known, so this process's CPUs overlap theirs. Set "
+            "TF_AUTOPAR_INSTANCES=N (or WEB_CONCURRENCY) to the number of workers for disjoint slices, or start "
+            f"them within {WINDOW_VAR}={window:g} s of each other.")
