@@ -160,7 +160,7 @@ def test_without_a_count_later_workers_see_the_earlier_ones(workers, tmp_path):
     first = workers.start(tmp_path / "lease", "-", 8)
     a = workers.result(first)
     assert (a["source"], a["pin"], a["cpus"]) == ("single", False, list(range(8)))
-    assert "no other worker started within 1 s" in a["note"]
+    assert "no other worker and no sibling process" in a["note"]  # started alone: no rendezvous wait
     second = workers.start(tmp_path / "lease", "-", 8)
     b = workers.result(second)
     assert (b["source"], b["index"], b["count"], b["cpus"]) == ("lease", 1, 2, [4, 5, 6, 7])
@@ -323,3 +323,22 @@ def test_the_group_lock_keeps_two_latecomers_apart_and_never_blocks_for_good(tmp
     other = subprocess.run([sys.executable, "-c", probe, str(d)], env=_env(), capture_output=True, text=True, timeout=60)
     assert other.stdout.strip() == "True"
     assert [x["slot"] for x in lease_status(str(d))] == []  # the lock file is no slot
+
+
+def test_siblings_are_processes_of_the_same_executable_under_the_same_parent(tmp_path):
+    from tf_autopar.coordination.rendezvous import siblings_likely
+
+    proc, ppid, me = tmp_path / "proc", os.getppid(), os.getpid()
+    (proc / "self").mkdir(parents=True)
+    (proc / "self" / "exe").symlink_to("/usr/bin/python3")
+    task = proc / str(ppid) / "task" / str(ppid)
+    task.mkdir(parents=True)
+    (proc / "4242").mkdir()
+    (task / "children").write_text(f"{me} 4242 ")
+    (proc / "4242" / "exe").symlink_to("/bin/bash")
+    assert not siblings_likely(str(proc))  # the parent's other child runs another program
+    (proc / "4242" / "exe").unlink()
+    (proc / "4242" / "exe").symlink_to("/usr/bin/python3")
+    assert siblings_likely(str(proc))  # started together with a process of the same executable
+    (task / "children").unlink()
+    assert siblings_likely(str(proc))  # no children list (kernel without it): cannot tell, so wait

@@ -591,14 +591,24 @@ def test_three_workers_started_together_without_a_count_split_the_host(tmp_path)
         assert len({c for o in outs for c in o["mask"]}) == sum(len(o["mask"]) for o in outs)
 
 
-def test_a_lone_process_pays_the_window_and_a_known_count_does_not(tmp_path):
+def test_only_a_process_with_company_waits_for_the_rendezvous(tmp_path):
+    """A lone script must not pay the window (enable() would cost a second); a process whose
+    parent runs another process of the same executable (workers started together) waits."""
     base = {"TF_AUTOPAR_LEASE_DIR": str(tmp_path / "lease"), "TF_AUTOPAR_CACHE_DIR": str(tmp_path / "cache"),
             "TF_AUTOPAR_RENDEZVOUS_S": "3"}
     program = "import json, tf_autopar; st = tf_autopar.enable(); print(json.dumps([st.enable_ms, st.process.share]))"
     lone = run_py(program, {**base, "TF_AUTOPAR_GROUP": "lone"})
-    counted = run_py(program, {**base, "TF_AUTOPAR_GROUP": "counted", "TF_AUTOPAR_INSTANCES": "1"})
     ms, share = json.loads(lone.stdout.splitlines()[-1])
-    assert ms >= 3000 and share["source"] == "single" and "within 3 s" in share["note"]
+    assert ms < 2000 and share["source"] == "single" and "without waiting" in share["note"], (ms, share)
+    sibling = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # same parent, same executable
+    try:
+        company = run_py(program, {**base, "TF_AUTOPAR_GROUP": "company"})
+    finally:
+        sibling.kill()
+        sibling.wait()
+    ms, share = json.loads(company.stdout.splitlines()[-1])
+    assert ms >= 3000 and share["source"] == "single" and "within 3 s" in share["note"], (ms, share)
+    counted = run_py(program, {**base, "TF_AUTOPAR_GROUP": "counted", "TF_AUTOPAR_INSTANCES": "1"})
     ms, share = json.loads(counted.stdout.splitlines()[-1])
     assert ms < 3000 and share["source"] == "lease"  # a count decides: no wait
 

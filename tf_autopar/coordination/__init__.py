@@ -204,6 +204,9 @@ def claim_share(
         window = rendezvous.window_s(env)
         if window > 0:
             try:
+                if rendezvous.alone(lease):
+                    return _whole(topology, "single", 1, k, f"{note}; no other worker and no sibling process: "
+                                  "the whole host, without waiting", lease=lease)
                 met = rendezvous.meet(lease, window)
             except OSError as exc:  # the slot cannot be written: as without a rendezvous
                 log.info("tf_autopar: rendezvous in %s failed (%s); counting the slots held now", directory, exc)

@@ -10,9 +10,12 @@ count waits for the others:
   that claims a slot while it is open is a member; all members wait until it closes (plus a
   short grace for a peer still writing its slot), then count the members holding a slot, in
   slot order: worker ``rank`` of ``count``. Each records (rank, count) in its slot's JSON.
-- A lone process therefore pays the whole window once, in ``enable()``. Nothing waits when a
-  count, ranks or a narrowed CPU mask decide the share (coordination/__init__.py returns
-  before the lease is asked).
+- Only a worker that may have company waits: one that sees a peer in the lease, or whose
+  parent runs other processes of the same executable (siblings: a shell loop, a supervisor,
+  a multiprocessing pool; ``siblings_likely``). A process started alone (a script, a notebook)
+  sees neither, records itself as worker 0 of 1 and takes the host at once, so it never pays
+  the window. Nothing waits when a count, ranks or a narrowed CPU mask decide the share
+  (coordination/__init__.py returns before the lease is asked).
 - A worker that arrives after the window closed is late. If a member exited and left its
   rank free (a restarted worker), it takes that rank of the recorded count: no overlap.
   Otherwise it is told what happened and what to do (``Late``), and the caller falls back to
@@ -24,6 +27,7 @@ is the exact answer; this is the safety net for when none is given.
 """
 from __future__ import annotations
 
+import os
 import time
 from typing import Any, Callable, Mapping, NamedTuple
 
@@ -48,6 +52,46 @@ class Late(NamedTuple):
     """Arrived after the window closed and no rank was free: why, in the user's words."""
 
     message: str
+
+
+def siblings_likely(proc: str = "/proc") -> bool:
+    """Whether this process's parent runs other processes of this executable (workers started
+    together). True when it cannot tell (no /proc, no children lists): waiting is the safe side."""
+    try:
+        exe = os.readlink(f"{proc}/self/exe")
+        ppid = os.getppid()
+        tasks = os.listdir(f"{proc}/{ppid}/task")
+    except OSError:
+        return True
+    kids: set[int] = set()
+    seen_list = False
+    for tid in tasks:
+        try:
+            with open(f"{proc}/{ppid}/task/{tid}/children", "rb") as fh:
+                text = fh.read(1 << 20)
+        except OSError:
+            continue
+        seen_list = True
+        kids.update(int(x) for x in text.split() if x.isdigit())
+    if not seen_list:
+        return True  # a kernel without CONFIG_PROC_CHILDREN: cannot tell
+    me = os.getpid()
+    for pid in kids - {me}:
+        try:
+            if os.readlink(f"{proc}/{pid}/exe") == exe:
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def alone(lease: Lease) -> bool:
+    """No peer in the lease and no sibling of this executable: the whole host without waiting.
+    Recorded as worker 0 of 1, so a process arriving later is late (told), not a member."""
+    if live_peers(lease.directory, lease.fd) or siblings_likely():
+        return False
+    lease.update(rank=0, cohort=1)
+    return True
 
 
 def window_s(env: Mapping[str, str]) -> float:
