@@ -123,7 +123,8 @@ def test_two_sessions_get_their_own_pools(tmp_path):
     assert res["inter1"] == 1
     assert res["inter2"] == min(4, cpus())
     # ... and its own intra-op pool: the user's 1 thread for the first, several for the second
-    assert res["busy1"]["busy"] == 1 and res["busy1"]["pool_busy"] == 0  # ran inline on its inter-op thread
+    # ran inline: no intra-op pool thread worked (the caller may show CPU time beside the inter-op thread)
+    assert res["busy1"]["pool_busy"] == 0 and res["busy1"]["busy"] <= 2, res["busy1"]
     assert res["busy2"]["pool_busy"] >= 2, res["busy2"]
     assert re.search(r"TF1 session 2: \d+ heavy ops, width 4 -> ", res["text"]), res["text"]
 
