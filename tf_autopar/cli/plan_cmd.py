@@ -122,7 +122,7 @@ def measured_for(profile: Any, mode: str, topology: Any, batch: int | None) -> t
         return None, None
     from tf_autopar.runtime.core import calibration_for, tuned_for
 
-    return tuned_for(profile, mode, topology, batch), calibration_for(topology)
+    return tuned_for(getattr(profile, "fingerprint", ""), mode, topology, batch), calibration_for(topology)
 
 
 def build_plan(args: argparse.Namespace, topology: Any, env: Mapping[str, str] | None) -> ThreadPlan:

@@ -55,19 +55,12 @@ def plan_for(profile: Any, mode: str, *, width: int | None = None, streams: int 
 
     maybe_fail("plan")
     mode = effective_mode(mode, profile)
-    measured = tuned_for(_Fingerprint(tuned_fingerprint) if tuned_fingerprint else profile, mode)
+    measured = tuned_for(tuned_fingerprint or getattr(profile, "fingerprint", ""), mode)
     return plan(
         topology(), profile, mode, width=width, env=controller.user_env(),
         streams=streams if mode == "throughput" else None, tuned=measured,
         calibration=calibration_for(topology()) if profile is not None else None,
     )
-
-
-class _Fingerprint:
-    __slots__ = ("fingerprint",)
-
-    def __init__(self, fingerprint: str) -> None:
-        self.fingerprint = fingerprint
 
 
 def calibration_for(topo: Any) -> Any:
@@ -88,11 +81,11 @@ def calibration_for(topo: Any) -> Any:
     return for_processor(getattr(getattr(topo, "cpu", None), "model", None))
 
 
-def tuned_for(profile: Any, mode: str, topo: Any = None, batch: int | None = None) -> Any:
-    """The setting ``tf-autopar tune`` measured for this graph, mode and batch on this host, if any."""
+def tuned_for(fingerprint: str, mode: str, topo: Any = None, batch: int | None = None) -> Any:
+    """The setting ``tf-autopar tune`` measured for the graph ``fingerprint``, mode and batch on
+    this host, if any."""
     from tf_autopar.runtime.state import STATE
 
-    fingerprint = getattr(profile, "fingerprint", "")
     if not fingerprint or (STATE.enabled and not STATE.use_cache):
         return None
     from tf_autopar.runtime import cache
