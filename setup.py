@@ -29,14 +29,17 @@ setup(
     python_requires=">=3.11",
     packages=find_packages(include=["tf_autopar", "tf_autopar.*", "tf_autopar_workloads", "tf_autopar_workloads.*"]),
     package_data={"tf_autopar": ["py.typed"], "tf_autopar.tracing": ["native_src/*"]},
+    # TensorFlow is an extra, not a requirement: a user's own build (tensorflow, intel-tensorflow,
+    # tensorflow-cpu of another version) would otherwise get tensorflow-cpu installed over it,
+    # both writing site-packages/tensorflow.
     install_requires=[
-        "tensorflow-cpu==2.21.0",
         "numpy>=1.26",
         "psutil>=5.9",
         "py-cpuinfo>=9.0",
         "filelock>=3.12",
     ],
     extras_require={
+        "tensorflow": ["tensorflow-cpu==2.21.0"],  # the build the bundled workloads and the figures use
         "plots": ["matplotlib>=3.8"],  # the PNG charts of `validate --plot` and `analyze --plot`
         "characterize": ["scipy>=1.11", "matplotlib>=3.8"],  # `tf-autopar characterize`: clustering, figures
         "test": ["pytest>=8", "hypothesis>=6.100", "matplotlib>=3.8", "scipy>=1.11"],  # the tests draw and cluster too

@@ -143,10 +143,26 @@ def test_model_options_travel_to_children_as_flags(tmp_path):
 
 def test_compare_names_are_checked():
     assert parse_compare("default,plan,enable,enable-cached,1x2") == ("default", "plan", "enable", "enable-cached", "1x2")
-    for bad, msg in (("default,2by2", "unknown configuration '2by2'"), ("0x1", "unknown configuration"),
-                     ("plan,plan", "twice"), ("", "at least one")):
+    assert parse_compare("1x1x2,2x1x1:bt1,1X2X2:BT200") == ("1x1x2", "2x1x1:bt1", "1x2x2:bt200")
+    for bad, msg in (("default,2by2", "unknown thread setting '2by2'"), ("0x1", "unknown thread setting"),
+                     ("1x1x0", "positive"), ("1x1:bt", "unknown"), ("plan,plan", "twice"), ("", "at least one")):
         with pytest.raises(ValueError, match=msg):
             parse_compare(bad)
+    with pytest.raises(ValueError, match="no OpenMP"):  # OpenMP settings would change nothing on stock TF
+        parse_compare("default,1x1x2", openmp=False)
+    assert parse_compare("default,1x2", openmp=False) == ("default", "1x2")
+
+
+def test_openmp_settings_reach_the_child_environment():
+    from tf_autopar.validation.space import parse_config
+
+    c = parse_config("1x1x2:bt1", openmp=True)
+    assert c.env_dict == {"TF_NUM_INTEROP_THREADS": "1", "TF_NUM_INTRAOP_THREADS": "1", "OMP_NUM_THREADS": "2",
+                          "MKL_NUM_THREADS": "2", "KMP_BLOCKTIME": "1"}
+    assert (c.inter, c.intra, c.omp, c.blocktime, c.name) == (1, 1, 2, 1, "1x1x2:bt1")
+    # INTERxINTRA on an OpenMP build: the OpenMP teams follow TF's intra-op count, as in validate's sweep
+    assert parse_config("2x1", openmp=True).env_dict["OMP_NUM_THREADS"] == "1"
+    assert "OMP_NUM_THREADS" not in parse_config("2x1", openmp=False).env_dict
 
 
 def test_bench_options_reject_bad_input_before_any_process(tmp_path):

@@ -44,7 +44,9 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--compare", default=",".join(b.DEFAULT_COMPARE),
                    help="comma-separated configurations: default (TF's default), plan (tf_autopar's plan), "
                         "enable (enable() with no model, empty cache: a first start), enable-cached (its second "
-                        "start), INTERxINTRA (e.g. 1x2); default 'default,plan'. Speedups are over 'default'")
+                        "start), INTERxINTRA (e.g. 1x2), and on OpenMP builds INTERxINTRAxOMP[:btMS] (OpenMP "
+                        "threads apart from TF's intra-op pool, KMP_BLOCKTIME; e.g. 1x1x2:bt1); default "
+                        "'default,plan'. Speedups are over 'default'")
     p.add_argument("--streams", type=int, default=None, help="throughput mode: instances to plan (default: planner)")
     p.add_argument("--size", choices=("tiny", "paper"), default="tiny", help="bundled workloads only (default tiny)")
     p.add_argument("--timeout", type=float, default=b.DEFAULT_TIMEOUT_S,

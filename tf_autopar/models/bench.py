@@ -13,7 +13,9 @@ Configurations:
 - ``enable``: the child calls ``tf_autopar.enable(mode=...)`` with no model before loading
   it, with an empty plan cache (``TF_AUTOPAR_CACHE_DIR``, fresh per run): a server's first start.
 - ``enable-cached``: the same with a cache one unmeasured ``enable`` run filled: its next start.
-- ``INTERxINTRA``: TF_NUM_INTEROP_THREADS / TF_NUM_INTRAOP_THREADS.
+- ``INTERxINTRA``: TF_NUM_INTEROP_THREADS / TF_NUM_INTRAOP_THREADS (and, on OpenMP builds,
+  OMP_NUM_THREADS = MKL_NUM_THREADS = intra); ``INTERxINTRAxOMP`` sets the OpenMP threads
+  apart from TF's intra-op pool and ``:btMS`` KMP_BLOCKTIME (OpenMP builds only).
 
 Throughput mode runs the plan's instances as that many concurrent processes for *every*
 configuration (the plan's bound to its CPU lists, the others unbound, as a user would start
@@ -40,6 +42,7 @@ from tf_autopar.models.options import ModelOptions
 from tf_autopar.validation import stats
 from tf_autopar.validation.progress import Progress
 from tf_autopar.validation.runner import OK, TRACKER, ChildResult, check_step_payload, clean_env, run_child
+from tf_autopar.validation.space import parse_config
 
 log = logging.getLogger("tf_autopar.models")
 
@@ -72,23 +75,21 @@ class BenchConfig:
         return {"kind": self.kind, "env": dict(self.env), "cpus": [list(c) for c in self.cpus]}
 
 
-def parse_threads(text: str) -> tuple[int, int] | None:
-    """'1x2' -> (1, 2); None when ``text`` is not of that form."""
-    parts = text.lower().split("x")
-    if len(parts) != 2 or not all(p.isdigit() and int(p) > 0 for p in parts):
-        return None
-    return int(parts[0]), int(parts[1])
+def parse_compare(text: str, *, openmp: bool = True) -> tuple[str, ...]:
+    """'default,plan,1x2' -> the names, checked; ValueError naming the bad one.
 
-
-def parse_compare(text: str) -> tuple[str, ...]:
-    """'default,plan,1x2' -> the names, checked; ValueError naming the bad one."""
-    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    ``openmp=False`` also refuses OpenMP settings (``1x1x2``, ``:bt1``), which change nothing
+    on a build without OpenMP.
+    """
+    names = tuple(n.strip().lower() for n in text.split(",") if n.strip())
     if not names:
         raise ValueError("--compare needs at least one configuration")
     for n in names:
-        if n not in SPECIAL and parse_threads(n) is None:
-            raise ValueError(f"--compare: unknown configuration {n!r}; use {', '.join(SPECIAL)} or INTERxINTRA "
-                             f"with positive integers (e.g. 1x2)")
+        if n not in SPECIAL:
+            try:
+                parse_config(n, openmp=openmp)
+            except ValueError as exc:
+                raise ValueError(f"--compare: {exc}; or one of {', '.join(SPECIAL)}") from None
     if len(set(names)) != len(names):
         raise ValueError(f"--compare lists a configuration twice: {','.join(names)}")
     return names
@@ -183,6 +184,8 @@ class Bench:
 
             topology = detect_topology()
         self.topology = topology
+        self.openmp = getattr(topology, "threading_runtime", None) == "openmp"
+        parse_compare(",".join(options.compare), openmp=self.openmp)  # OpenMP settings on a build without it
         self.progress = progress
         self.child = tuple(child)
         self.env, self.scrubbed = clean_env()
@@ -238,9 +241,7 @@ class Bench:
             elif name in ("enable", "enable-cached"):
                 out.append(BenchConfig(name, name))
             else:
-                inter, intra = parse_threads(name)  # type: ignore[misc]
-                env = (("TF_NUM_INTEROP_THREADS", str(inter)), ("TF_NUM_INTRAOP_THREADS", str(intra)))
-                out.append(BenchConfig(name, "threads", env))
+                out.append(BenchConfig(name, "threads", parse_config(name, openmp=self.openmp).env))
         return out
 
     # ---------------------------------------------------------------- running
@@ -519,5 +520,5 @@ def summarize(doc: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-__all__ = ["Bench", "BenchConfig", "BenchOptions", "DEFAULT_COMPARE", "parse_compare", "parse_threads",
+__all__ = ["Bench", "BenchConfig", "BenchOptions", "DEFAULT_COMPARE", "parse_compare",
            "prepare_in_child", "run_record", "summarize"]

@@ -22,6 +22,7 @@ Search space (documented bound; the paper swept hundreds of thousands of setting
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -53,6 +54,7 @@ class Config:
     intra: int  # 0 = let TensorFlow pick
     omp: int | None = None
     env: tuple[tuple[str, str], ...] = ()  # thread variables set in the child (sorted)
+    blocktime: int | None = None  # KMP_BLOCKTIME in ms; None = the build's default
     cpus: tuple[int, ...] = ()  # logical CPUs to bind the child to; () = no binding
     kind: str = "search"  # "baseline", "plan" or "search"
 
@@ -90,31 +92,73 @@ class Config:
             "inter": self.inter,
             "intra": self.intra,
             "omp": self.omp,
+            "blocktime": self.blocktime,
             "env": self.env_dict,
             "cpus": list(self.cpus),
         }
 
 
-def thread_config(inter: int, intra: int, *, openmp: bool, name: str | None = None, kind: str = "search") -> Config:
-    """A grid point: inter x intra (and OMP_NUM_THREADS = intra on OpenMP builds)."""
-    if inter < 0 or intra < 0:
-        raise ValueError(f"thread counts must be >= 0, got inter={inter} intra={intra}")
+def thread_config(inter: int, intra: int, *, openmp: bool, name: str | None = None, kind: str = "search",
+                  omp: int | None = None, blocktime: int | None = None) -> Config:
+    """A grid point: inter x intra, and on OpenMP builds OMP_NUM_THREADS = MKL_NUM_THREADS = ``omp``
+    (default: intra) and, if given, KMP_BLOCKTIME."""
+    if inter < 0 or intra < 0 or (omp is not None and omp < 1) or (blocktime is not None and blocktime < 0):
+        raise ValueError(f"thread counts must be >= 0, got inter={inter} intra={intra} omp={omp} "
+                         f"blocktime={blocktime}")
     env = {}
     if inter:
         env["TF_NUM_INTEROP_THREADS"] = str(inter)
     if intra:
         env["TF_NUM_INTRAOP_THREADS"] = str(intra)
-    omp = intra if (openmp and intra) else None
+    if omp is None and openmp and intra:
+        omp = intra
     if omp:
-        env["OMP_NUM_THREADS"] = str(omp)
+        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(omp)
+    if blocktime is not None:
+        env["KMP_BLOCKTIME"] = str(blocktime)
     return Config(
-        name=name or f"{inter}x{intra}",
+        name=name or config_name(inter, intra, omp if omp != intra else None, blocktime),
         inter=inter,
         intra=intra,
         omp=omp,
         env=tuple(sorted(env.items())),
         kind=kind,
+        blocktime=blocktime,
     )
+
+
+_SPEC = re.compile(r"(\d+)x(\d+)(?:x(\d+))?(?::bt(\d+))?")
+SPEC_HELP = ("INTERxINTRA (e.g. 1x2), or on OpenMP builds INTERxINTRAxOMP with an optional "
+             ":btMS for KMP_BLOCKTIME (e.g. 1x1x2, 1x1x2:bt200)")
+
+
+def config_name(inter: int, intra: int, omp: int | None = None, blocktime: int | None = None) -> str:
+    """The spec ``parse_config`` reads back: 2x1, 1x1x2, 1x1x2:bt1."""
+    name = f"{inter}x{intra}"
+    if omp is not None:
+        name += f"x{omp}"
+    if blocktime is not None:
+        name += f":bt{blocktime}"
+    return name
+
+
+def parse_config(text: str, *, openmp: bool, kind: str = "search", name: str | None = None) -> Config:
+    """'1x2', '1x1x2' or '1x1x2:bt1' -> its Config; ValueError naming the problem otherwise.
+
+    The OpenMP parts are refused on builds without OpenMP, where they would change nothing
+    and the comparison would look like a finding.
+    """
+    m = _SPEC.fullmatch(text.strip().lower())
+    if m is None or any(g is not None and int(g) < 1 for g in m.groups()[:3]):
+        raise ValueError(f"unknown thread setting {text!r}: use {SPEC_HELP}, with positive integers")
+    inter, intra = int(m.group(1)), int(m.group(2))
+    omp = int(m.group(3)) if m.group(3) else None
+    blocktime = int(m.group(4)) if m.group(4) else None
+    if (omp is not None or blocktime is not None) and not openmp:
+        raise ValueError(f"{text!r} sets OpenMP threads or KMP_BLOCKTIME, but this TensorFlow runs oneDNN on its "
+                         "own thread pool (no OpenMP): use INTERxINTRA")
+    return thread_config(inter, intra, openmp=openmp, name=name or text.strip().lower(), kind=kind, omp=omp,
+                         blocktime=blocktime)
 
 
 def config_from_plan(name: str, plan: Any, kind: str) -> Config:

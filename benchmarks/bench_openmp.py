@@ -1,0 +1,111 @@
+#!/usr/bin/env python
+"""Issue benchmark: thread settings on an OpenMP build of TensorFlow (intel-tensorflow 2.14).
+
+On an OpenMP build, oneDNN's kernels (convolutions, matrix multiplies) run on OpenMP teams,
+one per inter-op thread, while TensorFlow's own intra-op pool runs everything else. This
+sweeps both, apart: for each model of benchmarks/user_models.py (not bundled workloads) at
+batch 1 and its serving batch, ``tf-autopar bench`` runs, in fresh processes and interleaved
+rounds, TensorFlow's default, the plan, and every inter-op x TF intra-op x OpenMP threads
+setting of this host, each with KMP_BLOCKTIME left to the build and set to 1 ms.
+
+Run it with the OpenMP build's interpreter (a second virtual environment):
+
+  python3 -m venv /work/venv-omp
+  /work/venv-omp/bin/pip install 'intel-tensorflow==2.14.0' 'numpy<2' && /work/venv-omp/bin/pip install --no-deps -e .
+  /work/venv-omp/bin/python benchmarks/bench_openmp.py /work/user_models --out benchmarks/results/openmp.json
+  python benchmarks/bench_openmp.py --summarise benchmarks/results/openmp.json
+
+The models are built once with TF 2.21 by benchmarks/user_models.py (SavedModels load on 2.14).
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from bench_user_models import _paired, _round_medians, run_row  # noqa: E402
+from user_models import SERVING  # noqa: E402
+
+DEFAULT_MODELS = ("mobilenet_v2", "bert_encoder", "dlrm", "lstm_classifier")
+
+
+def sweep(cpus: int) -> tuple[str, ...]:
+    """Every inter x intra x OpenMP threads in 1..cpus, with KMP_BLOCKTIME unset and 1 ms."""
+    values = range(1, cpus + 1)
+    return tuple(f"{i}x{j}x{o}{bt}" for i, j, o in itertools.product(values, values, values) for bt in ("", ":bt1"))
+
+
+def summarise(rows: list[dict]) -> str:
+    host = rows[0]["host"] if rows else {}
+    lines = [
+        f"processor: {host.get('cpu_model', '?')}; TensorFlow {host.get('tf_version', '?')} "
+        f"({host.get('threading_runtime', '?')}); {host.get('logical_cpus', '?')} CPUs",
+        "p50 latency in ms (median over rounds); plan share = best's time / plan's time and default share = best's / "
+        "default's, each the median of per-round ratios [min-max over rounds]; plan vs default = default's / plan's",
+        "",
+        "| model | batch | default | plan (setting) | best swept | 2nd best | plan share of best | default share of best "
+        "| plan vs default |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for data in rows:
+        med = {c: statistics.median(_round_medians(data, c).values()) * 1e3 for c in data["configs"]
+               if _round_medians(data, c)}
+        swept = sorted((c for c in med if c not in ("default", "plan")), key=med.get)
+        if not swept or "plan" not in med or "default" not in med:
+            lines.append(f"| {data['row']['model']} | {data['row']['batch']} | incomplete | | | | | | |")
+            continue
+        best = swept[0]
+        plan_env = data["configs"]["plan"].get("env") or {}
+        setting = "x".join(plan_env.get(k, "-") for k in ("TF_NUM_INTEROP_THREADS", "TF_NUM_INTRAOP_THREADS",
+                                                          "OMP_NUM_THREADS"))
+        if "KMP_BLOCKTIME" in plan_env:
+            setting += f":bt{plan_env['KMP_BLOCKTIME']}"
+        share, dshare, vs = _paired(data, best, "plan"), _paired(data, best, "default"), _paired(data, "default", "plan")
+        fmt = "{:.2f} [{:.2f}-{:.2f}]"
+        lines.append(
+            f"| {data['row']['model']} | {data['row']['batch']} | {med['default']:.1f} | {med['plan']:.1f} ({setting}) "
+            f"| {med[best]:.1f} ({best}) | {med[swept[1]]:.1f} ({swept[1]}) | {fmt.format(*share)} "
+            f"| {fmt.format(*dshare)} | {fmt.format(*vs)} |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("model_dir", nargs="?", help="directory written by benchmarks/user_models.py")
+    ap.add_argument("--only", default=",".join(DEFAULT_MODELS), help="comma-separated model names")
+    ap.add_argument("--batches", default="batch1,serving", help="batch1, serving or both")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--requests", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--configs", default=None, help="comma-separated bench configurations instead of the sweep")
+    ap.add_argument("--out", default=os.path.join(HERE, "results", "openmp.json"))
+    ap.add_argument("--summarise", metavar="JSON", default=None, help="print the table of a finished run")
+    args = ap.parse_args()
+    if args.summarise:
+        with open(args.summarise, encoding="utf-8") as fh:
+            print(summarise(json.load(fh)["rows"]))
+        return 0
+    if not args.model_dir or not os.path.isdir(args.model_dir):
+        ap.error("give the directory written by benchmarks/user_models.py")
+    configs = tuple(args.configs.split(",")) if args.configs else ("default", "plan") + sweep(len(os.sched_getaffinity(0)))
+    rows: list[dict] = []
+    t0 = time.time()
+    for name in args.only.split(","):
+        for which in args.batches.split(","):
+            rows.append(run_row(args.model_dir, name, SERVING[name][which], args.rounds, args.requests, args.warmup,
+                                configs))
+            with open(args.out, "w", encoding="utf-8") as fh:  # after every row: a stopped run keeps its rows
+                json.dump({"rows": rows, "wall_s": round(time.time() - t0, 1), "command": " ".join(sys.argv)},
+                          fh, indent=1)
+    print(summarise(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
