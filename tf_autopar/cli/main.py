@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import logging
 import sys
 
@@ -30,6 +31,15 @@ SUBCOMMANDS = (
 #: Subcommands whose TensorFlow (in this process or the children they measure in) talks to the
 #: user's terminal; `run` is not one: its child is the user's program, whose logs are theirs.
 TF_BACKED = frozenset(SUBCOMMANDS) - {"run", "inspect"}
+#: Subcommands that measure in TensorFlow child processes: without TensorFlow every child would
+#: crash and the table would be empty, so they stop before starting any.
+NEEDS_TF = frozenset({"trace", "characterize", "validate", "bench", "tune", "calibrate"})
+TF_MODULES = ("tensorflow", "keras", "tf_keras")
+
+
+def no_tensorflow() -> str:
+    return (f"TensorFlow is not installed for {sys.executable}: install tf_autopar's tested build with "
+            "pip install 'tf_autopar[tensorflow]' (tensorflow-cpu 2.21), or your own TensorFlow build")
 
 
 def _global_options(parser: argparse.ArgumentParser, top: bool) -> None:
@@ -59,13 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     _global_options(parser, top=True)
     sub = parser.add_subparsers(dest="subcommand", metavar="COMMAND", required=True)
     for name in SUBCOMMANDS:
-        try:
-            module = importlib.import_module(f"tf_autopar.cli.{name}_cmd")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"tf_autopar.cli.{name}_cmd":
-                raise
-            continue  # not built yet
-        module.add_parser(sub)
+        importlib.import_module(f"tf_autopar.cli.{name}_cmd").add_parser(sub)
     _add_everywhere(parser)
     return parser
 
@@ -82,7 +86,15 @@ def main(argv: list[str] | None = None) -> int:
 
         quiet_tensorflow()
     try:
+        if args.subcommand in NEEDS_TF and importlib.util.find_spec("tensorflow") is None:
+            print(f"tf-autopar {args.subcommand}: error: {no_tensorflow()}", file=sys.stderr)
+            return 2
         return int(args.func(args) or 0)
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] not in TF_MODULES:
+            raise
+        print(f"tf-autopar {args.subcommand}: error: {no_tensorflow()} (needs {exc.name})", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

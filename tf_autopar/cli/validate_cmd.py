@@ -208,4 +208,12 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         report.plot(doc, args.plot)
         print(f"chart written to {args.plot}", file=out)
-    return 130 if doc.get("interrupted") else 0
+    if doc.get("interrupted"):
+        return 130
+    unmeasured = [f"{r['workload']}/{r['mode']}" for r in doc["rows"]
+                  if not r.get("summary", {}).get("configs", {}).get(OURS, {}).get("rounds_ok")]
+    if unmeasured:
+        print(f"tf-autopar validate: our plan ran cleanly in no round of {', '.join(unmeasured)} "
+              "(the failures are listed above)", file=sys.stderr)
+        return 1
+    return 0
