@@ -6,7 +6,8 @@ one per inter-op thread, while TensorFlow's own intra-op pool runs everything el
 sweeps both, apart: for each model of benchmarks/user_models.py (not bundled workloads) at
 batch 1 and its serving batch, ``tf-autopar bench`` runs, in fresh processes and interleaved
 rounds, TensorFlow's default, the plan, and every inter-op x TF intra-op x OpenMP threads
-setting of this host, each with KMP_BLOCKTIME left to the build and set to 1 ms.
+setting of this host, each with the OpenMP variables left to the build and with compact
+KMP_AFFINITY (``--extra bt1``: with KMP_BLOCKTIME 1 ms instead).
 
 Run it with the OpenMP build's interpreter (a second virtual environment):
 
@@ -35,10 +36,11 @@ from user_models import SERVING  # noqa: E402
 DEFAULT_MODELS = ("mobilenet_v2", "bert_encoder", "dlrm", "lstm_classifier")
 
 
-def sweep(cpus: int) -> tuple[str, ...]:
-    """Every inter x intra x OpenMP threads in 1..cpus, with KMP_BLOCKTIME unset and 1 ms."""
+def sweep(cpus: int, extra: str = "compact") -> tuple[str, ...]:
+    """Every inter x intra x OpenMP threads in 1..cpus, each as the build leaves the rest and with
+    ``extra``: "compact" (KMP_AFFINITY compact pinning) or "bt1" (KMP_BLOCKTIME 1 ms)."""
     values = range(1, cpus + 1)
-    return tuple(f"{i}x{j}x{o}{bt}" for i, j, o in itertools.product(values, values, values) for bt in ("", ":bt1"))
+    return tuple(f"{i}x{j}x{o}{x}" for i, j, o in itertools.product(values, values, values) for x in ("", f":{extra}"))
 
 
 def summarise(rows: list[dict]) -> str:
@@ -66,6 +68,8 @@ def summarise(rows: list[dict]) -> str:
                                                           "OMP_NUM_THREADS"))
         if "KMP_BLOCKTIME" in plan_env:
             setting += f":bt{plan_env['KMP_BLOCKTIME']}"
+        if "KMP_AFFINITY" in plan_env:
+            setting += ":compact" if "compact" in plan_env["KMP_AFFINITY"] else f":{plan_env['KMP_AFFINITY']}"
         share, dshare, vs = _paired(data, best, "plan"), _paired(data, best, "default"), _paired(data, "default", "plan")
         fmt = "{:.2f} [{:.2f}-{:.2f}]"
         lines.append(
@@ -83,6 +87,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--requests", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--extra", choices=("compact", "bt1"), default="compact",
+                    help="the variable each setting is also run with (default compact KMP_AFFINITY)")
     ap.add_argument("--configs", default=None, help="comma-separated bench configurations instead of the sweep")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "openmp.json"))
     ap.add_argument("--summarise", metavar="JSON", default=None, help="print the table of a finished run")
@@ -93,7 +99,7 @@ def main() -> int:
         return 0
     if not args.model_dir or not os.path.isdir(args.model_dir):
         ap.error("give the directory written by benchmarks/user_models.py")
-    configs = tuple(args.configs.split(",")) if args.configs else ("default", "plan") + sweep(len(os.sched_getaffinity(0)))
+    configs = tuple(args.configs.split(",")) if args.configs else ("default", "plan") + sweep(len(os.sched_getaffinity(0)), args.extra)
     rows: list[dict] = []
     t0 = time.time()
     for name in args.only.split(","):

@@ -25,9 +25,18 @@
 #include <utility>
 #include <vector>
 
+// TF 2.16 and later ship the recorder under xla/tsl; TF 2.14 and 2.15 under tensorflow/tsl
+// (the build adds that folder to the include path), one folder up.
+#if __has_include("xla/tsl/profiler/backends/cpu/traceme_recorder.h")
 #include "tsl/profiler/lib/profiler_lock.h"
 #include "xla/tsl/profiler/backends/cpu/traceme_recorder.h"
 #include "xla/tsl/profiler/utils/time_utils.h"
+#else
+#include "tsl/profiler/lib/profiler_lock.h"
+#include "tsl/profiler/backends/cpu/traceme_recorder.h"
+#include "tsl/profiler/utils/time_utils.h"
+#define TFAP_RECORDER_HAS_NO_FILTER 1  // TF 2.14's recorder takes no filter mask: all events at the level
+#endif
 
 namespace {
 
@@ -148,7 +157,12 @@ int tfap_start(int level, uint64_t filter_mask) {
   if (g_recording) return 1;
   auto lock = tsl::profiler::ProfilerLock::Acquire();
   if (!lock.ok()) return 2;
+#ifdef TFAP_RECORDER_HAS_NO_FILTER
+  (void)filter_mask;
+  if (!TraceMeRecorder::Start(level)) return 3;  // lock released on return
+#else
   if (!TraceMeRecorder::Start(level, filter_mask)) return 3;  // lock released on return
+#endif
   g_lock.emplace(*std::move(lock));
   g_recording = true;
   return 0;

@@ -65,3 +65,17 @@ def test_importing_tensorflow_under_the_cli_prints_no_start_up_lines():
                           capture_output=True, timeout=120)
     assert calm.returncode == 0 and calm.stdout == b"imported\n"
     assert quiet.filtered(calm.stderr) == calm.stderr and b"absl" not in calm.stderr, calm.stderr
+
+
+@pytest.mark.parametrize("argv", [["validate", "--quick"], ["bench", "alexnet"], ["tune", "alexnet"]])
+def test_without_tensorflow_measuring_commands_stop_before_any_child(argv, monkeypatch, capsys):
+    """A venv with tf_autopar but no TensorFlow (the [tensorflow] extra left out): one line, exit 2,
+    instead of a table of crashed children."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "tensorflow" else real(name, *a))
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"tf-autopar {argv[0]}: error: TensorFlow is not installed" in err
+    assert "pip install 'tf_autopar[tensorflow]'" in err and "Traceback" not in err

@@ -58,10 +58,20 @@ def test_cli_writes_table_json_and_chart(tmp_path):
 
 
 def test_cli_rejects_bad_input_with_a_message(tmp_path):
-    for args, msg in ((["--modes", "infer2"], "unknown mode 'infer2'"), (["--plan-threads", "2by2"], "INTERxINTRA")):
+    for args, msg in ((["--modes", "infer2"], "unknown mode 'infer2'"), (["--plan-threads", "2by2"], "INTERxINTRA"),
+                      (["--plan-threads", "1x1x2"], "no OpenMP")):
         proc = subprocess.run(validate_cmd(*args), env=cli_env(tmp_path / "log"), capture_output=True, text=True,
                               timeout=60)
         assert proc.returncode == 2 and msg in proc.stderr
+
+
+def test_exit_status_says_when_the_plan_never_ran(tmp_path):
+    """Every round of our plan (1x1 here) crashes: the table is printed, and the exit status is 1."""
+    proc = subprocess.run(validate_cmd("--rounds", "1", "--no-progress"),
+                          env=cli_env(tmp_path / "log", STANDIN_CRASH="1x1"), capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    assert "geomean" in proc.stdout and "our plan ran cleanly in no round of autoenc/infer1, vgg/infer1" in proc.stderr
 
 
 @pytest.mark.root

@@ -79,6 +79,11 @@ def settings_text(s: Mapping[str, Any] | None, affinity: list[int]) -> str:
     if not s:
         return "-"
     text = f"{s.get('inter_op')}x{s.get('intra_op')}"
+    omp = s.get("openmp")
+    if omp and omp.get("max_threads"):  # what the OpenMP runtime runs with, TF's defaults included
+        text += f"x{omp['max_threads']}"
+        if omp.get("blocktime_ms") is not None:
+            text += f":bt{omp['blocktime_ms']}"
     if s.get("processes", 1) > 1:
         text += f" x{s['processes']} processes"
     cpus = [c for c in s.get("cpus") or [] if c and sorted(c) != sorted(affinity)]

@@ -68,7 +68,7 @@ def add_parser(subparsers: Any) -> None:
                         "--size --warmup --json")
     p.add_argument("--plan-threads", metavar="INTERxINTRA", default=None,
                    help="validate this fixed setting as 'ours' instead of computing tf_autopar's plan "
-                        "(e.g. 1x2; skips the per-row planning process)")
+                        "(e.g. 1x2, or 1x1x2:bt1 on OpenMP builds; skips the per-row planning process)")
     p.add_argument("--tuned", action="store_true",
                    help="also tune each row as `tf-autopar tune` would (before the rounds) and validate the tuned "
                         "setting beside ours, with the tuning's machine time against the sweep's")
@@ -82,14 +82,6 @@ def add_parser(subparsers: Any) -> None:
 
 def _sigterm(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
-
-
-def parse_threads(text: str) -> tuple[int, int]:
-    """'2x4' -> (2, 4); ValueError naming the problem otherwise."""
-    parts = text.lower().split("x")
-    if len(parts) != 2 or not all(p.strip().isdigit() for p in parts) or not all(int(p) > 0 for p in parts):
-        raise ValueError(f"--plan-threads expects INTERxINTRA with positive integers, e.g. 1x2; got {text!r}")
-    return int(parts[0]), int(parts[1])
 
 
 def _check_models(rows: Any, out: Any) -> None:
@@ -116,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     from tf_autopar.validation import report
     from tf_autopar.validation.harness import DEFAULT_RUNNER, Harness, Options, fixed_plan_provider, make_rows
     from tf_autopar.validation.results import OURS
-    from tf_autopar.validation.space import thread_config
+    from tf_autopar.validation.space import parse_config
     from tf_autopar.validation.progress import Progress
 
     from tf_autopar.models.load import looks_like_model, model_kind
@@ -181,9 +173,12 @@ def run(args: argparse.Namespace) -> int:
     checkpoint = (lambda doc: report.write_json(doc, args.json)) if args.json and args.json != "-" else None
     provider = None
     if args.plan_threads:
-        inter, intra = parse_threads(args.plan_threads)
-        provider = fixed_plan_provider(thread_config(inter, intra, openmp=topology.threading_runtime == "openmp",
-                                                     name=OURS, kind="plan"))
+        try:
+            fixed = parse_config(args.plan_threads, openmp=topology.threading_runtime == "openmp", name=OURS,
+                                 kind="plan")
+        except ValueError as exc:
+            raise ValueError(f"--plan-threads: {exc}") from None
+        provider = fixed_plan_provider(fixed)
     harness = Harness(topology, options, progress=progress, checkpoint=checkpoint, args=harness_args,
                       plan_provider=provider)
     procs, seconds = harness.estimate(rows)

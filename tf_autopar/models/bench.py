@@ -476,7 +476,7 @@ def settings_of(config: Mapping[str, Any]) -> dict[str, Any] | None:
         out = {"inter_op": first.get("inter_op"), "intra_op": first.get("intra_op"), "env": first.get("env", {}),
                "cpus": [pr.get("cpus") for pr in per], "inter_source": first.get("inter_source"),
                "intra_source": first.get("intra_source"), "tf_compute_threads": first.get("tf_compute_threads"),
-               "processes": len(per)}
+               "openmp": first.get("openmp"), "processes": len(per)}
         tfa = (run["processes"][0].get("tf_autopar") or {}).get("process")
         if tfa:
             out["tf_autopar"] = {k: tfa.get(k) for k in ("phase", "source", "planned_inter", "planned_intra",

@@ -26,6 +26,7 @@ import time
 from typing import Any, Callable
 
 from tf_autopar.models.options import add_model_flags, from_args
+from tf_autopar.runtime.openmp import openmp_state
 
 BARRIER_VAR = "TF_AUTOPAR_BENCH_BARRIER"
 EXIT_BAD_INPUT = 2
@@ -85,7 +86,7 @@ def effective_settings() -> dict[str, Any]:
         sources.append(source)
     return {"inter_op": counts[0], "intra_op": counts[1], "inter_source": sources[0], "intra_source": sources[1],
             "env": dict(sorted(env.items())), "cpus": cpus, "tf_compute_threads": tf_compute_threads(),
-            "pid": os.getpid()}
+            "openmp": openmp_state(), "pid": os.getpid()}
 
 
 def _barrier() -> float:

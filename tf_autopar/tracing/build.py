@@ -23,6 +23,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 from tf_autopar._files import kind_of, write_text_atomic
 from tf_autopar._paths import cache_dir
@@ -82,14 +83,26 @@ def find_compiler() -> str | None:
     return None
 
 
-def compile_command(compiler: str, source: Path, compile_flags: list[str], link_flags: list[str]) -> list[str]:
+def compile_command(compiler: str, source: Path, compile_flags: list[str], link_flags: list[str],
+                    extra_includes: Sequence[str] = ()) -> list[str]:
     """The g++ command line ({out} is replaced by the output path). Pure: no side effects."""
     lib_dirs = [f[2:] for f in link_flags if f.startswith("-L")]
     rpath = [f"-Wl,-rpath,{d}" for d in lib_dirs]
     return [
         *shlex.split(compiler), "-shared", "-fPIC", "-O2", "-w",
-        *compile_flags, str(source), "-o", "{out}", *link_flags, *rpath,
+        *compile_flags, *(f"-I{d}" for d in extra_includes), str(source), "-o", "{out}", *link_flags, *rpath,
     ]
+
+
+def legacy_tsl_includes(compile_flags: Sequence[str]) -> list[str]:
+    """TF 2.14 and 2.15 ship TSL's headers under include/tensorflow/tsl, not include/tsl: that
+    folder joins the include path so the source's "tsl/..." includes resolve on both."""
+    out = []
+    for flag in compile_flags:
+        inc = flag[2:] if flag.startswith("-I") else None
+        if inc and not os.path.isdir(os.path.join(inc, "tsl")) and os.path.isdir(os.path.join(inc, "tensorflow", "tsl")):
+            out.append(os.path.join(inc, "tensorflow"))
+    return out
 
 
 def make_plan() -> BuildPlan:
@@ -103,7 +116,8 @@ def make_plan() -> BuildPlan:
             "no C++ compiler found (tried $CXX, g++, c++); install g++ (e.g. apt-get install g++) "
             "or set CXX to use the native tracer"
         )
-    command = compile_command(compiler, source, tf.sysconfig.get_compile_flags(), tf.sysconfig.get_link_flags())
+    flags = tf.sysconfig.get_compile_flags()
+    command = compile_command(compiler, source, flags, tf.sysconfig.get_link_flags(), legacy_tsl_includes(flags))
     h = hashlib.sha256()
     h.update(source.read_bytes())
     h.update("\0".join(command).replace(str(source), SOURCE_NAME).encode())

@@ -26,6 +26,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from tf_autopar.planning.planner import KMP_AFFINITY as KMP_COMPACT  # Intel's recommended compact pinning
+
 # Variables that decide thread counts; scrubbed from the harness's environment before any
 # child starts so every configuration starts from the same clean slate.
 THREAD_ENV_PREFIXES = ("OMP_", "KMP_", "MKL_", "TF_AUTOPAR_")
@@ -55,6 +57,7 @@ class Config:
     omp: int | None = None
     env: tuple[tuple[str, str], ...] = ()  # thread variables set in the child (sorted)
     blocktime: int | None = None  # KMP_BLOCKTIME in ms; None = the build's default
+    compact: bool = False  # KMP_AFFINITY compact: each OpenMP team's threads pinned to cores, close together
     cpus: tuple[int, ...] = ()  # logical CPUs to bind the child to; () = no binding
     kind: str = "search"  # "baseline", "plan" or "search"
 
@@ -93,15 +96,16 @@ class Config:
             "intra": self.intra,
             "omp": self.omp,
             "blocktime": self.blocktime,
+            "compact": self.compact,
             "env": self.env_dict,
             "cpus": list(self.cpus),
         }
 
 
 def thread_config(inter: int, intra: int, *, openmp: bool, name: str | None = None, kind: str = "search",
-                  omp: int | None = None, blocktime: int | None = None) -> Config:
+                  omp: int | None = None, blocktime: int | None = None, compact: bool = False) -> Config:
     """A grid point: inter x intra, and on OpenMP builds OMP_NUM_THREADS = MKL_NUM_THREADS = ``omp``
-    (default: intra) and, if given, KMP_BLOCKTIME."""
+    (default: intra) and, if given, KMP_BLOCKTIME and compact KMP_AFFINITY."""
     if inter < 0 or intra < 0 or (omp is not None and omp < 1) or (blocktime is not None and blocktime < 0):
         raise ValueError(f"thread counts must be >= 0, got inter={inter} intra={intra} omp={omp} "
                          f"blocktime={blocktime}")
@@ -116,29 +120,35 @@ def thread_config(inter: int, intra: int, *, openmp: bool, name: str | None = No
         env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(omp)
     if blocktime is not None:
         env["KMP_BLOCKTIME"] = str(blocktime)
+    if compact:
+        env["KMP_AFFINITY"] = KMP_COMPACT
     return Config(
-        name=name or config_name(inter, intra, omp if omp != intra else None, blocktime),
+        name=name or config_name(inter, intra, omp if omp != intra else None, blocktime, compact),
         inter=inter,
         intra=intra,
         omp=omp,
         env=tuple(sorted(env.items())),
         kind=kind,
         blocktime=blocktime,
+        compact=compact,
     )
 
 
-_SPEC = re.compile(r"(\d+)x(\d+)(?:x(\d+))?(?::bt(\d+))?")
-SPEC_HELP = ("INTERxINTRA (e.g. 1x2), or on OpenMP builds INTERxINTRAxOMP with an optional "
-             ":btMS for KMP_BLOCKTIME (e.g. 1x1x2, 1x1x2:bt200)")
+_SPEC = re.compile(r"(\d+)x(\d+)(?:x(\d+))?(?::bt(\d+))?(:compact)?")
+SPEC_HELP = ("INTERxINTRA (e.g. 1x2), or on OpenMP builds INTERxINTRAxOMP with optional :btMS for KMP_BLOCKTIME "
+             "and :compact for compact KMP_AFFINITY (e.g. 1x1x2, 1x1x2:bt200, 1x1x2:compact)")
 
 
-def config_name(inter: int, intra: int, omp: int | None = None, blocktime: int | None = None) -> str:
-    """The spec ``parse_config`` reads back: 2x1, 1x1x2, 1x1x2:bt1."""
+def config_name(inter: int, intra: int, omp: int | None = None, blocktime: int | None = None,
+                compact: bool = False) -> str:
+    """The spec ``parse_config`` reads back: 2x1, 1x1x2, 1x1x2:bt1, 1x1x2:compact."""
     name = f"{inter}x{intra}"
     if omp is not None:
         name += f"x{omp}"
     if blocktime is not None:
         name += f":bt{blocktime}"
+    if compact:
+        name += ":compact"
     return name
 
 
@@ -154,11 +164,12 @@ def parse_config(text: str, *, openmp: bool, kind: str = "search", name: str | N
     inter, intra = int(m.group(1)), int(m.group(2))
     omp = int(m.group(3)) if m.group(3) else None
     blocktime = int(m.group(4)) if m.group(4) else None
-    if (omp is not None or blocktime is not None) and not openmp:
-        raise ValueError(f"{text!r} sets OpenMP threads or KMP_BLOCKTIME, but this TensorFlow runs oneDNN on its "
-                         "own thread pool (no OpenMP): use INTERxINTRA")
+    compact = bool(m.group(5))
+    if (omp is not None or blocktime is not None or compact) and not openmp:
+        raise ValueError(f"{text!r} sets OpenMP threads, KMP_BLOCKTIME or KMP_AFFINITY, but this TensorFlow runs "
+                         "oneDNN on its own thread pool (no OpenMP): use INTERxINTRA")
     return thread_config(inter, intra, openmp=openmp, name=name or text.strip().lower(), kind=kind, omp=omp,
-                         blocktime=blocktime)
+                         blocktime=blocktime, compact=compact)
 
 
 def config_from_plan(name: str, plan: Any, kind: str) -> Config:
