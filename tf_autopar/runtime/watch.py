@@ -8,7 +8,8 @@ every write from Python passes through:
   ``resource_scatter_*``, strided-slice assign, ``resource_apply_*``) that
   ``tf.Variable.assign*``/``scatter_*``, Keras ``set_weights``/``load_weights``, eager
   optimizer steps and checkpoint restores call;
-- tf.function executions (``model.fit``, custom training steps): ``AtomicFunction.call_flat``.
+- tf.function executions (``model.fit``, custom training steps): ``AtomicFunction.call_flat``
+  (``__call__`` in TF 2.14).
   Which resource arguments a function may write is read once per function from its
   FunctionDef with TensorFlow's own rule for automatic control dependencies (an input is
   read-only only if every consumer is a registered read op or lists it in
@@ -236,8 +237,10 @@ def _install() -> None:
     from tensorflow.python.eager.polymorphic_function import atomic_function
 
     plan: list[tuple[Any, str, Any]] = []
-    original = atomic_function.AtomicFunction.call_flat
-    plan.append((atomic_function.AtomicFunction, "call_flat", _wrap_call_flat(original)))
+    # every flat call of a traced function: call_flat since TF 2.15, __call__ (same arguments) in 2.14
+    flat = "call_flat" if hasattr(atomic_function.AtomicFunction, "call_flat") else "__call__"
+    original = getattr(atomic_function.AtomicFunction, flat)
+    plan.append((atomic_function.AtomicFunction, flat, _wrap_call_flat(original)))
     wrapped: dict[int, Any] = {}
     for module_name in ("tensorflow.python.ops.gen_resource_variable_ops", "tensorflow.python.ops.gen_state_ops",
                         "tensorflow.python.ops.gen_array_ops", "tensorflow.python.ops.gen_training_ops",
