@@ -107,12 +107,12 @@ EXPECTED = [
     ("quota3v1", L, BIG, (3, 3), (3, 1), 1, "0-2"),
     ("quota3v1", T, 3, (1, 1), (1, 1), 3, "0"),
     ("quota3v1", TR, 3, (3, 3), (3, 1), 1, "0-2"),
-    # --- this host: 2 cores, no SMT (REFERENCE sec 7: 2x2 default is best for one process)
+    # --- this host: 2 cores, no SMT (docs/measurements.md: 2x2, the default, is best for one process)
     ("this", L, 1, (1, 2), (1, 2), 1, None),
     ("this", L, 2, (2, 2), (2, 1), 1, None),
     ("this", L, 3, (2, 2), (2, 1), 1, None),
     ("this", L, BIG, (2, 2), (2, 1), 1, None),
-    # two 1x1 streams (REFERENCE sec 7: about 1.2x the summed throughput of two default processes)
+    # two 1x1 streams (docs/measurements.md, servers table: several servers on defaults oversubscribe)
     ("this", T, 2, (1, 1), (1, 1), 2, "0"),
     ("this", TR, 2, (2, 2), (2, 1), 1, None),
     ("this", TR, BIG, (2, 2), (2, 1), 1, None),

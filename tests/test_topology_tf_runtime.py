@@ -109,7 +109,7 @@ def test_decision_rules():
 
 def test_installed_stock_tf_is_eigen():
     result = detect_tf_runtime()
-    assert result.runtime == "eigen", result  # pip tensorflow-cpu links no OpenMP (REFERENCE sec. 4)
+    assert result.runtime == "eigen", result  # pip tensorflow-cpu links no OpenMP (docs/openmp.md)
     assert result.package_dir == os.path.realpath(TF_SPEC.submodule_search_locations[0])
 
 

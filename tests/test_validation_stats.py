@@ -107,11 +107,17 @@ def test_big_smt_host_gets_the_documented_bounded_grid():
         search_space(t, "huge")
 
 
-def test_openmp_build_sets_omp_threads_equal_to_intra_and_counts_the_dimension():
+def test_openmp_build_sweeps_the_openmp_threads_apart_from_tfs_intra_op_pool():
     space = search_space(topo(runtime="openmp"))
-    c = next(c for c in space.configs if c.name == "2x1")
-    assert c.omp == 1 and c.env_dict["OMP_NUM_THREADS"] == "1"
-    assert space.full_size == 8
+    assert [c.name for c in space.configs] == ["1x1", "1x1x2", "1x2x1", "1x2", "2x1", "2x1x2", "2x2x1", "2x2"]
+    c = next(c for c in space.configs if c.name == "1x1x2")
+    assert (c.intra, c.omp) == (1, 2)
+    assert c.env_dict == {"TF_NUM_INTEROP_THREADS": "1", "TF_NUM_INTRAOP_THREADS": "1", "OMP_NUM_THREADS": "2",
+                          "MKL_NUM_THREADS": "2"}
+    assert space.full_size == 8 and "8 of 8" in space.describe() and "OpenMP [1, 2]" in space.describe()
+    big = search_space(topo(sockets=2, cores_per_socket=28, smt=2, runtime="openmp"))
+    assert big.intra_values == (1, 56) and big.omp_values == (1, 2, 4, 8, 16, 28, 32, 56, 64, 112)
+    assert len(big.configs) == 8 * 2 * 10 and big.full_size == 112 ** 3
 
 
 def test_identical_configurations_run_once_and_are_reported_as_same():

@@ -425,20 +425,25 @@ def _small_op_threshold(calibration: Mapping[str, Any] | None, facts: list[str])
 def _apply_tuned(settings: dict[str, Setting], tuned: Mapping[str, Any], cpus: int, facts: list[str]) -> None:
     """A measured setting replaces the rule's inter/intra pools (in place), said with its evidence."""
     inter, intra = tuned.get("inter_op"), tuned.get("intra_op")
-    if not all(isinstance(v, int) and 0 < v <= max(cpus, 2) for v in (inter, intra)):
-        facts.append(f"a tuned setting {inter}x{intra} does not fit {cpus} usable CPUs: ignored")
+    omp = tuned.get("omp_threads", intra)  # OpenMP builds tune the teams apart; older entries: = intra
+    if not all(isinstance(v, int) and 0 < v <= max(cpus, 2) for v in (inter, intra, omp)):
+        facts.append(f"a tuned setting {inter}x{intra} (OpenMP {omp}) does not fit {cpus} usable CPUs: ignored")
         return
     rule = f"{settings['inter_op'].value}x{settings['intra_op'].value}"
+    label = f"{inter}x{intra}"
+    if "omp_threads" in settings:
+        rule += f"x{settings['omp_threads'].value}"
+        label += f"x{omp}"
     speedup = tuned.get("speedup")
-    note = (f"tuned on {tuned.get('date', '?')}: {inter}x{intra}, "
+    note = (f"tuned on {tuned.get('date', '?')}: {label}, "
             + (f"{speedup:.2f}x over the rule's plan {rule}" if isinstance(speedup, (int, float)) else f"rule: {rule}")
             + f" ({tuned.get('rounds', '?')} rounds, {tuned.get('runs', '?')} runs)")
     facts.append(note)
     settings["inter_op"] = Setting(inter, "tuned", note)
     settings["intra_op"] = Setting(intra, "tuned", note)
     if "omp_threads" in settings:
-        settings["omp_threads"] = Setting(intra, "tuned", "OMP_NUM_THREADS = MKL_NUM_THREADS = the tuned intra_op")
-        settings["mkl_threads"] = Setting(intra, "tuned", "")
+        settings["omp_threads"] = Setting(omp, "tuned", "OMP_NUM_THREADS = MKL_NUM_THREADS, as tuned")
+        settings["mkl_threads"] = Setting(omp, "tuned", "")
 
 
 def _mkl_follows_user_omp(settings: dict[str, Setting]) -> None:

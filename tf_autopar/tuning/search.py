@@ -8,6 +8,9 @@ search (884,736 configurations) but the plan's neighbourhood:
   possible on a multi-CPU host: two branches of a chain graph cannot run at once, but a
   second pool lets TensorFlow overlap a small op with the next one's set-up);
 - intra-op: the budget, the budget divided among the inter-op threads, and 1;
+- OpenMP builds (the plan sets OpenMP threads apart from TF's intra-op pool): TF's intra-op
+  the plan's and 1, the OpenMP threads the plan's, the budget, the budget divided among the
+  inter-op threads, and 1;
 - never more than ``MAX_CANDIDATES`` (12).
 
 Decision: successive halving over interleaved rounds. Every live candidate runs once per
@@ -34,27 +37,32 @@ CLEAR_WIN = 0.15  # a neighbour this much faster than the plan in every round en
 class Candidate:
     inter: int
     intra: int
+    omp: int | None = None  # OpenMP threads per team on OpenMP builds; None: not set apart
 
     @property
     def label(self) -> str:
-        return f"{self.inter}x{self.intra}"
+        return f"{self.inter}x{self.intra}" + (f"x{self.omp}" if self.omp is not None else "")
 
     @classmethod
     def parse(cls, text: str) -> "Candidate":
-        inter, _, intra = text.partition("x")
-        return cls(int(inter), int(intra))
+        parts = [int(p) for p in text.split("x")]
+        return cls(parts[0], parts[1], parts[2] if len(parts) > 2 else None)
 
 
-def neighbourhood(inter: int, intra: int, budget: int, max_width: int) -> list[Candidate]:
+def neighbourhood(inter: int, intra: int, budget: int, max_width: int, omp: int | None = None) -> list[Candidate]:
     """The plan first, then its neighbours (see the module docstring), at most MAX_CANDIDATES."""
-    if budget < 1 or inter < 1 or intra < 1:
-        raise ValueError(f"inter, intra and budget must be positive, got {inter}, {intra}, {budget}")
+    if budget < 1 or inter < 1 or intra < 1 or (omp is not None and omp < 1):
+        raise ValueError(f"inter, intra, omp and budget must be positive, got {inter}, {intra}, {omp}, {budget}")
     top = max(1, min(budget, max(max_width, 2 if budget > 1 else 1)))
     inters = [p for p in (inter, inter - 1, inter + 1) if 1 <= p <= top]
-    out = [Candidate(inter, intra)]
+    out = [Candidate(inter, intra, omp)]
     for p in inters:
-        for t in (intra, budget, max(1, budget // p), 1):
-            c = Candidate(p, t)
+        if omp is None:
+            pairs = [(t, None) for t in (intra, budget, max(1, budget // p), 1)]
+        else:
+            pairs = [(t, o) for o in (omp, budget, max(1, budget // p), 1) for t in (intra, 1)]
+        for t, o in pairs:
+            c = Candidate(p, t, o)
             if c not in out:
                 out.append(c)
     return out[:MAX_CANDIDATES]

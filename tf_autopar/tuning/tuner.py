@@ -67,12 +67,12 @@ class TuneOutcome:
 
 
 def candidate_env(plan_env: Mapping[str, str], c: Candidate) -> dict[str, str]:
-    """The plan's variables with ``c``'s pools (OpenMP/MKL teams follow the intra-op count)."""
+    """The plan's variables with ``c``'s pools (OpenMP/MKL teams: ``c.omp``, else the intra-op count)."""
     env = {str(k): str(v) for k, v in plan_env.items()}
     env.update({"TF_NUM_INTEROP_THREADS": str(c.inter), "TF_NUM_INTRAOP_THREADS": str(c.intra)})
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        if name in env:
-            env[name] = str(c.intra)
+        if name in env or c.omp is not None:
+            env[name] = str(c.omp if c.omp is not None else c.intra)
     return env
 
 
@@ -82,8 +82,9 @@ def search_plan(plan: Mapping[str, Any], profile: Mapping[str, Any], usable: int
     """The search around ``plan`` (a ThreadPlan.to_dict()): ``run(candidate, round)`` measures one
     candidate once in a fresh process and returns its step time (NaN: failed). Shared by ``tune``
     and ``validate --tuned``, so what validation reports is what a user's tune does."""
-    rule = Candidate(int(plan["inter_op"]), int(plan["intra_op"]))
-    candidates = neighbourhood(rule.inter, rule.intra, usable, int(profile.get("max_width") or 1))
+    omp = plan.get("omp_threads")
+    rule = Candidate(int(plan["inter_op"]), int(plan["intra_op"]), int(omp) if omp else None)
+    candidates = neighbourhood(rule.inter, rule.intra, usable, int(profile.get("max_width") or 1), rule.omp)
     say(f"rule's plan {rule.label}; {len(candidates)} candidates "
         f"({', '.join(c.label for c in candidates)}); up to {max_runs} runs")
 
@@ -206,6 +207,7 @@ def _finish(model: str, mode: str, plan_mode: str, batch: int, rule: Candidate, 
         from tf_autopar.runtime import cache
 
         entry = {"inter_op": result.best.inter, "intra_op": result.best.intra, "rule": rule.label,
+                 **({"omp_threads": result.best.omp} if result.best.omp is not None else {}),
                  "speedup": round(result.speedup(), 3), "rounds": result.rounds, "runs": result.runs,
                  "date": _dt.date.today().isoformat(), "cpu_model": host["cpu_model"], "model": model}
         cache.store_tuned(fingerprint, cache.host_key(topology), plan_mode, batch, entry)

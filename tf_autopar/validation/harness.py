@@ -361,7 +361,8 @@ class Harness:
 
         def config(c: Any, name: str, kind: str) -> Config:
             env = candidate_env(ours.env_dict, c)
-            return Config(name, c.inter, c.intra, omp=c.intra if ours.omp else None, env=tuple(sorted(env.items())),
+            omp = c.omp if c.omp is not None else (c.intra if ours.omp else None)
+            return Config(name, c.inter, c.intra, omp=omp, env=tuple(sorted(env.items())),
                           cpus=ours.cpus, kind=kind)
 
         def run(c: Any, rnd: int) -> float:

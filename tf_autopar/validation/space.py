@@ -16,9 +16,12 @@ Search space (documented bound; the paper swept hundreds of thousands of setting
   instead of 112 x 112.
 - "full" can be forced on any host (``kind="full"``); ``kind="none"`` searches nothing
   (baselines and our plan only).
-- OpenMP builds: OMP_NUM_THREADS = intra for every point (one more dimension would square
-  the space; Intel's and the paper's guidance set them equal). The full space counted in
-  the report includes that dimension so the report says what share was searched.
+- OpenMP builds: oneDNN's kernels run on OpenMP teams (one per inter-op thread) and the rest
+  on TensorFlow's intra-op pool, two pools measured to matter apart (docs/openmp.md), so the
+  OpenMP threads are a third dimension: "full" sweeps inter x intra x OMP in 1..L; "grid"
+  sweeps OMP over the intra values above and TF's intra-op over {1, physical cores}.
+  KMP_BLOCKTIME and KMP_AFFINITY are left to the build (TensorFlow sets 1 ms itself; neither
+  changed a measured row beyond noise).
 """
 from __future__ import annotations
 
@@ -73,8 +76,8 @@ class Config:
     def effect_key(self, threading_runtime: str, affinity: tuple[int, ...]) -> tuple:
         """Two configurations with the same key start identical processes: run them once.
 
-        With stock TF ("eigen": no OpenMP linked) OMP_*/KMP_*/MKL_* change nothing (checked,
-        see REFERENCE section 4), TF_NUM_*=0 means unset, and binding to the whole
+        With stock TF ("eigen": no OpenMP linked) OMP_*/KMP_*/MKL_* change nothing (its
+        oneDNN runs on TensorFlow's own pool), TF_NUM_*=0 means unset, and binding to the whole
         affinity mask is no binding.
         """
         env = {}
@@ -207,6 +210,7 @@ class SearchSpace:
     intra_values: tuple[int, ...]
     openmp: bool
     configs: tuple[Config, ...] = field(default_factory=tuple)
+    omp_values: tuple[int, ...] = ()  # OpenMP builds: the OpenMP threads swept
 
     @property
     def full_size(self) -> int:
@@ -218,7 +222,7 @@ class SearchSpace:
         share = len(self.configs) / self.full_size if self.full_size else 0.0
         if self.kind == "none":
             return "no search: baselines and our plan only (the optimum is the best of those)"
-        omp = "; OMP_NUM_THREADS = intra" if self.openmp else ""
+        omp = f" x OpenMP {list(self.omp_values)}" if self.omp_values else ""
         return (
             f"{self.kind} search: inter {list(self.inter_values)} x intra {list(self.intra_values)}{omp}: "
             f"{len(self.configs)} of {self.full_size} configurations ({share:.1%}) for L={self.logical_cpus} logical CPUs"
@@ -231,6 +235,7 @@ class SearchSpace:
             "inter_values": list(self.inter_values),
             "intra_values": list(self.intra_values),
             "openmp": self.openmp,
+            "omp_values": list(self.omp_values),
             "searched": len(self.configs),
             "full_size": self.full_size,
             "description": self.describe(),
@@ -268,8 +273,16 @@ def search_space(topology: Any, kind: str = "auto") -> SearchSpace:
         inter, intra = grid_values(
             L, max(1, topology.physical_cores), max(1, len(topology.sockets)), max(1, len(topology.numa_nodes))
         )
-    configs = tuple(thread_config(i, j, openmp=openmp) for i in inter for j in intra)
-    return SearchSpace(kind=kind, logical_cpus=L, inter_values=inter, intra_values=intra, openmp=openmp, configs=configs)
+    omp: tuple[int, ...] = ()
+    if openmp and kind != "none":
+        omp = intra
+        if kind == "grid":
+            intra = tuple(sorted({1, max(1, min(L, topology.physical_cores))}))
+        configs = tuple(thread_config(i, j, openmp=True, omp=o) for i in inter for j in intra for o in omp)
+    else:
+        configs = tuple(thread_config(i, j, openmp=openmp) for i in inter for j in intra)
+    return SearchSpace(kind=kind, logical_cpus=L, inter_values=inter, intra_values=intra, openmp=openmp,
+                       configs=configs, omp_values=omp)
 
 
 def baseline_configs(topology: Any) -> list[Config]:
