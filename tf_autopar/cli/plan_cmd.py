@@ -9,10 +9,14 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from tf_autopar.cli.notes import say
 from tf_autopar.planning import BASELINES, FORMATS, MODES, ThreadPlan, baseline_plan, plan
+from tf_autopar.topology.model import Topology
+
+if TYPE_CHECKING:  # the graph package is imported only when a model is analysed
+    from tf_autopar.graph.profile import GraphProfile
 
 log = logging.getLogger("tf_autopar.cli")
 
@@ -77,7 +81,7 @@ def shape_options(args: argparse.Namespace, mode: str = "latency") -> dict[str, 
             "batch_given": args.batch is not None or bool(args.batching_file) or bool(shapes)}
 
 
-def load_profile(model: str, mode: str = "latency", **options: Any) -> Any:
+def load_profile(model: str, mode: str = "latency", **options: Any) -> GraphProfile:
     """GraphProfile for a SavedModel/graph/.keras path or a bundled workload name (imports
     TensorFlow); ``options``: analyze()'s batch, input_shapes, signature."""
     try:
@@ -116,7 +120,8 @@ def workload_names() -> list[str]:
     return workloads.names()
 
 
-def measured_for(profile: Any, mode: str, topology: Any, batch: int | None) -> tuple[Any, Any]:
+def measured_for(profile: GraphProfile | None, mode: str, topology: Topology,
+                 batch: int | None) -> tuple[Any, Any]:
     """(tuned setting, calibration) that `tune` and `calibrate` measured on this host for the model."""
     if profile is None:
         return None, None
@@ -125,7 +130,7 @@ def measured_for(profile: Any, mode: str, topology: Any, batch: int | None) -> t
     return tuned_for(getattr(profile, "fingerprint", ""), mode, topology, batch), calibration_for(topology)
 
 
-def build_plan(args: argparse.Namespace, topology: Any, env: Mapping[str, str] | None) -> ThreadPlan:
+def build_plan(args: argparse.Namespace, topology: Topology, env: Mapping[str, str] | None) -> ThreadPlan:
     """The plan the arguments ask for, on ``topology`` with the user's ``env``."""
     if args.baseline is not None:
         return baseline_plan(args.baseline, topology, env=env, mode=args.mode)

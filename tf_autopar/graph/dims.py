@@ -12,6 +12,8 @@ import os
 import re
 from typing import Any, NamedTuple, Sequence
 
+from tf_autopar.graph.profile import GraphProfile
+
 Shape = tuple[int, ...]
 
 #: What an unknown non-leading dimension (a sequence length, a free image side) is read as when
@@ -146,7 +148,7 @@ def typical_batch(mode: str, batch: int | None = None, batching_file: str | None
     return 1
 
 
-def for_unknown_batch(profile: Any) -> Any:
+def for_unknown_batch(profile: GraphProfile) -> GraphProfile:
     """The profile to plan from when nobody said the batch: its op sizes are not known, so the
     plan keeps TensorFlow's default pool sizes within the budget. Measured (docs/serving.md): a
     plan made for batch 1 ran MobileNetV2 at batch 8 1.35x slower than the default and a DLRM

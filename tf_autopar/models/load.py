@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 if TYPE_CHECKING:  # the parents import this module for model_kind(): no numpy there (it starts BLAS threads)
     import numpy as np
 
+    from tf_autopar.graph.profile import GraphProfile
     from tf_autopar.models.inputs import InputSpec
 
 log = logging.getLogger("tf_autopar.models")
@@ -158,7 +159,7 @@ class LoadedModel:
             log.info("could not read embedding table sizes from the graph: %s", exc)
             return {}
 
-    def profile(self, batch: int, shapes: Mapping[str, Sequence[int]]) -> tuple[Any, str]:
+    def profile(self, batch: int, shapes: Mapping[str, Sequence[int]]) -> tuple[GraphProfile, str]:
         """The GraphProfile the plan is made from, at ``batch`` and the shapes that run; and a note.
 
         SavedModel: ``tf_autopar.graph.analyze(path, batch=, input_shapes=)`` reads the
@@ -430,7 +431,7 @@ class Prepared:
     def shapes(self) -> dict[str, tuple[int, ...]]:
         return {k: tuple(int(d) for d in v.shape) for k, v in self.arrays.items()}
 
-    def profile(self) -> tuple[Any, str]:
+    def profile(self) -> tuple[GraphProfile, str]:
         """The GraphProfile at the shapes that run (see LoadedModel.profile)."""
         return self.model.profile(self.batch, self.shapes)
 

@@ -43,12 +43,15 @@ Frameworks", TACO 2021, adapted to how TensorFlow 2 really threads):
 from __future__ import annotations
 
 import logging
-from typing import Any, Mapping, NamedTuple
+from typing import TYPE_CHECKING, Any, Mapping, NamedTuple
 
 from tf_autopar.planning.plan import Setting, ThreadPlan, plural
 from tf_autopar.planning.user_settings import KNOBS, UserSettings, read_user_settings
 from tf_autopar.topology.cpulist import format_cpulist
 from tf_autopar.topology.model import Core, Topology, ordered_cores
+
+if TYPE_CHECKING:  # the planner stays pure: no graph package (and its loaders) at import
+    from tf_autopar.graph.profile import GraphProfile
 
 log = logging.getLogger("tf_autopar.planning")
 
@@ -89,7 +92,8 @@ class Unit(NamedTuple):
 # ------------------------------------------------------------------------------ inputs
 
 
-def _check_inputs(mode: str, profile: Any, width: int | None, streams: int | None) -> Any:
+def _check_inputs(mode: str, profile: GraphProfile | None, width: int | None,
+                  streams: int | None) -> GraphProfile | None:
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; choose from {', '.join(MODES)}")
     if width is not None:
@@ -186,7 +190,7 @@ def _binding(units: list[Unit], topology: Topology) -> tuple[tuple[int, ...], ..
 # ------------------------------------------------------------------------------ pools
 
 
-def model_pools(profile: Any, usable: int, runtime: str = "eigen") -> tuple[int, str]:
+def model_pools(profile: GraphProfile | None, usable: int, runtime: str = "eigen") -> tuple[int, str]:
     """p from the model's width, bounded by its max width and the usable CPUs.
 
     No model known, or its op sizes unknown (the batch not given): on Eigen builds p = the
@@ -463,7 +467,7 @@ def _value(settings: dict[str, Setting], knob: str) -> Any:
 
 def plan(
     topology: Topology,
-    profile: Any = None,
+    profile: GraphProfile | None = None,
     mode: str = "latency",
     *,
     width: int | None = None,

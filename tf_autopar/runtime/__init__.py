@@ -18,11 +18,16 @@ import logging
 import os
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tf_autopar.runtime import cache, controller, core
 from tf_autopar.runtime.safety import fail_open, maybe_fail, warn_once
 from tf_autopar.runtime.state import STATE, ProcessRecord, Status
+
+if TYPE_CHECKING:  # imported where used: enable() must stay cheap
+    from tf_autopar.coordination import Share
+    from tf_autopar.graph.profile import GraphProfile
+    from tf_autopar.planning.plan import ThreadPlan
 
 log = logging.getLogger("tf_autopar.runtime")
 MODES = ("latency", "throughput", "training")
@@ -121,8 +126,9 @@ def _before_fork() -> None:
     fork-started pool's): it hands its lease slot to the workers it forks, which claim their own
     shares (``_after_fork_in_child``), so that the workers, not the master, split the host."""
     try:
-        if STATE.pid == os.getpid() and _reclaims_at_fork() and STATE.share.lease_held:
-            STATE.share.release()
+        share = STATE.share
+        if STATE.pid == os.getpid() and _reclaims_at_fork() and share is not None and share.lease_held:
+            share.release()
             log.info("tf_autopar: pid %s forks before TensorFlow started: its lease slot goes to its workers",
                      os.getpid())
     except Exception as exc:  # never break the user's fork
@@ -333,7 +339,7 @@ class _DeferredInstall:
         return spec
 
 
-def _model_profile(model: Any, width: int | None, started: bool, use_cache: bool) -> tuple[Any, str]:
+def _model_profile(model: Any, width: int | None, started: bool, use_cache: bool) -> tuple[GraphProfile | None, str]:
     if width is None and model is None:
         return None, "host"  # no import of the graph package: keeps enable() cheap
     from tf_autopar.graph.profile import GraphProfile
@@ -364,7 +370,7 @@ def _model_profile(model: Any, width: int | None, started: bool, use_cache: bool
     return analyze(model, batch=batch), f"model {type(model).__name__}"
 
 
-def _workload_profile(name: str, use_cache: bool) -> Any:
+def _workload_profile(name: str, use_cache: bool) -> GraphProfile:
     """A registered model name's profile (graph/named.py) without starting TF here: building the
     model would fix the pools. Analysed once in a child process, then read from the plan cache."""
     from tf_autopar.graph import named
@@ -375,7 +381,7 @@ def _workload_profile(name: str, use_cache: bool) -> Any:
     return child_profile(name, f"workload:{name}:tiny", use_cache, preload=named.modules())
 
 
-def _claim_share() -> Any:
+def _claim_share() -> Share | None:
     """This process's share of the host, or None (alone, or coordination failed: fail open)."""
     try:
         from tf_autopar.coordination import claim_share
@@ -419,7 +425,7 @@ def _apply_process(
         report_late(plan, source + source_note)
 
 
-def _binding(plan: Any, share: Any) -> tuple[int, ...]:
+def _binding(plan: ThreadPlan, share: Share | None) -> tuple[int, ...]:
     """The CPUs to bind to: the share's when it is pinned, else a restricted single-instance plan's."""
     if share is not None and share.pin:
         return tuple(share.cpus)
@@ -430,7 +436,7 @@ def _binding(plan: Any, share: Any) -> tuple[int, ...]:
     return ()
 
 
-def apply_before_start(plan: Any, source: str, share: Any = None) -> None:
+def apply_before_start(plan: ThreadPlan, source: str, share: Share | None = None) -> None:
     """Set the process pools (and binding) for ``plan`` while TensorFlow's runtime is not started."""
     tf_default = controller.default_pool_size()  # what TensorFlow would pick, before any binding narrows it
     cpus = _binding(plan, share)
@@ -453,7 +459,7 @@ def apply_before_start(plan: Any, source: str, share: Any = None) -> None:
     )
 
 
-def report_late(plan: Any, source: str) -> None:
+def report_late(plan: ThreadPlan, source: str) -> None:
     """Record ``plan`` for a runtime already started: what could not be applied, said once."""
     running = controller.running_pools()
     not_applied = []

@@ -23,12 +23,15 @@ import logging
 import os
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tf_autopar._files import read_json, write_json_atomic
 from tf_autopar._keys import stable_key
 from tf_autopar._paths import cache_dir
 from tf_autopar.runtime.safety import warn_once
+
+if TYPE_CHECKING:
+    from tf_autopar.topology.model import Topology
 
 log = logging.getLogger("tf_autopar.runtime")
 FILENAME = "plans.json"
@@ -42,7 +45,7 @@ def cache_path() -> str:
     return os.path.join(cache_dir(), FILENAME)
 
 
-def topology_key(topology: Any) -> str:
+def topology_key(topology: Topology) -> str:
     """What of the host a plan depends on: budget, cores, sockets, NUMA, quota, runtime."""
     facts = [
         getattr(topology, "cpu_budget", None),
@@ -185,7 +188,7 @@ def _put(section: str, key: str, entry: dict[str, Any], path: str | None) -> Non
         _write(path, data)
 
 
-def host_key(topology: Any) -> str:
+def host_key(topology: Topology) -> str:
     """The topology key plus the processor model: a measured setting holds for one processor
     (a threshold fitted on an AMD EPYC is a guess on an Intel Xeon), a rule-made plan for any."""
     model = getattr(getattr(topology, "cpu", None), "model", "unknown")

@@ -9,18 +9,23 @@ import dataclasses
 import logging
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tf_autopar.runtime import controller
 from tf_autopar.runtime.safety import maybe_fail
 
+if TYPE_CHECKING:  # imported where used: enable() must stay cheap
+    from tf_autopar.graph.profile import GraphProfile
+    from tf_autopar.planning.plan import ThreadPlan
+    from tf_autopar.topology.model import Topology
+
 log = logging.getLogger("tf_autopar.runtime")
 _lock = threading.Lock()
-_host: Any = None  # the host as this process found it, detected once
-_share: Any = None  # what this process plans for when it shares the host with other workers
+_host: Topology | None = None  # the host as this process found it, detected once
+_share: Topology | None = None  # what this process plans for when it shares the host with other workers
 
 
-def host_topology() -> Any:
+def host_topology() -> Topology:
     global _host
     with _lock:
         if _host is None:
@@ -30,25 +35,25 @@ def host_topology() -> Any:
         return _host
 
 
-def topology() -> Any:
+def topology() -> Topology:
     """What every plan of this process is made for: its share of the host, else the host."""
     return _share if _share is not None else host_topology()
 
 
-def use_share(topology: Any) -> None:
+def use_share(topology: Topology | None) -> None:
     global _share
     _share = topology
 
 
-def effective_mode(mode: str, profile: Any) -> str:
+def effective_mode(mode: str, profile: GraphProfile | None) -> str:
     """Training graphs get the training plan when the user asked for latency (the default)."""
     if mode == "latency" and profile is not None and getattr(profile, "training", False):
         return "training"
     return mode
 
 
-def plan_for(profile: Any, mode: str, *, width: int | None = None, streams: int | None = None,
-             tuned_fingerprint: str | None = None) -> Any:
+def plan_for(profile: GraphProfile | None, mode: str, *, width: int | None = None, streams: int | None = None,
+             tuned_fingerprint: str | None = None) -> ThreadPlan:
     """``tuned_fingerprint``: look up what `tune` measured under this fingerprint (the model file
     a frozen graph came from) rather than the profile's own."""
     from tf_autopar.planning import plan
@@ -63,7 +68,7 @@ def plan_for(profile: Any, mode: str, *, width: int | None = None, streams: int 
     )
 
 
-def calibration_for(topo: Any) -> Any:
+def calibration_for(topo: Topology) -> Any:
     """This host's small-op threshold: measured here by ``tf-autopar calibrate`` (plan cache),
     else measured on the same processor model (planning/calibrations.py), else None."""
     from tf_autopar.planning.calibrations import for_processor
@@ -81,7 +86,7 @@ def calibration_for(topo: Any) -> Any:
     return for_processor(getattr(getattr(topo, "cpu", None), "model", None))
 
 
-def tuned_for(fingerprint: str, mode: str, topo: Any = None, batch: int | None = None) -> Any:
+def tuned_for(fingerprint: str, mode: str, topo: Topology | None = None, batch: int | None = None) -> Any:
     """The setting ``tf-autopar tune`` measured for the graph ``fingerprint``, mode and batch on
     this host, if any."""
     from tf_autopar.runtime.state import STATE
@@ -98,7 +103,7 @@ def tuned_for(fingerprint: str, mode: str, topo: Any = None, batch: int | None =
         return None
 
 
-def analyze_graph(graph_def: Any, source: str) -> tuple[Any, float]:
+def analyze_graph(graph_def: Any, source: str) -> tuple[GraphProfile, float]:
     """(profile, milliseconds spent)."""
     from tf_autopar.graph import analyze_graph_def
 
@@ -108,7 +113,7 @@ def analyze_graph(graph_def: Any, source: str) -> tuple[Any, float]:
     return profile, (time.perf_counter() - t0) * 1e3
 
 
-def profile_from_dict(d: dict[str, Any]) -> Any:
+def profile_from_dict(d: dict[str, Any]) -> GraphProfile:
     from tf_autopar.graph.profile import GraphProfile
 
     names = {f.name for f in dataclasses.fields(GraphProfile)}
@@ -119,7 +124,7 @@ def profile_from_dict(d: dict[str, Any]) -> Any:
     return GraphProfile(**data)
 
 
-def profile_summary(profile: Any) -> dict[str, Any]:
+def profile_summary(profile: GraphProfile) -> dict[str, Any]:
     """The profile fields worth caching (small: no op histograms)."""
     keep = ("heavy_ops", "depth", "avg_width", "max_width", "nodes", "functions", "training",
             "uses_tf_data", "loops", "sizes_known", "source", "fingerprint", "typical_op_work", "assumptions")

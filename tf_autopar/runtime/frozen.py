@@ -52,11 +52,15 @@ import os
 import threading
 import time
 from collections.abc import Mapping
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from tf_autopar.runtime import controller, core, sessions, watch
 from tf_autopar.runtime.safety import fail_open
 from tf_autopar.runtime.state import STATE
+
+if TYPE_CHECKING:
+    from tf_autopar.graph.profile import GraphProfile
+    from tf_autopar.planning.plan import ThreadPlan
 
 log = logging.getLogger("tf_autopar.runtime")
 
@@ -101,8 +105,8 @@ class OptimizedFunction:
         # one graph when the input specs are known (a signature keeps its None batch); a str key
         # hashes once, a tuple of TensorSpecs would hash on every call
         self._fixed_key = "fixed" if self._kind == SIGNATURE or self._signature is not None else None
-        self.plan: Any = None
-        self.profile: Any = None
+        self.plan: ThreadPlan | None = None
+        self.profile: GraphProfile | None = None
         self._failed = False
         if self._signature is not None or self._kind == SIGNATURE:
             try:
@@ -265,8 +269,8 @@ class _Retired(Exception):
 
 
 class _Compiled:
-    def __init__(self, sessions: list[Any], inputs: list[str], outputs: list[str], structure: Any, plan: Any,
-                 profile: Any, name: str) -> None:
+    def __init__(self, sessions: list[Any], inputs: list[str], outputs: list[str], structure: Any, plan: ThreadPlan,
+                 profile: GraphProfile, name: str) -> None:
         self.sessions, self.inputs, self.outputs = sessions, inputs, outputs
         self.structure, self.plan, self.profile, self.name = structure, plan, profile, name
         self.generation = 0

@@ -24,10 +24,14 @@ import subprocess
 import sys
 import threading
 from dataclasses import dataclass, field
-from typing import IO, Any, Mapping, Sequence
+from typing import IO, TYPE_CHECKING, Any, Mapping, Sequence
 
 from tf_autopar.planning.plan import plural
 from tf_autopar.topology.cpulist import format_cpulist
+
+if TYPE_CHECKING:
+    from tf_autopar.graph.profile import GraphProfile
+    from tf_autopar.topology.model import Topology
 from tf_autopar.topology import affinity
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -86,7 +90,7 @@ def shared_cpus(slices: Sequence[Sequence[int]]) -> str:
             f"each other down; at most {len(owners)} get a CPU of their own (--instances {len(owners)})")
 
 
-def restrict_to_cores(topology: Any, cores: Sequence[int]) -> Any:
+def restrict_to_cores(topology: Topology, cores: Sequence[int]) -> Topology:
     """The topology as seen by a process bound to ``cores`` (--cores): every CPU must be usable."""
     from tf_autopar.coordination.slices import restrict
 
@@ -97,14 +101,14 @@ def restrict_to_cores(topology: Any, cores: Sequence[int]) -> Any:
 
 
 def launch_specs(
-    topology: Any,
+    topology: Topology,
     command: Sequence[str],
     *,
     mode: str = "latency",
     instances: int | None = None,
     environ: Mapping[str, str],
     numactl: str | None = None,
-    profile: Any = None,
+    profile: GraphProfile | None = None,
     tuned: Mapping[str, Any] | None = None,
     calibration: Mapping[str, Any] | None = None,
 ) -> LaunchPlan:

@@ -24,11 +24,14 @@ import logging
 import os
 import sys
 import weakref
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from tf_autopar.runtime import cache, controller, core
 from tf_autopar.runtime.safety import fail_open, maybe_fail, warn_once
 from tf_autopar.runtime.state import STATE
+
+if TYPE_CHECKING:
+    from tf_autopar.graph.profile import GraphProfile
 
 log = logging.getLogger("tf_autopar.runtime")
 
@@ -188,7 +191,7 @@ def on_load(path: str) -> None:
             )
 
 
-def model_profile(path: str, batch: int | None, started: bool) -> Any:
+def model_profile(path: str, batch: int | None, started: bool) -> GraphProfile | None:
     """The model's profile at ``batch`` (None: not given, see dims.for_unknown_batch): a
     SavedModel from its protobuf (no runtime start); a .keras file here once TF runs, else in a
     child process (cached by path, size and mtime)."""
@@ -210,7 +213,7 @@ def model_profile(path: str, batch: int | None, started: bool) -> Any:
 
 
 def child_profile(target: str, key: str, use_cache: bool = True, preload: Sequence[str] = (),
-                  **options: Any) -> Any:
+                  **options: Any) -> GraphProfile:
     """``analyze(target, **options)`` in a child process (building a model here would start TF's
     runtime and fix the pools), cached under ``key`` in the plan cache. ``preload``: modules the
     child imports first (the providers of registered model names, graph/named.py)."""

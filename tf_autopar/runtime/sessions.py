@@ -24,6 +24,7 @@ from tf_autopar.runtime.safety import fail_open, maybe_fail
 from tf_autopar.runtime.state import STATE
 
 if TYPE_CHECKING:
+    from tf_autopar.graph.profile import GraphProfile
     from tf_autopar.runtime.records import SessionRecord
 
 _original_init: Any = None
@@ -105,7 +106,7 @@ def _find_original() -> Any:
     return getattr(init, "__wrapped__", init)
 
 
-def graph_profile(graph: Any) -> tuple[Any, float]:
+def graph_profile(graph: Any) -> tuple[GraphProfile, float]:
     """The graph's profile, memoised per (graph, version): sessions often share one graph."""
     version = graph.version
     hit = _memo.get(graph)

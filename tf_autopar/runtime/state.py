@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 from tf_autopar import _warn
 
 if TYPE_CHECKING:
+    from tf_autopar.coordination import Share
+    from tf_autopar.graph.profile import GraphProfile
     from tf_autopar.runtime.records import FunctionRecord, SessionRecord
 
 
@@ -169,8 +171,8 @@ class Registry:
         self.use_cache = False
         self.batch: int | None = None  # what a model's None batch is read as (enable(batch=...))
         self.batch_given = False  # the user gave the batch (else it is assumed: graph/dims.py)
-        self.share: Any = None  # this process's share of the host (coordination.Share), if it shares
-        self.process_profile: Any = None  # the profile the process pools were planned for (None: host only)
+        self.share: Share | None = None  # this process's share of the host, if it shares
+        self.process_profile: GraphProfile | None = None  # the profile the process pools were planned for (None: host only)
         self.process: ProcessRecord | None = None
         self.sessions: list[SessionRecord] = []
         self.functions: dict[tuple[str, str], FunctionRecord] = {}

@@ -1,5 +1,10 @@
 """cgroup CPU limits of this process: CFS bandwidth quota and cpuset.
 
+Where the hierarchies are mounted is decided here only (hierarchy_mounts, from mountinfo):
+for this module's quota reader and, through cpu_hierarchies, for the quota groups
+``tf-autopar validate --cpu-quota`` creates (validation/cgroup.py), so that the groups land
+in the hierarchy whose limits planning reads.
+
 Finding the groups: /proc/<self>/cgroup names the process's group in each hierarchy
 ("4:cpu,cpuacct:/a/b" for v1, "0::/a/b" for the v2 unified one) and
 /proc/<self>/mountinfo says where each hierarchy is mounted and which group the mount
@@ -42,6 +47,7 @@ from .model import CpuQuota
 
 log = logging.getLogger("tf_autopar.topology")
 
+CGROUP_BASE = "/sys/fs/cgroup"
 UNREAD_QUOTA = ("this group's CPU quota is unknown and not applied: the CPU budget may exceed the quota "
                 "and the process be throttled")
 
@@ -51,6 +57,14 @@ class Mount(NamedTuple):
     mountpoint: str
     fstype: str  # "cgroup" (v1) or "cgroup2"
     options: frozenset[str]  # super options: v1 controller names live here ("cpu", "cpuacct")
+
+
+class Hierarchy(NamedTuple):
+    """A mounted cgroup hierarchy that can hold the cpu controller."""
+
+    version: int  # 1 or 2
+    mountpoint: str  # host path
+    controllers: frozenset[str] | None  # v1: the mount's; v2: cgroup.controllers (None if unreadable)
 
 
 class Membership(NamedTuple):
@@ -143,18 +157,24 @@ def _best_mount(path: str, mounts: list[Mount]) -> tuple[Mount, str] | None:
     return best
 
 
+def hierarchy_mounts(mounts: list[Mount], version: int, controller: str) -> list[Mount]:
+    """The mounts where `controller`'s groups can live: its v1 hierarchy's, or every v2 (unified) one."""
+    if version == 1:
+        return [mt for mt in mounts if mt.fstype == "cgroup" and controller in mt.options]
+    return [mt for mt in mounts if mt.fstype == "cgroup2"]
+
+
 def find_groups(memberships: list[Membership], mounts: list[Mount], controller: str) -> list[GroupDir]:
     """This process's group directories relevant to a controller: v1 ones, then the v2 one."""
     groups: list[GroupDir] = []
     for m in memberships:
         if controller in m.controllers:
-            candidates = [mt for mt in mounts if mt.fstype == "cgroup" and controller in mt.options]
             version = 1
         elif m.hierarchy == 0 and not m.controllers:
-            candidates = [mt for mt in mounts if mt.fstype == "cgroup2"]
             version = 2
         else:
             continue
+        candidates = hierarchy_mounts(mounts, version, controller)
         found = _best_mount(m.path, candidates)
         if found is not None:
             groups.append(GroupDir(version, found[0].mountpoint, found[1]))
@@ -173,6 +193,55 @@ def process_groups(fs: HostFS, notes: Notes, controller: str) -> list[GroupDir]:
         log.debug("%s missing: no cgroup limits read", fs.path(missing))
         return []
     return find_groups(parse_proc_cgroup(cg_text), parse_mountinfo(mi_text), controller)
+
+
+def _v2_controllers(fs: HostFS, mountpoint: str) -> frozenset[str] | None:
+    text = fs.read(f"{mountpoint}/cgroup.controllers")
+    return frozenset(text.split()) if text is not None else None
+
+
+def cpu_hierarchies(fs: HostFS) -> list[Hierarchy]:
+    """Where the cpu controller's hierarchies are mounted: the v2 mounts, then the v1 ones with cpu.
+
+    From the process's mountinfo, the same mounts find_groups maps its groups under; a
+    hierarchy mounted twice (bind mounts) comes at its place under /sys/fs/cgroup first.
+    No mountinfo, or none of its mounts a cgroup: the conventional places
+    (conventional_cpu_hierarchies).
+    """
+    text = fs.read(f"{fs.proc_self}/mountinfo")
+    mounts = parse_mountinfo(text) if text is not None else []
+    if not mounts:
+        log.debug("no cgroup mount in %s; trying the usual places under %s",
+                  fs.path(f"{fs.proc_self}/mountinfo"), CGROUP_BASE)
+        return conventional_cpu_hierarchies(fs)
+    found: list[Hierarchy] = []
+    for version in (2, 1):
+        seen: set[str] = set()
+        usual = sorted(hierarchy_mounts(mounts, version, "cpu"),
+                       key=lambda mt: not (mt.mountpoint + "/").startswith(CGROUP_BASE + "/"))
+        for mt in usual:
+            if mt.mountpoint in seen:
+                continue
+            seen.add(mt.mountpoint)
+            controllers = (_v2_controllers(fs, mt.mountpoint) if version == 2
+                           else frozenset(o for o in mt.options if o in ("cpu", "cpuacct")))
+            found.append(Hierarchy(version, mt.mountpoint, controllers))
+    return found
+
+
+def conventional_cpu_hierarchies(fs: HostFS, base: str = CGROUP_BASE) -> list[Hierarchy]:
+    """The cpu hierarchies found at their usual names under `base`, for when mountinfo is silent.
+
+    v2: base or base/unified (hybrid hosts) with a cgroup.controllers file; v1: base/cpu,
+    base/cpu,cpuacct or base/cpuacct,cpu with a cpu.cfs_quota_us file (often symlinks to one
+    another: callers needing one path resolve them).
+    """
+    found = [Hierarchy(2, d, _v2_controllers(fs, d)) for d in (base, posixpath.join(base, "unified"))
+             if fs.exists(f"{d}/cgroup.controllers")]
+    found += [Hierarchy(1, posixpath.join(base, name), frozenset(name.split(",")))
+              for name in ("cpu", "cpu,cpuacct", "cpuacct,cpu")
+              if fs.exists(f"{posixpath.join(base, name)}/cpu.cfs_quota_us")]
+    return found
 
 
 def parse_cpu_max(text: str) -> tuple[int | None, int]:

@@ -17,6 +17,9 @@ import signal
 import time
 from dataclasses import dataclass
 
+from tf_autopar.topology import cgroup as topology_cgroup
+from tf_autopar.topology._fs import HostFS
+
 log = logging.getLogger("tf_autopar.validation")
 
 PERIOD_US = 100_000
@@ -79,28 +82,31 @@ def _write(path: str, value: str) -> None:
         f.write(value)
 
 
-def _v2_cpu_root(path: str) -> str | None:
-    """A cgroup v2 mount point where child groups can get the cpu controller."""
-    try:
-        controllers = _read(os.path.join(path, "cgroup.controllers")).split()
-    except OSError:
-        return None
-    return path if "cpu" in controllers else None
+def find_cpu_controller(root: str | None = None, *, fs: HostFS | None = None) -> CpuController:
+    """The hierarchy to create quota groups in: v2 if it has the cpu controller, else v1 ``cpu``.
 
-
-def find_cpu_controller(root: str = "/sys/fs/cgroup") -> CpuController:
-    """The hierarchy to create quota groups in: v2 if it has the cpu controller, else v1 ``cpu``."""
+    Found where the topology reader finds this process's quota (topology.cgroup.cpu_hierarchies:
+    mountinfo, else the usual places), so the groups land in the hierarchy whose limits
+    planning reads. ``root``: a directory laid out like /sys/fs/cgroup, searched at the usual
+    names only. ``fs``: another host tree or process (tests).
+    """
+    fs = fs or HostFS()
+    if root is not None:
+        hierarchies = topology_cgroup.conventional_cpu_hierarchies(fs, root)
+        where = f"under {root}"
+    else:
+        hierarchies = topology_cgroup.cpu_hierarchies(fs)
+        where = "mounted"
     reasons = []
-    for candidate in (root, os.path.join(root, "unified")):
-        if os.path.exists(os.path.join(candidate, "cgroup.controllers")):
-            if _v2_cpu_root(candidate):
-                return CpuController(2, candidate)
-            reasons.append(f"cgroup v2 at {candidate} has no cpu controller")
-    for name in ("cpu", "cpu,cpuacct", "cpuacct,cpu"):
-        candidate = os.path.join(root, name)
-        if os.path.exists(os.path.join(candidate, "cpu.cfs_quota_us")):
-            return CpuController(1, os.path.realpath(candidate))
-    reasons.append(f"no cgroup v1 cpu controller (cpu.cfs_quota_us) under {root}")
+    for h in hierarchies:
+        path = fs.path(h.mountpoint)
+        if h.version == 2:
+            if h.controllers is not None and "cpu" in h.controllers:
+                return CpuController(2, path)
+            reasons.append(f"cgroup v2 at {path} has no cpu controller")
+        elif fs.exists(f"{h.mountpoint}/cpu.cfs_quota_us"):
+            return CpuController(1, os.path.realpath(path))
+    reasons.append(f"no cgroup v1 cpu controller (cpu.cfs_quota_us) {where}")
     raise CgroupUnavailable("cannot run under a CPU quota: " + "; ".join(reasons))
 
 

@@ -23,6 +23,7 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
+from tf_autopar.topology.model import Topology
 from tf_autopar.validation import results
 from tf_autopar.validation.cgroup import CpuController, QuotaGroup, check_writable, find_cpu_controller
 from tf_autopar.validation.plan_child import ROW_MODES
@@ -207,7 +208,7 @@ def distinct_slots(configs: Sequence[Config], runtime: str, affinity: tuple[int,
 class Harness:
     def __init__(
         self,
-        topology: Any,
+        topology: Topology,
         options: Options,
         *,
         baselines: Sequence[Config] | None = None,

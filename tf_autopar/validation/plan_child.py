@@ -23,14 +23,18 @@ import dataclasses
 import json
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the harness imports this module (ROW_MODES): the graph package stays in the child
+    from tf_autopar.graph.profile import GraphProfile
+    from tf_autopar.topology.model import Topology
 
 # Row modes -> (workloads runner mode, planner mode). Inference rows are one request at a
 # time in one process, so both inference rows are planned for latency.
 ROW_MODES = {"infer1": ("infer", "latency"), "infer": ("infer", "latency"), "train": ("train", "training")}
 
 
-def _with_quota(topology, cpus: float):
+def _with_quota(topology: Topology, cpus: float) -> Topology:
     from tf_autopar.topology import cpu_budget
     from tf_autopar.topology.model import CpuQuota
 
@@ -46,7 +50,7 @@ def _with_quota(topology, cpus: float):
     return dataclasses.replace(topology, quota=quota, cpu_budget=cpu_budget(len(topology.affinity), quota))
 
 
-def _profile(workload: str, runner_mode: str, size: str, batch: int | None, model_options: Any) -> tuple[Any, dict]:
+def _profile(workload: str, runner_mode: str, size: str, batch: int | None, model_options: Any) -> tuple[GraphProfile, dict]:
     """The row's GraphProfile, and what the report should know about a model file's inputs."""
     from tf_autopar.models.load import looks_like_model
 
