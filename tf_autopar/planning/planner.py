@@ -508,7 +508,7 @@ def plan(
                 p = 1
                 facts.append(f"tiny ops (under {_mac(TINY_OP_WORK)} multiply-adds): 1 inter-op pool, since handing an "
                              "op to another thread takes about as long as running it")
-        elif mode == "training" and op_work < TRAIN_SMALL_OP_WORK:
+        elif mode == "training" and op_work < TRAIN_SMALL_OP_WORK and profile is not None:
             pairs = min(2, profile.max_width, len(units))
             if pairs > p:
                 p = pairs

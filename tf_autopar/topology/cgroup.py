@@ -23,7 +23,7 @@ We round DOWN, as uber-go/automaxprocs does, and unlike loky, Go 1.25 and .NET, 
 round up. CFS enforces the quota per period for the whole group: a compute-bound pool
 with more runnable threads than the quota burns the group's runtime early in each
 period and every thread of the process (including the one on the critical path) is
-throttled for the rest of it. Measured here (REFERENCE.md sec. 7): under a 1-CPU quota,
+throttled for the rest of it. Measured on a 2-core host: under a 1-CPU quota,
 TensorFlow's default pools were throttled in ~85% of CFS periods, 1 inter x 1 intra in
 almost none, and 1x1 was 6-8% faster at the median and 10-22% at p99. The fractional
 remainder (the .5 of a 2.5-CPU quota) is not wasted: TensorFlow's non-pool threads
