@@ -43,6 +43,18 @@ def sweep(cpus: int, extra: str = "compact") -> tuple[str, ...]:
     return tuple(f"{i}x{j}x{o}{x}" for i, j, o in itertools.product(values, values, values) for x in ("", f":{extra}"))
 
 
+def top_swept(path: str, n: int) -> dict[tuple[str, int], list[str]]:
+    """(model, batch) -> the ``n`` fastest swept settings of an earlier sweep (medians over rounds)."""
+    with open(path, encoding="utf-8") as fh:
+        rows = json.load(fh)["rows"]
+    out = {}
+    for data in rows:
+        med = {c: statistics.median(_round_medians(data, c).values()) for c in data["configs"]
+               if c not in ("default", "plan") and _round_medians(data, c)}
+        out[(data["row"]["model"], data["row"]["batch"])] = sorted(med, key=med.get)[:n]
+    return out
+
+
 def summarise(rows: list[dict]) -> str:
     host = rows[0]["host"] if rows else {}
     lines = [
@@ -90,6 +102,9 @@ def main() -> int:
     ap.add_argument("--extra", choices=("compact", "bt1"), default="compact",
                     help="the variable each setting is also run with (default compact KMP_AFFINITY)")
     ap.add_argument("--configs", default=None, help="comma-separated bench configurations instead of the sweep")
+    ap.add_argument("--best-from", metavar="JSON", default=None,
+                    help="a confirmation run: default, the plan and the --top fastest settings of this earlier sweep")
+    ap.add_argument("--top", type=int, default=3)
     ap.add_argument("--out", default=os.path.join(HERE, "results", "openmp.json"))
     ap.add_argument("--summarise", metavar="JSON", default=None, help="print the table of a finished run")
     args = ap.parse_args()
@@ -100,12 +115,14 @@ def main() -> int:
     if not args.model_dir or not os.path.isdir(args.model_dir):
         ap.error("give the directory written by benchmarks/user_models.py")
     configs = tuple(args.configs.split(",")) if args.configs else ("default", "plan") + sweep(len(os.sched_getaffinity(0)), args.extra)
+    best = top_swept(args.best_from, args.top) if args.best_from else {}
     rows: list[dict] = []
     t0 = time.time()
     for name in args.only.split(","):
         for which in args.batches.split(","):
-            rows.append(run_row(args.model_dir, name, SERVING[name][which], args.rounds, args.requests, args.warmup,
-                                configs))
+            batch = SERVING[name][which]
+            row_configs = ("default", "plan", *best[(name, batch)]) if best else configs
+            rows.append(run_row(args.model_dir, name, batch, args.rounds, args.requests, args.warmup, row_configs))
             with open(args.out, "w", encoding="utf-8") as fh:  # after every row: a stopped run keeps its rows
                 json.dump({"rows": rows, "wall_s": round(time.time() - t0, 1), "command": " ".join(sys.argv)},
                           fh, indent=1)

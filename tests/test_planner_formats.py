@@ -40,7 +40,7 @@ def test_env_eigen_has_only_tf_variables():
 def test_env_openmp_has_omp_mkl_kmp():
     p = plan(hosts("openmp")["skylake"], width=3)
     assert p.to_env() == {
-        "TF_NUM_INTEROP_THREADS": "3", "TF_NUM_INTRAOP_THREADS": "8", "OMP_NUM_THREADS": "8",
+        "TF_NUM_INTEROP_THREADS": "3", "TF_NUM_INTRAOP_THREADS": "1", "OMP_NUM_THREADS": "8",
         "MKL_NUM_THREADS": "8", "KMP_BLOCKTIME": "1", "KMP_AFFINITY": "granularity=fine,compact,1,0",
     }
 
@@ -80,7 +80,9 @@ def test_config_proto_fields():
 
 def test_tfserving_flags_latency():
     p = plan(hosts("openmp")["skylake"], width=3)
-    assert p.tfserving_flags() == ["--tensorflow_intra_op_parallelism=8", "--tensorflow_inter_op_parallelism=3"]
+    # OpenMP: TF's own pool gets 1 thread; the teams' 8 threads come from OMP_NUM_THREADS
+    assert p.tfserving_flags() == ["--tensorflow_intra_op_parallelism=1", "--tensorflow_inter_op_parallelism=3"]
+    assert "OMP_NUM_THREADS=8" in p.format("tfserving")
 
 
 def test_tfserving_flags_and_batching_for_throughput():
@@ -95,8 +97,9 @@ def test_tfserving_flags_and_batching_for_throughput():
     assert "max_batch_size { value: 32 }" in params
     assert "# batching_parameters.txt (write it" in p.format("tfserving")
     q = plan(hosts("openmp")["epyc"], mode="throughput", width=2)
-    # OpenMP: the intra flag is one op's team (4 // 2 = 2); inter 16 streams x 2
-    assert q.tfserving_flags()[:2] == ["--tensorflow_intra_op_parallelism=2", "--tensorflow_inter_op_parallelism=32"]
+    # OpenMP: TF's own pool 1 thread, teams of 4 // 2 = 2 (OMP_NUM_THREADS); inter 16 streams x 2
+    assert q.tfserving_flags()[:2] == ["--tensorflow_intra_op_parallelism=1", "--tensorflow_inter_op_parallelism=32"]
+    assert q.omp_threads == 2
     with pytest.raises(ValueError):
         p.batching_parameters(max_batch_size=0)
 
@@ -141,7 +144,7 @@ def test_text_format_and_unknown_format():
 
 def test_explain_is_a_few_lines_naming_mode_and_numbers():
     text = plan(hosts("openmp")["skylake"], width=3).explain()
-    assert text.startswith("tf_autopar plan, latency mode: inter_op=3 intra_op=8 OMP/MKL=8")
+    assert text.startswith("tf_autopar plan, latency mode: inter_op=3 intra_op=1 OMP/MKL=8")
     assert len(text.splitlines()) <= 16
 
 

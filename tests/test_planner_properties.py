@@ -72,7 +72,7 @@ def test_never_more_threads_than_the_budget(case):
     if not (forced and p.inter_op == 2):
         assert p.inter_op <= per_instance
     if p.runtime == "openmp":
-        assert p.intra_op == p.omp_threads
+        assert p.intra_op == 1 or p.intra_op == p.omp_threads  # TF's own pool: 1, unless the ops are small
         assert p.inter_op * p.omp_threads <= max(per_instance, p.inter_op)
         if not (forced and p.inter_op == 2):
             assert p.inter_op * p.omp_threads <= per_instance

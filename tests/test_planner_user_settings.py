@@ -82,8 +82,8 @@ def test_user_values_are_kept_with_source_user_and_reported():
 
 def test_user_inter_op_feeds_the_openmp_division():
     p = plan(hosts("openmp")["arm"], width=2, env={"TF_NUM_INTEROP_THREADS": "4"})
-    # the user's 4 pools share 64 cores: OMP 64 // 4 = 16
-    assert (p.inter_op, p.intra_op, p.omp_threads) == (4, 16, 16)
+    # the user's 4 pools share 64 cores: OMP 64 // 4 = 16 (TF's own intra-op pool: 1)
+    assert (p.inter_op, p.intra_op, p.omp_threads) == (4, 1, 16)
 
 
 def test_user_zero_means_tf_picks_and_is_kept():
@@ -102,7 +102,7 @@ def test_user_openmp_settings_kept_verbatim():
         assert out[key] == value
     # MKL_NUM_THREADS is unset by the user: it follows their OMP_NUM_THREADS rather than the rule's 32
     assert out["MKL_NUM_THREADS"] == "8"
-    assert p.intra_op == 32  # TF intra-op is the rule's (64 // 2), the user did not set it
+    assert p.intra_op == 1  # TF intra-op is the rule's (1 on OpenMP builds), the user did not set it
 
 
 def test_user_omp_on_eigen_build_is_still_kept():

@@ -134,9 +134,10 @@ class ThreadPlan:
 
         Each of the ``instances`` concurrent batches needs its own inter-op threads, so the
         server's inter-op pool is instances x inter_op. With the Eigen runtime the intra-op
-        pool is shared by every op, so it gets the cores of all instances; with OpenMP the
-        value is the team size of one op. Throughput plans add batching (see
-        batching_parameters()).
+        pool is shared by every op, so it gets the cores of all instances; with OpenMP it is
+        TensorFlow's own pool for the non-oneDNN ops (the plan's 1), and the OpenMP teams are
+        sized by OMP_NUM_THREADS in the server's environment (``to_env()``). Throughput plans
+        add batching (see batching_parameters()).
         """
         inter = self.inter_op * self.instances
         intra = self.intra_op if self.runtime == "openmp" else self.intra_op * self.instances

@@ -13,14 +13,17 @@ Frameworks", TACO 2021, adapted to how TensorFlow 2 really threads):
    builds (TensorFlow's default within the budget: never serialises a wide graph), 1 on
    OpenMP builds. A model that
    runs tf.data gets p >= 2 (inter_op=1 can deadlock some iterator restores).
-3. Intra-op. OpenMP builds give each inter-op thread its own OpenMP team, so the paper's
-   rule applies: intra = OMP = MKL threads = usable // p, KMP_BLOCKTIME=1, compact
-   affinity. Eigen builds (stock pip TF, and "unknown") share one intra-op pool between
-   all inter-op threads: intra = usable, since dividing would idle cores whenever one op
-   runs alone; no OpenMP variables.
+3. Intra-op. OpenMP builds run oneDNN's kernels on OpenMP teams, one per inter-op thread,
+   so the paper's division applies to the teams: OMP = MKL threads = usable // p,
+   KMP_BLOCKTIME=1. TensorFlow's own intra-op pool is a second pool there, running the other
+   ops: it gets 1 thread, since its threads competed with the teams (measured on
+   intel-tensorflow 2.14; docs/openmp.md). The small-op rule below does not apply to the
+   teams: splitting small ops over a team never lost there. Eigen builds (stock pip TF, and "unknown") share
+   one intra-op pool between all inter-op threads: intra = usable, since dividing would idle
+   cores whenever one op runs alone; no OpenMP variables.
    Small ops: when the model's typical heavy op (the work-weighted median, graph/work.py,
    known only when every heavy op's shapes are static) does fewer than SMALL_OP_WORK
-   multiply-adds, intra = 1 (OMP = 1): waking and joining a second thread costs more than
+   multiply-adds, intra = 1: waking and joining a second thread costs more than
    such an op gains. Inter-op stays p, so a wide model still runs independent ops on the
    other CPUs (Speech's two RNN directions: 2x1). Tiny ops (under TINY_OP_WORK) get p = 1
    as well: handing an op to another inter-op thread costs about as long as running it.
@@ -221,6 +224,22 @@ def model_pools(profile: GraphProfile | None, usable: int, runtime: str = "eigen
     return p, why
 
 
+def onednn_width(profile: GraphProfile | None) -> int | None:
+    """The width of the heavy ops that run on OpenMP teams: the model's width without its embedding
+    look-ups, which run on TensorFlow's own threads (DLRM: 26 look-ups and 7 matrix multiplies in
+    a chain; two teams of one thread ran it 1.3x slower than teams of two). None: no look-ups."""
+    if profile is None:
+        return None
+    # only with a profile: the graph package stays out of the planner's import (see TYPE_CHECKING)
+    from tf_autopar.graph.heavy_ops import CONDITIONAL_GATHER_OP_TYPES, EMBEDDING, heavy_class
+
+    types = getattr(profile, "heavy_op_types", None) or {}
+    lookups = sum(n for t, n in types.items() if heavy_class(t) == EMBEDDING or t in CONDITIONAL_GATHER_OP_TYPES)
+    if not lookups:
+        return None
+    return max(1, (profile.heavy_ops - lookups) // max(1, profile.depth))
+
+
 def _tf_data_floor(p: int, uses_tf_data: bool) -> tuple[int, str]:
     if uses_tf_data and p < 2:
         return 2, "raised to 2 because the model runs tf.data: inter_op=1 can deadlock some iterator restores"
@@ -245,31 +264,41 @@ def restrict_latency(units: list[Unit], p: int) -> tuple[list[Unit], str]:
 
 def intra_threads(
     runtime: str, cpus: int, inter: int, op_work: int | None = None, training: bool = False,
-    small_op_work: int = SMALL_OP_WORK,
+    small_op_work: int = SMALL_OP_WORK, teams: int | None = None,
 ) -> tuple[int, int | None, str]:
     """(intra_op, omp_threads, reason) for ``cpus`` CPUs shared by ``inter`` inter-op threads,
     for ops of typical size ``op_work`` multiply-adds (None: unknown).
 
-    Small ops (under SMALL_OP_WORK) get one thread each in inference and tiny ops anywhere; in
+    OpenMP builds: TF's pool 1, the teams the CPUs divided among the inter-op threads, whatever
+    the op size. Eigen builds: small ops (under SMALL_OP_WORK) get one thread each in inference
+    and tiny ops anywhere; in
     training they get the CPUs divided among the inter-op threads, since the gradient pairs
     keep every inter-op thread busy: 1 each at 2x1 on 2 cores, and no plan that idles most of
     a big host for an op size measured only on 2 cores.
     """
+    if runtime == "openmp":
+        teams = max(1, min(inter, teams or inter))
+        n = max(1, cpus // teams)
+        at_once = (f"{cpus} CPUs / {teams} = {n}" if teams == inter else
+                   f"at most {teams} of the {inter} inter-op threads run oneDNN kernels at once (the rest of the "
+                   f"width is embedding look-ups, on TensorFlow's threads): {cpus} CPUs / {teams} = {n}")
+        small = (f"; small ops too (typical {_mac(op_work)} multiply-adds): unlike TensorFlow's own pool, an OpenMP "
+                 "team did not lose on them" if op_work is not None and op_work < small_op_work and cpus > 1 else "")
+        return 1, n, (
+            f"OpenMP runtime: oneDNN's kernels run on OpenMP teams, one per inter-op thread; {at_once} OpenMP "
+            f"thread(s) per team (the paper's rule){small}; TensorFlow's own intra-op pool runs only the other ops "
+            "and gets 1 thread, since its threads competed with the teams for the cores (measured on "
+            "intel-tensorflow 2.14, docs/openmp.md)"
+        )
     if op_work is not None and op_work < small_op_work and cpus > 1:
         training = training and op_work >= TINY_OP_WORK  # tiny ops: one thread each in any mode
         n = max(1, cpus // inter) if training else 1
-        return n, (n if runtime == "openmp" else None), (
+        return n, None, (
             f"small ops: the typical heavy op does {_mac(op_work)} multiply-adds, under {_mac(small_op_work)}"
             + (f" in training; the {cpus} CPUs are divided among the {inter} inter-op threads: {n} per op"
                if training else
                "; waking a second thread per op costs more than it gains, so one thread per op"
                + (f" (the {inter} inter-op threads run independent ops on the other CPUs)" if inter > 1 else "")))
-    if runtime == "openmp":
-        n = max(1, cpus // inter)
-        return n, n, (
-            f"OpenMP runtime: each of the {inter} inter-op threads owns its own OpenMP team, "
-            f"so {cpus} CPUs / {inter} = {n} thread(s) per op (the paper's rule)"
-        )
     shared = "the inter-op thread" if inter == 1 else f"all {inter} inter-op threads"
     gets = "its CPU" if cpus == 1 else f"all {cpus} CPUs"
     return cpus, None, (
@@ -381,7 +410,7 @@ def single_layout(units: list[Unit], mode: str, p: int, topology: Topology, fact
 
 def planned_settings(
     layout: Layout, mode: str, runtime: str, uses_tf_data: bool, user: UserSettings, op_work: int | None = None,
-    small_op_work: int = SMALL_OP_WORK,
+    small_op_work: int = SMALL_OP_WORK, dnn_width: int | None = None,
 ) -> dict[str, Setting]:
     """Every knob with its planned value and reason (user settings not applied yet)."""
     inter, floor_why = _tf_data_floor(layout.inter, uses_tf_data)
@@ -392,10 +421,11 @@ def planned_settings(
     # A user's explicit inter-op count is what shares the CPUs, so the OpenMP division uses it.
     inter_for_division = user.inter_op if user.inter_op else inter
     intra, omp, intra_why = intra_threads(runtime, layout.per_instance, inter_for_division, op_work,
-                                          training=mode == "training", small_op_work=small_op_work)
+                                          training=mode == "training", small_op_work=small_op_work,
+                                          teams=dnn_width)
     settings["intra_op"] = Setting(intra, "planned", intra_why)
     if omp is not None:
-        settings["omp_threads"] = Setting(omp, "planned", "OMP_NUM_THREADS = MKL_NUM_THREADS = intra_op")
+        settings["omp_threads"] = Setting(omp, "planned", "OMP_NUM_THREADS = MKL_NUM_THREADS: each OpenMP team's threads")
         settings["mkl_threads"] = Setting(omp, "planned", "")
         settings["kmp_blocktime"] = Setting(
             KMP_BLOCKTIME, "planned", "idle OpenMP threads sleep after 1 ms instead of spinning 200 ms")
@@ -516,9 +546,13 @@ def plan(
                              "so that each layer's independent input and weight gradients run side by side")
     tiny = op_work is not None and op_work < TINY_OP_WORK
     if getattr(profile, "loops", False) and p < 2 <= len(units) and not tiny:
-        p = 2
-        facts.append("the model runs While loops (recurrent layers): 2 inter-op pools, so that the loop's "
-                     "iterations and bookkeeping overlap (an LSTM at batch 32 ran 1.15x faster with 2 than 1)")
+        if runtime == "openmp":
+            facts.append("the model runs While loops, but on OpenMP builds it keeps 1 inter-op pool: a second "
+                         "owns a second OpenMP team, and an LSTM ran 1.07-1.4x slower with it (docs/openmp.md)")
+        else:
+            p = 2
+            facts.append("the model runs While loops (recurrent layers): 2 inter-op pools, so that the loop's "
+                         "iterations and bookkeeping overlap (an LSTM at batch 32 ran 1.15x faster with 2 than 1)")
     if mode == "throughput":
         layout = throughput_layout(units, streams, p, facts)
     else:
@@ -526,7 +560,8 @@ def plan(
     small_op_work = SMALL_OP_WORK
     if op_work is not None:
         small_op_work = _small_op_threshold(calibration, facts)
-    settings = planned_settings(layout, mode, runtime, tf_data, user, op_work, small_op_work)
+    settings = planned_settings(layout, mode, runtime, tf_data, user, op_work, small_op_work,
+                                onednn_width(profile) if runtime == "openmp" else None)
     if tuned is not None and mode != "throughput":
         _apply_tuned(settings, tuned, layout.per_instance, facts)
     _keep_user(settings, user, len(units), facts)
