@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
 import os
 import statistics
 import sys
@@ -53,6 +54,48 @@ def top_swept(path: str, n: int) -> dict[tuple[str, int], list[str]]:
                if c not in ("default", "plan") and _round_medians(data, c)}
         out[(data["row"]["model"], data["row"]["batch"])] = sorted(med, key=med.get)[:n]
     return out
+
+
+def _geomean(xs: list[float]) -> float:
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+
+
+def effects(rows: list[dict]) -> str:
+    """What each dimension is worth per row: the geometric mean, over every pair of swept settings
+    that differ in that dimension only, of the median per-round ratio of their times (>1: the
+    second value is slower)."""
+    dims = (("TF intra-op 2 / 1", 1, "1", "2"), ("OpenMP threads 1 / 2", 2, "2", "1"),
+            ("inter-op 2 / 1", 0, "1", "2"))
+    head = "| model | batch | " + " | ".join(d[0] for d in dims) + " | compact / none | best swept |"
+    lines = [head, "|" + "---|" * (4 + len(dims))]
+    for data in rows:
+        rm = {c: _round_medians(data, c) for c in data["configs"] if c not in ("default", "plan")}
+        rm = {c: v for c, v in rm.items() if v}
+
+        def ratio(a: str, b: str) -> float | None:
+            if a not in rm or b not in rm:
+                return None
+            common = sorted(set(rm[a]) & set(rm[b]))
+            return statistics.median(rm[b][r] / rm[a][r] for r in common) if common else None
+
+        cells = []
+        for _, pos, base, other in dims:
+            xs = []
+            for c in rm:
+                spec, _, extra = c.partition(":")
+                parts = spec.split("x")
+                if parts[pos] != base:
+                    continue
+                parts[pos] = other
+                r = ratio(c, "x".join(parts) + (":" + extra if extra else ""))
+                if r:
+                    xs.append(r)
+            cells.append(f"{_geomean(xs):.2f}" if xs else "-")
+        xs = [r for c in rm if not c.endswith(":compact") for r in [ratio(c, c + ":compact")] if r]
+        cells.append(f"{_geomean(xs):.2f}" if xs else "-")
+        best = min(rm, key=lambda c: statistics.median(rm[c].values()))
+        lines.append(f"| {data['row']['model']} | {data['row']['batch']} | " + " | ".join(cells) + f" | {best} |")
+    return "\n".join(lines)
 
 
 def summarise(rows: list[dict]) -> str:
@@ -107,7 +150,13 @@ def main() -> int:
     ap.add_argument("--top", type=int, default=3)
     ap.add_argument("--out", default=os.path.join(HERE, "results", "openmp.json"))
     ap.add_argument("--summarise", metavar="JSON", default=None, help="print the table of a finished run")
+    ap.add_argument("--effects", metavar="JSON", default=None,
+                    help="print what each dimension is worth per row, from a finished sweep")
     args = ap.parse_args()
+    if args.effects:
+        with open(args.effects, encoding="utf-8") as fh:
+            print(effects(json.load(fh)["rows"]))
+        return 0
     if args.summarise:
         with open(args.summarise, encoding="utf-8") as fh:
             print(summarise(json.load(fh)["rows"]))

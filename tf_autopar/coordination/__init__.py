@@ -268,13 +268,3 @@ def apply_affinity(share: Share, pid: int = 0, *, all_threads: bool = False) -> 
         _warn_once("affinity", f"tf_autopar: cannot bind to CPUs {list(share.cpus)} ({exc}); left unbound")
         return False
     return True
-
-
-def status(topology: Topology | None = None, env: Mapping[str, str] | None = None, *,
-           lease_dir: str | None = None, argv: Sequence[str] | None = None) -> dict[str, Any]:
-    """The lease group this program would join and its slots (for `tf-autopar status`-style reports)."""
-    env = os.environ if env is None else env
-    root = lease_dir if lease_dir is not None else default_root(env)[0]
-    cpus = topology.affinity if topology is not None else tuple(sorted(os.sched_getaffinity(0)))
-    directory = os.path.join(root, group_key(env, argv, cpus))
-    return {"directory": directory, "slots": lease_status(directory)}

@@ -398,7 +398,6 @@ def _apply_process(
     model: Any, mode: str, width: int | None, streams: int | None, use_cache: bool, cooperate: bool = True
 ) -> None:
     started = controller.runtime_started()
-    source_note = ""
     try:
         profile, source = _model_profile(model, width, started, use_cache)
     except (TypeError, ValueError, FileNotFoundError):
@@ -422,7 +421,7 @@ def _apply_process(
     if not started:
         apply_before_start(plan, source, share)
     else:
-        report_late(plan, source + source_note)
+        report_late(plan, source)
 
 
 def _binding(plan: ThreadPlan, share: Share | None) -> tuple[int, ...]:

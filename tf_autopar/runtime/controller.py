@@ -193,9 +193,3 @@ def running_pools() -> tuple[int, int]:
     return result[0], result[1]
 
 
-def session_counter() -> int:
-    mod = sys.modules.get("tensorflow.python.client.session")
-    try:
-        return int(mod._python_session_create_counter.get_cell().value()) if mod else 0
-    except Exception:
-        return 0

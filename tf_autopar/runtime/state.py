@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 class ProcessRecord:
     """The process-wide pools: what was planned and what could really be applied."""
 
-    phase: str  # "before-start": pools set before TF started; "after-start": too late; "cached": plan from the cache
+    phase: str  # "before-start": pools set before TF started; "after-start": too late (planned for the next start)
     planned_inter: int
     planned_intra: int
     applied: dict[str, str] = field(default_factory=dict)  # env variables tf_autopar set

@@ -52,7 +52,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         fn.argtypes, fn.restype = args, res
 
 
-def load(build_if_missing: bool = True) -> ctypes.CDLL:
+def load() -> ctypes.CDLL:
     """The loaded library (built first if needed). Raises NativeBuildError with the reason."""
     global _lib, _lib_error
     with _lib_lock:
