@@ -119,3 +119,15 @@ def test_absent_when_no_tensorflow_is_importable():
     out = subprocess.run([sys.executable, "-S", "-c", code], env={"PYTHONPATH": REPO, "PATH": os.environ.get("PATH", "")},
                          capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "absent"
+
+
+def test_what_stock_tensorflow_runs_with_has_no_openmp_runtime():
+    """After an op, the stock build has no OpenMP runtime mapped: runtime.openmp reports None, so
+    `bench` shows no OpenMP threads (tests/openmp checks the other side on Intel's build)."""
+    code = ("import tensorflow as tf; x = tf.random.normal([64, 64]); tf.linalg.matmul(x, x)\n"
+            "from tf_autopar.runtime.openmp import loaded_library, openmp_state\n"
+            "print(repr((loaded_library(), openmp_state())))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "(None, None)"
