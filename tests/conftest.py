@@ -97,3 +97,13 @@ def standin_log(tmp_path, monkeypatch):
     monkeypatch.setenv("TF_NUM_INTRAOP_THREADS", "7")
     monkeypatch.setenv("OMP_NUM_THREADS", "7")
     return path
+
+
+@pytest.fixture(scope="session")
+def user_models(tmp_path_factory) -> dict[str, str]:
+    """The small user model of tests/_runtime_child.py, saved once per session as a SavedModel
+    (``SM``) and a .keras file (``KERAS``): saving it starts TensorFlow in a child (seconds),
+    and every test only reads it. A test that writes into a model saves its own."""
+    from _runtime_child import build_user_model
+
+    return build_user_model(str(tmp_path_factory.mktemp("user_models")))

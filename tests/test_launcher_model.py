@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from _runtime_child import ROOT, build_user_model, cpus
+from _runtime_child import ROOT, cpus
 
 from tf_autopar.runtime import controller
 
@@ -22,8 +22,9 @@ def test_launcher_variables_are_not_the_users():
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    return build_user_model(str(tmp_path_factory.mktemp("launch_models")))
+def models(user_models: dict[str, str]) -> dict[str, str]:
+    """The session's user model (conftest.py): built once for every file that loads it."""
+    return user_models
 
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:

@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from _runtime_child import build_user_model, cpus, run_child
+from _runtime_child import cpus, run_child
 
 pytestmark = pytest.mark.tf
 
@@ -24,8 +24,9 @@ LOADERS = {
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    return build_user_model(str(tmp_path_factory.mktemp("user_models")))
+def models(user_models: dict[str, str]) -> dict[str, str]:
+    """The session's user model (conftest.py): built once for every file that loads it."""
+    return user_models
 
 
 def _script(models: dict[str, str], load: str, enable: str = "tf_autopar.enable(batch=1)", before: str = "") -> str:

@@ -8,16 +8,59 @@ import sys
 
 import pytest
 
-from _runtime_child import ROOT, build_user_model, cpus, run_child
+from _runtime_child import ROOT, cpus, run_child
 
 from tf_autopar.runtime import cache
 
 
-def _cli(*args: str, cache_dir: str) -> subprocess.CompletedProcess:
+# `tf-autopar` with a small search: the rule's plan and its farthest neighbour (another inter-op and
+# intra-op count where the host has them), two rounds. Left alone it measures up to 12 settings
+# for up to 4 rounds, a fresh process each; what these tests check needs two settings measured in
+# two rounds (a setting is stored only then). Which settings and when to stop: test_tuning_search.py.
+SMALL_SEARCH = """
+import functools, sys
+from tf_autopar.tuning import search, tuner
+def plan_and_farthest(*args):
+    every = search.neighbourhood(*args)
+    return every[:1] + every[1:][-1:]
+tuner.neighbourhood = plan_and_farthest
+tuner.search = functools.partial(search.search, max_rounds=2)
+from tf_autopar.cli.main import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+# Several `tf-autopar` commands in one interpreter (TensorFlow imported once), each one's exit
+# status and standard output: for commands that only read, whose process start is not tested.
+IN_ONE_PROCESS = """
+import contextlib, io, json, sys
+from tf_autopar.cli.main import main
+out = []
+for argv in json.loads(sys.argv[1]):
+    with contextlib.redirect_stdout(io.StringIO()) as buf:
+        rc = main(argv)
+    out.append([rc, buf.getvalue()])
+print(json.dumps(out))
+"""
+
+
+def _env(cache_dir: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TF_NUM_", "TF_AUTOPAR"))}
     env.update(PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3", TF_AUTOPAR_CACHE_DIR=cache_dir)
-    return subprocess.run([sys.executable, "-m", "tf_autopar.cli.main", *args], capture_output=True, text=True,
-                          env=env, timeout=600)
+    return env
+
+
+def _cli(*args: str, cache_dir: str, small_search: bool = False) -> subprocess.CompletedProcess:
+    cmd = ["-c", SMALL_SEARCH] if small_search else ["-m", "tf_autopar.cli.main"]
+    return subprocess.run([sys.executable, *cmd, *args], capture_output=True, text=True, env=_env(cache_dir),
+                          timeout=600)
+
+
+def _cli_in_one_process(*argvs: list[str], cache_dir: str) -> list[tuple[int, str]]:
+    """(exit status, stdout) of each command, run one after the other by one interpreter."""
+    proc = subprocess.run([sys.executable, "-c", IN_ONE_PROCESS, json.dumps(argvs)], capture_output=True,
+                          text=True, env=_env(cache_dir), timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    return [(rc, out) for rc, out in json.loads(proc.stdout.splitlines()[-1])]
 
 
 def test_tuned_entries_round_trip_and_belong_to_one_host(tmp_path):
@@ -58,25 +101,27 @@ def test_the_planner_takes_a_tuned_setting_and_says_so(host_root):
 
 
 @pytest.mark.tf
-def test_a_real_tune_is_stored_and_used_by_plan_and_enable(tmp_path):
+def test_a_real_tune_is_stored_and_used_by_plan_and_enable(tmp_path, user_models):
     if cpus() < 2:
         pytest.skip("needs 2 CPUs: one CPU has one setting")
-    models = build_user_model(str(tmp_path / "m"))
+    sm = user_models["SM"]
     # the budget only caps the search (it stops once confirmed); a loaded machine makes each run slower
-    out = _cli("tune", models["SM"], "--budget", "400", "--requests", "10", "--json", cache_dir=str(tmp_path))
+    out = _cli("tune", sm, "--budget", "400", "--requests", "10", "--json", cache_dir=str(tmp_path), small_search=True)
     assert out.returncode == 0, out.stderr
     res = json.loads(out.stdout)
     assert res["search"]["rounds"] >= 2 and res["stored"]["inter_op"] >= 1
     measured = set(res["search"]["medians_s"])
     assert res["rule"] in measured and res["tuned"] in measured and len(measured) >= 2
     chosen = res["tuned"]
-    plan = _cli("plan", models["SM"], cache_dir=str(tmp_path))
-    assert plan.returncode == 0, plan.stderr
-    assert "tuned on " in plan.stdout and f"inter_op={chosen.split('x')[0]} intra_op={chosen.split('x')[1]}" in plan.stdout
-    assert "tuned on" not in _cli("plan", models["SM"], "--no-tuned", cache_dir=str(tmp_path)).stdout
+    # both plans read the cache the tune wrote, one interpreter for the two
+    (rc, tuned), (rc_rule, rule) = _cli_in_one_process(["plan", sm], ["plan", sm, "--no-tuned"],
+                                                       cache_dir=str(tmp_path))
+    assert rc == 0 and rc_rule == 0
+    assert "tuned on " in tuned and f"inter_op={chosen.split('x')[0]} intra_op={chosen.split('x')[1]}" in tuned
+    assert "tuned on" not in rule and "inter_op=" in rule
     # a server's start: enable(), then the load plans from the model and takes the tuned setting
     res2, err, rc = run_child(
-        f"import tf_autopar\ntf_autopar.enable()\nimport tensorflow as tf\nm = tf.saved_model.load({models['SM']!r})\n"
+        f"import tf_autopar\ntf_autopar.enable()\nimport tensorflow as tf\nm = tf.saved_model.load({sm!r})\n"
         "p = tf_autopar.status().process\nreport(planned=f'{p.planned_inter}x{p.planned_intra}', explain=p.explain)",
         {"TF_AUTOPAR_CACHE_DIR": str(tmp_path)})
     assert rc == 0, err
@@ -91,9 +136,8 @@ def test_a_budget_too_small_is_a_clear_error_and_keeps_the_plan(tmp_path):
 
 
 @pytest.mark.tf
-def test_a_budget_too_small_for_two_runs_is_refused(tmp_path):
-    models = build_user_model(str(tmp_path / "m"))
-    out = _cli("tune", models["SM"], "--budget", "3", cache_dir=str(tmp_path))
+def test_a_budget_too_small_for_two_runs_is_refused(tmp_path, user_models):
+    out = _cli("tune", user_models["SM"], "--budget", "3", cache_dir=str(tmp_path))
     assert out.returncode == 2 and "cannot compare two settings" in out.stderr and "rule's plan" in out.stderr
     assert not os.path.exists(tmp_path / "plans.json") or "tuned" not in open(tmp_path / "plans.json").read() \
         or json.load(open(tmp_path / "plans.json"))["tuned"] == {}
@@ -116,8 +160,9 @@ def test_training_is_tuned_on_workloads_only(tmp_path):
 def test_a_real_training_tune_of_a_workload_is_stored_under_training(tmp_path):
     if cpus() < 2:
         pytest.skip("needs 2 CPUs: one CPU has one setting")
-    out = _cli("tune", "autoenc", "--mode", "training", "--batch", "16", "--budget", "90", "--requests", "5",
-               "--json", cache_dir=str(tmp_path))
+    # the small search's four runs; the budget, as above, only keeps a loaded machine from cutting it short
+    out = _cli("tune", "autoenc", "--mode", "training", "--batch", "16", "--budget", "400", "--requests", "5",
+               "--json", cache_dir=str(tmp_path), small_search=True)
     assert out.returncode == 0, out.stderr
     res = json.loads(out.stdout)
     assert res["mode"] == "training" and res["batch"] == 16 and res["search"]["runs"] >= 2

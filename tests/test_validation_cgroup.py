@@ -83,7 +83,8 @@ def test_group_with_a_stray_process_is_still_removed():
 @pytest.mark.root
 def test_harness_under_a_quota_records_throttling_per_run(standin_log, monkeypatch):
     controller = writable_controller()
-    monkeypatch.setenv("STANDIN_BURN_S", "0.3")
+    # two processes busy for 0.1 s ask for 40 times the quota: every run is throttled (0.3 s only took longer)
+    monkeypatch.setenv("STANDIN_BURN_S", "0.1")
     provider = fixed_plan_provider(thread_config(1, 1, openmp=False, name="tf_autopar", kind="plan"))
     # 0.05 CPU: below what even a loaded host's scheduler grants a busy group, so it is throttled
     h = Harness(topo(), Options(rounds=1, steps=2, warmup=0, runner=RUNNER, space="none", cpu_quota=0.05),

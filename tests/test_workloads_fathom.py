@@ -46,8 +46,10 @@ def test_train_lowers_loss_and_session_agrees(built):
     """A few Adam steps on the batch lower the loss; the graph-mode step computes the same losses."""
     from tf_autopar_workloads import runner
 
-    # Session first, from a fresh copy of the same initial weights.
-    twin = runner.build(built.workload, size="tiny", seed=0)
+    # Session first, from the initial weights: the session copies the eager model's weights and
+    # trains its own copy, so the module's model serves while it never trained (no Adam slots
+    # yet); otherwise a fresh build of the same seed (a second build costs seconds).
+    twin = built if built._slots is None else runner.build(built.workload, size="tiny", seed=0)
     with twin.session("train") as sess:
         session_losses = [sess.run() for _ in range(2)]
     losses = [built.train_step() for _ in range(4)]

@@ -304,16 +304,17 @@ class Built:
 
 
 def build(workload_or_name: Workload | str, size: str = "tiny", batch: int | None = None, seed: int = 0) -> Built:
-    """Build the model and one synthetic batch, deterministically from ``seed``."""
-    import keras
-    import tensorflow as tf
-
+    """Build the model and one synthetic batch, deterministically from ``seed``. A bad name, size
+    or batch is refused before TensorFlow is imported (seconds)."""
     workload = _resolve(workload_or_name)
     _check(size)
     hparams = workload.hyperparameters(size)
     batch = workload.default_batch if batch is None else int(batch)
     if batch < 1:
         raise ValueError(f"batch must be a positive integer, got {batch}")
+    import keras
+    import tensorflow as tf
+
     start = time.perf_counter()
     keras.utils.set_random_seed(seed)
     model = workload.build_model(hparams)
