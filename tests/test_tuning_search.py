@@ -131,11 +131,12 @@ def test_on_openmp_builds_the_openmp_teams_are_a_dimension_of_their_own():
 
     cands = neighbourhood(1, 1, 2, 1, omp=2)
     assert cands[0] == Candidate(1, 1, 2) and cands[0].label == "1x1x2"
-    assert {c.omp for c in cands} == {1, 2} and {c.intra for c in cands} == {1}  # intra: the plan's and 1
+    assert {c.omp for c in cands} == {1, 2} and {c.intra for c in cands} == {1, 2}  # intra: plan's, 1, budget
     assert {c.inter for c in cands} == {1, 2} and len(cands) <= MAX_CANDIDATES
     big = neighbourhood(2, 1, 48, 4, omp=24)
     assert len(big) <= MAX_CANDIDATES and big[0] == Candidate(2, 1, 24)
     assert {c.inter for c in big} == {1, 2, 3} and {c.omp for c in big} == {1, 16, 24, 48}
+    assert {c.intra for c in big} == {1, 48}
     assert Candidate.parse("2x1x24") == Candidate(2, 1, 24) and Candidate.parse("2x1") == Candidate(2, 1)
     plan_env = {"TF_NUM_INTEROP_THREADS": "1", "TF_NUM_INTRAOP_THREADS": "1", "OMP_NUM_THREADS": "2",
                 "MKL_NUM_THREADS": "2", "KMP_BLOCKTIME": "1"}

@@ -8,9 +8,10 @@ search (884,736 configurations) but the plan's neighbourhood:
   possible on a multi-CPU host: two branches of a chain graph cannot run at once, but a
   second pool lets TensorFlow overlap a small op with the next one's set-up);
 - intra-op: the budget, the budget divided among the inter-op threads, and 1;
-- OpenMP builds (the plan sets OpenMP threads apart from TF's intra-op pool): TF's intra-op
-  the plan's and 1, the OpenMP threads the plan's, the budget, the budget divided among the
-  inter-op threads, and 1;
+- OpenMP builds (the plan sets OpenMP threads apart from TF's intra-op pool), per inter-op
+  count: the plan's teams (the budget divided among the inter-op threads for the neighbours)
+  with TF's pool at the plan's 1 and at the budget (DLRM at batch 2048 ran best with TF's pool
+  at 2: its look-ups and element-wise ops are TF's), and teams of the budget and of 1;
 - never more than ``MAX_CANDIDATES`` (12).
 
 Decision: successive halving over interleaved rounds. Every live candidate runs once per
@@ -60,7 +61,8 @@ def neighbourhood(inter: int, intra: int, budget: int, max_width: int, omp: int 
         if omp is None:
             pairs = [(t, None) for t in (intra, budget, max(1, budget // p), 1)]
         else:
-            pairs = [(t, o) for o in (omp, budget, max(1, budget // p), 1) for t in (intra, 1)]
+            teams = omp if p == inter else max(1, budget // p)  # the plan's, else the division for p
+            pairs = [(intra, teams), (budget, teams), (intra, budget), (intra, 1)]
         for t, o in pairs:
             c = Candidate(p, t, o)
             if c not in out:
