@@ -31,7 +31,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from bench_user_models import _paired, _round_medians, run_row  # noqa: E402
+from bench_user_models import _paired, _round_medians, config_medians_ms, run_row  # noqa: E402
 from user_models import SERVING  # noqa: E402
 
 DEFAULT_MODELS = ("mobilenet_v2", "bert_encoder", "dlrm", "lstm_classifier")
@@ -111,8 +111,7 @@ def summarise(rows: list[dict]) -> str:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for data in rows:
-        med = {c: statistics.median(_round_medians(data, c).values()) * 1e3 for c in data["configs"]
-               if _round_medians(data, c)}
+        med = config_medians_ms(data)
         swept = sorted((c for c in med if c not in ("default", "plan")), key=med.get)
         if not swept or "plan" not in med or "default" not in med:
             lines.append(f"| {data['row']['model']} | {data['row']['batch']} | incomplete | | | | | | |")
@@ -153,17 +152,15 @@ def main() -> int:
     ap.add_argument("--effects", metavar="JSON", default=None,
                     help="print what each dimension is worth per row, from a finished sweep")
     args = ap.parse_args()
-    if args.effects:
-        with open(args.effects, encoding="utf-8") as fh:
-            print(effects(json.load(fh)["rows"]))
-        return 0
-    if args.summarise:
-        with open(args.summarise, encoding="utf-8") as fh:
-            print(summarise(json.load(fh)["rows"]))
-        return 0
-    if not args.model_dir or not os.path.isdir(args.model_dir):
+    for path, table in ((args.effects, effects), (args.summarise, summarise)):
+        if path:  # a finished run: print its table
+            with open(path, encoding="utf-8") as fh:
+                print(table(json.load(fh)["rows"]))
+            return 0
+    if not (args.model_dir and os.path.isdir(args.model_dir)):
         ap.error("give the directory written by benchmarks/user_models.py")
-    configs = tuple(args.configs.split(",")) if args.configs else ("default", "plan") + sweep(len(os.sched_getaffinity(0)), args.extra)
+    configs = (tuple(args.configs.split(",")) if args.configs
+               else ("default", "plan") + sweep(len(os.sched_getaffinity(0)), args.extra))
     best = top_swept(args.best_from, args.top) if args.best_from else {}
     rows: list[dict] = []
     t0 = time.time()

@@ -60,6 +60,12 @@ def _round_medians(data: dict, config: str) -> dict[int, float]:
     return out
 
 
+def config_medians_ms(data: dict) -> dict[str, float]:
+    """config -> median over rounds of its per-round median latency, in ms (configs that ran)."""
+    return {c: statistics.median(_round_medians(data, c).values()) * 1e3 for c in data["configs"]
+            if _round_medians(data, c)}
+
+
 def _paired(data: dict, num: str, den: str) -> tuple[float, float, float]:
     """Per-round ratios median(num) / median(den) (>1: den is faster): median, min, max."""
     a, b = _round_medians(data, num), _round_medians(data, den)
@@ -92,8 +98,7 @@ def summarise(rows: list[dict]) -> str:
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for data in rows:
-        med = {c: statistics.median(_round_medians(data, c).values()) * 1e3 for c in data["configs"]
-               if _round_medians(data, c)}
+        med = config_medians_ms(data)
         if not any(c in med for c in PAIRS) or "plan" not in med:
             lines.append(f"| {data['row']['model']} | {data['row']['batch']} | {med.get('default', 0):.1f} | - | "
                          f"{med.get('enable', 0):.1f} | {med.get('enable-cached', 0):.1f} | - | - | - | "
