@@ -14,12 +14,14 @@ Frameworks", TACO 2021, adapted to how TensorFlow 2 really threads):
    OpenMP builds. A model that
    runs tf.data gets p >= 2 (inter_op=1 can deadlock some iterator restores).
 3. Intra-op. OpenMP builds run oneDNN's kernels on OpenMP teams, one per inter-op thread,
-   so the paper's division applies to the teams: OMP = MKL threads = usable // p,
+   so the paper's division applies to the teams that run at once: OMP = MKL threads =
+   usable // min(p, the width without embedding look-ups, which run on TF's threads),
    KMP_BLOCKTIME=1. TensorFlow's own intra-op pool is a second pool there, running the other
    ops: it gets 1 thread, since its threads competed with the teams (measured on
    intel-tensorflow 2.14; docs/openmp.md). The small-op rule below does not apply to the
-   teams: splitting small ops over a team never lost there. Eigen builds (stock pip TF, and "unknown") share
-   one intra-op pool between all inter-op threads: intra = usable, since dividing would idle
+   teams (splitting small ops over a team never lost there), nor the While-loop floor (a
+   second pool brings a second team). Eigen builds (stock pip TF, and "unknown") share one
+   intra-op pool between all inter-op threads: intra = usable, since dividing would idle
    cores whenever one op runs alone; no OpenMP variables.
    Small ops: when the model's typical heavy op (the work-weighted median, graph/work.py,
    known only when every heavy op's shapes are static) does fewer than SMALL_OP_WORK

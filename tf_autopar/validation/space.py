@@ -59,10 +59,10 @@ class Config:
     intra: int  # 0 = let TensorFlow pick
     omp: int | None = None
     env: tuple[tuple[str, str], ...] = ()  # thread variables set in the child (sorted)
-    blocktime: int | None = None  # KMP_BLOCKTIME in ms; None = the build's default
-    compact: bool = False  # KMP_AFFINITY compact: each OpenMP team's threads pinned to cores, close together
     cpus: tuple[int, ...] = ()  # logical CPUs to bind the child to; () = no binding
     kind: str = "search"  # "baseline", "plan" or "search"
+    blocktime: int | None = None  # KMP_BLOCKTIME in ms; None = the build's default
+    compact: bool = False  # KMP_AFFINITY compact: each OpenMP team's threads pinned to cores, close together
 
     @property
     def env_dict(self) -> dict[str, str]:
