@@ -11,10 +11,8 @@ Public API (imports are lazy so `import tf_autopar` never imports TensorFlow):
 """
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
 from tf_autopar import _warn
+from tf_autopar._lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -38,14 +36,4 @@ _EXPORTS = {
 }
 
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'tf_autopar' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -410,27 +410,35 @@ def read_saved_model(path: str) -> Any:
             raise ValueError(f"{path} is not a SavedModel directory: it has no saved_model.pb/saved_model.pbtxt")
     else:
         file = path
-    from google.protobuf import message, text_format
     from tensorflow.core.protobuf import saved_model_pb2
 
     sm = saved_model_pb2.SavedModel()
     try:
-        if file.endswith(".pbtxt"):
-            with open(file, encoding="utf-8") as f:
-                text_format.Parse(f.read(), sm)
-        else:
-            with open(file, "rb") as f:
-                sm.ParseFromString(f.read())
-    except (message.DecodeError, text_format.ParseError, UnicodeDecodeError, ValueError) as exc:
+        _parse_proto(file, sm, text=file.endswith(".pbtxt"))
+    except ValueError as exc:
         raise ValueError(f"corrupt SavedModel protobuf {file}: {exc}") from None
     if not sm.meta_graphs:
         raise ValueError(f"corrupt SavedModel protobuf {file}: it holds no MetaGraph")
     return sm
 
 
+def _parse_proto(path: str, proto: Any, text: bool) -> None:
+    """Fill ``proto`` from a binary or text protobuf file; ValueError naming what is wrong."""
+    from google.protobuf import message, text_format
+
+    try:
+        if text:
+            with open(path, encoding="utf-8") as f:
+                text_format.Parse(f.read(), proto)
+        else:
+            with open(path, "rb") as f:
+                proto.ParseFromString(f.read())
+    except (message.DecodeError, text_format.ParseError, UnicodeDecodeError) as exc:
+        raise ValueError(str(exc)) from None
+
+
 def _read_graph_file(path: str) -> Any:
     """A frozen GraphDef (.pb binary, .pbtxt text), or a MetaGraphDef file."""
-    from google.protobuf import message, text_format
     from tensorflow.core.framework import graph_pb2
     from tensorflow.core.protobuf import meta_graph_pb2
 
@@ -439,13 +447,8 @@ def _read_graph_file(path: str) -> Any:
     for cls in (graph_pb2.GraphDef, meta_graph_pb2.MetaGraphDef):
         proto = cls()
         try:
-            if text:
-                with open(path, encoding="utf-8") as f:
-                    text_format.Parse(f.read(), proto)
-            else:
-                with open(path, "rb") as f:
-                    proto.ParseFromString(f.read())
-        except (message.DecodeError, text_format.ParseError, UnicodeDecodeError, ValueError) as exc:
+            _parse_proto(path, proto, text)
+        except ValueError as exc:
             errors.append(f"{cls.__name__}: {exc}")
             continue
         nodes = proto.node if cls is graph_pb2.GraphDef else proto.graph_def.node

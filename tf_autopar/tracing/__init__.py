@@ -6,8 +6,7 @@ Names are resolved lazily so ``python -m tf_autopar.tracing.build`` runs cleanly
 """
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from tf_autopar._lazy import lazy_exports
 
 _EXPORTS = {
     "trace": "tf_autopar.tracing.tracer",
@@ -24,14 +23,4 @@ _EXPORTS = {
 }
 
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'tf_autopar.tracing' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
