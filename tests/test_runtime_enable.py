@@ -20,7 +20,9 @@ def chain(x):
         x = tf.matmul(x, x) * 0.001
     return x
 chain(x)
-intra = busy_threads(lambda: [chain(x).numpy() for _ in range(6)])
+# enough calls for /proc's 10 ms CPU ticks to tell the threads apart (6 calls gave too few ticks
+# to count a second busy thread once in a while)
+intra = busy_threads(lambda: [chain(x).numpy() for _ in range(30)])
 """
 
 
