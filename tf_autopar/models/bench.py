@@ -15,7 +15,8 @@ Configurations:
 - ``enable-cached``: the same with a cache one unmeasured ``enable`` run filled: its next start.
 - ``INTERxINTRA``: TF_NUM_INTEROP_THREADS / TF_NUM_INTRAOP_THREADS (and, on OpenMP builds,
   OMP_NUM_THREADS = MKL_NUM_THREADS = intra); ``INTERxINTRAxOMP`` sets the OpenMP threads
-  apart from TF's intra-op pool and ``:btMS`` KMP_BLOCKTIME (OpenMP builds only).
+  apart from TF's intra-op pool, ``:btMS`` KMP_BLOCKTIME and ``:compact`` compact KMP_AFFINITY
+  (OpenMP builds only; validation/space.parse_config).
 
 Throughput mode runs the plan's instances as that many concurrent processes for *every*
 configuration (the plan's bound to its CPU lists, the others unbound, as a user would start
