@@ -25,14 +25,13 @@
 #include <utility>
 #include <vector>
 
+#include "tsl/profiler/lib/profiler_lock.h"
 // TF 2.16 and later ship the recorder under xla/tsl; TF 2.14 and 2.15 under tensorflow/tsl
 // (the build adds that folder to the include path), one folder up.
 #if __has_include("xla/tsl/profiler/backends/cpu/traceme_recorder.h")
-#include "tsl/profiler/lib/profiler_lock.h"
 #include "xla/tsl/profiler/backends/cpu/traceme_recorder.h"
 #include "xla/tsl/profiler/utils/time_utils.h"
 #else
-#include "tsl/profiler/lib/profiler_lock.h"
 #include "tsl/profiler/backends/cpu/traceme_recorder.h"
 #include "tsl/profiler/utils/time_utils.h"
 #define TFAP_RECORDER_HAS_NO_FILTER 1  // TF 2.14's recorder takes no filter mask: all events at the level

@@ -15,6 +15,7 @@ from typing import Any, Mapping
 from tf_autopar._files import write_json_atomic
 from tf_autopar.models.options import add_model_flags
 from tf_autopar.validation.report import format_ratio
+from tf_autopar.validation.space import config_name
 
 
 def add_parser(subparsers: Any) -> None:
@@ -78,12 +79,9 @@ def settings_text(s: Mapping[str, Any] | None, affinity: list[int]) -> str:
     """'1x2 TF_NUM_*; bound 0' from a configuration's effective settings."""
     if not s:
         return "-"
-    text = f"{s.get('inter_op')}x{s.get('intra_op')}"
-    omp = s.get("openmp")
-    if omp and omp.get("max_threads"):  # what the OpenMP runtime runs with, TF's defaults included
-        text += f"x{omp['max_threads']}"
-        if omp.get("blocktime_ms") is not None:
-            text += f":bt{omp['blocktime_ms']}"
+    omp = s.get("openmp") or {}  # what the OpenMP runtime runs with, TF's defaults included
+    text = config_name(s.get("inter_op"), s.get("intra_op"), omp.get("max_threads"),
+                       omp.get("blocktime_ms") if omp.get("max_threads") else None)
     if s.get("processes", 1) > 1:
         text += f" x{s['processes']} processes"
     cpus = [c for c in s.get("cpus") or [] if c and sorted(c) != sorted(affinity)]

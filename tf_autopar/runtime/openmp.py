@@ -11,7 +11,7 @@ import ctypes
 import os
 from typing import Any
 
-MARKERS = ("libiomp5", "libgomp", "libomp.so", "libomp-")
+from tf_autopar.topology.tf_runtime import is_openmp_library
 
 
 def loaded_library() -> str | None:
@@ -19,8 +19,9 @@ def loaded_library() -> str | None:
     try:
         with open("/proc/self/maps", encoding="utf-8", errors="replace") as fh:
             for line in fh:
-                path = line.rstrip("\n").split(None, 5)[-1] if line.count(" ") >= 5 else ""
-                if path.startswith("/") and any(m in os.path.basename(path) for m in MARKERS):
+                fields = line.split(None, 5)  # address perms offset dev inode [path]
+                path = fields[5].strip() if len(fields) == 6 else ""
+                if path.startswith("/") and is_openmp_library(path):
                     return path
     except OSError:
         return None

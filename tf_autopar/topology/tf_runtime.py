@@ -121,7 +121,8 @@ def elf_needed(path: str) -> list[str] | None:
     return names
 
 
-def _is_openmp(name: str) -> bool:
+def is_openmp_library(name: str) -> bool:
+    """Whether a shared library's file name (or path) is an OpenMP runtime's."""
     base = os.path.basename(name)
     return any(base.startswith(m) for m in OPENMP_MARKERS)
 
@@ -139,7 +140,7 @@ def _bundled_openmp(pkg: str) -> list[str]:
     hits = []
     for d in dirs:
         try:
-            hits.extend(os.path.join(d, n) for n in os.listdir(d) if _is_openmp(n) and ".so" in n)
+            hits.extend(os.path.join(d, n) for n in os.listdir(d) if is_openmp_library(n) and ".so" in n)
         except OSError:
             continue
     return hits
@@ -159,7 +160,7 @@ def _distribution() -> str | None:
 def decide(libs: dict[str, list[str] | None], bundled: list[str], itex: bool, distribution: str | None) -> tuple[str, str]:
     """Pure decision from gathered evidence -> (runtime, evidence line)."""
     for lib, needed in libs.items():
-        omp = [n for n in needed or () if _is_openmp(n)]
+        omp = [n for n in needed or () if is_openmp_library(n)]
         if omp:
             return "openmp", f"{os.path.basename(lib)} links {', '.join(omp)}"
     if itex:

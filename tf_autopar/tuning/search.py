@@ -27,6 +27,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
+from tf_autopar.validation.space import config_name
 from tf_autopar.validation.stats import median, paired_ratios
 
 MAX_CANDIDATES = 12
@@ -42,7 +43,7 @@ class Candidate:
 
     @property
     def label(self) -> str:
-        return f"{self.inter}x{self.intra}" + (f"x{self.omp}" if self.omp is not None else "")
+        return config_name(self.inter, self.intra, self.omp)
 
     @classmethod
     def parse(cls, text: str) -> "Candidate":
