@@ -336,6 +336,8 @@ def test_lookup_of_a_few_rows_is_light_and_a_loop_counts_its_trips():
     p = analyze_graph_def(g)
     assert p.heavy_op_types == {"MatMul": 2}  # the one-row gather is not heavy
     assert p.typical_op_work == 256  # 40 x 256 = 10240 MACs outweigh the head's 1024
+    # per step: the head once and the body's matmul 40 times; no heavy look-up
+    assert (p.lookups, p.lookup_work, p.contraction_work) == (0, 0, 1024 + 40 * 256)
 
 
 def test_a_function_body_counts_only_what_feeds_its_outputs():
@@ -368,6 +370,27 @@ def test_lookup_of_many_rows_stays_heavy():
     shaped(g.node, "emb", "GatherV2", (MIN_LOOKUP_ELEMENTS, 1), "table", "ids")
     p = analyze_graph_def(g)
     assert p.heavy_op_types == {"GatherV2": 1} and p.typical_op_work == MIN_LOOKUP_ELEMENTS
+    assert (p.lookups, p.lookup_work, p.contraction_work) == (1, MIN_LOOKUP_ELEMENTS, 0)
+
+
+def test_lookup_and_contraction_work_are_summed_apart_and_unknown_stays_unknown():
+    """The OpenMP rule weighs the elements the look-ups read (TensorFlow's pool) against the
+    other heavy ops' multiply-adds (OpenMP teams): two tables of 8192 x 32 rows read, then a
+    matmul of 8192 x 64 @ 64 x 16."""
+    g = graph_pb2.GraphDef()
+    for i in range(2):
+        shaped(g.node, f"ids{i}", "Placeholder", (8192,))
+        shaped(g.node, f"table{i}", "ReadVariableOp", (10**5, 32))
+        shaped(g.node, f"emb{i}", "GatherV2", (8192, 32), f"table{i}", f"ids{i}")
+    shaped(g.node, "cat", "ConcatV2", (8192, 64), "emb0", "emb1")
+    shaped(g.node, "w", "ReadVariableOp", (64, 16))
+    shaped(g.node, "mm", "MatMul", (8192, 16), "cat", "w")
+    p = analyze_graph_def(g)
+    assert (p.lookups, p.lookup_work, p.contraction_work) == (2, 2 * 8192 * 32, 8192 * 64 * 16)
+    shaped(g.node, "x", "Placeholder", (-1, 64))
+    shaped(g.node, "mm2", "MatMul", (-1, 16), "x", "w")  # a batch unknown: the sum is unknown
+    p = analyze_graph_def(g)
+    assert p.lookup_work == 2 * 8192 * 32 and p.contraction_work is None
 
 
 def test_dense_on_a_sequence_counts_every_row_through_its_reshape():

@@ -459,8 +459,8 @@ def test_openmp_teams_are_sized_for_the_onednn_width_not_the_lookups():
     width (4, bounded to 2 here) comes from look-ups that run on TensorFlow's threads; only one
     OpenMP team runs at a time, so each gets both cores (2x1x1 ran 1.3x slower than 2x1x2)."""
     dlrm = GraphProfile(heavy_ops=33, depth=7, avg_width=4, max_width=27, typical_op_work=268_435_456,
-                        heavy_op_types={"GatherV2": 26, "MatMul": 6, "BatchMatMulV2": 1})
-    p = plan(hosts("openmp")["this"], dlrm)
+                        heavy_op_types={"GatherV2": 26, "MatMul": 6, "BatchMatMulV2": 1}, lookups=26)
+    p = plan(hosts("openmp")["this"], dlrm)  # the look-ups' share unknown: TF's pool keeps 1 thread
     assert (p.inter_op, p.intra_op, p.omp_threads) == (2, 1, 2)
     assert "embedding look-ups" in p.explain()
     # a wide convolutional graph (NASNet: no look-ups): the paper's division, 2 teams of 1
@@ -469,6 +469,34 @@ def test_openmp_teams_are_sized_for_the_onednn_width_not_the_lookups():
     assert (lambda q: (q.inter_op, q.intra_op, q.omp_threads))(plan(hosts("openmp")["this"], nasnet)) == (2, 1, 1)
     # stock TF: nothing changes for the look-ups
     assert plan(hosts("eigen")["this"], dlrm).omp_threads is None
+
+
+def test_openmp_lookup_bound_models_split_their_lookups_over_tensorflows_pool():
+    """Look-ups run on TensorFlow's own pool on an OpenMP build. DLRM at batch 2048 (analysed:
+    1.7 M elements read, 1.0 G multiply-adds elsewhere, about 14% of a step): TF's pool gets the
+    team's threads and one inter-op pool, 1x2x2. DCN-V2 at batch 2048 reads 0.85 M elements
+    against 1.85 G multiply-adds (4%), BERT at batch 16 1.0 M against 7.0 G (1.5%): TF's pool
+    keeps 1 thread. Stock TF: no change."""
+    from tf_autopar.planning.planner import LOOKUP_BOUND_SHARE, lookup_share
+
+    this = hosts("openmp")["this"]
+    dlrm = GraphProfile(heavy_ops=33, depth=7, avg_width=4, max_width=27, typical_op_work=268_435_456,
+                        lookups=26, lookup_work=1_703_936, contraction_work=1_017_184_256)
+    dcn = dataclasses.replace(dlrm, heavy_ops=32, lookups=26, lookup_work=851_968, contraction_work=1_849_546_752)
+    bert = GraphProfile(heavy_ops=35, depth=26, avg_width=1, max_width=4, typical_op_work=50_000_000,
+                        lookups=2, lookup_work=1_048_576, contraction_work=6_980_370_432)
+    assert lookup_share(dlrm) >= LOOKUP_BOUND_SHARE > lookup_share(dcn) > lookup_share(bert)
+    p = plan(this, dlrm)
+    assert (p.inter_op, p.intra_op, p.omp_threads) == (1, 2, 2)
+    assert "look-ups take about" in p.explain() and "split" in p.explain()
+    assert (lambda q: (q.inter_op, q.intra_op, q.omp_threads))(plan(this, dcn)) == (2, 1, 2)
+    assert (lambda q: (q.inter_op, q.intra_op, q.omp_threads))(plan(this, bert)) == (1, 1, 2)
+    assert lookup_share(dataclasses.replace(dlrm, contraction_work=None)) is None  # a shape unknown: no claim
+    eigen = plan(hosts("eigen")["this"], dlrm)
+    assert eigen.omp_threads is None and "look-ups take" not in eigen.explain()
+    # the user's inter-op count is kept; the look-ups still get TensorFlow's pool
+    mine = plan(this, dlrm, env={"TF_NUM_INTEROP_THREADS": "2"})
+    assert mine.inter_op == 2 and mine.intra_op == 2 and mine.settings["inter_op"].source == "user"
 
 
 def test_recurrent_models_keep_one_pool_on_openmp_builds():

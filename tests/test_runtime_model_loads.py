@@ -112,3 +112,21 @@ def test_a_bad_batch_is_refused_before_anything_changes():
         with pytest.raises(ValueError, match="batch must be a positive integer"):
             tf_autopar.enable(batch=bad)
     assert dict(os.environ) == before and not tf_autopar.status().enabled
+
+
+def test_a_cached_profile_without_a_field_the_planner_reads_is_a_miss(tmp_path):
+    """A profile cached by an older tf_autopar lacks the look-up fields; planning from it would
+    read them as "no look-ups" and plan differently from a fresh analysis, so it is re-analysed."""
+    from tf_autopar.graph.profile import GraphProfile
+    from tf_autopar.runtime import cache, core
+
+    path = str(tmp_path / "plans.json")
+    fresh = GraphProfile(heavy_ops=33, depth=7, avg_width=4, max_width=27, typical_op_work=268_435_456,
+                         lookups=26, lookup_work=1_703_936, contraction_work=1_017_184_256, source="dlrm")
+    cache.store_profile("new", core.profile_summary(fresh), path=path)
+    old = {k: v for k, v in core.profile_summary(fresh).items() if k not in ("lookups", "lookup_work")}
+    cache.store_profile("old", old, path=path)
+    back = core.cached_profile(cache.lookup_profile("new", path=path))
+    assert back is not None and (back.lookups, back.lookup_work, back.contraction_work) == (26, 1_703_936, 1_017_184_256)
+    assert core.cached_profile(cache.lookup_profile("old", path=path)) is None
+    assert core.cached_profile(None) is None and core.cached_profile("garbled") is None

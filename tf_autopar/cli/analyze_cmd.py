@@ -89,6 +89,12 @@ def render(profile: GraphProfile, top: int = 10) -> str:
         lines.append(f"typical op:    {profile.typical_op_work:,} multiply-adds (work-weighted median heavy op)")
     else:
         lines.append("typical op:    unknown (a shape is not static; give --batch / --input-shape)")
+    if profile.lookups and profile.lookup_work is not None and profile.contraction_work is not None:
+        from tf_autopar.planning.planner import lookup_share
+
+        lines.append(f"look-ups:      {profile.lookups}, reading {profile.lookup_work:,} elements per step against "
+                     f"{profile.contraction_work:,} multiply-adds in the other heavy ops (about "
+                     f"{lookup_share(profile):.0%} of a step on one thread)")
     for assumption in profile.assumptions:
         lines.append(f"assumed:       {assumption}")
     if profile.level_widths:

@@ -50,7 +50,7 @@ from tf_autopar.graph import heavy_ops as H
 from tf_autopar.graph.profile import GraphProfile
 from tf_autopar.graph.width import avg_width, max_width, propagate
 from tf_autopar.graph.dims import Assumed, describe_assumptions, fill_unknown, proto_dims
-from tf_autopar.graph.work import WORK_ATTR, const_ints, op_work, output_shapes, typical_work
+from tf_autopar.graph.work import WORK_ATTR, const_ints, op_work, output_shapes, total_work, typical_work
 
 log = logging.getLogger("tf_autopar.graph")
 
@@ -82,8 +82,8 @@ class _Summary:
     training: bool = False
     tf_data: bool = False
     back_edges: int = 0
-    # per heavy op (per call site): (work per run or None when unknown, runs per step)
-    works: tuple[tuple[int | None, int], ...] = ()
+    # per heavy op (per call site): (work per run or None when unknown, runs per step, is a look-up)
+    works: tuple[tuple[int | None, int, bool], ...] = ()
 
     @property
     def depth(self) -> int:
@@ -180,7 +180,7 @@ class _Analyzer:
             if not parts:
                 return None
             looped = _sequence(parts)
-            looped.works = tuple((w, runs * trips) for w, runs in looped.works)
+            looped.works = tuple((w, runs * trips, lookup) for w, runs, lookup in looped.works)
             return looped, False
         if op in _IF_OPS or op in _CASE_OPS:
             keys = ("then_branch", "else_branch") if op in _IF_OPS else ("branches",)
@@ -233,7 +233,7 @@ class _Analyzer:
         calls: dict[int, tuple[int, int, int, dict[str, int] | None]] = {}
         extra_preds: list[list[int]] = []
         extra_weight: list[int] = []
-        works: list[tuple[int | None, int]] = []
+        works: list[tuple[int | None, int, bool]] = []
 
         def gradient_node(i: int) -> bool:
             return grad_ctx or H.is_gradient_op_type(ops[i]) or H.is_gradient_node_name(names[i])
@@ -254,7 +254,7 @@ class _Analyzer:
                 weight[i] = 1
                 unit.append(i)
                 heavy_types[op] += 1
-                works.append((work, 1))
+                works.append((work, 1, cls == H.EMBEDDING))
                 continue
             if op in _STRUCTURAL or op in library:
                 call_grad = gradient_node(i)
@@ -573,7 +573,11 @@ def _profile(analyzer: _Analyzer, summary: _Summary, source: str) -> GraphProfil
         training=summary.training,
         uses_tf_data=summary.tf_data,
         loops=any(op in _WHILE_OPS for op in summary.op_types),
-        typical_op_work=typical_work(summary.works),
+        typical_op_work=typical_work([(w, runs) for w, runs, _ in summary.works]),
+        lookups=sum(1 for _, _, lookup in summary.works if lookup),
+        lookup_work=total_work(w * runs if w is not None else None for w, runs, lookup in summary.works if lookup),
+        contraction_work=total_work(
+            w * runs if w is not None else None for w, runs, lookup in summary.works if not lookup),
         assumptions=describe_assumptions(analyzer.assumed, analyzer.assumed_used),
         source=source,
         fingerprint=digest.hexdigest(),

@@ -158,5 +158,5 @@ def for_unknown_batch(profile: GraphProfile) -> GraphProfile:
 
     note = ("the batch is not given: op sizes unknown, so TensorFlow's default pool sizes within the budget "
             "(give the batch: enable(batch=N), --batch N)")
-    return dataclasses.replace(profile, typical_op_work=None, sizes_known=False,
+    return dataclasses.replace(profile, typical_op_work=None, lookup_work=None, contraction_work=None, sizes_known=False,
                                assumptions=tuple(profile.assumptions) + (note,))

@@ -25,6 +25,12 @@ class GraphProfile:
     # Work-weighted median heavy-op size in multiply-adds (graph/work.py); None when any
     # heavy op's shapes are unknown (e.g. a None batch dimension) or there are no heavy ops.
     typical_op_work: int | None = None
+    # Heavy embedding look-ups (call sites), the elements they read per step, and the
+    # multiply-adds of the other heavy ops per step (None: some shape unknown). On OpenMP
+    # builds the look-ups run on TensorFlow's own pool and the rest on OpenMP teams.
+    lookups: int = 0
+    lookup_work: int | None = None
+    contraction_work: int | None = None
     # What unknown dimensions were read as to estimate the work, e.g. "unknown batch dimension
     # read as 1"; empty when every shape was known (or nothing was assumed).
     assumptions: tuple[str, ...] = ()

@@ -32,7 +32,7 @@ from the live op and writes it as one integer (``WORK_ATTR``), which costs far l
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from tf_autopar.graph import heavy_ops as H
 
@@ -157,6 +157,17 @@ def typical_work(works: Sequence[tuple[int | None, int]]) -> int | None:
         if 2 * running >= total:
             return int(w)
     return int(ordered[-1][0])
+
+
+def total_work(works: Iterable[int | None]) -> int | None:
+    """The summed work of a step's ops of one kind; None when any is unknown (then nothing is
+    claimed), 0 when there are none."""
+    total = 0
+    for w in works:
+        if w is None:
+            return None
+        total += w
+    return total
 
 
 _INT_DTYPES = {3: "int32_val", 9: "int64_val"}  # DataType enum -> TensorProto field

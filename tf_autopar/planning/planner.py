@@ -18,7 +18,10 @@ Frameworks", TACO 2021, adapted to how TensorFlow 2 really threads):
    usable // min(p, the width without embedding look-ups, which run on TF's threads),
    KMP_BLOCKTIME=1. TensorFlow's own intra-op pool is a second pool there, running the other
    ops: it gets 1 thread, since its threads competed with the teams (measured on
-   intel-tensorflow 2.14; docs/openmp.md). The small-op rule below does not apply to the
+   intel-tensorflow 2.14; docs/openmp.md), unless embedding look-ups, which run there, take
+   LOOKUP_BOUND_SHARE of the step or more (estimated from the elements they read and the
+   other ops' multiply-adds): then it gets a team's threads too, and p = the teams that run
+   at once, so that each look-up is split rather than run on one thread. The small-op rule below does not apply to the
    teams (splitting small ops over a team never lost there), nor the While-loop floor (a
    second pool brings a second team). Eigen builds (stock pip TF, and "unknown") share one
    intra-op pool between all inter-op threads: intra = usable, since dividing would idle
@@ -81,6 +84,14 @@ TINY_OP_WORK = 200_000
 # DeepQ, and 2x2 lost 6-17% on AutoEnc and Speech, but 2x1 lost 18-23% on AlexNet's tiny
 # training graph (54 M) in both quick runs, and 2x2 is TensorFlow's default here.
 TRAIN_SMALL_OP_WORK = 300_000_000
+# OpenMP builds: one element read by an embedding look-up costs about this many multiply-adds
+# on one thread (random rows from a table larger than the caches). Measured apart from any
+# model on this host's Intel Xeon with intel-tensorflow 2.14 (benchmarks/lookup_cost.py).
+LOOKUP_ELEMENT_MACS = 100
+# OpenMP builds: look-ups at or above this share of the step get TensorFlow's own pool (they run
+# there, not on the teams). A second thread there cost the models with small look-ups 3-5%
+# (docs/openmp.md); halving a share s of the step saves s / 2, so it pays from about 10%.
+LOOKUP_BOUND_SHARE = 0.10
 KMP_BLOCKTIME = 1
 KMP_AFFINITY = "granularity=fine,compact,1,0"
 
@@ -230,16 +241,31 @@ def onednn_width(profile: GraphProfile | None) -> int | None:
     """The width of the heavy ops that run on OpenMP teams: the model's width without its embedding
     look-ups, which run on TensorFlow's own threads (DLRM: 26 look-ups and 7 matrix multiplies in
     a chain; two teams of one thread ran it 1.3x slower than teams of two). None: no look-ups."""
-    if profile is None:
-        return None
-    # only with a profile: the graph package stays out of the planner's import (see TYPE_CHECKING)
-    from tf_autopar.graph.heavy_ops import CONDITIONAL_GATHER_OP_TYPES, EMBEDDING, heavy_class
-
-    types = getattr(profile, "heavy_op_types", None) or {}
-    lookups = sum(n for t, n in types.items() if heavy_class(t) == EMBEDDING or t in CONDITIONAL_GATHER_OP_TYPES)
+    lookups = getattr(profile, "lookups", 0) if profile is not None else 0
     if not lookups:
         return None
     return max(1, (profile.heavy_ops - lookups) // max(1, profile.depth))
+
+
+def lookup_share(profile: GraphProfile | None) -> float | None:
+    """The estimated share of a step's one-thread time spent in embedding look-ups: the elements
+    they read, each costing LOOKUP_ELEMENT_MACS multiply-adds, against the other heavy ops'
+    multiply-adds. None when unknown (no look-ups, or a shape unknown)."""
+    if profile is None or not getattr(profile, "lookups", 0):
+        return None
+    lookup, rest = getattr(profile, "lookup_work", None), getattr(profile, "contraction_work", None)
+    if lookup is None or rest is None or lookup + rest <= 0:
+        return None
+    cost = lookup * LOOKUP_ELEMENT_MACS
+    return cost / (cost + rest)
+
+
+def _lookup_bound(profile: GraphProfile | None, runtime: str) -> float | None:
+    """The look-ups' share of the step on OpenMP builds when it reaches LOOKUP_BOUND_SHARE, else None."""
+    if runtime != "openmp":
+        return None
+    share = lookup_share(profile)
+    return share if share is not None and share >= LOOKUP_BOUND_SHARE else None
 
 
 def _tf_data_floor(p: int, uses_tf_data: bool) -> tuple[int, str]:
@@ -266,7 +292,7 @@ def restrict_latency(units: list[Unit], p: int) -> tuple[list[Unit], str]:
 
 def intra_threads(
     runtime: str, cpus: int, inter: int, op_work: int | None = None, training: bool = False,
-    small_op_work: int = SMALL_OP_WORK, teams: int | None = None,
+    small_op_work: int = SMALL_OP_WORK, teams: int | None = None, lookup_bound: float | None = None,
 ) -> tuple[int, int | None, str]:
     """(intra_op, omp_threads, reason) for ``cpus`` CPUs shared by ``inter`` inter-op threads,
     for ops of typical size ``op_work`` multiply-adds (None: unknown).
@@ -286,6 +312,15 @@ def intra_threads(
                    f"width is embedding look-ups, on TensorFlow's threads): {cpus} CPUs / {teams} = {n}")
         small = (f"; small ops too (typical {_mac(op_work)} multiply-adds): unlike TensorFlow's own pool, an OpenMP "
                  "team did not lose on them" if op_work is not None and op_work < small_op_work and cpus > 1 else "")
+        if lookup_bound is not None:
+            return n, n, (
+                f"OpenMP runtime: oneDNN's kernels run on OpenMP teams, one per inter-op thread; {at_once} OpenMP "
+                f"thread(s) per team{small}. The embedding look-ups take about {lookup_bound:.0%} of a step (elements "
+                f"read x {LOOKUP_ELEMENT_MACS} multiply-adds each, against the other ops' multiply-adds), at or above "
+                f"{LOOKUP_BOUND_SHARE:.0%}: they run on TensorFlow's own intra-op pool, which gets the team's {n} "
+                "thread(s) too, so that each look-up is split instead of running on one thread "
+                "(docs/openmp.md)"
+            )
         return 1, n, (
             f"OpenMP runtime: oneDNN's kernels run on OpenMP teams, one per inter-op thread; {at_once} OpenMP "
             f"thread(s) per team (the paper's rule){small}; TensorFlow's own intra-op pool runs only the other ops "
@@ -412,7 +447,7 @@ def single_layout(units: list[Unit], mode: str, p: int, topology: Topology, fact
 
 def planned_settings(
     layout: Layout, mode: str, runtime: str, uses_tf_data: bool, user: UserSettings, op_work: int | None = None,
-    small_op_work: int = SMALL_OP_WORK, dnn_width: int | None = None,
+    small_op_work: int = SMALL_OP_WORK, dnn_width: int | None = None, lookup_bound: float | None = None,
 ) -> dict[str, Setting]:
     """Every knob with its planned value and reason (user settings not applied yet)."""
     inter, floor_why = _tf_data_floor(layout.inter, uses_tf_data)
@@ -424,7 +459,7 @@ def planned_settings(
     inter_for_division = user.inter_op if user.inter_op else inter
     intra, omp, intra_why = intra_threads(runtime, layout.per_instance, inter_for_division, op_work,
                                           training=mode == "training", small_op_work=small_op_work,
-                                          teams=dnn_width)
+                                          teams=dnn_width, lookup_bound=lookup_bound)
     settings["intra_op"] = Setting(intra, "planned", intra_why)
     if omp is not None:
         settings["omp_threads"] = Setting(omp, "planned", "OMP_NUM_THREADS = MKL_NUM_THREADS: each OpenMP team's threads")
@@ -555,6 +590,13 @@ def plan(
             p = 2
             facts.append("the model runs While loops (recurrent layers): 2 inter-op pools, so that the loop's "
                          "iterations and bookkeeping overlap (an LSTM at batch 32 ran 1.15x faster with 2 than 1)")
+    dnn_width = onednn_width(profile) if runtime == "openmp" else None
+    lookup_bound = _lookup_bound(profile, runtime)
+    if lookup_bound is not None and dnn_width is not None and p > dnn_width:
+        p = dnn_width
+        facts.append(f"embedding look-ups take about {lookup_bound:.0%} of a step: {p} inter-op pool(s), one per "
+                     "OpenMP team that runs at once; the look-ups are split over TensorFlow's own pool instead of "
+                     "running side by side, one thread each")
     if mode == "throughput":
         layout = throughput_layout(units, streams, p, facts)
     else:
@@ -562,8 +604,7 @@ def plan(
     small_op_work = SMALL_OP_WORK
     if op_work is not None:
         small_op_work = _small_op_threshold(calibration, facts)
-    settings = planned_settings(layout, mode, runtime, tf_data, user, op_work, small_op_work,
-                                onednn_width(profile) if runtime == "openmp" else None)
+    settings = planned_settings(layout, mode, runtime, tf_data, user, op_work, small_op_work, dnn_width, lookup_bound)
     if tuned is not None and mode != "throughput":
         _apply_tuned(settings, tuned, layout.per_instance, facts)
     _keep_user(settings, user, len(units), facts)

@@ -411,8 +411,8 @@ def _apply_process(
     if profile is None and use_cache and not started:
         try:
             entry = cache.lookup_program(cache.program_key(), cache.topology_key(topo), mode)
-            if entry:
-                profile = core.profile_from_dict(entry["profile"])
+            profile = core.cached_profile(entry.get("profile")) if entry else None
+            if profile is not None:
                 source = f"cache: {entry.get('name', '?')} ({str(entry.get('fingerprint', ''))[:12]})"
         except Exception as exc:
             fail_open("read the plan cache", exc)

@@ -124,8 +124,20 @@ def profile_from_dict(d: dict[str, Any]) -> GraphProfile:
     return GraphProfile(**data)
 
 
+#: The profile fields worth caching (small: no op histograms), all that the planner reads.
+CACHED_PROFILE_FIELDS = (
+    "heavy_ops", "depth", "avg_width", "max_width", "nodes", "functions", "training", "uses_tf_data", "loops",
+    "sizes_known", "source", "fingerprint", "typical_op_work", "assumptions", "lookups", "lookup_work",
+    "contraction_work")
+
+
 def profile_summary(profile: GraphProfile) -> dict[str, Any]:
-    """The profile fields worth caching (small: no op histograms)."""
-    keep = ("heavy_ops", "depth", "avg_width", "max_width", "nodes", "functions", "training",
-            "uses_tf_data", "loops", "sizes_known", "source", "fingerprint", "typical_op_work", "assumptions")
-    return {k: getattr(profile, k) for k in keep if hasattr(profile, k)}
+    return {k: getattr(profile, k) for k in CACHED_PROFILE_FIELDS}
+
+
+def cached_profile(d: Any) -> GraphProfile | None:
+    """A cached summary as a profile; None (a miss) when an older tf_autopar wrote it without a
+    field the planner now reads, which would otherwise plan as if the field were empty."""
+    if not isinstance(d, dict) or any(k not in d for k in CACHED_PROFILE_FIELDS):
+        return None
+    return profile_from_dict(d)

@@ -220,9 +220,9 @@ def child_profile(target: str, key: str, use_cache: bool = True, preload: Sequen
     import json
     import subprocess
 
-    found = cache.lookup_profile(key) if use_cache else None
-    if found:
-        return core.profile_from_dict(found)
+    found = core.cached_profile(cache.lookup_profile(key)) if use_cache else None
+    if found is not None:
+        return found
     code = (
         "import importlib, json, sys; from tf_autopar.graph import analyze; "
         "[importlib.import_module(m) for m in json.loads(sys.argv[3])]; "
