@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -342,3 +343,115 @@ def test_siblings_are_processes_of_the_same_executable_under_the_same_parent(tmp
     assert siblings_likely(str(proc))  # started together with a process of the same executable
     (task / "children").unlink()
     assert siblings_likely(str(proc))  # no children list (kernel without it): cannot tell, so wait
+
+
+class _Clock:
+    """A fake clock for rendezvous.meet: each sleep runs the next scripted event (peers exiting or
+    arriving while the worker waits), then advances the time by what was asked."""
+
+    def __init__(self, now: float, events=()) -> None:
+        self.now, self.events = now, list(events)
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        if self.events:
+            self.events.pop(0)()
+        self.now += seconds
+
+
+def test_a_latecomer_whose_peers_all_exited_opens_a_fresh_window(tmp_path):
+    """Late on arrival (a cohort held ranks), alone at the lock (the cohort exited meanwhile): it used
+    to warn about overlapping 0 other workers; it opens a window that a sibling restarted with it joins."""
+    from tf_autopar.coordination.rendezvous import GRACE_S, meet
+
+    d = str(tmp_path / "g")
+    a, b, w = acquire(d), acquire(d), acquire(d)
+    held = [a, b, w]
+    try:
+        now = time.time()
+        a.update(time=now - 0.5, rank=0, cohort=2)
+        b.update(time=now - 0.5, rank=1, cohort=2)
+        w.update(time=now)
+
+        def sibling_arrives() -> None:
+            x = acquire(d)  # slot 0, freed by the cohort
+            x.update(time=clock.now)
+            held.append(x)
+
+        clock = _Clock(now, [lambda: (a.release(), b.release()), sibling_arrives])
+        got = meet(w, 1.0, clock=clock, sleep=clock.sleep)
+        assert (got.rank, got.count) == (1, 2), got  # the sibling in slot 0 is worker 0
+        assert clock.now >= now + 1.0 + GRACE_S  # it waited out the window it opened, from its claim
+        status = json.loads(open(w.path).read())
+        assert (status["rank"], status["cohort"], status.get("late")) == (1, 2, None)
+        other = meet(held[-1], 1.0, clock=clock, sleep=clock.sleep)  # the sibling decides after it
+        assert (other.rank, other.count) == (0, 2), other
+    finally:
+        for x in held:
+            x.release()
+
+
+def test_a_group_whose_ranked_workers_all_exited_re_forms_around_the_next_worker(workers, tmp_path):
+    """Only a latecomer left running: the next worker used to be late as well (and every one after
+    it, for as long as any latecomer lived), told that its peers 'had shared the host out'."""
+    first = workers.start(tmp_path / "lease", "-", 8)
+    a = workers.result(first)
+    assert a["source"] == "single"
+    b = workers.result(workers.start(tmp_path / "lease", "-", 8))
+    assert (b["source"], b["count"]) == ("lease", 2)  # late: the first took the whole host
+    workers.stderr_after_exit(first)  # the only worker holding a rank exits; the latecomer runs on
+    third = workers.start(tmp_path / "lease", "-", 8)
+    c = workers.result(third)
+    assert (c["source"], c["count"], c["cpus"]) == ("single", 1, list(range(8))), c
+    assert "no other worker started within 1 s" in c["note"] and "1 worker(s) that came too late" in c["note"]
+    fourth = workers.start(tmp_path / "lease", "-", 8)
+    d = workers.result(fourth)
+    assert d["source"] == "lease"  # late for the re-formed group: told who took the host
+    status = {x["status"]["pid"]: x["status"] for x in lease_status(
+        str(tmp_path / "lease" / group_key(GROUP_ENV, None, range(8))))}
+    err = workers.stderr_after_exit(fourth)
+    assert err.count("WARNING") == 1 and f"pid {c['pid']} started" in err and "took the whole host" in err, err
+    ago = float(re.search(r"started (\d+\.\d) s earlier", err)[1])  # since the third's claim, not the latecomer's
+    assert abs(ago - (status[d["pid"]]["time"] - status[c["pid"]]["time"])) <= 0.06, (ago, err)
+    assert "WARNING" not in workers.stderr_after_exit(third)
+
+
+def test_a_slow_member_adopts_the_count_a_latecomer_holds_a_rank_of(tmp_path):
+    """The members that decided exited; a latecomer took a free rank of their count before the last
+    member decided: that member used to count only itself and take the whole host, over the latecomer."""
+    from tf_autopar.coordination.rendezvous import _decide
+
+    d = str(tmp_path / "g")
+    b, x = acquire(d), acquire(d)
+    try:
+        now = time.time()
+        b.update(time=now - 5)  # a member descheduled until now
+        x.update(time=now - 1, rank=0, cohort=3)  # a latecomer that took rank 0 of the 3 that met
+        assert _decide(b, now - 4) == (1, 3)
+    finally:
+        b.release()
+        x.release()
+
+
+def test_a_latecomer_to_a_window_nobody_decided_is_told_so(tmp_path):
+    """No live worker holds a rank, but the oldest one's window closed before this one claimed: late,
+    and the message names that worker's window, not workers that 'had shared the host out'."""
+    from tf_autopar.coordination.rendezvous import Late, meet
+
+    d = str(tmp_path / "g")
+    a, w = acquire(d), acquire(d)
+    try:
+        now = time.time()
+        a.update(time=now - 5)  # e.g. a worker whose rendezvous failed: no rank, not late
+        w.update(time=now)
+        clock = _Clock(now)
+        got = meet(w, 1.0, clock=clock, sleep=clock.sleep)
+        assert isinstance(got, Late), got
+        assert f"5.0 s after pid {os.getpid()}, whose rendezvous window of 1 s had closed" in got.message
+        assert "shared the host out" not in got.message and "TF_AUTOPAR_INSTANCES=N" in got.message
+        assert json.loads(open(w.path).read())["late"] is True
+    finally:
+        a.release()
+        w.release()

@@ -22,7 +22,8 @@ How the share is decided, first match wins:
    the ``count`` that met (source "rendezvous"); one alone gets the whole host (source
    "single") after waiting out the window. A worker arriving later takes a rank a worker left
    free, else warns once and takes a slice of the slots held now, which overlaps the earlier
-   workers. With the rendezvous off (0 s) the count is the number of slots held at claim time.
+   workers; once no worker holding a rank is left, the next one opens a fresh window. With the
+   rendezvous off (0 s) the count is the number of slots held at claim time.
    Announce the count (TF_AUTOPAR_INSTANCES=N) for exact, wait-free, disjoint slices.
 5. the lease cannot be used (unwritable or corrupt directory): "even-split": no index, no
    pinning, a CPU budget of capacity // count (1 process when the count is unknown), and one

@@ -5,21 +5,28 @@ program to start would see no peer and take the whole host, and its peers, a few
 milliseconds later, slices that overlap it. So a worker that holds a lease slot but knows no
 count waits for the others:
 
-- The window opens at the claim time of the oldest live slot holder of the group and lasts
-  ``TF_AUTOPAR_RENDEZVOUS_S`` seconds (default 1; 0 turns the rendezvous off). Every worker
-  that claims a slot while it is open is a member; all members wait until it closes (plus a
-  short grace for a peer still writing its slot), then count the members holding a slot, in
-  slot order: worker ``rank`` of ``count``. Each records (rank, count) in its slot's JSON.
+- The window opens at the claim time of the oldest live slot holder of the group (latecomers,
+  below, aside) and lasts ``TF_AUTOPAR_RENDEZVOUS_S`` seconds (default 1; 0 turns the
+  rendezvous off). Every worker that claims a slot while it is open is a member; all members
+  wait until it closes (plus a short grace for a peer still writing its slot), then count the
+  members holding a slot, in slot order: worker ``rank`` of ``count``. Each records (rank,
+  count) in its slot's JSON.
 - Only a worker that may have company waits: one that sees a peer in the lease, or whose
   parent runs other processes of the same executable (siblings: a shell loop, a supervisor,
   a multiprocessing pool; ``siblings_likely``). A process started alone (a script, a notebook)
   sees neither, records itself as worker 0 of 1 and takes the host at once, so it never pays
   the window. Nothing waits when a count, ranks or a narrowed CPU mask decide the share
   (coordination/__init__.py returns before the lease is asked).
-- A worker that arrives after the window closed is late. If a member exited and left its
-  rank free (a restarted worker), it takes that rank of the recorded count: no overlap.
-  Otherwise it is told what happened and what to do (``Late``), and the caller falls back to
-  a slice of the slots held now, which overlaps the earlier workers.
+- A worker that arrives after the window closed, or while a live worker holds a rank, is
+  late. If a member exited and left its rank free (a restarted worker), it takes that rank of
+  the recorded count: no overlap. Otherwise it is told what happened and what to do
+  (``Late``), records ``late`` and the caller falls back to a slice of the slots held now,
+  which overlaps the earlier workers. Such a latecomer holds no rank: it neither opens nor
+  joins a later window.
+- Once no live worker holds a rank (the workers that met have all exited, whether or not
+  latecomers still run), the group re-forms: the next worker opens a fresh window, as at a
+  first start, so that workers restarted together meet again instead of all arriving late.
+  Latecomers still running keep their overlapping slices (they warned when they started).
 
 Best effort by design: a worker descheduled for longer than the grace between locking its
 slot and writing its claim time may be counted by some members and not by others. A count
@@ -130,49 +137,78 @@ def meet(lease: Lease, window: float, *, clock: Callable[[], float] = time.time,
     Raises OSError when the slot cannot be written (the caller fails open)."""
     own = _claim_time(lease.status) or clock()
     peers = live_peers(lease.directory, lease.fd)
-    times = [t for _, d in peers if (t := _claim_time(d)) is not None]
-    deadline = min(times + [own]) + window
-    if own <= deadline and not any(_decided(d) or d.get("late") for _, d in peers):
-        sleep(max(0.0, deadline + GRACE_S - clock()))
-        with group_lock(lease.directory):
-            decision = _decide(lease, deadline)
-            if decision is None:  # more members than the first to decide saw: late after all
-                peers = live_peers(lease.directory, lease.fd)
-                lease.update(late=True)
-                return Late(_late_message(peers, own, window))
-        rank, count = decision
-        note = (f"no other worker started within {window:g} s: the whole host" if count == 1 else
-                f"{count} workers started within {window:g} s of each other: worker {rank} of {count}")
-        return Met(rank, count, note)
-    if clock() < deadline + 2 * GRACE_S:  # the members are deciding: wait to see what they decide
-        sleep(max(0.0, deadline + 2 * GRACE_S - clock()))
-    with group_lock(lease.directory):  # two latecomers must not both take the same free rank
+    end, member = _window(peers, own, window)
+    if not member:
+        if clock() < end + 2 * GRACE_S:  # the members are deciding: wait to see what they decide
+            sleep(max(0.0, end + 2 * GRACE_S - clock()))
+        with group_lock(lease.directory):  # two latecomers must not both take the same free rank
+            peers = live_peers(lease.directory, lease.fd)
+            end, member = _window(peers, own, window)  # the workers holding ranks may have exited since
+            if not member:
+                return _late(lease, peers, own, window)
+        # nobody holds a rank any more: the group re-forms, this worker is a member of a fresh window
+    sleep(max(0.0, end + GRACE_S - clock()))
+    with group_lock(lease.directory):
         peers = live_peers(lease.directory, lease.fd)
-        decided = {pid_rank for _, d in peers if (pid_rank := _decided(d)) is not None}
-        count = max((c for _, c in decided), default=0)
-        free = sorted(set(range(count)) - {r for r, _ in decided})
-        if free:
-            lease.update(rank=free[0], cohort=count)
-            return Met(free[0], count, f"rank {free[0]} of {count} was free (its worker exited): taken over")
-        lease.update(late=True)  # no window opens while it lives; its overlap is announced, not counted
+        decision = _decide(lease, end, peers)
+        if decision is None:  # more members than the first to decide saw: late after all
+            lease.update(late=True)
+            return Late(_late_message(peers, own, window))
+    rank, count = decision
+    note = (f"no other worker started within {window:g} s: the whole host" if count == 1 else
+            f"{count} workers started within {window:g} s of each other: worker {rank} of {count}")
+    stragglers = sum(1 for _, d in peers if d.get("late"))
+    if stragglers:  # they warned when they started; the new members cannot move them
+        note += (f"; {stragglers} worker(s) that came too late for an earlier rendezvous still run on CPUs "
+                 "that overlap this group's")
+    return Met(rank, count, note)
+
+
+def _window(peers: list[tuple[int, dict[str, Any]]], own: float, window: float) -> tuple[float, bool]:
+    """(end of the window, whether this worker is a member of it).
+
+    The window opens at the oldest claim among this worker and its live peers that are not
+    latecomers (a latecomer holds a fallback slice, no rank: it neither opens nor joins one).
+    This worker is late once a peer holds a rank (a window closed and decided, and its workers
+    still run) or when it claimed after the window closed; with no rank held, a fresh window
+    opens, so a group whose workers all exited re-forms instead of leaving every later worker late."""
+    times = [t for _, d in peers if not d.get("late") and (t := _claim_time(d)) is not None]
+    end = min(times + [own]) + window
+    return end, own <= end and not any(_decided(d) for _, d in peers)
+
+
+def _late(lease: Lease, peers: list[tuple[int, dict[str, Any]]], own: float, window: float) -> Met | Late:
+    """A rank a worker left free (of the count recorded by the workers still holding one), else Late.
+    Call under the group lock: two latecomers must not both take the same free rank."""
+    decided = {x for _, d in peers if (x := _decided(d)) is not None}
+    count = max((c for _, c in decided), default=0)
+    free = sorted(set(range(count)) - {r for r, _ in decided})
+    if free:
+        lease.update(rank=free[0], cohort=count)
+        return Met(free[0], count, f"rank {free[0]} of {count} was free (its worker exited): taken over")
+    lease.update(late=True)  # holds a fallback slice: opens and joins no window; its overlap is announced
     return Late(_late_message(peers, own, window))
 
 
-def _decide(lease: Lease, deadline: float) -> tuple[int, int] | None:
+def _decide(lease: Lease, deadline: float,
+            peers: list[tuple[int, dict[str, Any]]] | None = None) -> tuple[int, int] | None:
     """This member's (rank, count), recorded in its slot; call under the group lock.
 
     The first member to decide fixes the count (the members alive then); a member deciding
-    later (descheduled under load, while a member that decided has since exited) adopts it and
-    takes its own position if free, else the lowest free rank: never a rank already taken,
+    later (descheduled under load, while a member that decided has since exited) adopts the
+    count any live worker holds a rank of (a latecomer's too: it took a rank of that count)
+    and takes its own position if free, else the lowest free rank: never a rank already taken,
     by a member or by a latecomer that took a rank whose worker exited.
-    None when every rank is taken (a member the first one did not see): the caller is late."""
-    peers = live_peers(lease.directory, lease.fd)
-    mine = [(i, d) for i, d in peers if (t := _claim_time(d)) is not None and t <= deadline]
-    members = sorted([lease.index] + [i for i, _ in mine])
-    decided = [x for _, d in mine if (x := _decided(d)) is not None]
-    count = decided[0][1] if decided else len(members)
+    None when every rank is taken (a member the first one did not see): the caller is late.
+    ``peers``: live_peers() read under the lock (read here when not given)."""
+    if peers is None:
+        peers = live_peers(lease.directory, lease.fd)
+    mine = [i for i, d in peers if not d.get("late") and (t := _claim_time(d)) is not None and t <= deadline]
+    members = sorted([lease.index] + mine)
+    decided = [x for _, d in peers if (x := _decided(d)) is not None]
+    count = max(c for _, c in decided) if decided else len(members)
     # every live rank, a latecomer's too: one may have taken a free rank before this member decided
-    used = {r for _, d in peers if (x := _decided(d)) is not None and x[1] == count for r in (x[0],)}
+    used = {r for r, c in decided if c == count}
     rank = members.index(lease.index)
     if rank in used or rank >= count:
         free = set(range(count)) - used
@@ -184,14 +220,25 @@ def _decide(lease: Lease, deadline: float) -> tuple[int, int] | None:
 
 
 def _late_message(peers: list[tuple[int, dict[str, Any]]], own: float, window: float) -> str:
-    whole = [d for _, d in peers if _decided(d) == (0, 1)]  # "single": it kept every CPU
-    first = min((t for _, d in peers if (t := _claim_time(d)) is not None), default=own)
-    ago = max(0.0, own - first)
+    """What a latecomer is told: who holds the CPUs it overlaps, and the fix."""
+    holders = [(d, x) for _, d in peers if (x := _decided(d)) is not None]
+    whole = [d for d, x in holders if x == (0, 1)]  # "single": it kept every CPU
+
+    def ago(ds: list[dict[str, Any]]) -> float:
+        return max(0.0, own - min((t for d in ds if (t := _claim_time(d)) is not None), default=own))
+
     if whole:
-        what = (f"pid {whole[0].get('pid')} started {ago:.1f} s earlier, saw no other worker within "
+        what = (f"pid {whole[0].get('pid')} started {ago(whole[:1]):.1f} s earlier, saw no other worker within "
                 f"{window:g} s and took the whole host")
-    else:
-        what = f"this process started {ago:.1f} s after {len(peers)} other worker(s) had shared the host out"
+    elif holders:
+        count = max(c for _, (_, c) in holders)
+        what = (f"this process started {ago([d for d, _ in holders]):.1f} s after {count} workers had shared the "
+                f"host out among themselves, and none of their {count} slices is free")
+    else:  # nobody holds a rank: the oldest live worker's window closed before this one claimed its slot
+        opener = [d for _, d in peers if not d.get("late")] or [d for _, d in peers]
+        first = min(opener, key=lambda d: _claim_time(d) or own, default={})
+        what = (f"this process started {ago([first]):.1f} s after pid {first.get('pid')}, whose rendezvous window "
+                f"of {window:g} s had closed")
     return (f"tf_autopar: {what}; no worker count is known, so this process's CPUs overlap theirs. Set "
             "TF_AUTOPAR_INSTANCES=N (or WEB_CONCURRENCY) to the number of workers for disjoint slices, or start "
             f"them within {WINDOW_VAR}={window:g} s of each other.")
