@@ -7,10 +7,12 @@ take, which the planner estimates from the graph: elements read by look-ups and 
 of the rest (graph/work.py), weighted by this ratio. It is measured here on one thread of
 each kind, apart from any model, so the ratio is not fitted on the rows it is judged on.
 
-Each kernel runs in one fresh process with TF_NUM_INTRAOP_THREADS=1, TF_NUM_INTEROP_THREADS=1
+Each kernel runs in fresh processes with TF_NUM_INTRAOP_THREADS=1, TF_NUM_INTEROP_THREADS=1
 and OMP_NUM_THREADS=1: GatherV2 of B random rows from tables of R x D float32 (random rows:
-a serving batch of users or items), and MatMul of (M x K) @ (K x N). Median of --repeats
-timed calls after warm-up, per element / per multiply-add.
+a serving batch of users or items), and MatMul of (M x K) @ (K x N); the median of --repeats
+timed calls after warm-up. A call also pays a fixed cost (the function call, the copy out),
+so the cost per element and per multiply-add are slopes between two sizes of the same kernel
+(gathers of 2048 and 16384 rows from one table; matmuls of 16.8 M and 268 M multiply-adds).
 
     python benchmarks/lookup_cost.py --out benchmarks/results/lookup_cost.json
 """
@@ -20,6 +22,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -61,6 +64,15 @@ def cpu_name() -> str:
     return platform.processor() or "unknown"
 
 
+def _slope(runs: list[dict], small: str, big: str, unit: str) -> list[float]:
+    """Per process: nanoseconds per unit between two sizes of one kernel (the fixed cost cancels)."""
+    out = []
+    for r in runs:
+        a, b = r["results"][small], r["results"][big]
+        out.append((b["s"] - a["s"]) / (b[unit] - a[unit]) * 1e9)
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=30)
@@ -88,17 +100,21 @@ def main() -> int:
         key = "ns_per_element" if name.startswith("gather") else "ns_per_mac"
         vals = sorted(r["results"][name][key] for r in runs)
         summary[name] = {key: vals[len(vals) // 2], "min": vals[0], "max": vals[-1]}
-    gathers = sorted(v["ns_per_element"] for k, v in summary.items() if k.startswith("gather"))
-    macs = sorted(v["ns_per_mac"] for k, v in summary.items() if k.startswith("matmul"))
+    per_element = _slope(runs, "gather 100000x32 rows 2048", "gather 100000x32 rows 16384", "elements")
+    per_mac = _slope(runs, "matmul 2048x256x32", "matmul 2048x512x256", "macs")
+    ratios = sorted(e / m for e, m in zip(per_element, per_mac))
     result = {"cpu": cpu_name(), "tf": runs[0]["tf"], "python": platform.python_version(),
               "threads": "1 TF intra-op, 1 inter-op, 1 OpenMP", "processes": args.processes,
               "repeats": args.repeats, "wall_s": round(time.time() - t0, 1), "kernels": summary,
-              "ratio_element_to_mac": {"low": gathers[0] / macs[-1], "high": gathers[-1] / macs[0]}}
+              "ns_per_element": sorted(per_element), "ns_per_mac": sorted(per_mac),
+              "element_to_mac": {"median": ratios[len(ratios) // 2], "min": ratios[0], "max": ratios[-1]}}
     for name, v in summary.items():
         key = "ns_per_element" if name.startswith("gather") else "ns_per_mac"
-        print(f"{name:32s} {v[key]:8.4f} {key} [{v['min']:.4f}-{v['max']:.4f}]")
-    print(f"one element read by a look-up costs {result['ratio_element_to_mac']['low']:.0f}-"
-          f"{result['ratio_element_to_mac']['high']:.0f} multiply-adds ({result['cpu']}, TF {result['tf']})")
+        print(f"{name:32s} {v[key]:8.4f} {key} with the call's fixed cost [{v['min']:.4f}-{v['max']:.4f}]")
+    ratio = result["element_to_mac"]
+    print(f"slopes: {statistics.median(per_element):.3f} ns per element read, {statistics.median(per_mac):.4f} ns per "
+          f"multiply-add: one element costs {ratio['median']:.0f} multiply-adds [{ratio['min']:.0f}-{ratio['max']:.0f} "
+          f"over {len(runs)} processes] ({result['cpu']}, TF {result['tf']})")
     if args.out:
         with open(args.out, "w") as fh:
             json.dump(result, fh, indent=1)
