@@ -154,3 +154,43 @@ def test_a_savedmodel_is_analysed_planned_and_traced_on_this_build(tmp_path):
     doc = json.loads(traced.stdout)
     assert doc["backend"] == "native"  # the native tracer built against 2.14's headers and ran
     assert any("MatMul" in row["type"] for row in doc["by_type"])
+
+
+def test_a_lookup_bound_savedmodel_gives_tensorflows_pool_the_teams_threads(tmp_path):
+    """A recommender saved on this build: 8 look-ups per example into a 100,000 x 32 table, then
+    one matmul. At batch 2048 the look-ups read 0.5 M elements against 34 M multiply-adds: about
+    half the step, on TensorFlow's own pool, which gets the team's threads. At batch 1 they read
+    256 elements, a light op: TensorFlow's pool keeps 1 thread."""
+    sm = tmp_path / "rec"
+    script = f"""
+import tensorflow as tf
+class M(tf.Module):
+    def __init__(self):
+        self.table = tf.Variable(tf.random.normal([100000, 32], seed=1))
+        self.w = tf.Variable(tf.random.normal([256, 64], seed=2))
+    @tf.function(input_signature=[tf.TensorSpec([None, 8], tf.int64, name="ids")])
+    def serve(self, ids):
+        rows = tf.reshape(tf.gather(self.table, ids), [-1, 256])
+        return {{"y": tf.matmul(rows, self.w)}}
+m = M()
+tf.saved_model.save(m, {str(sm)!r}, signatures={{"serving_default": m.serve}})
+"""
+    subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, text=True,
+                   env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}, timeout=300)
+    env = {**os.environ, "PYTHONPATH": ROOT, "TF_AUTOPAR_CACHE_DIR": str(tmp_path / "cache"),
+           "TF_CPP_MIN_LOG_LEVEL": "3"}
+    env = {k: v for k, v in env.items() if not k.startswith(("TF_NUM_", "OMP_", "MKL_", "KMP_"))}
+
+    def plan(batch: int) -> dict:
+        out = subprocess.run([sys.executable, "-m", "tf_autopar.cli.main", "plan", str(sm), "--batch", str(batch),
+                              "--format", "json"], capture_output=True, text=True, env=env, timeout=300)
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)
+
+    big, small = plan(2048), plan(1)
+    assert big["runtime"] == "openmp" and small["runtime"] == "openmp"
+    cores = big["usable_cpus"]
+    assert (big["inter_op"], big["intra_op"], big["omp_threads"]) == (1, cores, cores)
+    assert "look-ups take about" in big["settings"]["intra_op"]["reason"]
+    assert (small["intra_op"], small["omp_threads"]) == (1, cores)
+    assert "look-ups" not in small["settings"]["intra_op"]["reason"]

@@ -318,8 +318,8 @@ def intra_threads(
                 f"OpenMP runtime: oneDNN's kernels run on OpenMP teams, one per inter-op thread; {at_once} OpenMP "
                 f"thread(s) per team{small}. The embedding look-ups take about {lookup_bound:.0%} of a step (elements "
                 f"read x {LOOKUP_ELEMENT_MACS} multiply-adds each, against the other ops' multiply-adds), at or above "
-                f"{LOOKUP_BOUND_SHARE:.0%}: they run on TensorFlow's own intra-op pool, which gets the team's {n} "
-                "thread(s) too, so that each look-up is split instead of running on one thread "
+                f"{LOOKUP_BOUND_SHARE:.0%}: they run on TensorFlow's own intra-op pool, which gets the team's "
+                f"{plural(n, 'thread')} too, so that each look-up is split instead of running on one thread "
                 "(docs/openmp.md)"
             )
         return 1, n, (
@@ -595,8 +595,8 @@ def plan(
     lookup_bound = _lookup_bound(profile, runtime)
     if lookup_bound is not None and dnn_width is not None and p > dnn_width:
         p = dnn_width
-        facts.append(f"embedding look-ups take about {lookup_bound:.0%} of a step: {p} inter-op pool(s), one per "
-                     "OpenMP team that runs at once; the look-ups are split over TensorFlow's own pool instead of "
+        facts.append(f"embedding look-ups take about {lookup_bound:.0%} of a step: {plural(p, 'inter-op pool')}, one "
+                     "per OpenMP team that runs at once; the look-ups are split over TensorFlow's own pool instead of "
                      "running side by side, one thread each")
     if mode == "throughput":
         layout = throughput_layout(units, streams, p, facts)
