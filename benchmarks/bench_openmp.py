@@ -56,6 +56,19 @@ def top_swept(path: str, n: int) -> dict[tuple[str, int], list[str]]:
     return out
 
 
+def plan_threads(model_dir: str, name: str, batch: int) -> str:
+    """The plan's INTERxINTRAxOMP for one row, from `tf-autopar plan` (this interpreter's build)."""
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-m", "tf_autopar.cli.main", "plan", os.path.join(model_dir, name),
+                          "--batch", str(batch), "--format", "json"], capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    if out.returncode != 0:
+        raise SystemExit(f"planning {name} at batch {batch} failed: {out.stderr.strip()[-500:]}")
+    plan = json.loads(out.stdout)
+    return f"{plan['inter_op']}x{plan['intra_op']}x{plan['omp_threads']}"
+
+
 def _geomean(xs: list[float]) -> float:
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
 
@@ -144,6 +157,9 @@ def main() -> int:
     ap.add_argument("--extra", choices=("compact", "bt1"), default="compact",
                     help="the variable each setting is also run with (default compact KMP_AFFINITY)")
     ap.add_argument("--configs", default=None, help="comma-separated bench configurations instead of the sweep")
+    ap.add_argument("--affinity-ab", action="store_true",
+                    help="per row, only the plan's threads with KMP_BLOCKTIME=1, with and without compact "
+                         "KMP_AFFINITY (the plan's pinning against none)")
     ap.add_argument("--best-from", metavar="JSON", default=None,
                     help="a confirmation run: default, the plan and the --top fastest settings of this earlier sweep")
     ap.add_argument("--top", type=int, default=3)
@@ -168,6 +184,9 @@ def main() -> int:
         for which in args.batches.split(","):
             batch = SERVING[name][which]
             row_configs = ("default", "plan", *best[(name, batch)]) if best else configs
+            if args.affinity_ab:
+                threads = plan_threads(args.model_dir, name, batch)
+                row_configs = (f"{threads}:bt1", f"{threads}:bt1:compact")
             rows.append(run_row(args.model_dir, name, batch, args.rounds, args.requests, args.warmup, row_configs))
             with open(args.out, "w", encoding="utf-8") as fh:  # after every row: a stopped run keeps its rows
                 json.dump({"rows": rows, "wall_s": round(time.time() - t0, 1), "command": " ".join(sys.argv)},

@@ -185,7 +185,8 @@ def _late(lease: Lease, peers: list[tuple[int, dict[str, Any]]], own: float, win
     free = sorted(set(range(count)) - {r for r, _ in decided})
     if free:
         lease.update(rank=free[0], cohort=count)
-        return Met(free[0], count, f"rank {free[0]} of {count} was free (its worker exited): taken over")
+        return Met(free[0], count,
+                   f"rank {free[0]} of {count} was free (its worker exited, or this one decided after the others): taken")
     lease.update(late=True)  # holds a fallback slice: opens and joins no window; its overlap is announced
     return Late(_late_message(peers, own, window))
 
