@@ -157,9 +157,10 @@ def main() -> int:
     ap.add_argument("--extra", choices=("compact", "bt1"), default="compact",
                     help="the variable each setting is also run with (default compact KMP_AFFINITY)")
     ap.add_argument("--configs", default=None, help="comma-separated bench configurations instead of the sweep")
-    ap.add_argument("--affinity-ab", action="store_true",
-                    help="per row, only the plan's threads with KMP_BLOCKTIME=1, with and without compact "
-                         "KMP_AFFINITY (the plan's pinning against none)")
+    ap.add_argument("--ab", choices=("affinity", "blocktime"), default=None,
+                    help="per row, only the plan's threads, in two settings: 'affinity': KMP_BLOCKTIME=1 without "
+                         "and with compact KMP_AFFINITY; 'blocktime': compact affinity with KMP_BLOCKTIME left to "
+                         "the build and set to 1 ms")
     ap.add_argument("--best-from", metavar="JSON", default=None,
                     help="a confirmation run: default, the plan and the --top fastest settings of this earlier sweep")
     ap.add_argument("--top", type=int, default=3)
@@ -184,9 +185,10 @@ def main() -> int:
         for which in args.batches.split(","):
             batch = SERVING[name][which]
             row_configs = ("default", "plan", *best[(name, batch)]) if best else configs
-            if args.affinity_ab:
+            if args.ab:
                 threads = plan_threads(args.model_dir, name, batch)
-                row_configs = (f"{threads}:bt1", f"{threads}:bt1:compact")
+                row_configs = ((f"{threads}:bt1", f"{threads}:bt1:compact") if args.ab == "affinity" else
+                               (f"{threads}:compact", f"{threads}:bt1:compact"))
             rows.append(run_row(args.model_dir, name, batch, args.rounds, args.requests, args.warmup, row_configs))
             with open(args.out, "w", encoding="utf-8") as fh:  # after every row: a stopped run keeps its rows
                 json.dump({"rows": rows, "wall_s": round(time.time() - t0, 1), "command": " ".join(sys.argv)},
