@@ -11,17 +11,19 @@ Frameworks", TACO 2021, adapted to how TensorFlow 2 really threads):
 2. Pools. p = the model's average width (heavy ops / heavy depth), bounded by its maximum
    width and by the usable CPUs, at least 1. No model given: p = the usable CPUs on Eigen
    builds (TensorFlow's default within the budget: never serialises a wide graph), 1 on
-   OpenMP builds. A model that
+   OpenMP builds; there, a model with embedding look-ups gets p = the width without them (the
+   OpenMP teams that run at once: look-ups run on TF's threads, and an inter-op thread for
+   them competes with a team that holds the cores). A model that
    runs tf.data gets p >= 2 (inter_op=1 can deadlock some iterator restores).
 3. Intra-op. OpenMP builds run oneDNN's kernels on OpenMP teams, one per inter-op thread,
    so the paper's division applies to the teams that run at once: OMP = MKL threads =
-   usable // min(p, the width without embedding look-ups, which run on TF's threads),
-   KMP_BLOCKTIME=1. TensorFlow's own intra-op pool is a second pool there, running the other
-   ops: it gets 1 thread, since its threads competed with the teams (measured on
-   intel-tensorflow 2.14; docs/openmp.md), unless embedding look-ups, which run there, take
-   LOOKUP_BOUND_SHARE of the step or more (estimated from the elements they read and the
-   other ops' multiply-adds): then it gets a team's threads too, and p = the teams that run
-   at once, so that each look-up is split rather than run on one thread. The small-op rule below does not apply to the
+   usable // min(p, the width without embedding look-ups), KMP_BLOCKTIME=1. TensorFlow's own
+   intra-op pool is a second pool there, running the other ops: it gets 1 thread, since its
+   threads competed with the teams (measured on intel-tensorflow 2.14; docs/openmp.md),
+   unless embedding look-ups, which run there, take LOOKUP_BOUND_SHARE of the step or more
+   (estimated from the elements they read and the other ops' multiply-adds): then it gets a
+   team's threads too, so that each look-up is split rather than run on one thread. The
+   small-op rule below does not apply to the
    teams (splitting small ops over a team never lost there), nor the While-loop floor (a
    second pool brings a second team). Eigen builds (stock pip TF, and "unknown") share one
    intra-op pool between all inter-op threads: intra = usable, since dividing would idle
@@ -593,11 +595,11 @@ def plan(
                          "iterations and bookkeeping overlap (an LSTM at batch 32 ran 1.15x faster with 2 than 1)")
     dnn_width = onednn_width(profile) if runtime == "openmp" else None
     lookup_bound = _lookup_bound(profile, runtime)
-    if lookup_bound is not None and dnn_width is not None and p > dnn_width:
+    if dnn_width is not None and p > dnn_width:
         p = dnn_width
-        facts.append(f"embedding look-ups take about {lookup_bound:.0%} of a step: {plural(p, 'inter-op pool')}, one "
-                     "per OpenMP team that runs at once; the look-ups are split over TensorFlow's own pool instead of "
-                     "running side by side, one thread each")
+        facts.append(f"{plural(p, 'inter-op pool')}, one per OpenMP team that runs at once: the rest of the width is "
+                     "embedding look-ups, which run on TensorFlow's own threads, and an inter-op thread for them "
+                     "competes with a team that holds the cores (DLRM and DCN-V2 at batch 2048, docs/openmp.md)")
     if mode == "throughput":
         layout = throughput_layout(units, streams, p, facts)
     else:
