@@ -92,7 +92,7 @@ TRAIN_SMALL_OP_WORK = 300_000_000
 # intel-tensorflow 2.14 (benchmarks/lookup_cost.py); another processor's ratio will differ.
 LOOKUP_ELEMENT_MACS = 90
 # OpenMP builds: look-ups at or above this share of the step get TensorFlow's own pool (they run
-# there, not on the teams). A second thread there cost the models with small look-ups 3-5%
+# there, not on the teams). A second thread there cost the models with small look-ups at most 5%
 # (docs/openmp.md); halving a share s of the step saves s / 2, so it pays from about 10%.
 LOOKUP_BOUND_SHARE = 0.10
 KMP_BLOCKTIME = 1
@@ -315,18 +315,18 @@ def intra_threads(
                    f"width is embedding look-ups, on TensorFlow's threads): {cpus} CPUs / {teams} = {n}")
         small = (f"; small ops too (typical {_mac(op_work)} multiply-adds): unlike TensorFlow's own pool, an OpenMP "
                  "team did not lose on them" if op_work is not None and op_work < small_op_work and cpus > 1 else "")
+        teams_why = f"OpenMP runtime: oneDNN's kernels run on OpenMP teams, one per inter-op thread; {at_once} OpenMP " \
+                    "thread(s) per team (the paper's rule)"
         if lookup_bound is not None:
             return n, n, (
-                f"OpenMP runtime: oneDNN's kernels run on OpenMP teams, one per inter-op thread; {at_once} OpenMP "
-                f"thread(s) per team{small}. The embedding look-ups take about {lookup_bound:.0%} of a step (elements "
-                f"read x {LOOKUP_ELEMENT_MACS} multiply-adds each, against the other ops' multiply-adds), at or above "
+                f"{teams_why}{small}. The embedding look-ups take about {lookup_bound:.0%} of a step (elements read x "
+                f"{LOOKUP_ELEMENT_MACS} multiply-adds each, against the other ops' multiply-adds), at or above "
                 f"{LOOKUP_BOUND_SHARE:.0%}: they run on TensorFlow's own intra-op pool, which gets the team's "
                 f"{plural(n, 'thread')} too, so that each look-up is split instead of running on one thread "
                 "(docs/openmp.md)"
             )
         return 1, n, (
-            f"OpenMP runtime: oneDNN's kernels run on OpenMP teams, one per inter-op thread; {at_once} OpenMP "
-            f"thread(s) per team (the paper's rule){small}; TensorFlow's own intra-op pool runs only the other ops "
+            f"{teams_why}{small}; TensorFlow's own intra-op pool runs only the other ops "
             "and gets 1 thread, since its threads competed with the teams for the cores (measured on "
             "intel-tensorflow 2.14, docs/openmp.md)"
         )
