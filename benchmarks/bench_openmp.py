@@ -157,6 +157,9 @@ def main() -> int:
     ap.add_argument("--extra", choices=("compact", "bt1"), default="compact",
                     help="the variable each setting is also run with (default compact KMP_AFFINITY)")
     ap.add_argument("--configs", default=None, help="comma-separated bench configurations instead of the sweep")
+    ap.add_argument("--with-copy", action="store_true",
+                    help="with --best-from: also run an explicit copy of the plan's settings (the same environment, "
+                         "a separate configuration), which shows how far two runs of one setting differ")
     ap.add_argument("--ab", choices=("affinity", "blocktime"), default=None,
                     help="per row, only the plan's threads, in two settings: 'affinity': KMP_BLOCKTIME=1 without "
                          "and with compact KMP_AFFINITY; 'blocktime': compact affinity with KMP_BLOCKTIME left to "
@@ -185,6 +188,8 @@ def main() -> int:
         for which in args.batches.split(","):
             batch = SERVING[name][which]
             row_configs = ("default", "plan", *best[(name, batch)]) if best else configs
+            if args.with_copy:
+                row_configs += (plan_threads(args.model_dir, name, batch) + ":bt1:compact",)
             if args.ab:
                 threads = plan_threads(args.model_dir, name, batch)
                 row_configs = ((f"{threads}:bt1", f"{threads}:bt1:compact") if args.ab == "affinity" else
