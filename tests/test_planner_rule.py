@@ -477,9 +477,9 @@ def test_openmp_teams_are_sized_for_the_onednn_width_not_the_lookups():
 
 def test_openmp_lookup_bound_models_split_their_lookups_over_tensorflows_pool():
     """Look-ups run on TensorFlow's own pool on an OpenMP build. DLRM at batch 2048 (analysed:
-    1.7 M elements read, 1.0 G multiply-adds elsewhere, about 13% of a step): TF's pool gets the
+    1.7 M elements read, 1.0 G multiply-adds elsewhere, about 14% of a step): TF's pool gets the
     team's threads and one inter-op pool, 1x2x2. DCN-V2 at batch 2048 reads 0.85 M elements
-    against 1.85 G multiply-adds (4%), BERT at batch 16 1.0 M against 7.0 G (1.3%): TF's pool
+    against 1.85 G multiply-adds (4%), BERT at batch 16 1.0 M against 7.0 G (1.5%): TF's pool
     keeps 1 thread. Stock TF: no change."""
     from tf_autopar.planning.planner import LOOKUP_BOUND_SHARE, lookup_share
 
