@@ -78,8 +78,16 @@ def table(doc: dict) -> str:
 
 
 def _round_times(row: dict, name: str) -> dict[int, float]:
+    """Per-round times of a configuration; one that `validate` ran once under another name
+    (``same_as``: the same environment) has that one's times."""
     cfg = row["configs"].get(name) or {}
+    if cfg.get("same_as") and not cfg.get("runs"):
+        cfg = row["configs"].get(cfg["same_as"]) or {}
     return {r["round"]: r["median_s"] for r in cfg.get("runs", []) if r.get("status") == "ok" and r.get("median_s")}
+
+
+def _rows(n: int) -> str:
+    return f"{n} row" + ("" if n == 1 else "s")
 
 
 def ceiling(doc: dict) -> str:
@@ -105,10 +113,11 @@ def ceiling(doc: dict) -> str:
     if not ws:
         return "no row measured TensorFlow's implicit default and an explicit 2x2 side by side"
     g = math.exp(sum(math.log(w) for w in ws) / len(ws))
-    head = (f"- the same setting measured twice (implicit default against explicit 2x2), {len(ws)} rows: the worse "
-            f"reads at {g:.3f} of the better (geomean), {sum(w < 0.97 for w in ws)} rows below 0.97, lowest "
-            f"{min(ws):.2f}; a tuner that always chose the best setting would be expected to show about "
-            f"{math.sqrt(g):.3f} (geomean) and about {sum(w < 0.97 for w in ws) / 2:.0f} rows below 0.97")
+    below = sum(w < 0.97 for w in ws)
+    head = (f"- the same setting measured twice (implicit default against explicit 2x2), {_rows(len(ws))}: the "
+            f"worse reads at {g:.3f} of the better (geomean), {_rows(below)} below 0.97, lowest {min(ws):.2f}; a "
+            f"tuner that always chose the best setting would be expected to show about {math.sqrt(g):.3f} "
+            f"(geomean) and about {below / 2:g} rows below 0.97")
     return "\n".join([head] + (["- rows where the tuned setting read below 0.97:"] + lines if lines else []))
 
 
