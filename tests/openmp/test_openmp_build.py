@@ -116,21 +116,29 @@ def test_optimize_a_keras_2_model_gives_the_same_outputs(tmp_path):
     assert res["warnings"] == []
 
 
-def _save_two_branch_savedmodel(path) -> None:
+def _save_module(path, module: str) -> None:
+    """Save ``module`` (the source of a tf.Module class M with a ``serve`` tf.function) as a
+    SavedModel with this build, in a child process (TensorFlow must not start in the test's)."""
     script = f"""
 import tensorflow as tf
+{module}
+m = M()
+tf.saved_model.save(m, {str(path)!r}, signatures={{"serving_default": m.serve}})
+"""
+    subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, text=True,
+                   env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}, timeout=300)
+
+
+def _save_two_branch_savedmodel(path) -> None:
+    _save_module(path, """
 class M(tf.Module):
     def __init__(self):
         self.a = tf.Variable(tf.random.normal([64, 64], seed=1))
         self.b = tf.Variable(tf.random.normal([64, 64], seed=2))
     @tf.function(input_signature=[tf.TensorSpec([None, 64], tf.float32, name="x")])
     def serve(self, x):
-        return {{"y": tf.matmul(tf.matmul(x, self.a), self.b) + tf.matmul(x, self.b)}}
-m = M()
-tf.saved_model.save(m, {str(path)!r}, signatures={{"serving_default": m.serve}})
-"""
-    subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, text=True,
-                   env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}, timeout=300)
+        return {"y": tf.matmul(tf.matmul(x, self.a), self.b) + tf.matmul(x, self.b)}
+""")
 
 
 def test_a_savedmodel_is_analysed_planned_and_traced_on_this_build(tmp_path):
@@ -162,8 +170,7 @@ def test_a_lookup_bound_savedmodel_gives_tensorflows_pool_the_teams_threads(tmp_
     half the step, on TensorFlow's own pool, which gets the team's threads. At batch 1 they read
     256 elements, a light op: TensorFlow's pool keeps 1 thread."""
     sm = tmp_path / "rec"
-    script = f"""
-import tensorflow as tf
+    _save_module(sm, """
 class M(tf.Module):
     def __init__(self):
         self.table = tf.Variable(tf.random.normal([100000, 32], seed=1))
@@ -171,12 +178,8 @@ class M(tf.Module):
     @tf.function(input_signature=[tf.TensorSpec([None, 8], tf.int64, name="ids")])
     def serve(self, ids):
         rows = tf.reshape(tf.gather(self.table, ids), [-1, 256])
-        return {{"y": tf.matmul(rows, self.w)}}
-m = M()
-tf.saved_model.save(m, {str(sm)!r}, signatures={{"serving_default": m.serve}})
-"""
-    subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, text=True,
-                   env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}, timeout=300)
+        return {"y": tf.matmul(rows, self.w)}
+""")
     env = {**os.environ, "PYTHONPATH": ROOT, "TF_AUTOPAR_CACHE_DIR": str(tmp_path / "cache"),
            "TF_CPP_MIN_LOG_LEVEL": "3"}
     env = {k: v for k, v in env.items() if not k.startswith(("TF_NUM_", "OMP_", "MKL_", "KMP_"))}
