@@ -104,13 +104,14 @@ class Soak:
                 self.live[lane] = (p, cpus, late, share)
             time.sleep(rng.uniform(0, self.args.hold))
             killed = rng.random() < self.args.kill
+            with self.lock:  # told to stop, it serves no more: its slot may go to the next worker at once
+                del self.live[lane]
             if killed:
                 p.send_signal(signal.SIGKILL)
             else:
                 p.stdin.close()
             self._reap(p)
             with self.lock:
-                del self.live[lane]
                 self.stats["kills" if killed else "clean_stops"] += 1
 
     def _read_share(self, p: subprocess.Popen) -> dict[str, Any] | None:
