@@ -188,10 +188,10 @@ def main() -> int:
         for which in args.batches.split(","):
             batch = SERVING[name][which]
             row_configs = ("default", "plan", *best[(name, batch)]) if best else configs
+            threads = plan_threads(args.model_dir, name, batch) if args.with_copy or args.ab else ""
             if args.with_copy:
-                row_configs += (plan_threads(args.model_dir, name, batch) + ":bt1:compact",)
+                row_configs += (threads + ":bt1:compact",)
             if args.ab:
-                threads = plan_threads(args.model_dir, name, batch)
                 row_configs = ((f"{threads}:bt1", f"{threads}:bt1:compact") if args.ab == "affinity" else
                                (f"{threads}:compact", f"{threads}:bt1:compact"))
             rows.append(run_row(args.model_dir, name, batch, args.rounds, args.requests, args.warmup, row_configs))

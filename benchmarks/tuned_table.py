@@ -10,6 +10,9 @@ import math
 import os
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tf_autopar.validation.stats import geomean, median, paired_ratios  # noqa: E402  (pure, no TF)
+
 
 def _ratio(c: dict | None) -> str:
     if not c or c.get("value") is None:
@@ -60,8 +63,7 @@ def table(doc: dict) -> str:
                      f"{_ratio(s.get('ours_vs_optimum'))} | {_threads(row, 'tuned')} ({how}) | "
                      f"{_ratio(s.get('tuned_vs_optimum'))} | {_opt(row, s)} | {cost.get('runs', '-')}, "
                      f"{cost.get('wall_s', 0):.0f} s | {'-' if share is None else f'{share:.0%}'} |")
-    g = lambda xs: math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")  # noqa: E731
-    lines.append(f"| geomean | | | | {g(geo_plan):.3f} | | {g(geo_tuned):.3f} | | {tune_s:.0f} s | "
+    lines.append(f"| geomean | | | | {geomean(geo_plan):.3f} | | {geomean(geo_tuned):.3f} | | {tune_s:.0f} s | "
                  f"{tune_s / sweep_s:.0%} |" if sweep_s else "| geomean | | | | | | | | | |")
     host = doc.get("host", {}).get("cpu", {})
     lines.append("")
@@ -71,8 +73,8 @@ def table(doc: dict) -> str:
             continue
         plan = [v for r in rows if (v := ((r.get("summary") or {}).get("ours_vs_optimum") or {}).get("value"))]
         tuned = [v for r in rows if (v := ((r.get("summary") or {}).get("tuned_vs_optimum") or {}).get("value"))]
-        lines.append(f"- {label}, {len(rows)} rows: plan/opt geomean {g(plan):.3f} ({sum(x < 0.97 for x in plan)} "
-                     f"below 0.97), tuned/opt {g(tuned):.3f} ({sum(x < 0.97 for x in tuned)} below 0.97)")
+        lines.append(f"- {label}, {len(rows)} rows: plan/opt geomean {geomean(plan):.3f} ({sum(x < 0.97 for x in plan)} "
+                     f"below 0.97), tuned/opt {geomean(tuned):.3f} ({sum(x < 0.97 for x in tuned)} below 0.97)")
     lines.append(f"- processor: {host.get('model', '?')}; started {doc.get('started')}, finished {doc.get('finished')}")
     return "\n".join(lines)
 
@@ -99,12 +101,10 @@ def ceiling(doc: dict) -> str:
     a row reads below 0.97 when w does and the draw goes against it."""
     ws, lines = [], []
     for row in doc["rows"]:
-        a, b = _round_times(row, "tf-default"), _round_times(row, "2x2")
-        common = sorted(set(a) & set(b))
-        if not common:
+        ratios = paired_ratios(_round_times(row, "tf-default"), _round_times(row, "2x2"))
+        if not ratios:
             continue
-        ratios = sorted(a[k] / b[k] for k in common)
-        mid = ratios[len(ratios) // 2] if len(ratios) % 2 else math.sqrt(ratios[len(ratios) // 2 - 1] * ratios[len(ratios) // 2])
+        mid = median(ratios)  # as validate's paired shares
         w = min(mid, 1 / mid)
         ws.append(w)
         tv = ((row.get("summary") or {}).get("tuned_vs_optimum") or {}).get("value")
@@ -112,7 +112,7 @@ def ceiling(doc: dict) -> str:
             lines.append(f"  - {_name(row['workload'])} {row['mode']}: tuned/opt {tv:.2f}; the same setting twice: {w:.2f}")
     if not ws:
         return "no row measured TensorFlow's implicit default and an explicit 2x2 side by side"
-    g = math.exp(sum(math.log(w) for w in ws) / len(ws))
+    g = geomean(ws)
     below = sum(w < 0.97 for w in ws)
     head = (f"- the same setting measured twice (implicit default against explicit 2x2), {_rows(len(ws))}: the "
             f"worse reads at {g:.3f} of the better (geomean), {_rows(below)} below 0.97, lowest {min(ws):.2f}; a "

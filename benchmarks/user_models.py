@@ -59,6 +59,10 @@ LSTM_SEQ, LSTM_VOCAB, LSTM_EMBED, LSTM_UNITS, LSTM_CLASSES = 64, 20000, 128, 256
 YT_HISTORY, YT_VIDEOS, YT_TOKENS, YT_VOCAB, YT_GEOS, YT_DIM = 50, 100_000, 20, 50_000, 1000, 64
 DCN_DIM = 16  # DCN-V2 on the Criteo shape: DLRM's tables, 16-wide
 
+#: The Criteo-shaped inputs of DLRM and DCN-V2: 13 dense features and 26 ids, one per table.
+_CRITEO_INPUTS = ([("dense_features", "float32", (DLRM_DENSE,), None)]
+                  + [(f"cat_{i:02d}", "int64", (), rows) for i, rows in enumerate(DLRM_TABLES)])
+
 #: Signature inputs per model: (name, dtype, shape without the batch dimension, exclusive
 #: upper bound of the values for integer ids or None for floats). Pure Python, no TF.
 INPUTS: dict[str, list[tuple[str, str, tuple[int, ...], int | None]]] = {
@@ -66,16 +70,14 @@ INPUTS: dict[str, list[tuple[str, str, tuple[int, ...], int | None]]] = {
     "nasnet_mobile": [("images", "float32", (224, 224, 3), None)],
     "efficientnet_b0": [("images", "float32", (224, 224, 3), None)],
     "xception": [("images", "float32", (299, 299, 3), None)],
-    "dlrm": [("dense_features", "float32", (DLRM_DENSE,), None)]
-            + [(f"cat_{i:02d}", "int64", (), rows) for i, rows in enumerate(DLRM_TABLES)],
+    "dlrm": _CRITEO_INPUTS,
     "bert_encoder": [("input_ids", "int32", (BERT_SEQ,), BERT_VOCAB),
                      ("attention_mask", "int32", (BERT_SEQ,), 2)],
     "lstm_classifier": [("input_ids", "int32", (LSTM_SEQ,), LSTM_VOCAB)],
     "youtube_dnn": [("watch_history", "int32", (YT_HISTORY,), YT_VIDEOS),
                     ("search_tokens", "int32", (YT_TOKENS,), YT_VOCAB),
                     ("geo", "int32", (), YT_GEOS), ("user_features", "float32", (4,), None)],
-    "dcn_v2": [("dense_features", "float32", (DLRM_DENSE,), None)]
-              + [(f"cat_{i:02d}", "int64", (), rows) for i, rows in enumerate(DLRM_TABLES)],
+    "dcn_v2": _CRITEO_INPUTS,
 }
 #: Output key of single-output models (default "probabilities").
 OUTPUT_KEYS = {"dlrm": "click_probability", "dcn_v2": "click_probability", "youtube_dnn": "user_embedding"}

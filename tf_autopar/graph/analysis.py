@@ -575,9 +575,8 @@ def _profile(analyzer: _Analyzer, summary: _Summary, source: str) -> GraphProfil
         loops=any(op in _WHILE_OPS for op in summary.op_types),
         typical_op_work=typical_work([(w, runs) for w, runs, _ in summary.works]),
         lookups=sum(1 for _, _, lookup in summary.works if lookup),
-        lookup_work=total_work(w * runs if w is not None else None for w, runs, lookup in summary.works if lookup),
-        contraction_work=total_work(
-            w * runs if w is not None else None for w, runs, lookup in summary.works if not lookup),
+        lookup_work=total_work((w, runs) for w, runs, lookup in summary.works if lookup),
+        contraction_work=total_work((w, runs) for w, runs, lookup in summary.works if not lookup),
         assumptions=describe_assumptions(analyzer.assumed, analyzer.assumed_used),
         source=source,
         fingerprint=digest.hexdigest(),

@@ -159,14 +159,14 @@ def typical_work(works: Sequence[tuple[int | None, int]]) -> int | None:
     return int(ordered[-1][0])
 
 
-def total_work(works: Iterable[int | None]) -> int | None:
-    """The summed work of a step's ops of one kind; None when any is unknown (then nothing is
-    claimed), 0 when there are none."""
+def total_work(works: Iterable[tuple[int | None, int]]) -> int | None:
+    """The summed work per step over (work per run, runs per step) pairs, as typical_work takes
+    them; None when any op's work is unknown (then nothing is claimed), 0 when there are none."""
     total = 0
-    for w in works:
+    for w, runs in works:
         if w is None:
             return None
-        total += w
+        total += w * runs
     return total
 
 
