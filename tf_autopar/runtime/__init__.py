@@ -47,6 +47,7 @@ def enable(
     loaders: bool = True,
     cache: bool = True,
     cooperate: bool = True,
+    optimize: bool = True,
 ) -> Status:
     """Plan TensorFlow's threads for this host (and ``model``) and apply them wherever still possible.
 
@@ -65,6 +66,11 @@ def enable(
     ``cooperate``: when other processes of this program (or ranks named in the environment:
     LOCAL_RANK, TF_CONFIG, WEB_CONCURRENCY, ...) share the host, plan for this process's
     share of the cores and bind to it (tf_autopar.coordination).
+    ``optimize``: in an inference mode (latency, throughput), a SavedModel loaded through the
+    hooks serves its signatures and restored functions from a frozen graph in a session
+    planned for the batch its calls carry, once that session is built (in the background) and
+    checked against the original path (runtime/fastpath.py); ``optimize=False`` or
+    ``TF_AUTOPAR_FAST_PATH=0`` keeps TensorFlow's usual path.
     """
     switch = kill_switch()
     if switch:  # before anything else: an emergency switch must not depend on the rest working
@@ -91,6 +97,7 @@ def enable(
         t0 = time.perf_counter()
         STATE.mode, STATE.streams, STATE.use_cache, STATE.batch = mode, streams, cache, batch
         STATE.batch_given = batch_given
+        STATE.fast_path = bool(optimize) and loaders and mode != "training"
         try:
             maybe_fail("enable")
             _apply_process(model, mode, width, streams, cache, cooperate)
@@ -236,6 +243,12 @@ def optimize(fn_or_model: Any, *, mode: str = "latency", input_signature: Any = 
 def _undo() -> None:
     from tf_autopar.runtime import functions as fn_hooks, model_loads, sessions as session_hooks
 
+    fastpath = sys.modules.get("tf_autopar.runtime.fastpath")
+    if fastpath is not None:
+        try:
+            fastpath.unroute_all()
+        except Exception as exc:
+            fail_open("put the routed models back on their original path", exc)
     for mod in (session_hooks, fn_hooks, model_loads):
         try:
             mod.uninstall()

@@ -8,7 +8,9 @@ File: ``$TF_AUTOPAR_CACHE_DIR/plans.json`` (else ``$XDG_CACHE_HOME/tf_autopar`` 
      "programs": {"<program key>|<topology key>|<mode>": {"fingerprint": ..., "heavy_ops": n, "name": ..., "updated": t}},
      "profiles": {"workload:<name>:<size>": {"profile": {...}, "updated": t}},
      "tuned":    {"<fingerprint>|<host key>|<mode>|<batch>": {"inter_op": 2, "intra_op": 1, "speedup": 1.2, ...}},
-     "calibration": {"<host key>": {"small_op_work": 24000000, "date": ..., "cpu_model": ...}}}
+     "calibration": {"<host key>": {"small_op_work": 24000000, "date": ..., "cpu_model": ...}},
+     "served":   {"<fingerprint>|<host key>|<mode>": {"functions": {"<function>": {"buckets": {"<bucket>":
+                  {"calls": n, "path": "frozen session", "batch": 1, "speedup": 1.6, "inter_op": 2, ...}}}}}}}
 
 A program's entry names the heaviest graph it ran, since that is the one the process
 pools should fit. Writes take a file lock and replace the file atomically; a corrupt
@@ -73,7 +75,8 @@ def program_key(argv: list[str] | None = None) -> str:
 
 
 def _empty() -> dict[str, Any]:
-    return {"version": VERSION, "plans": {}, "programs": {}, "profiles": {}, "tuned": {}, "calibration": {}}
+    return {"version": VERSION, "plans": {}, "programs": {}, "profiles": {}, "tuned": {}, "calibration": {},
+            "served": {}}
 
 
 def load(path: str | None = None) -> dict[str, Any]:
@@ -90,7 +93,7 @@ def load(path: str | None = None) -> dict[str, Any]:
             raise ValueError("missing 'plans' or 'programs'")
         if not isinstance(data.setdefault("profiles", {}), dict):
             raise ValueError("'profiles' is not a mapping")
-        for section in ("tuned", "calibration"):
+        for section in ("tuned", "calibration", "served"):
             if not isinstance(data.setdefault(section, {}), dict):
                 raise ValueError(f"{section!r} is not a mapping")
         return data
@@ -211,6 +214,60 @@ def lookup_tuned(fingerprint: str, topo_key: str, mode: str, batch: int | None,
 def store_tuned(fingerprint: str, topo_key: str, mode: str, batch: int | None, entry: dict[str, Any],
                 path: str | None = None) -> None:
     _put("tuned", tuned_key(fingerprint, topo_key, mode, batch), entry, path)
+
+
+def served_key(fingerprint: str, host: str, mode: str) -> str:
+    return f"{fingerprint}|{host}|{mode}"
+
+
+def lookup_served(fingerprint: str, host: str, mode: str, path: str | None = None) -> dict[str, Any] | None:
+    """What the fast path saw of this model on this host (fastpath.py): calls per batch bucket, verdicts."""
+    entry = load(path)["served"].get(served_key(fingerprint, host, mode))
+    return entry if isinstance(entry, dict) else None
+
+
+def store_served(fingerprint: str, host: str, mode: str, function: str, summary: dict[str, Any],
+                 path: str | None = None) -> None:
+    """One function's fast-path summary into the model's entry (the other functions' kept)."""
+    from filelock import FileLock
+
+    path = path or cache_path()
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    key = served_key(fingerprint, host, mode)
+    with FileLock(path + ".lock", timeout=5):
+        data = load(path)
+        entry = data["served"].get(key)
+        functions = entry.get("functions") if isinstance(entry, dict) else None
+        functions = dict(functions) if isinstance(functions, dict) else {}
+        functions[function] = summary
+        data["served"][key] = {"functions": functions, "updated": time.time()}
+        _trim(data["served"])
+        _write(path, data)
+
+
+def observed_batch(fingerprint: str, host: str, mode: str, path: str | None = None) -> tuple[int, str] | None:
+    """(the batch most calls carried, "batch 1 in 97% of 4,212 calls") from what the fast path
+    remembered of this model, over all its functions; None when nothing was remembered."""
+    from tf_autopar.runtime.fastpath_rules import batch_words, dominant_bucket, is_batch
+
+    entry = lookup_served(fingerprint, host, mode, path)
+    functions = entry.get("functions") if entry else None
+    counts: dict[int, int] = {}
+    batches: dict[int, int] = {}
+    for summary in (functions.values() if isinstance(functions, dict) else ()):
+        buckets = summary.get("buckets") if isinstance(summary, dict) else None
+        for key, b in (buckets.items() if isinstance(buckets, dict) else ()):
+            bucket = dominant_bucket({key: 1})
+            calls = b.get("calls") if isinstance(b, dict) else None
+            if bucket is None or not is_batch(calls):
+                continue
+            counts[bucket] = counts.get(bucket, 0) + calls
+            if is_batch(b.get("batch")):
+                batches[bucket] = max(batches.get(bucket, 0), b["batch"])
+    top = dominant_bucket(counts)
+    if top is None:
+        return None
+    return batches.get(top, top), batch_words(counts)
 
 
 def lookup_calibration(host: str, path: str | None = None) -> dict[str, Any] | None:

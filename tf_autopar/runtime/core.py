@@ -53,14 +53,15 @@ def effective_mode(mode: str, profile: GraphProfile | None) -> str:
 
 
 def plan_for(profile: GraphProfile | None, mode: str, *, width: int | None = None, streams: int | None = None,
-             tuned_fingerprint: str | None = None) -> ThreadPlan:
+             tuned_fingerprint: str | None = None, batch: int | None = None) -> ThreadPlan:
     """``tuned_fingerprint``: look up what `tune` measured under this fingerprint (the model file
-    a frozen graph came from) rather than the profile's own."""
+    a frozen graph came from) rather than the profile's own; ``batch``: the batch it is for (else
+    enable()'s)."""
     from tf_autopar.planning import plan
 
     maybe_fail("plan")
     mode = effective_mode(mode, profile)
-    measured = tuned_for(tuned_fingerprint or getattr(profile, "fingerprint", ""), mode)
+    measured = tuned_for(tuned_fingerprint or getattr(profile, "fingerprint", ""), mode, batch=batch)
     return plan(
         topology(), profile, mode, width=width, env=controller.user_env(),
         streams=streams if mode == "throughput" else None, tuned=measured,

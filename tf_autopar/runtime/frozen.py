@@ -38,8 +38,10 @@ Inference only: frozen variables do not train.
 
 Throughput mode (``mode="throughput"``, optional ``streams=N``): the plan's streams become
 that many sessions over the same frozen graph, each with the stream's inter-op and intra-op
-pools; concurrent callers each take an idle stream (and wait when all are busy), so N
-requests run at once without oversubscribing the cores.
+pools; concurrent callers each take an idle stream (and wait, first come first served, when
+all are busy: streams.py), so N requests run at once without oversubscribing the cores. In
+latency mode concurrent callers share the one session's pools, as they share the process pools
+on the original path.
 
 Fail-open: if tf_autopar's own code fails, calls run the model itself on TensorFlow's
 settings (one warning). Input that is no model, or a SavedModel without the signature asked
@@ -55,6 +57,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Sequence
 
 from tf_autopar.runtime import controller, core, sessions, watch
+from tf_autopar.runtime.streams import Retired, StreamPool
 from tf_autopar.runtime.safety import fail_open
 from tf_autopar.runtime.state import STATE
 
@@ -264,98 +267,97 @@ class OptimizedFunction:
             self._watch.close()
 
 
-class _Retired(Exception):
-    """A compiled graph was replaced by a fresh one while a caller was about to use it."""
+class FrozenGraph:
+    """A concrete function's inference graph with its variables folded into constants, imported
+    into a graph of its own (finalized once its sessions are open): what a session runs."""
+
+    def __init__(self, concrete: Any) -> None:
+        import tensorflow as tf
+
+        frozen = _freeze(concrete)
+        self.graph_def = frozen.graph.as_graph_def()
+        self.graph = tf.Graph()
+        with self.graph.as_default():
+            tf.graph_util.import_graph_def(self.graph_def, name="")
+        self.inputs = [t.name for t in frozen.inputs]
+        self.outputs = [t.name for t in frozen.outputs]
+        self.structure = concrete.structured_outputs  # freezing flattens it to a list
+        name = getattr(concrete, "name", "function")
+        self.name = name.decode() if isinstance(name, bytes) else str(name)
+
+    def open_sessions(self, inter_op: int, intra_op: int, count: int = 1) -> list[Any]:
+        """``count`` sessions with their own pools (intra-op too where TF_OVERRIDE_GLOBAL_THREADPOOL
+        was in force at start); sessions made here are not re-planned by the session hook."""
+        import tensorflow as tf
+
+        config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=inter_op,
+                                          intra_op_parallelism_threads=intra_op, use_per_session_threads=True)
+        with sessions.bypass():
+            return [tf.compat.v1.Session(graph=self.graph, config=config) for _ in range(max(1, count))]
+
+    def record_sessions(self, opened: Sequence[Any], profile: GraphProfile, inter_op: int, intra_op: int,
+                        note: str, analysis_ms: float = 0.0) -> None:
+        """One status() record per session."""
+        from tf_autopar.runtime.records import SessionRecord
+
+        with STATE.lock:
+            for i in range(len(opened)):
+                stream = f" stream {i + 1}/{len(opened)}" if len(opened) > 1 else ""
+                STATE.sessions.append(SessionRecord(
+                    session=STATE.next_session_name() + " (optimize)", graph_nodes=len(self.graph_def.node),
+                    fingerprint=profile.fingerprint, avg_width=profile.avg_width, heavy_ops=profile.heavy_ops,
+                    inter_op=inter_op, intra_op=intra_op, per_session_threads=True,
+                    intra_per_session=controller.per_session_intra(), note=note + stream,
+                    analysis_ms=round(analysis_ms, 3),
+                ))
 
 
 class _Compiled:
-    def __init__(self, sessions: list[Any], inputs: list[str], outputs: list[str], structure: Any, plan: ThreadPlan,
-                 profile: GraphProfile, name: str) -> None:
-        self.sessions, self.inputs, self.outputs = sessions, inputs, outputs
-        self.structure, self.plan, self.profile, self.name = structure, plan, profile, name
+    def __init__(self, pool: StreamPool, frozen: FrozenGraph, plan: ThreadPlan, profile: GraphProfile) -> None:
+        self.pool, self.inputs, self.outputs = pool, frozen.inputs, frozen.outputs
+        self.structure, self.plan, self.profile, self.name = frozen.structure, plan, profile, frozen.name
+        self.sessions = pool.sessions
         self.generation = 0
-        self._idle = list(sessions)
-        self._cond = threading.Condition()
-        self._retired = False
 
     def run(self, arrays: list[Any]) -> Any:
         import tensorflow as tf
 
         if len(arrays) != len(self.inputs):
             raise ValueError(f"expected {len(self.inputs)} input(s), got {len(arrays)}")
-        with self._cond:  # one request per stream at a time
-            while not self._idle and not self._retired:
-                self._cond.wait()
-            if self._retired:
-                raise _Retired()
-            session = self._idle.pop()
         try:
-            values = session.run(self.outputs, dict(zip(self.inputs, arrays)))
-        finally:
-            with self._cond:
-                if self._retired:
-                    session.close()
-                else:
-                    self._idle.append(session)
-                    self._cond.notify()
+            values = self.pool.run(self.outputs, dict(zip(self.inputs, arrays)))
+        except Retired:
+            raise _Retired() from None
         return tf.nest.pack_sequence_as(self.structure, values)
 
     def retire(self) -> None:
         """Close idle sessions now and busy ones when their call returns; later callers retry."""
-        with self._cond:
-            self._retired = True
-            for session in self._idle:
-                session.close()
-            self._idle.clear()
-            self._cond.notify_all()
+        self.pool.retire()
 
     @classmethod
     def build(cls, concrete: Any, mode: str, streams: int | None = None, input_names: Sequence[str] = (),
               reuse: "_Compiled | None" = None, tuned_fingerprint: str | None = None) -> "_Compiled":
         """Freeze ``concrete`` and open its sessions; ``reuse``: a stale build whose plan still holds
         (same graph, new constants), so no new analysis and no new session records."""
-        import tensorflow as tf
-
-        frozen = _freeze(concrete)
-        graph_def = frozen.graph.as_graph_def()
-        graph = tf.Graph()
-        with graph.as_default():
-            tf.graph_util.import_graph_def(graph_def, name="")
-        inputs = [t.name for t in frozen.inputs]
-        if input_names and len(input_names) != len(inputs):
-            raise RuntimeError(f"frozen graph has {len(inputs)} inputs for signature inputs {list(input_names)}")
-        outputs = [t.name for t in frozen.outputs]
-        structure = concrete.structured_outputs  # freezing flattens it to a list
-        name = getattr(concrete, "name", "function")
-        name = name.decode() if isinstance(name, bytes) else str(name)
+        frozen = FrozenGraph(concrete)
+        if input_names and len(input_names) != len(frozen.inputs):
+            raise RuntimeError(f"frozen graph has {len(frozen.inputs)} inputs for signature inputs {list(input_names)}")
         if reuse is not None:
             profile, plan, ms = reuse.profile, reuse.plan, 0.0
         else:
-            profile, ms = core.analyze_graph(graph_def, f"optimize({name})")
+            profile, ms = core.analyze_graph(frozen.graph_def, f"optimize({frozen.name})")
             plan = core.plan_for(profile, mode, streams=streams, tuned_fingerprint=tuned_fingerprint)
         fields = plan.config_proto_fields()
-        config = tf.compat.v1.ConfigProto(
-            inter_op_parallelism_threads=fields["inter_op_parallelism_threads"],
-            intra_op_parallelism_threads=fields["intra_op_parallelism_threads"],
-            use_per_session_threads=True,
-        )
-        with sessions.bypass():
-            tuned = [tf.compat.v1.Session(graph=graph, config=config) for _ in range(max(1, plan.instances))]
-        graph.finalize()
+        inter, intra = fields["inter_op_parallelism_threads"], fields["intra_op_parallelism_threads"]
+        tuned = frozen.open_sessions(inter, intra, plan.instances)
+        frozen.graph.finalize()
         if reuse is None:
-            from tf_autopar.runtime.records import SessionRecord
+            frozen.record_sessions(tuned, profile, inter, intra, "frozen inference graph", ms)
+        return cls(StreamPool(tuned), frozen, plan, profile)
 
-            with STATE.lock:
-                for i in range(len(tuned)):
-                    stream = f" stream {i + 1}/{len(tuned)}" if len(tuned) > 1 else ""
-                    STATE.sessions.append(SessionRecord(
-                        session=STATE.next_session_name() + " (optimize)", graph_nodes=len(graph_def.node),
-                        fingerprint=profile.fingerprint, avg_width=profile.avg_width, heavy_ops=profile.heavy_ops,
-                        inter_op=config.inter_op_parallelism_threads, intra_op=config.intra_op_parallelism_threads,
-                        per_session_threads=True, intra_per_session=controller.per_session_intra(),
-                        note="frozen inference graph" + stream, analysis_ms=round(ms, 3),
-                    ))
-        return cls(tuned, inputs, outputs, structure, plan, profile, name)
+
+class _Retired(Exception):
+    """A compiled graph was replaced by a fresh one while a caller was about to use it."""
 
 
 def _freeze(concrete: Any) -> Any:

@@ -97,6 +97,8 @@ def _wrap(module_name: str, attr: str, kind: str) -> None:
         before_load(path, kind)
         loaded = original(path, *args, **kwargs)
         _remember(loaded, path)
+        if kind == "SavedModel":
+            _route(loaded, path)
         return loaded
 
     setattr(load, _WRAPPED, original)
@@ -141,6 +143,19 @@ def _remember(loaded: Any, path: Any) -> None:
         pass
 
 
+def _route(loaded: Any, path: Any) -> None:
+    """The fast path for what was just loaded (fastpath.py); never raises into the user's load."""
+    if not STATE.enabled or not STATE.fast_path or not isinstance(path, (str, os.PathLike)):
+        return
+    try:
+        from tf_autopar.runtime import fastpath
+
+        real = os.path.realpath(os.fspath(path))
+        fastpath.route(loaded, os.fspath(path), _fingerprints.get(real))
+    except Exception as exc:
+        fail_open("route the loaded model to its frozen session", exc)
+
+
 def source_fingerprint(loaded: Any) -> str | None:
     """The fingerprint of the model file ``loaded`` was loaded from after enable(), if known."""
     try:
@@ -157,9 +172,11 @@ def on_load(path: str) -> None:
         _planned.add(real)
     maybe_fail("analysis")
     started = controller.runtime_started()
-    profile = model_profile(real, STATE.batch if STATE.batch_given else None, started)
+    profile = model_profile(real, STATE.batch if STATE.batch_given else 1, started)
     if profile is None:
         return
+    if not STATE.batch_given:
+        profile = _at_observed_batch(real, profile, started)
     _fingerprints[real] = profile.fingerprint
     source = f"model {path} (loaded)"
     plan = core.plan_for(profile, STATE.mode, streams=STATE.streams)
@@ -189,6 +206,27 @@ def on_load(path: str) -> None:
                 "tf_autopar.enable() runs before the first TensorFlow op. For inference now: "
                 "tf_autopar.optimize(model).",
             )
+
+
+def _at_observed_batch(path: str, at_one: GraphProfile, started: bool) -> GraphProfile:
+    """No batch given: the batch the fast path saw this model's calls carry in an earlier run
+    (plan cache), else op sizes unknown (dims.for_unknown_batch)."""
+    import dataclasses
+
+    from tf_autopar.graph.dims import for_unknown_batch
+
+    observed = None
+    if STATE.use_cache:
+        try:
+            observed = cache.observed_batch(at_one.fingerprint, cache.host_key(core.topology()), STATE.mode)
+        except Exception as exc:
+            log.debug("observed-batch lookup failed: %s", exc)
+    if observed is None:
+        return for_unknown_batch(at_one)
+    batch, words = observed
+    profile = at_one if batch == 1 else model_profile(path, batch, started)
+    note = f"the batch is {batch}: {words} in an earlier run of this model (the fast path counts them)"
+    return dataclasses.replace(profile, assumptions=tuple(profile.assumptions) + (note,))  # type: ignore[arg-type]
 
 
 def model_profile(path: str, batch: int | None, started: bool) -> GraphProfile | None:

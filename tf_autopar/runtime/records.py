@@ -48,3 +48,34 @@ def user_function_name(name: str) -> str:
     if name.startswith(_KERAS_STEPS):
         return "a Keras model's predict/fit/evaluate step"
     return f"tf.function {name!r}"
+
+
+@dataclass(frozen=True)
+class BucketRecord:
+    """One batch bucket of a routed function (fastpath.py): which path serves it and why."""
+
+    bucket: int  # calls with a batch up to this power of two, above the previous one
+    batch: int  # the batch its plan was made for (the largest seen in the bucket)
+    calls: int
+    path: str  # "frozen session", "original", "queued", "building", "stale"
+    served: int = 0  # of the calls, those the frozen session answered
+    inter_op: int = 0
+    intra_op: int = 0
+    streams: int = 0
+    speedup: float = 0.0  # the frozen session against the original path, median of paired rounds
+    spread: float = 0.0  # max/min of those rounds' ratios
+    build_s: float = 0.0  # from the bucket's first call to the switch
+    reason: str = ""  # why it stays on the original path
+    plan_source: str = ""  # "the rule" or "measured by tf-autopar tune"
+
+
+@dataclass(frozen=True)
+class ServedRecord:
+    """A loaded SavedModel's function served by the fast path."""
+
+    model: str
+    function: str  # "signatures['serving_default']", "serve"
+    calls: int
+    batches: str  # "batch 1 in 97% of 4,212 calls"
+    buckets: tuple[BucketRecord, ...] = ()
+    stopped: str = ""  # why the whole function stays on the original path

@@ -17,7 +17,7 @@ from tf_autopar import _warn
 if TYPE_CHECKING:
     from tf_autopar.coordination import Share
     from tf_autopar.graph.profile import GraphProfile
-    from tf_autopar.runtime.records import FunctionRecord, SessionRecord
+    from tf_autopar.runtime.records import FunctionRecord, ServedRecord, SessionRecord
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,7 @@ class Status:
     process: ProcessRecord | None = None
     sessions: tuple[SessionRecord, ...] = ()
     functions: tuple[FunctionRecord, ...] = ()
+    served: tuple[ServedRecord, ...] = ()  # loaded models' functions on the fast path (fastpath.py)
     patches: tuple[str, ...] = ()  # hooks installed right now
     warnings: tuple[str, ...] = ()  # every warning tf_autopar issued in this process
     enable_ms: float = 0.0
@@ -121,6 +122,8 @@ class Status:
                          + ("; the plan is saved for the next start" if f.cached else ""))
             todo.append("for inference now: fast = tf_autopar.optimize(model) runs it with its own plan"
                         + ("; the next start of this program applies the saved plan" if f.cached else ""))
+        for served in self.served:
+            lines.extend(_served_lines(served))
         for w in self.warnings:
             lines.append(f"  warning: {w}")
         for item in dict.fromkeys(todo):  # each once, in order
@@ -135,6 +138,30 @@ _HOOK_WORDS = {
     "tf.function first trace": "tf.function and Keras models (each planned at its first call)",
     "model loading": "model loads (tf.saved_model.load, keras.models.load_model, keras.layers.TFSMLayer)",
 }
+
+
+def _served_lines(served: ServedRecord) -> list[str]:
+    """A routed function in a user's words: per batch bucket, which path serves it, with which
+    pools, planned how, and measured how much faster than the original path."""
+    head = f"  {served.function} of {served.model}: " + (served.batches or "no calls yet")
+    if served.stopped and served.stopped != "disabled":
+        return [head, f"    original path: {served.stopped}"]
+    lines = [head]
+    for b in served.buckets:
+        batch = f"batch {b.batch}" if b.batch else f"bucket {b.bucket}"
+        if b.path == "frozen session":
+            streams = f" in {b.streams} streams" if b.streams > 1 else ""
+            speed = (f", {b.speedup:.2f}x the original path's speed (median of paired rounds, spread {b.spread:.2f}x)"
+                     if b.speedup else "")
+            lines.append(f"    {batch}: frozen session, {_threads(b.inter_op, b.intra_op)}{streams} "
+                         f"(planned for batch {b.batch} by {b.plan_source or 'the rule'}){speed}"
+                         + (f", switched after {b.build_s:.1f} s" if b.build_s else "")
+                         + (f"; {b.reason}" if b.reason else ""))
+        elif b.path == "original":
+            lines.append(f"    {batch}: original path: {b.reason}")
+        else:
+            lines.append(f"    {batch}: original path while its frozen session is {b.path}")
+    return lines
 
 
 def _threads(inter: int, intra: int) -> str:
@@ -169,6 +196,7 @@ class Registry:
         self.mode = ""
         self.streams: int | None = None
         self.use_cache = False
+        self.fast_path = False  # enable(optimize=...): loaded models served from frozen sessions (fastpath.py)
         self.batch: int | None = None  # what a model's None batch is read as (enable(batch=...))
         self.batch_given = False  # the user gave the batch (else it is assumed: graph/dims.py)
         self.share: Share | None = None  # this process's share of the host, if it shares
@@ -193,6 +221,7 @@ class Registry:
                 process=self.process,
                 sessions=tuple(self.sessions),
                 functions=tuple(self.functions.values()),
+                served=_served_records(),
                 patches=tuple(self.patches),
                 warnings=tuple(self.warnings),
                 enable_ms=self.enable_ms,
@@ -205,13 +234,20 @@ class Registry:
             return f"Session#{self.session_count}"
 
 
+def _served_records() -> tuple[ServedRecord, ...]:
+    import sys
+
+    fastpath = sys.modules.get("tf_autopar.runtime.fastpath")  # never imported just to say "none"
+    return fastpath.records() if fastpath is not None else ()
+
+
 STATE = Registry()
 
 
 def __getattr__(name: str) -> Any:
     # The per-session and per-function records live in records.py, imported on first use: each
     # dataclass costs ~0.7 ms to define, and enable() should not pay for records it has not made.
-    if name in ("SessionRecord", "FunctionRecord"):
+    if name in ("SessionRecord", "FunctionRecord", "ServedRecord", "BucketRecord"):
         from tf_autopar.runtime import records
 
         return getattr(records, name)

@@ -1,0 +1,298 @@
+"""The fast path (runtime/fastpath.py): a SavedModel loaded after enable() serves its signatures
+and restored functions from a frozen session, in real processes, as a server would run it.
+
+The switch rule (frozen not slower in paired rounds) is timing and tested pure
+(test_fastpath_rules.py); here the children set ``SWITCH_RATIO`` to infinity so that the
+routing, the outputs and the fallbacks are what is checked, whatever the host's noise.
+"""
+from __future__ import annotations
+
+import pytest
+
+from _runtime_child import run_child
+
+pytestmark = pytest.mark.tf
+
+# Three SavedModels a user could bring: a conv net with batch norm, two inputs out of
+# alphabetical order and a dict of two outputs (Keras export: serving_default and serve); an
+# LSTM over int ids (a While loop); a tf.Module with two signatures, string and int64 inputs and
+# variables a program may write.
+BUILD = """
+import numpy as np, tensorflow as tf, keras
+keras.utils.set_random_seed(0)
+img, meta = keras.Input((16, 16, 3), name="image"), keras.Input((4,), name="meta")
+x = keras.layers.Conv2D(8, 3, padding="same")(img)
+x = keras.layers.BatchNormalization(beta_initializer="random_normal", moving_mean_initializer="random_normal",
+                                    moving_variance_initializer="ones")(x)
+x = keras.layers.GlobalAveragePooling2D()(keras.layers.ReLU()(x))
+h = keras.layers.Concatenate()([x, meta])
+model = keras.Model({"meta": meta, "image": img}, {"scores": keras.layers.Dense(3)(h), "aux": keras.layers.Dense(1)(meta)})
+model.export(DIR + "/vision", verbose=False)
+ids = keras.Input((12,), dtype="int32", name="ids")
+r = keras.layers.LSTM(16)(keras.layers.Embedding(100, 8)(ids))
+keras.Model(ids, keras.layers.Dense(2)(r)).export(DIR + "/rnn", verbose=False)
+
+class Words(tf.Module):
+    def __init__(self):
+        self.table = tf.Variable(tf.random.stateless_normal((64, 4), seed=(1, 2)))
+        self.scale = tf.Variable(2.0)
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="words"),
+                                  tf.TensorSpec([None], tf.int64, name="counts")])
+    def embed(self, words, counts):
+        ids = tf.strings.to_hash_bucket_fast(words, 64)
+        v = tf.nn.embedding_lookup(self.table, ids) * self.scale
+        return {"vector": v * tf.cast(counts, tf.float32)[:, None], "ids": ids}
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x")])
+    def norm(self, x):
+        return {"y": x * self.scale + tf.reduce_sum(self.table)}
+
+w = Words()
+tf.saved_model.save(w, DIR + "/words", signatures={"embed": w.embed, "norm": w.norm})
+report(ok=True)
+"""
+
+# What every child shares: the three models loaded after enable(), their inputs, and the
+# original path (the function's own class) to compare with.
+PRELUDE = """
+import threading, time, numpy as np
+import tf_autopar
+st0 = tf_autopar.enable(__ENABLE__)
+import tensorflow as tf
+from tf_autopar.runtime import fastpath, fastpath_rules
+fastpath_rules.SWITCH_RATIO = float("inf")
+vision = tf.saved_model.load(DIR + "/vision")  # the others where a test uses them: the process plan is the last load's
+def load(name): return tf.saved_model.load(DIR + "/" + name)
+rng = np.random.default_rng(0)
+V = dict(image=rng.standard_normal((1, 16, 16, 3)).astype(np.float32), meta=rng.standard_normal((1, 4)).astype(np.float32))
+W = dict(words=np.array([b"tensor", b"flow", b"cpu"], dtype=object), counts=np.array([1, 2, 3], np.int64))
+R = dict(ids=rng.integers(0, 100, (1, 12)).astype(np.int32))
+def original(fn, *args, **kwargs):
+    cls = getattr(type(fn), "_tf_autopar_original", type(fn))
+    return cls.__call__(fn, *args, **kwargs)
+def maxdiff(a, b):
+    a, b = tf.nest.flatten(a), tf.nest.flatten(b)
+    return max(float(np.max(np.abs(x.numpy().astype(np.float64) - y.numpy().astype(np.float64)))) for x, y in zip(a, b))
+def bucket(fn_name, model="vision"):
+    for s in tf_autopar.status().served:
+        if s.function == fn_name and s.model.endswith(model):
+            return {b.bucket: dict(path=b.path, served=b.served, calls=b.calls, reason=b.reason) for b in s.buckets}
+    return None
+"""
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory) -> str:
+    directory = str(tmp_path_factory.mktemp("fastpath_models"))
+    res, err, rc = run_child(f"DIR = {directory!r}\n" + BUILD, {})
+    assert rc == 0 and res.get("ok"), err[-3000:]
+    return directory
+
+
+def _run(saved: str, body: str, tmp_path, enable: str = "", env: dict | None = None, cache: str | None = None) -> dict:
+    script = f"DIR = {saved!r}\n" + PRELUDE.replace("__ENABLE__", enable) + body
+    res, err, rc = run_child(script, {"TF_AUTOPAR_CACHE_DIR": cache or str(tmp_path / "cache"), **(env or {})},
+                             timeout=400)
+    assert rc == 0, err[-4000:]
+    assert res, err[-4000:]
+    return res
+
+
+def test_calls_switch_to_the_frozen_session_with_the_originals_outputs_and_errors(saved, tmp_path):
+    res = _run(saved, """
+sig = vision.signatures["serving_default"]
+fastpath.BUILD_GATE = threading.Event()  # every build is held back until the gate opens
+first = sig(**V)
+held = bucket("signatures['serving_default']")
+first_is_original = maxdiff(first, original(sig, **V)) == 0.0
+fastpath.BUILD_GATE.set()
+assert fastpath.wait_idle(180)
+out = sig(**V)
+ref = original(sig, **V)
+after = bucket("signatures['serving_default']")
+# bad input: the original's error, not ours
+def error(call):
+    try:
+        call(); return None
+    except Exception as e:
+        return [type(e).__name__, str(e)]
+bad_shape = dict(V, image=np.zeros((1, 15, 16, 3), np.float32))
+errors = dict(
+    shape=[error(lambda: sig(**bad_shape)), error(lambda: original(sig, **bad_shape))],
+    missing=[error(lambda: sig(image=V["image"])), error(lambda: original(sig, image=V["image"]))],
+    positional=[error(lambda: sig(V["image"], V["meta"])), error(lambda: original(sig, V["image"], V["meta"]))],
+)
+cast = dict(V, meta=V["meta"].astype(np.float64))  # the original casts; the fast path leaves it to it
+cast_same = maxdiff(sig(**cast), original(sig, **cast)) == 0.0
+tensors = {k: tf.constant(v) for k, v in V.items()}
+tensor_diff = maxdiff(sig(**tensors), ref)
+# several signatures, strings and int64, a While loop
+words, rnn = load("words"), load("rnn")
+emb, norm = words.signatures["embed"], words.signatures["norm"]
+rsig = rnn.signatures["serving_default"]
+for f, kw in ((emb, W), (norm, dict(x=V["meta"])), (rsig, R)):
+    f(**kw)
+assert fastpath.wait_idle(180)
+others = {}
+for name, f, kw, model in (("embed", emb, W, "words"), ("norm", norm, dict(x=V["meta"]), "words"),
+                           ("serving_default", rsig, R, "rnn")):
+    got, want = f(**kw), original(f, **kw)
+    others[name] = dict(diff=maxdiff(got, want), keys=sorted(got), dtypes=[got[k].dtype.name for k in sorted(got)],
+                        want_dtypes=[want[k].dtype.name for k in sorted(want)],
+                        state=bucket(f"signatures[{name!r}]", model))
+text = tf_autopar.status().text()
+report(held=held, first_is_original=first_is_original, after=after, diff=maxdiff(out, ref), keys=sorted(out),
+       types=sorted({type(v).__name__ for v in out.values()}), ref_types=sorted({type(v).__name__ for v in ref.values()}),
+       dtypes={k: v.dtype.name for k, v in out.items()}, errors=errors, cast_same=cast_same, tensor_diff=tensor_diff,
+       others=others, text=text, same_object=vision.signatures["serving_default"] is sig,
+       class_name=type(sig).__name__, isinstance_ok=isinstance(sig, type(sig)._tf_autopar_original),
+       warnings=list(tf_autopar.status().warnings))
+""", tmp_path)
+    # the first call returned while the builder was held: it ran the original path, by mechanism
+    assert res["held"] == {"1": {"path": "queued", "served": 0, "calls": 1, "reason": ""}}, res["held"]
+    assert res["first_is_original"]
+    assert res["after"]["1"]["path"] == "frozen session" and res["after"]["1"]["served"] >= 1, res["after"]
+    assert res["diff"] <= 1e-4 and res["tensor_diff"] <= 1e-4
+    assert res["keys"] == ["aux", "scores"] and res["types"] == res["ref_types"] == ["EagerTensor"]
+    assert res["dtypes"] == {"aux": "float32", "scores": "float32"}
+    for kind, (ours, theirs) in res["errors"].items():
+        assert ours is not None and ours == theirs, (kind, ours, theirs)
+    assert res["cast_same"]
+    for name, o in res["others"].items():
+        assert o["diff"] == 0.0 or o["diff"] <= 1e-4, (name, o)
+        assert o["dtypes"] == o["want_dtypes"], (name, o)
+        bucket = {"embed": "4"}.get(name, "1")  # three words: bucket 4
+        assert o["state"][bucket]["path"] == "frozen session", (name, o["state"])
+    assert res["others"]["embed"]["keys"] == ["ids", "vector"]
+    assert res["same_object"] and res["class_name"] == "_WrapperFunction" and res["isinstance_ok"]
+    assert "signatures['serving_default'] of" in res["text"] and "frozen session" in res["text"]
+    assert "the original path's speed" in res["text"]
+    assert res["warnings"] == []
+
+
+def test_restored_function_and_concurrent_callers(saved, tmp_path):
+    res = _run(saved, """
+spec = vision.serve.concrete_functions[0].structured_input_signature[0]
+args = (dict(V),)  # Keras export: one positional argument, a dict by input name
+serve_first = vision.serve(*args)
+assert fastpath.wait_idle(180)
+serve_out = vision.serve(*args)
+serve_ref = original(vision.serve, *args)
+sig = vision.signatures["serving_default"]
+sig(**V); assert fastpath.wait_idle(180)
+ref = original(sig, **V)
+counts, bad = [0] * 8, []
+stop = time.monotonic() + 2.0
+def work(i):
+    x = dict(image=V["image"] + i, meta=V["meta"])
+    want = original(sig, **x)
+    while time.monotonic() < stop:
+        got = sig(**x)
+        counts[i] += 1
+        if maxdiff(got, want) > 1e-4:
+            bad.append(i)
+threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+for t in threads: t.start()
+for t in threads: t.join()
+report(spec=str(spec), serve_type=type(serve_out).__name__, serve_diff=maxdiff(serve_out, serve_ref),
+       serve_state=bucket("serve"), counts=counts, bad=bad, state=bucket("signatures['serving_default']"))
+""", tmp_path)
+    assert res["serve_type"] == "dict", res  # what the original returns for this model
+    assert res["serve_diff"] <= 1e-4
+    assert res["serve_state"]["1"]["path"] == "frozen session" and res["serve_state"]["1"]["served"] >= 1
+    counts = res["counts"]
+    assert not res["bad"], res["bad"]
+    assert min(counts) >= max(counts) / 5, counts  # every caller is served, none starved
+    assert res["state"]["1"]["served"] >= sum(counts) * 0.9  # concurrent calls stay on the frozen session
+
+
+def test_a_variable_write_routes_back_then_refreezes(saved, tmp_path):
+    res = _run(saved, """
+words = load("words")
+norm = words.signatures["norm"]
+x = dict(x=V["meta"])
+norm(**x); assert fastpath.wait_idle(180)
+before = norm(**x)["y"].numpy()
+state_before = bucket("signatures['norm']", "words")
+words.scale.assign(5.0)
+right_after = norm(**x)["y"].numpy()  # the original path: the frozen constants are stale
+want = original(norm, **x)["y"].numpy()
+assert fastpath.wait_idle(180)
+norm(**x); assert fastpath.wait_idle(180)
+later = norm(**x)["y"].numpy()
+report(state_before=state_before, state_after=bucket("signatures['norm']", "words"),
+       changed=float(np.max(np.abs(before - want))), right_after=float(np.max(np.abs(right_after - want))),
+       later=float(np.max(np.abs(later - want))))
+""", tmp_path)
+    assert res["state_before"]["1"]["path"] == "frozen session"
+    assert res["changed"] > 0.1  # the write changed the outputs
+    assert res["right_after"] == 0.0 and res["later"] <= 1e-5
+    assert res["state_after"]["1"]["path"] == "frozen session" and res["state_after"]["1"]["served"] >= 1
+
+
+@pytest.mark.parametrize("how", ["optimize=False", "env", "training"])
+def test_opt_outs_keep_the_original_path(saved, tmp_path, how):
+    enable = {"optimize=False": "optimize=False", "env": "", "training": "mode='training'"}[how]
+    env = {"TF_AUTOPAR_FAST_PATH": "0"} if how == "env" else {}
+    res = _run(saved, """
+sig = vision.signatures["serving_default"]
+sig(**V); sig(**V)
+report(routed=hasattr(type(sig), "_tf_autopar_original"), served=[s.function for s in tf_autopar.status().served])
+""", tmp_path, enable=enable, env=env)
+    assert res == {"routed": False, "served": []}
+
+
+def test_a_failing_build_falls_open_with_one_warning(saved, tmp_path):
+    res = _run(saved, """
+sig = vision.signatures["serving_default"]
+outs = [sig(**V) for _ in range(3)]
+assert fastpath.wait_idle(180)
+outs += [sig(**V) for _ in range(3)]
+ref = original(sig, **V)
+report(diffs=[maxdiff(o, ref) for o in outs], state=bucket("signatures['serving_default']"),
+       warnings=[w for w in tf_autopar.status().warnings if "frozen" in w])
+""", tmp_path, env={"TF_AUTOPAR_TEST_FAIL": "fast path build"})
+    assert res["diffs"] == [0.0] * 6
+    assert res["state"]["1"]["path"] == "original" and "planted failure" in res["state"]["1"]["reason"]
+    assert len(res["warnings"]) == 1 and len(res["warnings"][0]) < 400, res["warnings"]
+
+
+def test_over_the_memory_bound_it_stays_on_the_original_path_and_says_so(saved, tmp_path):
+    res = _run(saved, """
+sig = vision.signatures["serving_default"]
+sig(**V); assert fastpath.wait_idle(180); out = sig(**V)
+st = tf_autopar.status()
+report(diff=maxdiff(out, original(sig, **V)), text=st.text(), warnings=list(st.warnings))
+""", tmp_path, env={"TF_AUTOPAR_FAST_PATH_MAX_MB": "0"})
+    assert res["diff"] == 0.0
+    assert "original path: its frozen copy would add about" in res["text"]
+    assert any("TF_AUTOPAR_FAST_PATH_MAX_MB" in w for w in res["warnings"])
+
+
+def test_the_next_start_plans_for_the_observed_batch_and_serves_its_first_call_frozen(saved, tmp_path):
+    cache = str(tmp_path / "shared-cache")
+    first = _run(saved, """
+sig = vision.signatures["serving_default"]
+X = dict(image=np.repeat(V["image"], 8, 0), meta=np.repeat(V["meta"], 8, 0))
+for _ in range(30): sig(**X)
+assert fastpath.wait_idle(180)
+for _ in range(10): sig(**X)
+report(state=bucket("signatures['serving_default']"), explain=tf_autopar.status().process.explain)
+""", tmp_path, cache=cache)
+    assert first["state"]["8"]["path"] == "frozen session"
+    assert "the batch is not given" in first["explain"]
+    second = _run(saved, """
+sig = vision.signatures["serving_default"]
+loaded_state = bucket("signatures['serving_default']")
+X = dict(image=np.repeat(V["image"], 8, 0), meta=np.repeat(V["meta"], 8, 0))
+out = sig(**X)
+first_call = bucket("signatures['serving_default']")
+assert fastpath.wait_idle(180)
+report(loaded_state=loaded_state, first_call=first_call, diff=maxdiff(out, original(sig, **X)),
+       after_check=bucket("signatures['serving_default']"), explain=tf_autopar.status().process.explain)
+""", tmp_path, cache=cache)
+    assert second["loaded_state"]["8"]["path"] == "frozen session"  # built while the model loaded
+    assert second["first_call"]["8"]["served"] == 1  # the very first call was answered by it
+    assert second["diff"] <= 1e-4 and second["after_check"]["8"]["path"] == "frozen session"
+    assert "the batch is 8: batch 5-8 in 100% of 40 calls in an earlier run" in second["explain"], second["explain"]

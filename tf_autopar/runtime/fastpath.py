@@ -1,0 +1,747 @@
+"""The fast path: a loaded SavedModel's calls served from its frozen graph in a session of its own.
+
+Measured on this kind of host (docs/serving.md), a signature of a SavedModel loaded with
+``tf.saved_model.load`` runs up to 2.6x faster as a frozen graph (variables folded into
+constants, so grappler folds batch norms and fuses ops) in a ``tf.compat.v1.Session`` with
+pools planned for it than called the usual way, beyond the best process-pool setting. So with
+``enable()`` in an inference mode, each signature of a model loaded through the load hook
+(``loaded.signatures[name]``) and each restored function with a single input signature
+(``loaded.serve``, what ``keras.Model.export`` writes) is routed:
+
+- How: the function object's class is swapped for a subclass whose ``__call__`` routes
+  (``_routed_class``). The user's objects stay theirs (identity, attributes, ``isinstance``);
+  ``disable()`` swaps the class back. A signature map that routes would return other objects
+  than the ones TensorFlow hands out, and a hook inside ``_call_flat`` would also catch calls
+  made while a graph is being built, which must stay graph calls.
+- Which calls: eager calls whose inputs are numpy arrays or tensors of exactly the signature's
+  dtypes and compatible shapes, by keyword (signatures) or positionally (restored functions).
+  Anything else (a cast the original would make, a wrong shape, a call inside a tf.function)
+  goes to the original, which gives its own result or its own error.
+- No request waits: until a bucket's session is ready, calls run the original way; the first
+  call of a batch bucket (powers of two: fastpath_rules.bucket_of) queues a build on one
+  background thread: freeze, analyse at the observed batch, plan, open the sessions, run the
+  call's inputs and compare with the original's outputs (fastpath_rules.RTOL), then time both
+  paths in paired rounds. The bucket switches only if the outputs agree and the frozen path is
+  not slower; otherwise it stays on the original path and says why once.
+- Stale constants: the variables are watched (watch.py); after a write, calls run the original
+  way until the re-frozen session is ready.
+- Memory: the frozen copy costs about twice the variables per session; over the bound
+  (fastpath_rules.memory_verdict) the model stays on the original path and says so.
+- Remembered: each bucket's calls and verdict go into the plan cache; the next start plans the
+  process pools for the commonest batch and, where the frozen path won last time, builds it
+  while the model loads, so the first call is served by it (verified again on that call's
+  inputs, in the background).
+- Fail open: any failure of ours runs the original call (one warning) and retires that bucket.
+"""
+from __future__ import annotations
+
+import atexit
+import collections
+import logging
+import os
+import queue
+import threading
+import time
+import weakref
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from tf_autopar.runtime import cache, core, sessions, watch
+from tf_autopar.runtime import fastpath_rules as rules
+from tf_autopar.runtime.safety import fail_open, maybe_fail, warn_once
+from tf_autopar.runtime.state import STATE
+from tf_autopar.runtime.streams import Retired, StreamPool
+
+if TYPE_CHECKING:
+    from tf_autopar.planning.plan import ThreadPlan
+    from tf_autopar.runtime.frozen import FrozenGraph
+    from tf_autopar.runtime.records import ServedRecord
+
+log = logging.getLogger("tf_autopar.runtime")
+
+SWITCH_VAR = "TF_AUTOPAR_FAST_PATH"
+PATCH_NAME = "fast path (loaded SavedModel signatures and restored functions)"
+_ATTR = "_tf_autopar_served"
+SIGNATURE, POSITIONAL = "signature", "positional"
+QUEUED, BUILDING, FAST, STALE, ORIGINAL = "queued", "building", "frozen session", "stale", "original"
+
+_routed_classes: dict[type, type] = {}
+_served: "weakref.WeakSet[ServedFunction]" = weakref.WeakSet()
+_served_lock = threading.Lock()
+
+
+def switched_off() -> str:
+    """``"TF_AUTOPAR_FAST_PATH=0"`` when the environment switch turns the fast path off, else ""."""
+    value = os.environ.get(SWITCH_VAR, "").strip()
+    return f"{SWITCH_VAR}={value}" if value.lower() in ("0", "false", "no", "off") else ""
+
+
+def wanted() -> bool:
+    """The fast path is on: enabled, in an inference mode, not switched off by argument or variable."""
+    return STATE.enabled and STATE.fast_path and STATE.mode in ("latency", "throughput") and not switched_off()
+
+
+# ------------------------------------------------------------------------------ routing
+
+
+def route(loaded: Any, path: str, fingerprint: str | None) -> int:
+    """Route the loaded SavedModel's signatures and single-signature restored functions; how many.
+    Never raises into the user's load."""
+    if not wanted():
+        return 0
+    routed = 0
+    try:
+        maybe_fail("fast path")
+        remembered = _remembered(fingerprint)
+        for name, target, kind in _servable(loaded):
+            if target.__dict__.get(_ATTR) is not None:
+                continue
+            served = ServedFunction(target, name, kind, path, fingerprint)
+            target.__dict__[_ATTR] = served
+            target.__class__ = _routed_class(type(target))
+            with _served_lock:
+                _served.add(served)
+            routed += 1
+            served.prebuild(remembered.get(name, {}))
+    except Exception as exc:  # fail open: the model runs the original way
+        fail_open("route the loaded model to its frozen session", exc)
+    return routed
+
+
+def unroute_all() -> None:
+    """disable(): every routed object gets its own class back; the sessions close."""
+    with _served_lock:
+        served = list(_served)
+        _served.clear()
+    for s in served:
+        s.unroute()
+
+
+def records() -> tuple[ServedRecord, ...]:
+    with _served_lock:
+        served = list(_served)
+    return tuple(s.record() for s in served)
+
+
+def _servable(loaded: Any) -> list[tuple[str, Any, str]]:
+    """(name, function object, calling convention) of what a server calls on a loaded SavedModel."""
+    out: list[tuple[str, Any, str]] = []
+    signatures = getattr(loaded, "signatures", None)
+    if signatures is not None and hasattr(signatures, "items"):
+        for name, concrete in sorted(signatures.items()):
+            if _specs(concrete, SIGNATURE) is not None:
+                out.append((f"signatures[{name!r}]", concrete, SIGNATURE))
+    for name, value in sorted(vars(loaded).items()):
+        if name.startswith("_") or type(value).__name__ != "RestoredFunction":
+            continue
+        concretes = list(getattr(value, "concrete_functions", ()) or ())
+        if len(concretes) == 1 and _specs(concretes[0], POSITIONAL) is not None:
+            out.append((name, value, POSITIONAL))
+    return out
+
+
+def _routed_class(cls: type) -> type:
+    """The subclass whose ``__call__`` routes through the object's ServedFunction (made once per class)."""
+    sub = _routed_classes.get(cls)
+    if sub is None:
+        def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
+            served = self.__dict__.get(_ATTR)
+            if served is None:
+                return cls.__call__(self, *args, **kwargs)
+            return served.call(self, args, kwargs)
+
+        sub = type(cls)(cls.__name__, (cls,), {"__call__": __call__, "__module__": cls.__module__,
+                                                "__qualname__": cls.__qualname__, "_tf_autopar_original": cls})
+        _routed_classes[cls] = sub
+    return sub
+
+
+def _specs(concrete: Any, kind: str) -> list[tuple[str, Any]] | None:
+    """The inputs (name, TensorSpec) in the frozen graph's placeholder order, or None when the
+    function's inputs are not a flat set of tensors (then it is not routed)."""
+    import tensorflow as tf
+
+    sig = getattr(concrete, "structured_input_signature", None)
+    if not (isinstance(sig, tuple) and len(sig) == 2):
+        return None
+    args, kwargs = sig
+    if kind == SIGNATURE:
+        if args or not isinstance(kwargs, dict) or not kwargs:
+            return None
+        names = tf.nest.flatten({k: k for k in kwargs})  # TF flattens a dict in sorted key order
+        specs = [(n, kwargs[n]) for n in names]
+    else:
+        if kwargs or not args:
+            return None
+        specs = [(getattr(s, "name", "") or f"input {i}", s) for i, s in enumerate(tf.nest.flatten(args))]
+    if not all(isinstance(s, tf.TensorSpec) for _, s in specs):
+        return None
+    return specs
+
+
+# ------------------------------------------------------------------------------ one function
+
+
+@dataclass
+class _Bucket:
+    bucket: int
+    state: str = QUEUED
+    batch: int = 0  # the largest batch seen in the bucket: what its plan was made for
+    pool: StreamPool | None = None
+    plan: ThreadPlan | None = None
+    generation: int = 0
+    speedup: float = 0.0
+    spread: float = 0.0
+    build_s: float = 0.0
+    reason: str = ""
+    verify: bool = False  # built from the cache at load: check against the original on the first call
+    served: int = 0  # calls the frozen session answered
+    since: float = 0.0  # when the bucket switched (monotonic)
+
+
+class ServedFunction:
+    """One routed function: its buckets, their sessions and what status() says of them."""
+
+    def __init__(self, target: Any, name: str, kind: str, model: str, fingerprint: str | None) -> None:
+        self.name, self.kind, self.model, self.fingerprint = name, kind, model, fingerprint
+        self.original_class = type(target)
+        self.concrete = target if kind == SIGNATURE else list(target.concrete_functions)[0]
+        self.specs = _specs(self.concrete, kind) or []
+        self.arg_structure = self.concrete.structured_input_signature[0]
+        self._target = weakref.ref(target)
+        self.lock = threading.Lock()
+        self.calls: collections.Counter[int] = collections.Counter()
+        self.buckets: dict[int, _Bucket] = {}
+        self.watch = watch.Watch()
+        self.frozen: FrozenGraph | None = None
+        self.frozen_generation = -1
+        self.pools: dict[tuple[int, int, int], StreamPool] = {}
+        self.variable_bytes = 0
+        self.stopped = ""  # why the whole function stays on the original path
+
+    # ------------------------------------------------------------------ request path
+    def call(self, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        def original() -> Any:
+            return self.original_class.__call__(target, *args, **kwargs)
+
+        if self.stopped or not wanted():
+            return original()
+        try:
+            matched = self._match(args, kwargs)
+        except Exception as exc:  # ours: fail open
+            fail_open("read a call's inputs for the fast path", exc)
+            return original()
+        if matched is None:
+            return original()
+        arrays, batch = matched
+        bucket_id = rules.bucket_of(batch)
+        self.calls[bucket_id] += 1
+        b = self.buckets.get(bucket_id)
+        if b is not None and b.state == FAST and b.pool is not None:
+            if b.generation == self.watch.generation:
+                try:
+                    out = self._run(b.pool, arrays)
+                    b.served += 1
+                    if b.verify:
+                        b.verify = False
+                        _builder().submit(self, bucket_id, [a.copy() for a in arrays], batch, None, verify_out=out)
+                    return out
+                except Retired:
+                    pass  # re-frozen meanwhile: the original serves this call
+                except Exception as exc:
+                    self._retire_bucket(b, f"its frozen session failed: {type(exc).__name__}: {exc}")
+                    fail_open("serve a call from the frozen session", exc)
+        out = original()
+        if b is None or b.state == STALE or (b.state == FAST and b.generation != self.watch.generation):
+            self._schedule(bucket_id, arrays, batch, out)  # first call of the bucket, or its variables were written
+        return out
+
+    def _match(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[list[Any], int] | None:
+        """The call's inputs as numpy arrays in placeholder order and its batch, or None when the
+        call is not one the fast path serves exactly as the original would."""
+        from tensorflow.python.eager import context
+
+        if not context.executing_eagerly():
+            return None
+        if self.kind == SIGNATURE:
+            if args or len(kwargs) != len(self.specs):
+                return None
+            values = [kwargs.get(n, _MISSING) for n, _ in self.specs]
+        else:
+            if kwargs or len(args) != len(self.arg_structure):
+                return None
+            try:  # nested inputs (a dict for a Keras model with named inputs) flatten as the spec does
+                import tensorflow as tf
+
+                tf.nest.assert_same_structure(self.arg_structure, args)
+            except (ValueError, TypeError):
+                return None
+            values = tf.nest.flatten(args)
+        arrays = []
+        batch = 0
+        for value, (_, spec) in zip(values, self.specs):
+            array = _exact_array(value, spec)
+            if array is None:
+                return None
+            if spec.shape.rank and spec.shape[0] is None:
+                if batch and array.shape[0] != batch:
+                    return None
+                batch = array.shape[0]
+            arrays.append(array)
+        if batch < 1:
+            batch = 1 if not any(spec.shape.rank and spec.shape[0] is None for _, spec in self.specs) else 0
+        return (arrays, batch) if batch >= 1 else None
+
+    def _run(self, pool: StreamPool, arrays: list[Any]) -> Any:
+        import tensorflow as tf
+
+        frozen = self.frozen
+        assert frozen is not None
+        values = pool.run(frozen.outputs, dict(zip(frozen.inputs, arrays)))
+        return tf.nest.pack_sequence_as(frozen.structure, [tf.convert_to_tensor(v) for v in values])
+
+    def _schedule(self, bucket_id: int, arrays: list[Any], batch: int, out: Any) -> None:
+        with self.lock:
+            b = self.buckets.get(bucket_id)
+            if b is not None and b.state in (QUEUED, BUILDING):
+                return
+            if b is None:
+                b = self.buckets[bucket_id] = _Bucket(bucket_id)
+            b.state, b.batch = QUEUED, max(b.batch, batch)
+        # copies: the caller may reuse its buffers before the build reads them
+        _builder().submit(self, bucket_id, [a.copy() for a in arrays], batch, out)
+
+    def _retire_bucket(self, b: _Bucket, reason: str) -> None:
+        with self.lock:
+            b.state, b.reason, b.pool = ORIGINAL, reason, None
+
+    # ------------------------------------------------------------------ building (builder thread)
+    def build(self, bucket_id: int, arrays: list[Any], batch: int, original_out: Any) -> None:
+        import numpy as np
+        import tensorflow as tf
+
+        b = self.buckets[bucket_id]
+        t0 = time.perf_counter()
+        with self.lock:
+            b.state = BUILDING
+        generation = self.watch.generation  # before the values are read: a write during the build shows next call
+        maybe_fail("fast path build")
+        self._freeze(generation)
+        pool = None
+        if not self.stopped:
+            plan = self._plan(arrays, batch)
+            pool = self._pool(plan)
+        if pool is None:
+            self._keep_original(b, self.stopped or "no session fits the memory bound beside the ones it has")
+            return
+        if _exiting():
+            return
+        original_flat = [np.asarray(t) for t in tf.nest.flatten(original_out)]
+        frozen_flat = pool.run(self.frozen.outputs, dict(zip(self.frozen.inputs, arrays)))  # first run: grappler
+        diff = rules.outputs_differ(frozen_flat, original_flat)
+        if diff:
+            self._keep_original(b, f"the frozen graph's outputs differ from the original's ({diff})")
+            return
+        target = self._target()
+        if target is None or _exiting():
+            return
+        times_o, times_f = self._paired(target, pool, arrays)
+        switch, speedup, spread = rules.switch_verdict(times_o, times_f)
+        with self.lock:
+            b.plan, b.speedup, b.spread, b.build_s = plan, speedup, spread, time.perf_counter() - t0
+            b.batch = max(b.batch, batch)
+        if not switch:
+            self._keep_original(b, f"the frozen session measured {speedup:.2f}x the original path's speed "
+                                   f"({rules.SWITCH_ROUNDS} paired rounds): not faster, so not taken", warn=False)
+            self._remember()
+            return
+        with self.lock:
+            b.pool, b.generation, b.state, b.reason, b.since = pool, generation, FAST, "", time.monotonic()
+        log.info("tf_autopar: %s of %s serves batch %s from a frozen session (%sx%s): %.2fx the original path's "
+                 "speed, ready after %.1f s", self.name, self.model, _bucket_words(bucket_id), plan.inter_op,
+                 plan.intra_op, speedup, b.build_s)
+        self._remember()
+
+    def verify(self, bucket_id: int, arrays: list[Any], frozen_out: Any) -> None:
+        """A bucket built at load from the cache served its first call: check it against the original."""
+        import numpy as np
+        import tensorflow as tf
+
+        target = self._target()
+        if target is None:
+            return
+        args, kwargs = self._call_args(arrays)
+        original = self.original_class.__call__(target, *args, **kwargs)
+        diff = rules.outputs_differ([np.asarray(t) for t in tf.nest.flatten(frozen_out)],
+                                    [np.asarray(t) for t in tf.nest.flatten(original)])
+        if diff:
+            self._keep_original(self.buckets[bucket_id], f"the frozen graph's outputs differ from the original's "
+                                                         f"({diff}); one call was served from it")
+
+    def _freeze(self, generation: int) -> None:
+        """A frozen graph of the current variables (once per generation); the old sessions retire."""
+        from tf_autopar.runtime.frozen import FrozenGraph
+
+        if self.frozen is not None and self.frozen_generation == generation:
+            return
+        handles = watch.resource_handles(self.concrete)
+        self.variable_bytes = _handle_bytes(handles)
+        ok, why = rules.memory_verdict(self.variable_bytes, 1, _available_bytes(), rules.max_extra_bytes())
+        if not ok:
+            self.stopped = why
+            return
+        self.watch.add(handles)
+        with sessions.bypass():
+            frozen = FrozenGraph(self.concrete)
+        with self.lock:
+            old = list(self.pools.values())
+            self.pools.clear()
+            self.frozen, self.frozen_generation = frozen, generation
+            for b in self.buckets.values():
+                if b.state == FAST:
+                    b.state, b.pool = STALE, None  # re-built at the bucket's next call
+        for pool in old:
+            pool.retire()
+
+    def _plan(self, arrays: list[Any], batch: int) -> ThreadPlan:
+        """The plan for the observed batch (the call's own shapes fill every unknown dimension)."""
+        from tf_autopar.graph import analyze
+
+        frozen = self.frozen
+        assert frozen is not None
+        shapes = {name.split(":")[0]: tuple(a.shape) for name, a in zip(frozen.inputs, arrays) if a.ndim}
+        graph_def = frozen.graph_def if frozen.graph_def is not None else frozen.graph.as_graph_def()
+        profile = analyze(graph_def, batch=batch, input_shapes=shapes)
+        frozen.graph_def = None  # a third copy of the constants otherwise: re-read from the graph when needed
+        return core.plan_for(profile, STATE.mode, streams=STATE.streams, tuned_fingerprint=self.fingerprint,
+                             batch=batch)
+
+    def _pool(self, plan: ThreadPlan) -> StreamPool | None:
+        """The sessions for ``plan``: shared by the buckets that plan alike, new ones within the memory bound."""
+        if self.stopped or self.frozen is None:
+            return None
+        fields = plan.config_proto_fields()
+        key = (fields["inter_op_parallelism_threads"], fields["intra_op_parallelism_threads"], max(1, plan.instances))
+        with self.lock:
+            pool = self.pools.get(key)
+        if pool is not None:
+            return pool
+        sessions_after = sum(len(p.sessions) for p in self.pools.values()) + key[2]
+        ok, why = rules.memory_verdict(self.variable_bytes, sessions_after, _available_bytes(),
+                                       rules.max_extra_bytes())
+        if not ok:
+            if not self.pools:
+                self.stopped = why
+            return None
+        pool = StreamPool(self.frozen.open_sessions(*key))
+        with self.lock:
+            self.pools[key] = pool
+        return pool
+
+    def _call_args(self, arrays: list[Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        if self.kind == SIGNATURE:
+            return (), {n: a for (n, _), a in zip(self.specs, arrays)}
+        import tensorflow as tf
+
+        return tuple(tf.nest.pack_sequence_as(self.arg_structure, arrays)), {}
+
+    def _paired(self, target: Any, pool: StreamPool, arrays: list[Any]) -> tuple[list[float], list[float]]:
+        """Seconds per call of the original and the frozen path, alternating, on the same inputs."""
+        args, kwargs = self._call_args(arrays)
+        feeds = dict(zip(self.frozen.inputs, arrays))
+        times_o, times_f = [], []
+        for _ in range(rules.SWITCH_ROUNDS):
+            t0 = time.perf_counter()
+            self.original_class.__call__(target, *args, **kwargs)
+            t1 = time.perf_counter()
+            pool.run(self.frozen.outputs, feeds)
+            times_o.append(t1 - t0)
+            times_f.append(time.perf_counter() - t1)
+        return times_o, times_f
+
+    def _keep_original(self, b: _Bucket, reason: str, warn: bool = True) -> None:
+        with self.lock:
+            b.state, b.reason, b.pool = ORIGINAL, reason, None
+        if warn:
+            warn_once(f"fast-path:{self.model}:{self.name}",
+                      f"tf_autopar: {self.name} of {self.model} stays on TensorFlow's usual path: {reason}")
+        else:
+            log.info("tf_autopar: %s of %s stays on the original path for batch %s: %s", self.name, self.model,
+                     _bucket_words(b.bucket), reason)
+
+    # ------------------------------------------------------------------ memory across starts
+    def prebuild(self, remembered: dict[str, Any]) -> None:
+        """At load: the buckets that won last time on this host are built now, from synthesised
+        inputs of the remembered batch, so the first call is served by them (and checked)."""
+        for key, entry in (remembered.get("buckets") or {}).items():
+            if not isinstance(entry, dict) or entry.get("path") != FAST:
+                continue
+            batch = entry.get("batch")
+            if not rules.is_batch(batch) or rules.bucket_of(batch) != rules.dominant_bucket({key: 1}):
+                continue
+            try:
+                arrays = [_synthetic(spec, batch) for _, spec in self.specs]
+                self._freeze(self.watch.generation)
+                if self.stopped:
+                    return
+                plan = self._plan(arrays, batch)
+                pool = self._pool(plan)
+                if pool is None:
+                    return
+                pool.run(self.frozen.outputs, dict(zip(self.frozen.inputs, arrays)))  # grappler, now
+            except Exception as exc:  # the deferred path still works: build on the first call instead
+                log.debug("tf_autopar: building %s at load failed", self.name, exc_info=exc)
+                return
+            bucket_id = rules.bucket_of(batch)
+            self.buckets[bucket_id] = _Bucket(bucket_id, state=FAST, batch=batch, pool=pool, plan=plan,
+                                              generation=self.frozen_generation, verify=True,
+                                              speedup=float(entry.get("speedup") or 0.0), since=time.monotonic(),
+                                              reason="built at load: it won last time")
+
+    def _remember(self) -> None:
+        if not (STATE.use_cache and self.fingerprint):
+            return
+        try:
+            cache.store_served(self.fingerprint, cache.host_key(core.topology()), STATE.mode, self.name,
+                               self.summary())
+        except Exception as exc:
+            fail_open("write the plan cache", exc)
+
+    def summary(self) -> dict[str, Any]:
+        """What the cache keeps: calls per bucket, the batch planned for, the verdict and its evidence."""
+        import tensorflow as tf
+
+        out: dict[str, Any] = {}
+        for bucket_id, n in sorted(dict(self.calls).items()):
+            b = self.buckets.get(bucket_id)
+            entry: dict[str, Any] = {"calls": n}
+            if b is not None and b.state in (FAST, ORIGINAL):
+                entry.update(path=b.state, batch=b.batch, speedup=round(b.speedup, 4), spread=round(b.spread, 4),
+                             tf=tf.__version__, date=time.strftime("%Y-%m-%d"))
+                if b.plan is not None:
+                    entry.update(inter_op=b.plan.inter_op, intra_op=b.plan.intra_op)
+            out[str(bucket_id)] = entry
+        return {"buckets": out}
+
+    # ------------------------------------------------------------------ status and undo
+    def record(self) -> ServedRecord:
+        from tf_autopar.runtime.records import BucketRecord, ServedRecord
+
+        with self.lock:
+            buckets = tuple(
+                BucketRecord(bucket=b.bucket, batch=b.batch, calls=self.calls.get(b.bucket, 0), served=b.served,
+                             path=b.state,
+                             inter_op=b.plan.inter_op if b.plan else 0, intra_op=b.plan.intra_op if b.plan else 0,
+                             streams=len(b.pool.sessions) if b.pool else 0, speedup=round(b.speedup, 3),
+                             spread=round(b.spread, 3), build_s=round(b.build_s, 2), reason=b.reason,
+                             plan_source=_plan_source(b.plan))
+                for b in sorted(self.buckets.values(), key=lambda b: b.bucket))
+            calls = dict(self.calls)
+        return ServedRecord(model=self.model, function=self.name, calls=sum(calls.values()),
+                            batches=rules.batch_words(calls), buckets=buckets, stopped=self.stopped)
+
+    def unroute(self) -> None:
+        target = self._target()
+        if target is not None:
+            target.__dict__.pop(_ATTR, None)
+            if type(target) is _routed_classes.get(self.original_class):
+                target.__class__ = self.original_class
+        with self.lock:
+            pools = list(self.pools.values())
+            self.pools.clear()
+            self.stopped = self.stopped or "disabled"
+        for pool in pools:
+            pool.retire()
+        self.watch.close()
+
+
+_MISSING = object()
+
+
+def _exact_array(value: Any, spec: Any) -> Any:
+    """``value`` as a numpy array when it is one (or an eager tensor) of the spec's dtype and a
+    compatible shape; None otherwise (the original then converts it or raises its own error)."""
+    import numpy as np
+    import tensorflow as tf
+
+    if isinstance(value, np.ndarray):
+        array = value
+        if spec.dtype == tf.string:
+            if array.dtype.kind not in "SO":
+                return None
+        elif array.dtype != spec.dtype.as_numpy_dtype:
+            return None
+    elif tf.is_tensor(value) and hasattr(value, "numpy"):
+        if value.dtype != spec.dtype:
+            return None
+        array = value.numpy()
+    else:
+        return None
+    if not spec.shape.is_compatible_with(array.shape):
+        return None
+    return array
+
+
+def _synthetic(spec: Any, batch: int) -> Any:
+    import numpy as np
+    import tensorflow as tf
+
+    shape = [batch if i == 0 and d is None else (d if d is not None else 1) for i, d in enumerate(spec.shape)]
+    if spec.dtype == tf.string:
+        return np.full(shape, b"", dtype=object)
+    return np.zeros(shape, dtype=spec.dtype.as_numpy_dtype)
+
+
+def _handle_bytes(handles: list[Any]) -> int:
+    from tensorflow.python.ops import resource_variable_ops
+
+    total = 0
+    for h in handles:
+        data = resource_variable_ops.get_eager_safe_handle_data(h)
+        for st in getattr(data, "shape_and_type", ()):
+            n = 1
+            for d in st.shape.dim:
+                n *= max(int(d.size), 1)
+            from tensorflow.python.framework import dtypes
+
+            total += n * dtypes.as_dtype(st.dtype).size
+    return total
+
+
+def _available_bytes() -> int | None:
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().available)
+    except Exception:
+        return None
+
+
+def _plan_source(plan: ThreadPlan | None) -> str:
+    if plan is None:
+        return ""
+    return "measured by tf-autopar tune" if getattr(plan, "tuned", None) else "the rule"
+
+
+def _bucket_words(bucket: int) -> str:
+    return "1" if bucket == 1 else f"{bucket // 2 + 1}-{bucket}"
+
+
+def _remembered(fingerprint: str | None) -> dict[str, Any]:
+    """This model's cached fast-path entry on this host and mode, by function name."""
+    if not (fingerprint and STATE.use_cache):
+        return {}
+    try:
+        entry = cache.lookup_served(fingerprint, cache.host_key(core.topology()), STATE.mode)
+    except Exception as exc:
+        log.debug("fast-path cache lookup failed: %s", exc)
+        return {}
+    functions = entry.get("functions") if isinstance(entry, dict) else None
+    return functions if isinstance(functions, dict) else {}
+
+
+# ------------------------------------------------------------------------------ the builder
+
+
+class _Builder:
+    """One daemon thread that builds, checks and times frozen sessions, one job at a time, so at
+    most one build competes with the requests for the CPU."""
+
+    def __init__(self) -> None:
+        self.jobs: queue.Queue[tuple[Any, ...] | None] = queue.Queue()
+        self.stopping = False
+        self.thread = threading.Thread(target=self._loop, name="tf_autopar-fastpath", daemon=True)
+        self.thread.start()
+
+    def submit(self, served: ServedFunction, bucket_id: int, arrays: list[Any], batch: int, out: Any,
+               verify_out: Any = None) -> None:
+        if not self.stopping:
+            self.jobs.put((weakref.ref(served), bucket_id, arrays, batch, out, verify_out))
+
+    def stop(self, timeout: float) -> None:
+        """At exit: no new job; the one running finishes (TensorFlow aborts the process when the
+        interpreter ends under a thread inside one of its ops)."""
+        self.stopping = True
+        self.jobs.put(None)
+        self.thread.join(timeout)
+
+    def _loop(self) -> None:
+        while True:
+            job = self.jobs.get()
+            if job is None or self.stopping:
+                self.jobs.task_done()
+                return
+            if BUILD_GATE is not None:  # tests hold builds back to show that calls never wait for one
+                BUILD_GATE.wait()
+            ref, bucket_id, arrays, batch, out, verify_out = job
+            served = ref()
+            if served is None or served.stopped == "disabled":
+                self.jobs.task_done()
+                continue
+            try:
+                if verify_out is not None:
+                    served.verify(bucket_id, arrays, verify_out)
+                else:
+                    served.build(bucket_id, arrays, batch, out)
+            except Exception as exc:  # fail open: this bucket stays on the original path
+                b = served.buckets.get(bucket_id)
+                if b is not None:
+                    served._keep_original(b, f"its frozen session could not be built: {type(exc).__name__}: {exc}",
+                                          warn=False)
+                fail_open(f"build the frozen session of {served.name}", exc)
+            finally:
+                del served, out, verify_out, arrays
+                self.jobs.task_done()
+
+
+#: Tests only: while this event is set but not yet signalled, the builder holds every job back.
+BUILD_GATE: threading.Event | None = None
+
+
+def wait_idle(timeout: float = 60.0) -> bool:
+    """Wait until no build, check or timing is queued or running; False on timeout. For benchmarks
+    and tests that want the steady state; a server never needs to call it."""
+    deadline = time.monotonic() + timeout
+    builder = _the_builder
+    while builder is not None and builder.jobs.unfinished_tasks:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def _exiting() -> bool:
+    return _the_builder is not None and _the_builder.stopping
+
+
+_the_builder: _Builder | None = None
+_builder_lock = threading.Lock()
+
+
+def _builder() -> _Builder:
+    global _the_builder
+    with _builder_lock:
+        if _the_builder is None or not _the_builder.thread.is_alive():
+            _the_builder = _Builder()
+        return _the_builder
+
+
+#: At exit, how long a build under way may take to finish (a NASNet build: about 9 s of CPU).
+EXIT_WAIT_S = 30.0
+
+
+def _at_exit() -> None:
+    """The running build ends first, then the calls counted since the last write go to the cache."""
+    try:
+        if _the_builder is not None and _the_builder.thread.is_alive():
+            _the_builder.stop(EXIT_WAIT_S)
+        with _served_lock:
+            served = list(_served)
+        for s in served:
+            if s.calls:
+                s._remember()
+    except Exception as exc:  # never break the interpreter's exit
+        log.debug("tf_autopar: fast-path cache flush at exit failed", exc_info=exc)
+
+
+atexit.register(_at_exit)

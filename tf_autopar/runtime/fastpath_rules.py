@@ -1,0 +1,142 @@
+"""The fast path's decisions, as pure functions of plain values (no TensorFlow; tested alone).
+
+- which batch bucket a call falls in (the plan is made per bucket, not per batch size);
+- whether a model's frozen copy fits the memory bound;
+- whether the frozen outputs equal the original's within the documented tolerance;
+- whether the frozen session, timed against the original path in paired rounds, is worth
+  switching to;
+- how the observed batches read in a plan's explanation.
+"""
+from __future__ import annotations
+
+import os
+import statistics
+from typing import Any, Mapping, Sequence
+
+from tf_autopar._text import is_uint
+
+#: Outputs must agree within this: |frozen - original| <= RTOL * max|original| per output (floats),
+#: exactly for integers, booleans and strings. Folding batch norm into a convolution changes the
+#: order of float sums; measured differences were 0 (MobileNetV2, a BERT encoder) to 1e-7 relative
+#: (NASNetMobile), so 1e-4 leaves room for larger graphs and still catches a wrong graph.
+RTOL = 1e-4
+
+#: The frozen path adds its constants once in the imported graph and once in each session (about
+#: twice the variables' bytes for one session). It is taken only while that extra memory stays
+#: within MAX_EXTRA_MB (``TF_AUTOPAR_FAST_PATH_MAX_MB`` overrides) and within a quarter of the
+#: memory available when the build starts.
+MAX_EXTRA_MB = 2048
+MAX_EXTRA_VAR = "TF_AUTOPAR_FAST_PATH_MAX_MB"
+AVAILABLE_SHARE = 0.25
+
+#: Paired rounds of the switch check (original, frozen, alternating, on the first real inputs):
+#: the frozen path is taken when its median paired ratio is at most SWITCH_RATIO.
+SWITCH_ROUNDS = 5
+SWITCH_RATIO = 1.0
+
+
+def bucket_of(batch: int) -> int:
+    """The batch bucket: the smallest power of two at or above ``batch`` (1, 2, 4, 8, ...)."""
+    if batch < 1:
+        raise ValueError(f"a bucket needs a batch of at least 1, got {batch}")
+    return 1 << (batch - 1).bit_length()
+
+
+def is_batch(value: Any) -> bool:
+    """A batch size read from outside (the cache): a whole number from 1 to 2**30."""
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 1 << 30
+
+
+def frozen_extra_bytes(variable_bytes: int, sessions: int) -> int:
+    """What the frozen path adds: the graph's constants plus each session's copy."""
+    return variable_bytes * (1 + max(1, sessions))
+
+
+def max_extra_bytes(environ: Mapping[str, str] | None = None) -> int:
+    """The configured bound in bytes; ValueError naming the variable for a value that is no count."""
+    env = os.environ if environ is None else environ
+    text = env.get(MAX_EXTRA_VAR, "").strip()
+    if not text:
+        return MAX_EXTRA_MB << 20
+    if not is_uint(text):
+        raise ValueError(f"{MAX_EXTRA_VAR} must be a whole number of megabytes (ASCII digits), got {text!r}")
+    return min(int(text), 1 << 40) << 20
+
+
+def memory_verdict(variable_bytes: int, sessions: int, available_bytes: int | None,
+                   bound_bytes: int) -> tuple[bool, str]:
+    """(take the fast path?, why not). ``available_bytes`` None: unknown, only the bound counts."""
+    extra = frozen_extra_bytes(variable_bytes, sessions)
+    if extra > bound_bytes:
+        return False, (f"its frozen copy would add about {_mb(extra)} (the variables' {_mb(variable_bytes)} in the "
+                       f"graph and in each of {max(1, sessions)} session(s)), over the bound of {_mb(bound_bytes)} "
+                       f"({MAX_EXTRA_VAR})")
+    if available_bytes is not None and extra > available_bytes * AVAILABLE_SHARE:
+        return False, (f"its frozen copy would add about {_mb(extra)}, over a quarter of the "
+                       f"{_mb(available_bytes)} of memory available")
+    return True, ""
+
+
+def _mb(n: int) -> str:
+    return f"{n / (1 << 20):,.0f} MB" if n >= 1 << 20 else f"{n / 1024:,.0f} kB"
+
+
+def outputs_differ(frozen: Sequence[Any], original: Sequence[Any]) -> str:
+    """"" when every output agrees within the tolerance, else what differs (for the one warning).
+    Takes numpy arrays (or anything ``numpy.asarray`` reads), flat, in the same order."""
+    import numpy as np
+
+    if len(frozen) != len(original):
+        return f"{len(frozen)} outputs against the original's {len(original)}"
+    for i, (a, b) in enumerate(zip(frozen, original)):
+        a, b = np.asarray(a), np.asarray(b)
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return f"output {i}: {a.dtype}{list(a.shape)} against the original's {b.dtype}{list(b.shape)}"
+        if a.dtype.kind in "fc":
+            if not (np.isfinite(a) == np.isfinite(b)).all() or not (np.isnan(a) == np.isnan(b)).all():
+                return f"output {i}: non-finite values where the original has others"
+            finite = np.isfinite(b)
+            scale = float(np.max(np.abs(b[finite]))) if finite.any() else 0.0
+            diff = float(np.max(np.abs(a[finite] - b[finite]))) if finite.any() else 0.0
+            if diff > RTOL * max(scale, 1e-30) and diff > 0:
+                return f"output {i}: differs by {diff:.3g}, {diff / max(scale, 1e-30):.2g} of its largest value " \
+                       f"(tolerance {RTOL:g})"
+        elif not np.array_equal(a, b):
+            return f"output {i}: {int(np.sum(a != b))} of {a.size} values differ"
+    return ""
+
+
+def switch_verdict(original_s: Sequence[float], frozen_s: Sequence[float]) -> tuple[bool, float, float]:
+    """(switch?, median paired ratio original/frozen = speedup, spread of the ratios as max/min).
+    Paired by round: each pair ran back to back, so a busy moment hits both."""
+    pairs = [(o, f) for o, f in zip(original_s, frozen_s) if o > 0 and f > 0]
+    if not pairs:
+        return False, float("nan"), float("nan")
+    ratios = [f / o for o, f in pairs]
+    median = statistics.median(ratios)
+    spread = max(ratios) / min(ratios)
+    return median <= SWITCH_RATIO, 1.0 / median, spread
+
+
+def batch_words(counts: Mapping[int, int]) -> str:
+    """"batch 1 in 97% of 4,212 calls" (the commonest bucket), or "" with no calls."""
+    total = sum(counts.values())
+    if total <= 0:
+        return ""
+    bucket, n = max(counts.items(), key=lambda kv: (kv[1], -kv[0]))
+    label = "batch 1" if bucket == 1 else f"batch {bucket // 2 + 1}-{bucket}"
+    return f"{label} in {100 * n / total:.0f}% of {total:,} calls"
+
+
+def dominant_bucket(counts: Mapping[Any, Any]) -> int | None:
+    """The bucket most calls fell in, from a cached (untrusted) mapping; None when there is none."""
+    best: tuple[int, int] | None = None
+    for key, value in counts.items():
+        if not is_uint(str(key)) or isinstance(value, bool) or not isinstance(value, int):
+            continue
+        bucket, n = int(str(key)), value
+        if bucket < 1 or bucket > 1 << 30 or bucket & (bucket - 1) or n < 1:
+            continue
+        if best is None or (n, -bucket) > (best[1], -best[0]):
+            best = (bucket, n)
+    return best[0] if best else None

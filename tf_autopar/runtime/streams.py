@@ -1,0 +1,94 @@
+"""Fair hand-out of a model's sessions to concurrent callers (optimize() and the fast path).
+
+A frozen model is served by one session (latency mode) or one session per stream
+(throughput mode). With several streams, a caller takes an idle one and, when all are busy,
+waits. A plain ``threading.Condition`` lets a thread that has just given a session back take
+it again before the woken waiter runs (barging): measured with eight threads on one optimized
+model, one thread made about 8,000 calls in 2 s and the other seven one each. Here a session
+given back goes straight to the longest-waiting caller (first come, first served), so no
+caller waits behind more than the callers that arrived before it.
+
+A single session is not gated at all: ``Session.run`` is thread-safe, concurrent runs share the
+session's fixed pools (no oversubscription), and callers are served as the original path serves
+them.
+"""
+from __future__ import annotations
+
+import collections
+import threading
+from typing import Any, Sequence
+
+
+class Retired(Exception):
+    """The sessions were replaced (re-frozen, closed) while a caller was about to use them."""
+
+
+class StreamPool:
+    """The sessions of one frozen graph and plan; ``run`` hands them out first come, first served."""
+
+    def __init__(self, sessions: Sequence[Any]) -> None:
+        self.sessions = list(sessions)
+        self._idle = list(self.sessions)
+        self._waiters: collections.deque[list[Any]] = collections.deque()  # each: [event, session or None]
+        self._lock = threading.Lock()
+        self._busy = 0
+        self._retired = False
+
+    @property
+    def gated(self) -> bool:
+        return len(self.sessions) > 1
+
+    def run(self, fetches: Any, feeds: dict[Any, Any]) -> Any:
+        session = self._acquire()
+        try:
+            return session.run(fetches, feeds)
+        finally:
+            self._release(session)
+
+    def _acquire(self) -> Any:
+        with self._lock:
+            if self._retired:
+                raise Retired()
+            if not self.gated:
+                self._busy += 1
+                return self.sessions[0]
+            if self._idle and not self._waiters:
+                return self._idle.pop()
+            slot: list[Any] = [threading.Event(), None]
+            self._waiters.append(slot)
+        slot[0].wait()
+        if slot[1] is None:  # woken by retire()
+            raise Retired()
+        return slot[1]
+
+    def _release(self, session: Any) -> None:
+        with self._lock:
+            if not self.gated:
+                self._busy -= 1
+                if self._retired and self._busy == 0:
+                    session.close()
+                return
+            if self._retired:
+                session.close()
+                return
+            if self._waiters:  # straight to the longest waiter: no barging
+                slot = self._waiters.popleft()
+                slot[1] = session
+                slot[0].set()
+            else:
+                self._idle.append(session)
+
+    def retire(self) -> None:
+        """Close idle sessions now and busy ones when their call returns; waiting callers get Retired."""
+        with self._lock:
+            if self._retired:
+                return
+            self._retired = True
+            if self.gated:
+                for session in self._idle:
+                    session.close()
+                self._idle.clear()
+            elif self._busy == 0:
+                self.sessions[0].close()
+            while self._waiters:
+                self._waiters.popleft()[0].set()
