@@ -222,7 +222,10 @@ class ServedFunction:
     # ------------------------------------------------------------------ request path
     def call(self, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         def original() -> Any:
-            return self.original_class.__call__(target, *args, **kwargs)
+            if self.kind == SIGNATURE:
+                return self.original_class.__call__(target, *args, **kwargs)
+            with sessions.bypass():  # its trace is the fast path's to plan, not the tf.function hook's to warn about
+                return self.original_class.__call__(target, *args, **kwargs)
 
         if self.stopped or not wanted():
             return original()
