@@ -28,6 +28,7 @@ x = keras.layers.GlobalAveragePooling2D()(keras.layers.ReLU()(x))
 h = keras.layers.Concatenate()([x, meta])
 model = keras.Model({"meta": meta, "image": img}, {"scores": keras.layers.Dense(3)(h), "aux": keras.layers.Dense(1)(meta)})
 model.export(DIR + "/vision", verbose=False)
+model.save(DIR + "/vision.keras")
 ids = keras.Input((12,), dtype="int32", name="ids")
 r = keras.layers.LSTM(16)(keras.layers.Embedding(100, 8)(ids))
 keras.Model(ids, keras.layers.Dense(2)(r)).export(DIR + "/rnn", verbose=False)
@@ -296,3 +297,27 @@ report(loaded_state=loaded_state, first_call=first_call, diff=maxdiff(out, origi
     assert second["first_call"]["8"]["served"] == 1  # the very first call was answered by it
     assert second["diff"] <= 1e-4 and second["after_check"]["8"]["path"] == "frozen session"
     assert "the batch is 8: batch 5-8 in 100% of 40 calls in an earlier run" in second["explain"], second["explain"]
+
+
+def test_keras_predict_of_one_batch_is_served_frozen_and_the_rest_by_keras(saved, tmp_path):
+    res = _run(saved, """
+import keras
+km = keras.models.load_model(DIR + "/vision.keras")
+x = dict(V)  # the model takes a dict by input name
+ref = km.__class__.predict(km, x, verbose=0)
+km.predict(x, verbose=0)
+assert fastpath.wait_idle(180)
+out = km.predict(x, verbose=0)
+state = bucket("predict", "vision.keras")
+big = {k: np.repeat(a, 40, 0) for k, a in x.items()}  # 40 rows: more than one of predict's batches, Keras's own loop
+km.predict(big, verbose=0)
+km.predict(x, verbose=0, callbacks=[keras.callbacks.Callback()])
+after = bucket("predict", "vision.keras")
+tf_autopar.disable()
+report(diff=max(float(np.max(np.abs(out[k] - ref[k]))) for k in ref), types=sorted({type(v).__name__ for v in out.values()}),
+       keys=sorted(out), state=state, after=after, unrouted="predict" not in vars(km))
+""", tmp_path)
+    assert res["diff"] <= 1e-4 and res["types"] == ["ndarray"] and res["keys"] == ["aux", "scores"]
+    assert res["state"]["1"]["path"] == "frozen session" and res["state"]["1"]["served"] == 1, res["state"]
+    assert res["after"]["1"]["served"] == 1 and "64" not in res["after"]  # 40 rows and callbacks: Keras's predict
+    assert res["unrouted"]

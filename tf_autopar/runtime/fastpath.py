@@ -62,7 +62,9 @@ log = logging.getLogger("tf_autopar.runtime")
 SWITCH_VAR = "TF_AUTOPAR_FAST_PATH"
 PATCH_NAME = "fast path (loaded SavedModel signatures and restored functions)"
 _ATTR = "_tf_autopar_served"
-SIGNATURE, POSITIONAL = "signature", "positional"
+SIGNATURE, POSITIONAL, KERAS = "signature", "positional", "keras predict"  # calling conventions
+#: predict() arguments a routed call may carry (others, e.g. callbacks or steps, go to Keras itself)
+_PREDICT_KWARGS = frozenset({"x", "batch_size", "verbose"})
 QUEUED, BUILDING, FAST, STALE, ORIGINAL = "queued", "building", "frozen session", "stale", "original"
 
 _routed_classes: dict[type, type] = {}
@@ -106,6 +108,42 @@ def route(loaded: Any, path: str, fingerprint: str | None) -> int:
     except Exception as exc:  # fail open: the model runs the original way
         fail_open("route the loaded model to its frozen session", exc)
     return routed
+
+
+def route_keras(model: Any, path: str, fingerprint: str | None) -> int:
+    """Route a ``keras.models.load_model`` model's ``predict`` (one batch of arrays, no callbacks);
+    how many (0 or 1). Never raises into the user's load."""
+    if not wanted():
+        return 0
+    try:
+        maybe_fail("fast path")
+        if vars(model).get(_ATTR) is not None or _keras_specs(model) is None:
+            return 0
+        served = ServedFunction(model, "predict", KERAS, path, fingerprint)
+        vars(model)[_ATTR] = served
+
+        def predict(*args: Any, **kwargs: Any) -> Any:
+            return served.call(model, args, kwargs)
+
+        vars(model)["predict"] = predict  # an instance attribute: the class and its other methods stay Keras's
+        with _served_lock:
+            _served.add(served)
+        served.prebuild(_remembered(fingerprint).get("predict", {}))
+        return 1
+    except Exception as exc:
+        fail_open("route the loaded Keras model to its frozen session", exc)
+        return 0
+
+
+def _keras_specs(model: Any) -> list[tuple[str, Any]] | None:
+    """A Keras model's declared inputs as (name, TensorSpec) with a free batch, or None."""
+    from tf_autopar.runtime.frozen import _keras_signature
+
+    inputs = getattr(model, "inputs", None)
+    specs = _keras_signature(model)
+    if not inputs or not specs:
+        return None
+    return [(str(getattr(t, "name", f"input {i}")), spec) for i, (t, spec) in enumerate(zip(inputs, specs))]
 
 
 def unroute_all() -> None:
@@ -205,9 +243,15 @@ class ServedFunction:
     def __init__(self, target: Any, name: str, kind: str, model: str, fingerprint: str | None) -> None:
         self.name, self.kind, self.model, self.fingerprint = name, kind, model, fingerprint
         self.original_class = type(target)
-        self.concrete = target if kind == SIGNATURE else list(target.concrete_functions)[0]
-        self.specs = _specs(self.concrete, kind) or []
-        self.arg_structure = self.concrete.structured_input_signature[0]
+        if kind == KERAS:
+            self._concrete: Any = None  # traced in the builder: tracing a model is no work for a request
+            self.specs = _keras_specs(target) or []
+            self.arg_structure: Any = None
+            self.keras_form = "single"  # how predict's calls give their inputs: "single", "list" or "dict"
+        else:
+            self._concrete = target if kind == SIGNATURE else list(target.concrete_functions)[0]
+            self.specs = _specs(self._concrete, kind) or []
+            self.arg_structure = self._concrete.structured_input_signature[0]
         self._target = weakref.ref(target)
         self.lock = threading.Lock()
         self.calls: collections.Counter[int] = collections.Counter()
@@ -222,10 +266,7 @@ class ServedFunction:
     # ------------------------------------------------------------------ request path
     def call(self, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         def original() -> Any:
-            if self.kind == SIGNATURE:
-                return self.original_class.__call__(target, *args, **kwargs)
-            with sessions.bypass():  # its trace is the fast path's to plan, not the tf.function hook's to warn about
-                return self.original_class.__call__(target, *args, **kwargs)
+            return self._original(target, args, kwargs)
 
         if self.stopped or not wanted():
             return original()
@@ -259,6 +300,27 @@ class ServedFunction:
             self._schedule(bucket_id, arrays, batch, out)  # first call of the bucket, or its variables were written
         return out
 
+    @property
+    def concrete(self) -> Any:
+        if self._concrete is None:  # a Keras model: its inference call, traced once (builder thread)
+            from tf_autopar.runtime.frozen import _concrete, _keras_signature
+
+            target = self._target()
+            if target is None:
+                raise RuntimeError("the model was collected")
+            with sessions.bypass():
+                self._concrete = _concrete(target, tuple(_keras_signature(target) or ()))
+        return self._concrete
+
+    def _original(self, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """The call as it would have run without us."""
+        if self.kind == SIGNATURE:
+            return self.original_class.__call__(target, *args, **kwargs)
+        with sessions.bypass():  # its trace is the fast path's to plan, not the tf.function hook's to warn about
+            if self.kind == KERAS:
+                return self.original_class.predict(target, *args, **kwargs)
+            return self.original_class.__call__(target, *args, **kwargs)
+
     def _match(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[list[Any], int] | None:
         """The call's inputs as numpy arrays in placeholder order and its batch, or None when the
         call is not one the fast path serves exactly as the original would."""
@@ -266,6 +328,8 @@ class ServedFunction:
 
         if not context.executing_eagerly():
             return None
+        if self.kind == KERAS:
+            return self._match_predict(args, kwargs)
         if self.kind == SIGNATURE:
             if args or len(kwargs) != len(self.specs):
                 return None
@@ -295,12 +359,42 @@ class ServedFunction:
             batch = 1 if not any(spec.shape.rank and spec.shape[0] is None for _, spec in self.specs) else 0
         return (arrays, batch) if batch >= 1 else None
 
+    def _match_predict(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[list[Any], int] | None:
+        """predict(x) with x one batch (at most ``batch_size``, default 32) of numpy arrays: an array,
+        a list in the model's input order or a dict by input name; anything else is Keras's to handle."""
+        import numpy as np
+
+        if len(args) > 1 or set(kwargs) - _PREDICT_KWARGS or (args and "x" in kwargs):
+            return None
+        x = args[0] if args else kwargs.get("x")
+        if isinstance(x, dict):
+            if sorted(x) != sorted(n for n, _ in self.specs):
+                return None
+            values, form = [x[n] for n, _ in self.specs], "dict"
+        elif isinstance(x, (list, tuple)):
+            values, form = list(x), "list"
+        else:
+            values, form = [x], "single"
+        if len(values) != len(self.specs) or not all(isinstance(v, np.ndarray) for v in values):
+            return None
+        batch = values[0].shape[0] if values[0].ndim else 0
+        limit = kwargs.get("batch_size") or 32
+        if not isinstance(limit, int) or batch < 1 or batch > limit or any(v.shape[:1] != (batch,) for v in values):
+            return None
+        arrays = [_exact_array(v, spec) for v, (_, spec) in zip(values, self.specs)]
+        if any(a is None for a in arrays):
+            return None
+        self.keras_form = form
+        return arrays, batch
+
     def _run(self, pool: StreamPool, arrays: list[Any]) -> Any:
         import tensorflow as tf
 
         frozen = self.frozen
         assert frozen is not None
         values = pool.run(frozen.outputs, dict(zip(frozen.inputs, arrays)))
+        if self.kind == KERAS:  # predict returns numpy in the model's output structure
+            return tf.nest.pack_sequence_as(frozen.structure, list(values))
         return tf.nest.pack_sequence_as(frozen.structure, [tf.convert_to_tensor(v) for v in values])
 
     def _schedule(self, bucket_id: int, arrays: list[Any], batch: int, out: Any) -> None:
@@ -374,7 +468,7 @@ class ServedFunction:
         if target is None:
             return
         args, kwargs = self._call_args(arrays)
-        original = self.original_class.__call__(target, *args, **kwargs)
+        original = self._original(target, args, kwargs)
         diff = rules.outputs_differ([np.asarray(t) for t in tf.nest.flatten(frozen_out)],
                                     [np.asarray(t) for t in tf.nest.flatten(original)])
         if diff:
@@ -444,6 +538,10 @@ class ServedFunction:
     def _call_args(self, arrays: list[Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
         if self.kind == SIGNATURE:
             return (), {n: a for (n, _), a in zip(self.specs, arrays)}
+        if self.kind == KERAS:  # in the form the user's calls gave it
+            if self.keras_form == "dict":
+                return ({n: a for (n, _), a in zip(self.specs, arrays)},), {"verbose": 0}
+            return (arrays[0] if self.keras_form == "single" else list(arrays),), {"verbose": 0}
         import tensorflow as tf
 
         return tuple(tf.nest.pack_sequence_as(self.arg_structure, arrays)), {}
@@ -455,7 +553,7 @@ class ServedFunction:
         times_o, times_f = [], []
         for _ in range(rules.SWITCH_ROUNDS):
             t0 = time.perf_counter()
-            self.original_class.__call__(target, *args, **kwargs)
+            self._original(target, args, kwargs)
             t1 = time.perf_counter()
             pool.run(self.frozen.outputs, feeds)
             times_o.append(t1 - t0)
@@ -546,8 +644,10 @@ class ServedFunction:
     def unroute(self) -> None:
         target = self._target()
         if target is not None:
-            target.__dict__.pop(_ATTR, None)
-            if type(target) is _routed_classes.get(self.original_class):
+            vars(target).pop(_ATTR, None)
+            if self.kind == KERAS:
+                vars(target).pop("predict", None)
+            elif type(target) is _routed_classes.get(self.original_class):
                 target.__class__ = self.original_class
         with self.lock:
             pools = list(self.pools.values())

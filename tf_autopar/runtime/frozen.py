@@ -481,9 +481,13 @@ def _concrete(target: Any, signature: tuple[Any, ...]) -> Any:
     if _is_keras(target):
         model = target
         single = len(signature) == 1
+        struct = getattr(model, "_inputs_struct", None)  # a Functional model's inputs as declared (a dict, ...)
+        nested = struct is not None and not single and len(tf.nest.flatten(struct)) == len(signature)
 
         @tf.function(autograph=False)
         def serve(*xs: Any) -> Any:
+            if nested:
+                return model(tf.nest.pack_sequence_as(struct, list(xs)), training=False)
             return model(xs[0] if single else list(xs), training=False)
 
         return serve.get_concrete_function(*signature)

@@ -97,8 +97,7 @@ def _wrap(module_name: str, attr: str, kind: str) -> None:
         before_load(path, kind)
         loaded = original(path, *args, **kwargs)
         _remember(loaded, path)
-        if kind == "SavedModel":
-            _route(loaded, path)
+        _route(loaded, path, kind)
         return loaded
 
     setattr(load, _WRAPPED, original)
@@ -143,7 +142,7 @@ def _remember(loaded: Any, path: Any) -> None:
         pass
 
 
-def _route(loaded: Any, path: Any) -> None:
+def _route(loaded: Any, path: Any, kind: str) -> None:
     """The fast path for what was just loaded (fastpath.py); never raises into the user's load."""
     if not STATE.enabled or not STATE.fast_path or not isinstance(path, (str, os.PathLike)):
         return
@@ -151,7 +150,8 @@ def _route(loaded: Any, path: Any) -> None:
         from tf_autopar.runtime import fastpath
 
         real = os.path.realpath(os.fspath(path))
-        fastpath.route(loaded, os.fspath(path), _fingerprints.get(real))
+        route = fastpath.route if kind == "SavedModel" else fastpath.route_keras
+        route(loaded, os.fspath(path), _fingerprints.get(real))
     except Exception as exc:
         fail_open("route the loaded model to its frozen session", exc)
 
