@@ -10,6 +10,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+PERFORMANCE = "performance"
+EFFICIENCY = "efficiency"
+
+
 @dataclass(frozen=True)
 class Core:
     """One physical core, with the logical CPUs (SMT siblings) this process may use on it."""
@@ -18,6 +22,23 @@ class Core:
     core_id: int
     cpus: tuple[int, ...]  # sorted; cpus[0] is the one a physical-cores-only plan uses
     numa_node: int = 0
+    cache_domain: int | None = None  # CacheDomain.id of its last-level cache; None = unknown
+    kind: str = ""  # PERFORMANCE or EFFICIENCY on hybrid hosts; "" = all cores alike (or unknown)
+    capacity: int | None = None  # the kernel's relative cpu_capacity (1024 = fastest), where given
+
+
+@dataclass(frozen=True)
+class CacheDomain:
+    """CPUs sharing one last-level cache (an AMD core complex, an Intel socket's L3).
+
+    A thread that moves between domains, or a pool that spans two, pays cross-domain traffic
+    for data the other domain's cache held: planning keeps pools inside one where they fit.
+    """
+
+    id: int  # our numbering: 0, 1, ... in order of the domains' first CPU
+    level: int  # cache level (3 on most servers; 2 where the last level is an L2)
+    cpus: tuple[int, ...]  # its CPUs inside this process's affinity mask
+    cache_id: int | None = None  # the kernel's cache id (index*/id), when it gives one
 
 
 @dataclass(frozen=True)
@@ -58,6 +79,8 @@ class Topology:
     cpu: CpuInfo = field(default_factory=CpuInfo)
     threading_runtime: str = "unknown"  # "eigen" (stock pip TF), "openmp" (Intel builds), "unknown", "absent"
     warnings: tuple[str, ...] = ()
+    cache_domains: tuple[CacheDomain, ...] = ()  # () = the host says nothing of its caches
+    core_kinds_from: str = ""  # where the core types came from ("" = not a hybrid host)
 
     @property
     def sockets(self) -> tuple[int, ...]:
@@ -83,6 +106,12 @@ class Topology:
             raise ValueError("topology has no cores and no CPUs in its affinity mask")
         return tuple(Core(socket=0, core_id=cpu, cpus=(cpu,)) for cpu in self.affinity)
 
+    @property
+    def hybrid(self) -> bool:
+        """Performance and efficiency cores both usable: plans treat them apart."""
+        kinds = {c.kind for c in self.cores}
+        return PERFORMANCE in kinds and EFFICIENCY in kinds
+
     def cores_on_socket(self, socket: int) -> tuple[Core, ...]:
         return tuple(c for c in self.cores if c.socket == socket)
 
@@ -93,19 +122,36 @@ class Topology:
             logical_cpus=self.logical_cpus,
             physical_cores=self.physical_cores,
             threads_per_core=self.threads_per_core,
+            hybrid=self.hybrid,
         )
         return d
 
 
 def ordered_cores(cores: tuple[Core, ...]) -> list[Core]:
-    """Cores in the order plans and worker slices fill them: biggest socket first, its biggest NUMA
-    node first (ties: lowest id)."""
-    per_socket: dict[int, int] = {}
-    per_node: dict[tuple[int, int], int] = {}
+    """Cores in the order plans and worker slices fill them: performance cores before efficiency
+    cores (a budget smaller than the host gets the fast ones), then biggest socket first, its
+    biggest NUMA node first, that node's biggest cache domain first (ties: lowest id), so that a
+    budget takes as few sockets, nodes and cache domains as the fill can."""
+    per_socket: dict[tuple[bool, int], int] = {}
+    per_node: dict[tuple[bool, int, int], int] = {}
+    per_domain: dict[tuple[bool, int, int, int], int] = {}
     for c in cores:
-        per_socket[c.socket] = per_socket.get(c.socket, 0) + 1
-        per_node[(c.socket, c.numa_node)] = per_node.get((c.socket, c.numa_node), 0) + 1
-    return sorted(
-        cores,
-        key=lambda c: (-per_socket[c.socket], c.socket, -per_node[(c.socket, c.numa_node)], c.numa_node, c.cpus[0]),
-    )
+        slow = c.kind == EFFICIENCY
+        dom = -1 if c.cache_domain is None else c.cache_domain
+        per_socket[(slow, c.socket)] = per_socket.get((slow, c.socket), 0) + 1
+        per_node[(slow, c.socket, c.numa_node)] = per_node.get((slow, c.socket, c.numa_node), 0) + 1
+        per_domain[(slow, c.socket, c.numa_node, dom)] = per_domain.get((slow, c.socket, c.numa_node, dom), 0) + 1
+
+    def key(c: Core) -> tuple[int, ...]:
+        slow = c.kind == EFFICIENCY
+        dom = -1 if c.cache_domain is None else c.cache_domain
+        return (slow, -per_socket[(slow, c.socket)], c.socket, -per_node[(slow, c.socket, c.numa_node)],
+                c.numa_node, -per_domain[(slow, c.socket, c.numa_node, dom)], dom, c.cpus[0])
+
+    return sorted(cores, key=key)
+
+
+def place_of(core: Core) -> tuple[bool, int, int, int]:
+    """The placement group of a core, coarsest first: its kind (efficiency or not), socket, NUMA
+    node and cache domain (-1 = unknown). Slices are cut inside the finest group that holds them."""
+    return (core.kind == EFFICIENCY, core.socket, core.numa_node, -1 if core.cache_domain is None else core.cache_domain)
