@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 PERFORMANCE = "performance"
@@ -155,3 +158,96 @@ def place_of(core: Core) -> tuple[bool, int, int, int]:
     """The placement group of a core, coarsest first: its kind (efficiency or not), socket, NUMA
     node and cache domain (-1 = unknown). Slices are cut inside the finest group that holds them."""
     return (core.kind == EFFICIENCY, core.socket, core.numa_node, -1 if core.cache_domain is None else core.cache_domain)
+
+
+def cut_nested(items: Sequence[T], sizes: Sequence[int], place: Callable[[T], tuple[Hashable, ...]]) -> list[list[T]]:
+    """Slices of ``sizes`` items each, cut from ``items`` (in fill order), each inside the finest
+    placement group that has room for it (pure).
+
+    ``place(item)``: its groups, coarsest first (place_of: kind, socket, NUMA node, cache domain).
+    Top down, each group takes as many of its parent's slices as fit in it (then the bigger ones
+    where they still fit: 22 + 21 + 21 cores fill a 64-core socket, 22 + 22 first would strand
+    20) and hands them on to its subgroups the same way; a slice no subgroup has room for is cut
+    from what the subgroups leave (pieces, one per cache domain): from the first run of
+    neighbouring pieces that holds it in as few pieces as any choice would, so it spans as few
+    domains as the pieces allow. Sizes tried in the order given (big ones first). Returns the
+    slices cut (all of them when sum(sizes) <= len(items)), in the order of ``sizes``, each in
+    fill order.
+    """
+    order = {id(item): i for i, item in enumerate(items)}
+    out: list[list[T] | None] = [None] * len(sizes)
+    depth = len(place(items[0])) if items else 0
+
+    def fewest(pieces: list[list[T]], size: int) -> int:
+        lengths = sorted((len(p) for p in pieces), reverse=True)
+        total = count = 0
+        for n in lengths:
+            if total >= size:
+                break
+            total, count = total + n, count + 1
+        return count
+
+    def take(pieces: list[list[T]], size: int) -> list[T]:
+        m = fewest(pieces, size)
+        for start in range(len(pieces)):  # neighbouring pieces, fill order, if m of them hold it
+            run = pieces[start:start + m]
+            if sum(len(p) for p in run) >= size:
+                idx = list(range(start, start + m))
+                break
+        else:  # biggest first, finished on the smallest piece that completes the slice
+            idx = []
+            left = size
+            rest = list(range(len(pieces)))
+            while left > 0:
+                fits = [j for j in rest if len(pieces[j]) >= left]
+                j = min(fits, key=lambda k: len(pieces[k])) if fits else max(rest, key=lambda k: len(pieces[k]))
+                idx.append(j)
+                rest.remove(j)
+                left -= len(pieces[j])
+        chosen: list[T] = []
+        for j in idx:
+            need = size - len(chosen)
+            chosen += pieces[j][:need]
+            pieces[j] = pieces[j][need:]
+        return sorted(chosen, key=lambda item: order[id(item)])
+
+    def choose(candidates: list[int], room: int) -> list[int]:
+        chosen: list[int] = []
+        used = 0
+        for i in sorted(candidates, key=lambda k: (sizes[k], k)):
+            if used + sizes[i] > room:
+                break
+            chosen.append(i)
+            used += sizes[i]
+        for i in sorted((k for k in candidates if k not in chosen), key=lambda k: (-sizes[k], k)):
+            if not chosen:
+                break
+            drop = max(chosen, key=lambda k: (-sizes[k], k))  # the smallest, latest in order
+            if sizes[i] > sizes[drop] and used - sizes[drop] + sizes[i] <= room:
+                chosen.remove(drop)
+                chosen.append(i)
+                used += sizes[i] - sizes[drop]
+        return sorted(chosen)
+
+    def visit(group: list[T], level: int, assigned: list[int]) -> list[list[T]]:
+        """Cut the ``assigned`` slices inside ``group``; return what is left, as pieces."""
+        if level == depth:
+            pieces = [list(group)]
+        else:
+            subgroups: dict[Hashable, list[T]] = {}
+            for item in group:
+                subgroups.setdefault(place(item)[level], []).append(item)
+            pieces = []
+            todo = list(assigned)
+            for sub in subgroups.values():
+                mine = choose(todo, len(sub))
+                todo = [i for i in todo if i not in mine]
+                pieces += visit(sub, level + 1, mine)
+            assigned = todo
+        for i in assigned:
+            out[i] = take(pieces, sizes[i])
+            pieces = [p for p in pieces if p]
+        return pieces
+
+    visit(list(items), 0, choose(list(range(len(sizes))), len(items)))
+    return [s for s in out if s is not None]
