@@ -246,3 +246,15 @@ def test_fractional_quota_rule_is_floor_today_and_one_more_when_switched(monkeyp
 def test_core_defaults_keep_hand_built_topologies_plain():
     c = Core(socket=0, core_id=0, cpus=(0,))
     assert (c.cache_domain, c.kind, c.capacity) == (None, "", None)
+
+
+def test_plan_cache_key_tells_hosts_apart_by_domains_and_core_types_only_where_they_have_them(host_variant):
+    from tf_autopar.runtime.cache import topology_key
+
+    plain = recorded("epyc-4numa-64c")
+    assert topology_key(plain) == topology_key(dataclasses.replace(plain, cache_domains=()))
+    epyc = recorded("epyc-2s-128c-16ccx")
+    assert topology_key(epyc) != topology_key(dataclasses.replace(epyc, cache_domains=epyc.cache_domains[:1]))
+    adl = recorded("alderlake-i7-12700")
+    flat = dataclasses.replace(adl, cores=tuple(dataclasses.replace(c, kind="") for c in adl.cores))
+    assert topology_key(adl) != topology_key(flat)
