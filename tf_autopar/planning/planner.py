@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING, Any, Mapping, NamedTuple
 from tf_autopar.planning.plan import Setting, ThreadPlan, plural
 from tf_autopar.planning.user_settings import KNOBS, UserSettings, read_user_settings
 from tf_autopar.topology.cpulist import format_cpulist
-from tf_autopar.topology.model import EFFICIENCY, Core, Topology, cut_nested, ordered_cores, place_of
+from tf_autopar.topology.model import EFFICIENCY, Core, Topology, cut_nested, ordered_cores
 
 if TYPE_CHECKING:  # the planner stays pure: no graph package (and its loaders) at import
     from tf_autopar.graph.profile import GraphProfile

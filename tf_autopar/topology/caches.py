@@ -150,7 +150,8 @@ def core_kinds(fs: HostFS, cpus: Sequence[int], core_of: Mapping[int, Sequence[i
                 capacity[sibling] = value
     except ValueError:
         return CoreKinds({}, {}, "")
-    capacity = {c: v for c, v in capacity.items() if c in set(wanted)}
+    mask = set(wanted)
+    capacity = {c: v for c, v in capacity.items() if c in mask}
     if not capacity or max(capacity.values()) <= 0:
         return CoreKinds({}, {}, "")
     fastest = max(capacity.values())
