@@ -261,8 +261,8 @@ def performance_only(units: list[Unit]) -> tuple[list[Unit], str]:
     fast = [u for u in units if not u.slow]
     if not fast or len(fast) == len(units):
         return units, ""
-    return fast, (f"latency plan on the {plural(len(fast), 'performance CPU')} "
-                  f"({format_cpulist(u.cpu for u in fast)}); the {plural(len(units) - len(fast), 'efficiency core')} "
+    return fast, (f"latency plan on the {plural(len(fast), 'performance core')}: CPUs "
+                  f"{format_cpulist(u.cpu for u in fast)}; the {plural(len(units) - len(fast), 'efficiency core')} "
                   "left out: an op's equal chunks wait for the slowest core")
 
 
@@ -512,8 +512,9 @@ def throughput_layout(units: list[Unit], streams: int | None, p: int, facts: lis
     if any(u.domain >= 0 for u in units) and len({u.domain for u in units}) > 1:
         spans = [len({u.domain for u in s}) for s in slices]
         inside = sum(1 for k in spans if k == 1)
+        low, high = min(k for k in spans if k > 1) if inside < n else 0, max(spans)
         facts.append(f"{inside} of {plural(n, 'stream')} inside one cache domain"
-                     + (f"; {n - inside} span {min(k for k in spans if k > 1)}-{max(spans)} domains: no domain "
+                     + (f"; {n - inside} span {low if low == high else f'{low}-{high}'} domains: no domain "
                         f"has {size} cores left for them" if inside < n else ""))
     if hybrid:
         slow = [i for i, s in enumerate(slices) if all(u.slow for u in s)]
