@@ -55,3 +55,40 @@ def test_console_entry_and_bad_root():
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2
     assert "/no/such/dir" in bad.stderr and "not a directory" in bad.stderr
+
+
+def test_inspect_shows_the_core_complexes(capsys, host_root):
+    assert main(["inspect", "--root", host_root("epyc-2s-128c-16ccx")]) == 0
+    out = capsys.readouterr().out
+    assert "Caches      16 L3 domains of 8 cores (socket 0: 8, socket 1: 8)" in out
+    assert "L3 1: CPUs 8-15,136-143 (8 cores, NUMA node 0, cache id 1)" in out
+    assert "... 8 more (--json lists every domain)" in out
+    assert "Core types  one" in out
+    main(["inspect", "--json", "--root", host_root("epyc-2s-128c-16ccx")])
+    d = json.loads(capsys.readouterr().out)
+    assert len(d["cache_domains"]) == 16 and d["cores"][8]["cache_domain"] == 1 and d["hybrid"] is False
+
+
+def test_inspect_shows_sub_numa_clusters_sharing_a_socket_cache(capsys, host_root):
+    main(["inspect", "--root", host_root("xeon-snc2-2s-80c")])
+    out = capsys.readouterr().out
+    assert "L3 0: CPUs 0-39,80-119 (40 cores, NUMA nodes 0-1, cache id 0)" in out
+
+
+def test_inspect_says_which_cores_are_which_on_hybrid_hosts(capsys, host_root):
+    main(["inspect", "--root", host_root("alderlake-i7-12700")])
+    out = capsys.readouterr().out
+    assert "Core types  8 performance (CPUs 0-15); 4 efficiency (CPUs 16-19)  [/sys/devices/cpu_core/cpus" in out
+    assert "latency plans use the performance cores" in out
+    main(["inspect", "--root", host_root("arm-rk3588-biglittle")])
+    out = capsys.readouterr().out
+    assert "4 performance (CPUs 4-7, capacity 1024); 4 efficiency (CPUs 0-3, capacity 414)" in out
+    assert "L3 0: CPUs 0-7 (8 cores, NUMA node 0)" in out  # no kernel cache id on device-tree kernels
+    main(["inspect", "--json", "--root", host_root("arm-rk3588-biglittle")])
+    d = json.loads(capsys.readouterr().out)
+    assert d["hybrid"] is True and [c["kind"] for c in d["cores"]][:1] == ["efficiency"]
+
+
+def test_inspect_on_a_tree_without_caches_says_so(capsys, host_root):
+    main(["inspect", "--root", host_root("skylake-2s-24c-48t")])
+    assert "Caches      no last-level cache information" in capsys.readouterr().out

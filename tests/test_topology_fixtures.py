@@ -21,6 +21,10 @@ EXPECTED = {
     "cgroup-v1-host": (16, 16, 8, 1, 2, 1, 3.0, 3, "Intel"),
     "garbled": (8, 8, 4, 1, 2, 1, None, 8, "Intel"),
     "this-host-2c": (2, 2, 2, 1, 1, 1, None, 2, "AMD"),
+    "epyc-2s-128c-16ccx": (256, 256, 128, 2, 2, 2, None, 256, "AMD"),
+    "xeon-snc2-2s-80c": (160, 160, 80, 2, 2, 4, None, 160, "Intel"),
+    "alderlake-i7-12700": (20, 20, 12, 1, 2, 1, None, 20, "Intel"),
+    "arm-rk3588-biglittle": (8, 8, 8, 1, 1, 1, None, 8, "ARM"),
 }
 
 

@@ -13,7 +13,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "inspect",
         help="show CPUs, cores, NUMA nodes, cgroup limits and the CPU budget of this process",
         description="Show the host topology as tf_autopar reads it: sockets, NUMA nodes, physical "
-        "cores, SMT, affinity, cgroup cpuset and quota, the resulting CPU budget, CPU model/ISA and "
+        "cores, SMT, hybrid core types, last-level cache domains, affinity, cgroup cpuset and quota, the resulting CPU budget, CPU model/ISA and "
         "the threading runtime of the installed TensorFlow. Never imports TensorFlow.",
     )
     p.add_argument("--root", default="/", metavar="DIR",
@@ -63,6 +63,8 @@ def format_report(d: dict[str, Any]) -> str:
     row("NUMA nodes", f"{len(d['numa_nodes'])} ({nodes})")
     smt = f"SMT {d['threads_per_core']}" if d["smt"] else "no SMT"
     row("Cores", f"{d['physical_cores']} physical, {d['threads_per_core']} thread(s)/core ({smt})")
+    for label, text in structure_rows(d):
+        row(label, text)
     row("Logical", f"{d['logical_cpus']} usable of {d['host_cpus']} online on the host")
     row("Affinity", d["affinity_list"])
     row("Cpuset", d["cpuset_list"] if d["cpuset_list"] is not None else "none restricting the host")
@@ -84,6 +86,53 @@ def format_report(d: dict[str, Any]) -> str:
     else:
         row("Warnings", "none")
     return "\n".join(lines)
+
+
+MAX_DOMAINS_SHOWN = 8
+
+
+def structure_rows(d: dict[str, Any]) -> list[tuple[str, str]]:
+    """The "Core types" and "Caches" rows: which cores are performance or efficiency cores, and the
+    last-level cache domains (the first MAX_DOMAINS_SHOWN listed; --json has them all)."""
+    from tf_autopar.topology.cpulist import format_cpulist
+
+    rows: list[tuple[str, str]] = []
+    if d.get("hybrid"):
+        parts = []
+        for kind in ("performance", "efficiency"):
+            cores = [c for c in d["cores"] if c["kind"] == kind]
+            caps = sorted({c["capacity"] for c in cores if c.get("capacity") is not None})
+            cap = f", capacity {'/'.join(map(str, caps))}" if caps else ""
+            parts.append(f"{len(cores)} {kind} (CPUs {format_cpulist(x for c in cores for x in c['cpus'])}{cap})")
+        rows.append(("Core types", "; ".join(parts) + f"  [{d['core_kinds_from']}]"))
+        rows.append(("", "latency plans use the performance cores; throughput plans give efficiency cores "
+                         "streams of their own"))
+    else:
+        rows.append(("Core types", "one (no hybrid core lists, no differing cpu_capacity)"))
+    domains = d.get("cache_domains") or []
+    if not domains:
+        rows.append(("Caches", "no last-level cache information (cpuN/cache missing): planned by NUMA node"))
+        return rows
+    sizes = {dom["id"]: sum(1 for c in d["cores"] if c["cache_domain"] == dom["id"]) for dom in domains}
+    counts = sorted(set(sizes.values()))
+    size = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+    levels = "/".join(f"L{lv}" for lv in sorted({dom["level"] for dom in domains}))
+    per_socket = {}
+    for c in d["cores"]:
+        if c["cache_domain"] is not None:
+            per_socket.setdefault(c["socket"], set()).add(c["cache_domain"])
+    spread = ", ".join(f"socket {s}: {len(v)}" for s, v in sorted(per_socket.items()))
+    noun = "domain" if len(domains) == 1 else "domains"
+    rows.append(("Caches", f"{len(domains)} {levels} {noun} of {size} cores ({spread})"))
+    for dom in domains[:MAX_DOMAINS_SHOWN]:
+        nodes = sorted({c["numa_node"] for c in d["cores"] if c["cache_domain"] == dom["id"]})
+        kernel = f", cache id {dom['cache_id']}" if dom.get("cache_id") is not None else ""
+        rows.append(("", f"L{dom['level']} {dom['id']}: CPUs {format_cpulist(dom['cpus'])} "
+                         f"({sizes[dom['id']]} cores, NUMA node{'s' if len(nodes) > 1 else ''} "
+                         f"{format_cpulist(nodes)}{kernel})"))
+    if len(domains) > MAX_DOMAINS_SHOWN:
+        rows.append(("", f"... {len(domains) - MAX_DOMAINS_SHOWN} more (--json lists every domain)"))
+    return rows
 
 
 def run(args: argparse.Namespace) -> int:

@@ -9,7 +9,8 @@ Pure: Topology in, CPU ids out. The rules (documented in docs/design.md, "Produc
 - N <= capacity. Slice sizes differ by at most one core (the first ``capacity % N`` slices
   get the extra core: an idle core is lost throughput for independent servers, and an extra
   core never slows a data-parallel rank). Slices are cut inside one NUMA node where the node
-  has room, like the planner's throughput streams; only leftovers cross nodes. A slice holds
+  has room, and inside one cache domain (and one core type on hybrid hosts) where one has
+  room, like the planner's throughput streams; only leftovers cross. A slice holds
   whole physical cores: every logical CPU (SMT sibling) of its cores that is in the mask.
 - N > capacity (the sharing rule). Worker i gets core ``i mod capacity``; the workers on a
   core share it and plan one inter-op x one intra-op thread each, so the host runs
@@ -20,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterable, NamedTuple, Sequence
 
-from tf_autopar.topology.model import Core, Topology, ordered_cores
+from tf_autopar.topology.model import Core, Topology, cut_nested, ordered_cores, place_of
 
 
 class Slice(NamedTuple):
@@ -42,22 +43,9 @@ def _sizes(total: int, n: int) -> list[int]:
 
 
 def _cut(cores: list[Core], sizes: list[int]) -> list[list[Core]]:
-    """Slices of the given sizes, each inside one NUMA node where the node has room."""
-    groups: dict[tuple[int, int], list[Core]] = {}
-    for c in cores:
-        groups.setdefault((c.socket, c.numa_node), []).append(c)
-    out: list[list[Core] | None] = [None] * len(sizes)
-    leftovers: list[Core] = []
-    pending = list(range(len(sizes)))
-    for group in groups.values():
-        for i in list(pending):
-            if len(group) >= sizes[i]:
-                out[i], group = group[: sizes[i]], group[sizes[i]:]
-                pending.remove(i)
-        leftovers += group
-    for i in pending:  # crossing slices: the sizes sum to len(cores), so leftovers suffice
-        out[i], leftovers = leftovers[: sizes[i]], leftovers[sizes[i]:]
-    return [s for s in out if s is not None]
+    """Slices of the given sizes, each inside one core type, NUMA node and cache domain where
+    one has room; the rest across the fewest (the sizes sum to len(cores): every slice is cut)."""
+    return cut_nested(cores, sizes, place_of)
 
 
 def _cpus(cores: Iterable[Core], mask: set[int]) -> tuple[int, ...]:
@@ -99,9 +87,15 @@ def restrict(topology: Topology, cpus: Sequence[int], budget: int | None = None)
         dataclasses.replace(nd, cpus=tuple(x for x in nd.cpus if x in allowed))
         for nd in topology.numa_nodes if any(x in allowed for x in nd.cpus)
     )
+    domains = tuple(
+        dataclasses.replace(d, cpus=tuple(x for x in d.cpus if x in allowed))
+        for d in topology.cache_domains if any(x in allowed for x in d.cpus)
+    )
+    kinds = {c.kind for c in new_cores}
     physical = len(new_cores) or len(allowed)
     limit = physical if budget is None else max(1, min(int(budget), physical))
     return dataclasses.replace(
         topology, affinity=tuple(sorted(allowed)), cores=new_cores, numa_nodes=nodes,
-        cpu_budget=max(1, min(int(topology.cpu_budget), limit)),
+        cpu_budget=max(1, min(int(topology.cpu_budget), limit)), cache_domains=domains,
+        core_kinds_from=topology.core_kinds_from if len(kinds) > 1 else "",
     )

@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING, Any, Mapping, NamedTuple
 from tf_autopar.planning.plan import Setting, ThreadPlan, plural
 from tf_autopar.planning.user_settings import KNOBS, UserSettings, read_user_settings
 from tf_autopar.topology.cpulist import format_cpulist
-from tf_autopar.topology.model import Core, Topology, ordered_cores
+from tf_autopar.topology.model import EFFICIENCY, Core, Topology, cut_nested, ordered_cores
 
 if TYPE_CHECKING:  # the planner stays pure: no graph package (and its loaders) at import
     from tf_autopar.graph.profile import GraphProfile
@@ -98,6 +98,14 @@ LOOKUP_ELEMENT_MACS = 100
 LOOKUP_BOUND_SHARE = 0.10
 KMP_BLOCKTIME = 1
 KMP_AFFINITY = "granularity=fine,compact,1,0"
+# Fractional CPU quotas (1.5, 2.5 CPUs): whether the pools get one thread more than the whole CPUs
+# the quota pays for. False (today's rule): floor(quota), since a pool with more runnable threads
+# than the quota is throttled for the rest of each CFS period (1x1 against TF's default under a
+# 1-CPU quota: 85% of periods throttled, 6-8% slower). Whether the remainder (the .5) pays for a
+# thread instead is measured by benchmarks/bench_fractional_quota.py (1x1, 1x2, 2x1, 2x2 under a
+# 1.5-CPU quota, throttled periods against work done); not yet run on a quiet machine, so the rule
+# stays as it was until that measurement decides.
+FRACTIONAL_QUOTA_EXTRA_THREAD = False
 
 
 class Unit(NamedTuple):
@@ -107,6 +115,13 @@ class Unit(NamedTuple):
     socket: int
     node: int
     core: tuple[int, int]  # (socket, core_id)
+    domain: int = -1  # last-level cache domain; -1 = unknown
+    slow: bool = False  # an efficiency core of a hybrid host
+
+
+def _place(u: Unit) -> tuple[bool, int, int, int]:
+    """A unit's placement groups, coarsest first (as topology.model.place_of for cores)."""
+    return (u.slow, u.socket, u.node, u.domain)
 
 
 # ------------------------------------------------------------------------------ inputs
@@ -148,17 +163,41 @@ def _runtime(topology: Topology) -> tuple[str, list[str]]:
 # ------------------------------------------------------------------------------ budget
 
 
+def fractional_quota_budget(topology: Topology) -> tuple[int, str]:
+    """The CPUs the pools may keep busy under the topology's quota, and what a fractional quota did.
+
+    ``topology.cpu_budget`` is floor(quota) (and the affinity, and a worker's share). Under a
+    fractional quota (1.5, 2.5 CPUs) FRACTIONAL_QUOTA_EXTRA_THREAD would add one thread for the
+    remainder, where the quota is what limits the budget and the cores have room; whether that
+    is better or worse is what benchmarks/bench_fractional_quota.py measures. Today: floor.
+    """
+    budget = max(1, int(topology.cpu_budget))
+    q = topology.quota
+    if q is None or q.period_us <= 0 or q.quota_us % q.period_us == 0 or budget != max(1, q.quota_us // q.period_us):
+        return budget, ""
+    if not FRACTIONAL_QUOTA_EXTRA_THREAD:
+        return budget, (f"the quota's remainder ({q.cpus - budget:g} CPU) gets no thread of its own: rounded down "
+                        "(FRACTIONAL_QUOTA_EXTRA_THREAD; benchmarks/bench_fractional_quota.py measures the other way)")
+    if budget + 1 > len(topology.planning_cores()):
+        return budget, ""
+    return budget + 1, (f"fractional quota {q.cpus:g}: one thread more than the {budget} whole CPUs "
+                        "(FRACTIONAL_QUOTA_EXTRA_THREAD, measured by benchmarks/bench_fractional_quota.py)")
+
+
 def select_budget(topology: Topology, use_hyperthreads: bool) -> tuple[list[Unit], list[str]]:
     """The logical CPUs the plan may use, in fill order, and the facts that decided them."""
     cores = topology.planning_cores()
-    budget = max(1, int(topology.cpu_budget))
+    budget, fractional = fractional_quota_budget(topology)
     facts = [_host_fact(topology, cores)]
     facts += [f"topology warning: {w}" for w in topology.warnings]
+    facts += _structure_facts(topology, cores)
     if topology.quota is not None:
         facts.append(
             f"cgroup v{topology.quota.cgroup_version} quota {topology.quota.cpus:g} CPUs -> budget {budget}; "
             f"TensorFlow's default would run {len(topology.affinity)} threads per pool and be throttled"
         )
+        if fractional:
+            facts.append(fractional)
     elif budget < len(topology.affinity):
         facts.append(f"CPU budget {budget} of {plural(len(topology.affinity), 'CPU')} in the affinity mask")
     units: list[Unit] = []
@@ -166,7 +205,8 @@ def select_budget(topology: Topology, use_hyperthreads: bool) -> tuple[list[Unit
         per_core = core.cpus if use_hyperthreads else core.cpus[:1]
         for cpu in per_core:
             if len(units) < budget:
-                units.append(Unit(cpu, core.socket, core.numa_node, (core.socket, core.core_id)))
+                units.append(Unit(cpu, core.socket, core.numa_node, (core.socket, core.core_id),
+                                  -1 if core.cache_domain is None else core.cache_domain, core.kind == EFFICIENCY))
     smt = max(len(c.cpus) for c in cores)
     if use_hyperthreads:
         facts.append(f"usable: {plural(len(units), 'logical CPU')} (hyperthreads counted, as asked)")
@@ -179,7 +219,51 @@ def select_budget(topology: Topology, use_hyperthreads: bool) -> tuple[list[Unit
         facts.append(f"usable: {plural(len(units), 'core')}")
     if len(units) < len(cores) * (smt if use_hyperthreads else 1):
         facts.append(f"whole cores taken from as few NUMA nodes as possible: CPUs {format_cpulist([u.cpu for u in units])}")
+        domains = {u.domain for u in units if u.domain >= 0}
+        if len(topology.cache_domains) > 1 and domains:
+            facts.append(f"... and as few cache domains: {plural(len(domains), 'domain')} ({_domain_list(domains)})"
+                         + (", performance cores first" if topology.hybrid else ""))
+        elif topology.hybrid:
+            facts.append("... performance cores first")
     return units, facts
+
+
+def _domain_list(domains: set[int]) -> str:
+    return "L3 " + format_cpulist(domains) if len(domains) > 1 else f"L3 {min(domains)}"
+
+
+def _structure_facts(topology: Topology, cores: tuple[Core, ...]) -> list[str]:
+    """The cache domains and core types the plan's CPU sets respect (nothing on plain hosts)."""
+    facts = []
+    if len(topology.cache_domains) > 1:
+        sizes = sorted({sum(1 for c in cores if c.cache_domain == d.id) for d in topology.cache_domains} - {0})
+        size = f"{sizes[0]}" if len(sizes) == 1 else f"{sizes[0]}-{sizes[-1]}"
+        levels = "/".join(f"L{lv}" for lv in sorted({d.level for d in topology.cache_domains}))
+        facts.append(f"last-level cache: {len(topology.cache_domains)} {levels} domains of {size} cores; streams, "
+                     "instances and latency plans are cut inside one domain where they fit, across the fewest "
+                     "where they do not")
+    if topology.hybrid:
+        perf = [c for c in cores if c.kind != EFFICIENCY]
+        eff = [c for c in cores if c.kind == EFFICIENCY]
+        facts.append(f"hybrid cores: {plural(len(perf), 'performance core')} (CPUs "
+                     f"{format_cpulist(x for c in perf for x in c.cpus)}), {plural(len(eff), 'efficiency core')} "
+                     f"(CPUs {format_cpulist(x for c in eff for x in c.cpus)}), from {topology.core_kinds_from}")
+    return facts
+
+
+def performance_only(units: list[Unit]) -> tuple[list[Unit], str]:
+    """A latency plan's units without the efficiency cores, when performance cores are in the budget.
+
+    One request's ops are split into equal chunks (Eigen's shards, oneDNN's and OpenMP's static
+    partitions): a chunk on an efficiency core finishes last and every other core waits for it
+    (oneDNN#1844), so the slow cores lengthen the request they were meant to speed up.
+    """
+    fast = [u for u in units if not u.slow]
+    if not fast or len(fast) == len(units):
+        return units, ""
+    return fast, (f"latency plan on the {plural(len(fast), 'performance core')}: CPUs "
+                  f"{format_cpulist(u.cpu for u in fast)}; the {plural(len(units) - len(fast), 'efficiency core')} "
+                  "left out: an op's equal chunks wait for the slowest core")
 
 
 def _host_fact(topology: Topology, cores: tuple[Core, ...]) -> str:
@@ -360,20 +444,20 @@ def default_streams(usable: int) -> int:
     return max(1, usable // per_stream)
 
 
+def hybrid_default_streams(units: list[Unit]) -> int:
+    """Default streams when performance and efficiency cores are both usable: the stream size of
+    default_streams for all the usable CPUs, and as many whole streams of it as each core type
+    holds, so that no stream mixes the two (a mixed stream runs at its slowest core's pace)."""
+    per_stream = max(1, len(units) // default_streams(len(units)))
+    slow = sum(1 for u in units if u.slow)
+    return max(1, (len(units) - slow) // per_stream + slow // per_stream)
+
+
 def split_streams(units: list[Unit], streams: int) -> list[list[Unit]]:
-    """``streams`` equal slices of usable // streams CPUs, each inside one NUMA node if possible."""
+    """``streams`` equal slices of usable // streams CPUs, each inside one core type, NUMA node and
+    cache domain where possible; those that must cross span as few as they can (cut_nested)."""
     size = len(units) // streams
-    out: list[list[Unit]] = []
-    leftovers: list[Unit] = []
-    for group in _groups(units):
-        while len(group) >= size and len(out) < streams:
-            out.append(group[:size])
-            group = group[size:]
-        leftovers += group
-    while len(out) < streams:  # slices that must cross nodes; floor(usable/size) >= streams guarantees enough
-        out.append(leftovers[:size])
-        leftovers = leftovers[size:]
-    return out
+    return cut_nested(units, [size] * streams, _place)
 
 
 # ------------------------------------------------------------------------------ user settings
@@ -414,17 +498,36 @@ class Layout(NamedTuple):
 
 def throughput_layout(units: list[Unit], streams: int | None, p: int, facts: list[str]) -> Layout:
     budget = len(units)
-    n = streams if streams is not None else default_streams(budget)
+    hybrid = any(u.slow for u in units) and not all(u.slow for u in units)
+    n = streams if streams is not None else hybrid_default_streams(units) if hybrid else default_streams(budget)
     if n > budget:
         raise ValueError(f"streams={n} exceeds the budget of {budget} usable CPUs")
     slices = split_streams(units, n)
     size = len(slices[0])
-    if budget % n:
-        facts.append(f"{budget % n} CPU(s) left idle so that every stream gets the same {size}")
+    if budget - n * size:
+        facts.append(f"{budget - n * size} CPU(s) left idle so that every stream gets the same {size}")
     crossing = sum(1 for s in slices if len({(u.socket, u.node) for u in s}) > 1)
     if crossing:
         facts.append(f"{crossing} stream(s) cross a NUMA node boundary: the nodes do not divide evenly")
-    how = "asked" if streams is not None else f"default: {budget} CPUs // {budget // n} per stream"
+    if any(u.domain >= 0 for u in units) and len({u.domain for u in units}) > 1:
+        spans = [len({u.domain for u in s}) for s in slices]
+        inside = sum(1 for k in spans if k == 1)
+        low, high = min(k for k in spans if k > 1) if inside < n else 0, max(spans)
+        facts.append(f"{inside} of {plural(n, 'stream')} inside one cache domain"
+                     + (f"; {n - inside} span {low if low == high else f'{low}-{high}'} domains: no domain "
+                        f"has {size} cores left for them" if inside < n else ""))
+    if hybrid:
+        slow = [i for i, s in enumerate(slices) if all(u.slow for u in s)]
+        mixed = [i for i, s in enumerate(slices) if any(u.slow for u in s) and i not in slow]
+        where = (f" (instance{'s' if len(slow) > 1 else ''} {format_cpulist(slow)}: CPUs "
+                 f"{format_cpulist(u.cpu for i in slow for u in slices[i])})" if slow else "")
+        facts.append(f"{n - len(slow) - len(mixed)} of {plural(n, 'stream')} on performance cores, {len(slow)} on "
+                     f"efficiency cores{where}: streams of their own, never mixed with performance cores" + (
+                         f"; {len(mixed)} mixed (instances {format_cpulist(mixed)}): the core types do not divide "
+                         f"into {size}-CPU streams" if mixed else ""))
+    how = ("asked" if streams is not None else
+           f"default: {plural(size, 'CPU')} per stream, as many as each core type holds" if hybrid else
+           f"default: {budget} CPUs // {budget // n} per stream")
     return Layout(
         instances=n,
         per_instance=size,
@@ -441,6 +544,11 @@ def single_layout(units: list[Unit], mode: str, p: int, topology: Topology, fact
         units, restricted = restrict_latency(units, p)
         if restricted:
             facts.append(restricted)
+        domains = {u.domain for u in units if u.domain >= 0}
+        if len(topology.cache_domains) > 1 and domains:
+            facts.append(f"latency plan inside one cache domain ({_domain_list(domains)})" if len(domains) == 1 else
+                         f"latency plan across {len(domains)} cache domains ({_domain_list(domains)}): its "
+                         f"{plural(len(units), 'CPU')} are more than any one domain holds here")
     else:
         why += "; training uses every socket in the budget (large batches amortise cross-socket traffic)"
     return Layout(instances=1, per_instance=len(units), cpus=_binding(units, topology), inter=p, inter_why=why)
@@ -568,6 +676,10 @@ def plan(
     if tf_data is None:
         tf_data = bool(getattr(profile, "uses_tf_data", False))
 
+    if mode == "latency":
+        units, fast_why = performance_only(units)
+        if fast_why:
+            facts.append(fast_why)
     p, p_why = model_pools(profile, len(units), runtime)
     facts.append(p_why)
     op_work = getattr(profile, "typical_op_work", None)

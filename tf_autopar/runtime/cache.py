@@ -48,7 +48,8 @@ def cache_path() -> str:
 
 
 def topology_key(topology: Topology) -> str:
-    """What of the host a plan depends on: budget, cores, sockets, NUMA, quota, runtime."""
+    """What of the host a plan depends on: budget, cores, sockets, NUMA, quota, runtime, and the
+    cache domains and core types where the host has several."""
     facts = [
         getattr(topology, "cpu_budget", None),
         list(getattr(topology, "affinity", ())),
@@ -59,6 +60,13 @@ def topology_key(topology: Topology) -> str:
         getattr(getattr(topology, "quota", None), "cpus", None),
         getattr(topology, "threading_runtime", None),
     ]
+    # Cache domains and core types move a plan's CPU sets; appended only where a host has them,
+    # so that the keys of plans cached on plain hosts stay what they were.
+    domains = getattr(topology, "cache_domains", ()) or ()
+    if len(domains) > 1:
+        facts.append(["cache domains", [list(d.cpus) for d in domains]])
+    if getattr(topology, "hybrid", False):
+        facts.append(["performance cores", [c.cpus[0] for c in topology.cores if c.kind == "performance"]])
     return stable_key(json.dumps(facts, default=str))
 
 

@@ -1,7 +1,8 @@
 """Host CPU topology for thread planning, read from /sys and /proc without importing TensorFlow.
 
 detect_topology(root="/") -> Topology. Readers by concept: cpus (CPUs, affinity, cores,
-NUMA), cgroup (quota, cpuset, the budget rule), cpuinfo (vendor, model, ISA; cached),
+NUMA), caches (last-level cache domains, hybrid core types), cgroup (quota, cpuset, the
+budget rule), cpuinfo (vendor, model, ISA; cached),
 tf_runtime (Eigen or OpenMP build of the installed TF; cached).
 """
 from __future__ import annotations
@@ -9,10 +10,13 @@ from __future__ import annotations
 from .cgroup import cpu_budget
 from .cpulist import format_cpulist, parse_cpulist
 from .detect import detect_topology
-from .model import Core, CpuInfo, CpuQuota, NumaNode, Topology
+from .model import EFFICIENCY, PERFORMANCE, CacheDomain, Core, CpuInfo, CpuQuota, NumaNode, Topology
 from .tf_runtime import TfRuntime, detect_tf_runtime
 
 __all__ = [
+    "EFFICIENCY",
+    "PERFORMANCE",
+    "CacheDomain",
     "Core",
     "CpuInfo",
     "CpuQuota",

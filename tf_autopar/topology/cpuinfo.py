@@ -41,10 +41,11 @@ _ARM_IMPLEMENTERS = {
     0x41: "ARM", 0x42: "Broadcom", 0x43: "Cavium", 0x46: "Fujitsu", 0x48: "HiSilicon",
     0x4E: "NVIDIA", 0x50: "APM", 0x51: "Qualcomm", 0x61: "Apple", 0xC0: "Ampere",
 }
-# ARM Ltd. "CPU part" codes of server cores
+# ARM Ltd. "CPU part" codes of server cores, and the big.LITTLE partners of common boards
 _ARM_PARTS = {
     0xD0C: "Neoverse-N1", 0xD40: "Neoverse-V1", 0xD49: "Neoverse-N2", 0xD4F: "Neoverse-V2",
     0xD8E: "Neoverse-N3", 0xD84: "Neoverse-V3", 0xD08: "Cortex-A72", 0xD0B: "Cortex-A76",
+    0xD03: "Cortex-A53", 0xD05: "Cortex-A55", 0xD41: "Cortex-A78",
 }
 
 _memory: dict[str, CpuInfo] = {}
@@ -102,7 +103,7 @@ def _arm_names(implementer: str, part: str) -> tuple[str, str]:
     return vendor, model
 
 
-_CACHE_FORMAT = "2"  # bump when CpuInfo's content or NOTABLE_ISA changes
+_CACHE_FORMAT = "3"  # bump when CpuInfo's content or NOTABLE_ISA changes
 
 
 def _key(fields: dict[str, str]) -> str:

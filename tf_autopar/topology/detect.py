@@ -4,11 +4,11 @@ from __future__ import annotations
 import logging
 import os
 
-from . import cgroup, cpus
+from . import caches, cgroup, cpus
 from ._fs import HostFS, Notes
 from .cpuinfo import read_cpuinfo
 from .cpulist import format_cpulist
-from .model import Topology
+from .model import Core, Topology
 from .tf_runtime import detect_tf_runtime
 
 log = logging.getLogger("tf_autopar.topology")
@@ -70,6 +70,9 @@ def detect_topology(root: str = "/", *, pid: int | None = None, cpu_details: boo
             first = min(node_cpus)
             node_cpus[first] = tuple(sorted(set(node_cpus[first]) | unplaced))
     cores = cpus.group_cores(affinity, places, cpus.numa_of(node_cpus))
+    domains = caches.last_level_caches(fs, affinity, notes)
+    kinds = caches.core_kinds(fs, affinity, {c: core.cpus for core in cores for c in core.cpus}, notes)
+    cores = _annotate(cores, {c: d.id for d in domains for c in d.cpus}, kinds)
 
     return Topology(
         host_cpus=len(online),
@@ -82,6 +85,20 @@ def detect_topology(root: str = "/", *, pid: int | None = None, cpu_details: boo
         cpu=read_cpuinfo(fs, notes, allow_slow=cpu_details),
         threading_runtime=detect_tf_runtime().runtime,
         warnings=tuple(notes.warnings),
+        cache_domains=domains,
+        core_kinds_from=kinds.source,
+    )
+
+
+def _annotate(cores: tuple[Core, ...], domain_of: dict[int, int], kinds: caches.CoreKinds) -> tuple[Core, ...]:
+    """Each core with its cache domain, and its type and capacity on hybrid hosts (by its first CPU)."""
+    if not domain_of and not kinds.source:
+        return cores
+    return tuple(
+        Core(socket=c.socket, core_id=c.core_id, cpus=c.cpus, numa_node=c.numa_node,
+             cache_domain=domain_of.get(c.cpus[0]), kind=kinds.kind.get(c.cpus[0], ""),
+             capacity=kinds.capacity.get(c.cpus[0]))
+        for c in cores
     )
 
 

@@ -7,7 +7,14 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+PERFORMANCE = "performance"
+EFFICIENCY = "efficiency"
 
 
 @dataclass(frozen=True)
@@ -18,6 +25,23 @@ class Core:
     core_id: int
     cpus: tuple[int, ...]  # sorted; cpus[0] is the one a physical-cores-only plan uses
     numa_node: int = 0
+    cache_domain: int | None = None  # CacheDomain.id of its last-level cache; None = unknown
+    kind: str = ""  # PERFORMANCE or EFFICIENCY on hybrid hosts; "" = all cores alike (or unknown)
+    capacity: int | None = None  # the kernel's relative cpu_capacity (1024 = fastest), where given
+
+
+@dataclass(frozen=True)
+class CacheDomain:
+    """CPUs sharing one last-level cache (an AMD core complex, an Intel socket's L3).
+
+    A thread that moves between domains, or a pool that spans two, pays cross-domain traffic
+    for data the other domain's cache held: planning keeps pools inside one where they fit.
+    """
+
+    id: int  # our numbering: 0, 1, ... in order of the domains' first CPU
+    level: int  # cache level (3 on most servers; 2 where the last level is an L2)
+    cpus: tuple[int, ...]  # its CPUs inside this process's affinity mask
+    cache_id: int | None = None  # the kernel's cache id (index*/id), when it gives one
 
 
 @dataclass(frozen=True)
@@ -58,6 +82,8 @@ class Topology:
     cpu: CpuInfo = field(default_factory=CpuInfo)
     threading_runtime: str = "unknown"  # "eigen" (stock pip TF), "openmp" (Intel builds), "unknown", "absent"
     warnings: tuple[str, ...] = ()
+    cache_domains: tuple[CacheDomain, ...] = ()  # () = the host says nothing of its caches
+    core_kinds_from: str = ""  # where the core types came from ("" = not a hybrid host)
 
     @property
     def sockets(self) -> tuple[int, ...]:
@@ -83,6 +109,12 @@ class Topology:
             raise ValueError("topology has no cores and no CPUs in its affinity mask")
         return tuple(Core(socket=0, core_id=cpu, cpus=(cpu,)) for cpu in self.affinity)
 
+    @property
+    def hybrid(self) -> bool:
+        """Performance and efficiency cores both usable: plans treat them apart."""
+        kinds = {c.kind for c in self.cores}
+        return PERFORMANCE in kinds and EFFICIENCY in kinds
+
     def cores_on_socket(self, socket: int) -> tuple[Core, ...]:
         return tuple(c for c in self.cores if c.socket == socket)
 
@@ -93,19 +125,129 @@ class Topology:
             logical_cpus=self.logical_cpus,
             physical_cores=self.physical_cores,
             threads_per_core=self.threads_per_core,
+            hybrid=self.hybrid,
         )
         return d
 
 
 def ordered_cores(cores: tuple[Core, ...]) -> list[Core]:
-    """Cores in the order plans and worker slices fill them: biggest socket first, its biggest NUMA
-    node first (ties: lowest id)."""
-    per_socket: dict[int, int] = {}
-    per_node: dict[tuple[int, int], int] = {}
+    """Cores in the order plans and worker slices fill them: performance cores before efficiency
+    cores (a budget smaller than the host gets the fast ones), then biggest socket first, its
+    biggest NUMA node first, that node's biggest cache domain first (ties: lowest id), so that a
+    budget takes as few sockets, nodes and cache domains as the fill can."""
+    per_socket: dict[tuple[bool, int], int] = {}
+    per_node: dict[tuple[bool, int, int], int] = {}
+    per_domain: dict[tuple[bool, int, int, int], int] = {}
     for c in cores:
-        per_socket[c.socket] = per_socket.get(c.socket, 0) + 1
-        per_node[(c.socket, c.numa_node)] = per_node.get((c.socket, c.numa_node), 0) + 1
-    return sorted(
-        cores,
-        key=lambda c: (-per_socket[c.socket], c.socket, -per_node[(c.socket, c.numa_node)], c.numa_node, c.cpus[0]),
-    )
+        slow = c.kind == EFFICIENCY
+        dom = -1 if c.cache_domain is None else c.cache_domain
+        per_socket[(slow, c.socket)] = per_socket.get((slow, c.socket), 0) + 1
+        per_node[(slow, c.socket, c.numa_node)] = per_node.get((slow, c.socket, c.numa_node), 0) + 1
+        per_domain[(slow, c.socket, c.numa_node, dom)] = per_domain.get((slow, c.socket, c.numa_node, dom), 0) + 1
+
+    def key(c: Core) -> tuple[int, ...]:
+        slow = c.kind == EFFICIENCY
+        dom = -1 if c.cache_domain is None else c.cache_domain
+        return (slow, -per_socket[(slow, c.socket)], c.socket, -per_node[(slow, c.socket, c.numa_node)],
+                c.numa_node, -per_domain[(slow, c.socket, c.numa_node, dom)], dom, c.cpus[0])
+
+    return sorted(cores, key=key)
+
+
+def place_of(core: Core) -> tuple[bool, int, int, int]:
+    """The placement group of a core, coarsest first: its kind (efficiency or not), socket, NUMA
+    node and cache domain (-1 = unknown). Slices are cut inside the finest group that holds them."""
+    return (core.kind == EFFICIENCY, core.socket, core.numa_node, -1 if core.cache_domain is None else core.cache_domain)
+
+
+def cut_nested(items: Sequence[T], sizes: Sequence[int], place: Callable[[T], tuple[Hashable, ...]]) -> list[list[T]]:
+    """Slices of ``sizes`` items each, cut from ``items`` (in fill order), each inside the finest
+    placement group that has room for it (pure).
+
+    ``place(item)``: its groups, coarsest first (place_of: kind, socket, NUMA node, cache domain).
+    Top down, each group takes as many of its parent's slices as fit in it (then the bigger ones
+    where they still fit: 22 + 21 + 21 cores fill a 64-core socket, 22 + 22 first would strand
+    20) and hands them on to its subgroups the same way; a slice no subgroup has room for is cut
+    from what the subgroups leave (pieces, one per cache domain): from the first run of
+    neighbouring pieces that holds it in as few pieces as any choice would, so it spans as few
+    domains as the pieces allow. Sizes tried in the order given (big ones first). Returns the
+    slices cut (all of them when sum(sizes) <= len(items)), in the order of ``sizes``, each in
+    fill order.
+    """
+    order = {id(item): i for i, item in enumerate(items)}
+    out: list[list[T] | None] = [None] * len(sizes)
+    depth = len(place(items[0])) if items else 0
+
+    def fewest(pieces: list[list[T]], size: int) -> int:
+        lengths = sorted((len(p) for p in pieces), reverse=True)
+        total = count = 0
+        for n in lengths:
+            if total >= size:
+                break
+            total, count = total + n, count + 1
+        return count
+
+    def take(pieces: list[list[T]], size: int) -> list[T]:
+        m = fewest(pieces, size)
+        for start in range(len(pieces)):  # neighbouring pieces, fill order, if m of them hold it
+            run = pieces[start:start + m]
+            if sum(len(p) for p in run) >= size:
+                idx = list(range(start, start + m))
+                break
+        else:  # biggest first, finished on the smallest piece that completes the slice
+            idx = []
+            left = size
+            rest = list(range(len(pieces)))
+            while left > 0:
+                fits = [j for j in rest if len(pieces[j]) >= left]
+                j = min(fits, key=lambda k: len(pieces[k])) if fits else max(rest, key=lambda k: len(pieces[k]))
+                idx.append(j)
+                rest.remove(j)
+                left -= len(pieces[j])
+        chosen: list[T] = []
+        for j in idx:
+            need = size - len(chosen)
+            chosen += pieces[j][:need]
+            pieces[j] = pieces[j][need:]
+        return sorted(chosen, key=lambda item: order[id(item)])
+
+    def choose(candidates: list[int], room: int) -> list[int]:
+        chosen: list[int] = []
+        used = 0
+        for i in sorted(candidates, key=lambda k: (sizes[k], k)):
+            if used + sizes[i] > room:
+                break
+            chosen.append(i)
+            used += sizes[i]
+        for i in sorted((k for k in candidates if k not in chosen), key=lambda k: (-sizes[k], k)):
+            if not chosen:
+                break
+            drop = max(chosen, key=lambda k: (-sizes[k], k))  # the smallest, latest in order
+            if sizes[i] > sizes[drop] and used - sizes[drop] + sizes[i] <= room:
+                chosen.remove(drop)
+                chosen.append(i)
+                used += sizes[i] - sizes[drop]
+        return sorted(chosen)
+
+    def visit(group: list[T], level: int, assigned: list[int]) -> list[list[T]]:
+        """Cut the ``assigned`` slices inside ``group``; return what is left, as pieces."""
+        if level == depth:
+            pieces = [list(group)]
+        else:
+            subgroups: dict[Hashable, list[T]] = {}
+            for item in group:
+                subgroups.setdefault(place(item)[level], []).append(item)
+            pieces = []
+            todo = list(assigned)
+            for sub in subgroups.values():
+                mine = choose(todo, len(sub))
+                todo = [i for i in todo if i not in mine]
+                pieces += visit(sub, level + 1, mine)
+            assigned = todo
+        for i in assigned:
+            out[i] = take(pieces, sizes[i])
+            pieces = [p for p in pieces if p]
+        return pieces
+
+    visit(list(items), 0, choose(list(range(len(sizes))), len(items)))
+    return [s for s in out if s is not None]
