@@ -490,6 +490,7 @@ class ServedFunction:
         self.watch.add(handles)
         with sessions.bypass():
             frozen = FrozenGraph(self.concrete)
+        _trim_heap()  # the converter's copies, before the sessions add their own
         with self.lock:
             old = list(self.pools.values())
             self.pools.clear()
@@ -593,6 +594,7 @@ class ServedFunction:
             except Exception as exc:  # the deferred path still works: build on the first call instead
                 log.debug("tf_autopar: building %s at load failed", self.name, exc_info=exc)
                 return
+            _trim_heap()
             bucket_id = rules.bucket_of(batch)
             self.buckets[bucket_id] = _Bucket(bucket_id, state=FAST, batch=batch, pool=pool, plan=plan,
                                               generation=self.frozen_generation, verify=True,
@@ -711,6 +713,19 @@ def _handle_bytes(handles: list[Any]) -> int:
     return total
 
 
+def _trim_heap() -> None:
+    """Give the build's freed temporaries back to the system. Freezing and grappler's first run
+    leave 120-250 MB of freed memory in glibc's arenas on the models of docs/serving.md
+    (MobileNetV2: 860 MB resident after the build, 744 MB after the trim); a server keeps it for
+    its lifetime otherwise. No-op where the C library has no malloc_trim."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 def _available_bytes() -> int | None:
     try:
         import psutil
@@ -794,6 +809,7 @@ class _Builder:
                 fail_open(f"build the frozen session of {served.name}", exc)
             finally:
                 del served, out, verify_out, arrays
+                _trim_heap()
                 self.jobs.task_done()
 
 
