@@ -48,6 +48,7 @@ def enable(
     cache: bool = True,
     cooperate: bool = True,
     optimize: bool = True,
+    tune_live: bool = True,
 ) -> Status:
     """Plan TensorFlow's threads for this host (and ``model``) and apply them wherever still possible.
 
@@ -70,7 +71,9 @@ def enable(
     hooks serves its signatures and restored functions from a frozen graph in a session
     planned for the batch its calls carry, once that session is built (in the background) and
     checked against the original path (runtime/fastpath.py); ``optimize=False`` or
-    ``TF_AUTOPAR_FAST_PATH=0`` keeps TensorFlow's usual path.
+    ``TF_AUTOPAR_FAST_PATH=0`` keeps TensorFlow's usual path. ``tune_live``: where the fast path
+    serves, the plan's neighbours are tried on live calls and the winner kept and remembered;
+    ``tune_live=False`` or ``TF_AUTOPAR_TUNE_LIVE=0`` serves the plan as it is.
     """
     switch = kill_switch()
     if switch:  # before anything else: an emergency switch must not depend on the rest working
@@ -98,6 +101,7 @@ def enable(
         STATE.mode, STATE.streams, STATE.use_cache, STATE.batch = mode, streams, cache, batch
         STATE.batch_given = batch_given
         STATE.fast_path = bool(optimize) and loaders and mode != "training"
+        STATE.tune_live = bool(tune_live)
         try:
             maybe_fail("enable")
             _apply_process(model, mode, width, streams, cache, cooperate)

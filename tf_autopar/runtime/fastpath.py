@@ -31,6 +31,12 @@ pools planned for it than called the usual way, beyond the best process-pool set
   process pools for the commonest batch and, where the frozen path won last time, builds it
   while the model loads, so the first call is served by it (verified again on that call's
   inputs, in the background).
+- Tuned live: once a bucket serves from its session, the plan's neighbours (tuning/search.py)
+  are tried one at a time on live calls, every other call, each candidate call paired with the
+  incumbent call before it under the same load; tuning/live.py decides from the pairs. A winner
+  replaces the incumbent; the result and its evidence are remembered for the next start. At most
+  one candidate session beside the serving one; candidates are built on the builder thread.
+  ``enable(tune_live=False)`` or ``TF_AUTOPAR_TUNE_LIVE=0`` turns it off.
 - Fail open: any failure of ours runs the original call (one warning) and retires that bucket.
 """
 from __future__ import annotations
@@ -43,7 +49,7 @@ import queue
 import threading
 import time
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tf_autopar.runtime import cache, core, sessions, watch
@@ -60,6 +66,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("tf_autopar.runtime")
 
 SWITCH_VAR = "TF_AUTOPAR_FAST_PATH"
+LIVE_VAR = "TF_AUTOPAR_TUNE_LIVE"
 PATCH_NAME = "fast path (loaded SavedModel signatures and restored functions)"
 _ATTR = "_tf_autopar_served"
 SIGNATURE, POSITIONAL, KERAS = "signature", "positional", "keras predict"  # calling conventions
@@ -76,6 +83,12 @@ def switched_off() -> str:
     """``"TF_AUTOPAR_FAST_PATH=0"`` when the environment switch turns the fast path off, else ""."""
     value = os.environ.get(SWITCH_VAR, "").strip()
     return f"{SWITCH_VAR}={value}" if value.lower() in ("0", "false", "no", "off") else ""
+
+
+def live_wanted() -> bool:
+    """Live tuning is on: the fast path is, and neither ``tune_live=False`` nor the variable turned it off."""
+    value = os.environ.get(LIVE_VAR, "").strip().lower()
+    return wanted() and STATE.tune_live and value not in ("0", "false", "no", "off")
 
 
 def wanted() -> bool:
@@ -235,6 +248,32 @@ class _Bucket:
     verify: bool = False  # built from the cache at load: check against the original on the first call
     served: int = 0  # calls the frozen session answered
     since: float = 0.0  # when the bucket switched (monotonic)
+    key: tuple[int, int, int] = (0, 0, 0)  # the serving sessions' (inter-op, intra-op, streams)
+    warm: list[Any] = field(default_factory=list)  # the build's inputs, to warm candidate sessions up
+    expected: list[Any] = field(default_factory=list)  # the original's outputs for them
+    candidates: list[tuple[int, int, int]] = field(default_factory=list)  # live tuning: still to try
+    trial: "_Trial | None" = None
+    tried: list[str] = field(default_factory=list)  # "2x1: lose (not faster ...)" per finished trial
+    tuned: str = ""  # "done" when every candidate was tried; the evidence of a win is in ``won``
+    won: dict[str, Any] = field(default_factory=dict)
+    in_flight: int = 0
+
+
+class _Trial:
+    """A candidate session taking every other call of a bucket, and the evidence so far."""
+
+    def __init__(self, key: tuple[int, int, int], pool: StreamPool) -> None:
+        from tf_autopar.tuning.live import PairedTrial, Pairer
+
+        self.key, self.pool = key, pool
+        self.test, self.pairer = PairedTrial(), Pairer()
+        self.calls = 0
+        self.started = time.monotonic()
+
+    def take(self) -> bool:
+        """True for the calls the candidate serves (every other one)."""
+        self.calls += 1
+        return self.calls % 2 == 0
 
 
 class ServedFunction:
@@ -284,7 +323,7 @@ class ServedFunction:
         if b is not None and b.state == FAST and b.pool is not None:
             if b.generation == self.watch.generation:
                 try:
-                    out = self._run(b.pool, arrays)
+                    out = self._serve(b, arrays)
                     b.served += 1
                     if b.verify:
                         b.verify = False
@@ -358,6 +397,93 @@ class ServedFunction:
         if batch < 1:
             batch = 1 if not any(spec.shape.rank and spec.shape[0] is None for _, spec in self.specs) else 0
         return (arrays, batch) if batch >= 1 else None
+
+    def _serve(self, b: _Bucket, arrays: list[Any]) -> Any:
+        """A call from the bucket's session, or while a trial runs, every other one from the
+        candidate's; each timed (the session run alone) and paired for the trial."""
+        trial, pool = b.trial, b.pool
+        candidate = trial is not None and trial.take()
+        if candidate:
+            pool = trial.pool  # type: ignore[union-attr]
+        level = b.in_flight
+        b.in_flight += 1
+        try:
+            t0 = time.perf_counter()
+            out = self._run(pool, arrays)  # type: ignore[arg-type]
+            seconds = time.perf_counter() - t0
+        finally:
+            b.in_flight -= 1
+        if trial is not None:
+            if not candidate:
+                trial.pairer.incumbent(level, seconds)
+            else:
+                pair = trial.pairer.candidate(level, seconds)
+                if pair is not None and trial.test.add(*pair) != "undecided":
+                    self._end_trial(b, trial)
+        return out
+
+    def _end_trial(self, b: _Bucket, trial: _Trial) -> None:
+        """The verdict is in: a winner becomes the incumbent; the next candidate is built off the request path."""
+        with self.lock:
+            if b.trial is not trial:
+                return
+            b.trial = None
+            label = _label(trial.key)
+            test = trial.test
+            b.tried.append(f"{label}: {test.verdict} ({test.why})")
+            retired = trial.pool
+            if test.verdict == "win":
+                b.won = {"from": _label(b.key), "to": label, "speedup": round(test.speedup, 4),
+                         "pairs": len(test.ratios), "spread": round(test.spread, 4),
+                         "seconds": round(time.monotonic() - trial.started, 1), "date": time.strftime("%Y-%m-%d")}
+                retired, b.pool, b.key = b.pool, trial.pool, trial.key
+                if b.speedup:
+                    b.speedup *= test.speedup
+            in_use = any(o.pool is retired for o in self.buckets.values() if o is not b) or retired is b.pool
+            if not in_use:
+                self.pools = {k: p for k, p in self.pools.items() if p is not retired}
+        if not in_use and retired is not None:
+            retired.retire()
+        log.info("tf_autopar: live tuning of %s, batch %s: %s %s (%s)", self.name, _bucket_words(b.bucket), label,
+                 "won" if test.verdict == "win" else "kept the incumbent", test.why)
+        _builder().submit_trial(self, b.bucket)
+
+    def next_trial(self, bucket_id: int) -> None:
+        """Builder thread: open the next candidate's session (warmed up and checked), or finish."""
+        b = self.buckets.get(bucket_id)
+        if b is None or b.state != FAST or b.trial is not None or self.frozen is None:
+            return
+        while b.candidates:
+            key = b.candidates.pop(0)
+            if key == b.key:
+                continue
+            pool = self._pool_for(key)
+            if pool is None:
+                b.tried.append(f"{_label(key)}: not tried (memory bound)")
+                continue
+            values = pool.run(self.frozen.outputs, dict(zip(self.frozen.inputs, b.warm)))  # grappler, here
+            diff = rules.outputs_differ(values, b.expected)
+            if diff:
+                b.tried.append(f"{_label(key)}: not tried (outputs differ: {diff})")
+                self._drop_pool(key)
+                continue
+            with self.lock:
+                if b.state == FAST and b.generation == self.watch.generation:
+                    b.trial = _Trial(key, pool)
+                    return
+            self._drop_pool(key)
+            return
+        b.tuned = "done"
+        b.warm, b.expected = [], []
+        self._remember()
+
+    def _drop_pool(self, key: tuple[int, int, int]) -> None:
+        with self.lock:
+            pool = self.pools.get(key)
+            if pool is None or any(b.pool is pool for b in self.buckets.values()):
+                return
+            del self.pools[key]
+        pool.retire()
 
     def _match_predict(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[list[Any], int] | None:
         """predict(x) with x one batch (at most ``batch_size``, default 32) of numpy arrays: an array,
@@ -454,6 +580,12 @@ class ServedFunction:
             return
         with self.lock:
             b.pool, b.generation, b.state, b.reason, b.since = pool, generation, FAST, "", time.monotonic()
+            b.key = self._key(plan)
+            if live_wanted() and b.key[2] == 1 and not b.tuned:
+                b.warm, b.expected = arrays, original_flat
+                b.candidates = self._candidates(plan, b.key)
+        if b.candidates:
+            _builder().submit_trial(self, bucket_id)
         log.info("tf_autopar: %s of %s serves batch %s from a frozen session (%sx%s): %.2fx the original path's "
                  "speed, ready after %.1f s", self.name, self.model, _bucket_words(bucket_id), plan.inter_op,
                  plan.intra_op, speedup, b.build_s)
@@ -471,9 +603,16 @@ class ServedFunction:
         original = self._original(target, args, kwargs)
         diff = rules.outputs_differ([np.asarray(t) for t in tf.nest.flatten(frozen_out)],
                                     [np.asarray(t) for t in tf.nest.flatten(original)])
+        b = self.buckets[bucket_id]
         if diff:
-            self._keep_original(self.buckets[bucket_id], f"the frozen graph's outputs differ from the original's "
-                                                         f"({diff}); one call was served from it")
+            self._keep_original(b, f"the frozen graph's outputs differ from the original's ({diff}); one call was "
+                                   "served from it")
+            return
+        if live_wanted() and not b.tuned and b.plan is not None and b.key[2] == 1:  # resume where it stopped
+            b.warm = arrays
+            b.expected = [np.asarray(t) for t in tf.nest.flatten(original)]
+            b.candidates = self._candidates(b.plan, b.key)
+            self.next_trial(bucket_id)
 
     def _freeze(self, generation: int) -> None:
         """A frozen graph of the current variables (once per generation); the old sessions retire."""
@@ -510,16 +649,31 @@ class ServedFunction:
         shapes = {name.split(":")[0]: tuple(a.shape) for name, a in zip(frozen.inputs, arrays) if a.ndim}
         graph_def = frozen.graph_def if frozen.graph_def is not None else frozen.graph.as_graph_def()
         profile = analyze(graph_def, batch=batch, input_shapes=shapes)
+        self.max_width = profile.max_width
         frozen.graph_def = None  # a third copy of the constants otherwise: re-read from the graph when needed
         return core.plan_for(profile, STATE.mode, streams=STATE.streams, tuned_fingerprint=self.fingerprint,
                              batch=batch)
 
+    @staticmethod
+    def _key(plan: ThreadPlan) -> tuple[int, int, int]:
+        fields = plan.config_proto_fields()
+        return fields["inter_op_parallelism_threads"], fields["intra_op_parallelism_threads"], max(1, plan.instances)
+
+    def _candidates(self, plan: ThreadPlan, key: tuple[int, int, int]) -> list[tuple[int, int, int]]:
+        """The plan's neighbours (tuning/search.py) but the plan itself, one stream each."""
+        from tf_autopar.tuning.search import neighbourhood
+
+        budget = max(1, getattr(plan, "usable_cpus", 0) or key[0] * key[1] or 1)
+        width = max(1, int(getattr(self, "max_width", 1) or 1))
+        return [(c.inter, c.intra, 1) for c in neighbourhood(key[0], key[1], budget, width)[1:]]
+
     def _pool(self, plan: ThreadPlan) -> StreamPool | None:
         """The sessions for ``plan``: shared by the buckets that plan alike, new ones within the memory bound."""
+        return self._pool_for(self._key(plan))
+
+    def _pool_for(self, key: tuple[int, int, int]) -> StreamPool | None:
         if self.stopped or self.frozen is None:
             return None
-        fields = plan.config_proto_fields()
-        key = (fields["inter_op_parallelism_threads"], fields["intra_op_parallelism_threads"], max(1, plan.instances))
         with self.lock:
             pool = self.pools.get(key)
         if pool is not None:
@@ -587,7 +741,8 @@ class ServedFunction:
                 if self.stopped:
                     return
                 plan = self._plan(arrays, batch)
-                pool = self._pool(plan)
+                key = _remembered_key(entry) or self._key(plan)
+                pool = self._pool_for(key)
                 if pool is None:
                     return
                 pool.run(self.frozen.outputs, dict(zip(self.frozen.inputs, arrays)))  # grappler, now
@@ -596,10 +751,14 @@ class ServedFunction:
                 return
             _trim_heap()
             bucket_id = rules.bucket_of(batch)
+            tuned = "done" if _remembered_key(entry) else ""
+            won = entry.get("won") if isinstance(entry.get("won"), dict) else {}
+            tried = [str(t)[:300] for t in entry.get("tried", [])[:16]] if isinstance(entry.get("tried"), list) else []
             self.buckets[bucket_id] = _Bucket(bucket_id, state=FAST, batch=batch, pool=pool, plan=plan,
-                                              generation=self.frozen_generation, verify=True,
-                                              speedup=float(entry.get("speedup") or 0.0), since=time.monotonic(),
-                                              reason="built at load: it won last time")
+                                              generation=self.frozen_generation, verify=True, key=key,
+                                              speedup=_number(entry.get("speedup")), since=time.monotonic(),
+                                              reason="built at load: it won last time", tuned=tuned, won=won,
+                                              tried=tried)
 
     def _remember(self) -> None:
         if not (STATE.use_cache and self.fingerprint):
@@ -621,8 +780,10 @@ class ServedFunction:
             if b is not None and b.state in (FAST, ORIGINAL):
                 entry.update(path=b.state, batch=b.batch, speedup=round(b.speedup, 4), spread=round(b.spread, 4),
                              tf=tf.__version__, date=time.strftime("%Y-%m-%d"))
-                if b.plan is not None:
-                    entry.update(inter_op=b.plan.inter_op, intra_op=b.plan.intra_op)
+                if b.key[0]:
+                    entry.update(inter_op=b.key[0], intra_op=b.key[1], streams=b.key[2])
+                if b.tuned:
+                    entry.update(tuned=b.tuned, tried=list(b.tried), won=dict(b.won))
             out[str(bucket_id)] = entry
         return {"buckets": out}
 
@@ -634,10 +795,10 @@ class ServedFunction:
             buckets = tuple(
                 BucketRecord(bucket=b.bucket, batch=b.batch, calls=self.calls.get(b.bucket, 0), served=b.served,
                              path=b.state,
-                             inter_op=b.plan.inter_op if b.plan else 0, intra_op=b.plan.intra_op if b.plan else 0,
+                             inter_op=b.key[0], intra_op=b.key[1],
                              streams=len(b.pool.sessions) if b.pool else 0, speedup=round(b.speedup, 3),
                              spread=round(b.spread, 3), build_s=round(b.build_s, 2), reason=b.reason,
-                             plan_source=_plan_source(b.plan))
+                             plan_source=_plan_source(b.plan), tuning=_tuning_words(b))
                 for b in sorted(self.buckets.values(), key=lambda b: b.bucket))
             calls = dict(self.calls)
         return ServedRecord(model=self.model, function=self.name, calls=sum(calls.values()),
@@ -735,10 +896,47 @@ def _available_bytes() -> int | None:
         return None
 
 
+def _tuning_words(b: _Bucket) -> str:
+    """Live tuning in a user's words: what is being tried, what won and by how much, what it cost."""
+    trial = b.trial
+    if trial is not None:
+        return (f"trying {_label(trial.key)} against {_label(b.key)} on live calls ({len(trial.test.ratios)} pairs so "
+                f"far; {len(b.candidates)} more to try)")
+    if b.won:
+        return (f"tuned live: {b.won.get('to')} won over {b.won.get('from')}, {b.won.get('speedup', 0):.2f}x faster "
+                f"({b.won.get('pairs')} paired calls, {b.won.get('seconds')} s)"
+                + (f"; {len(b.tried)} setting(s) tried" if b.tried else ""))
+    if b.tuned == "done":
+        return f"tuned live: the plan held against {len(b.tried)} neighbour(s)" if b.tried else "tuned live"
+    if b.candidates:
+        return f"live tuning: {len(b.candidates)} neighbour(s) to try"
+    return ""
+
+
 def _plan_source(plan: ThreadPlan | None) -> str:
     if plan is None:
         return ""
     return "measured by tf-autopar tune" if getattr(plan, "tuned", None) else "the rule"
+
+
+def _number(value: Any) -> float:
+    """A positive finite number read from the cache, else 0."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < 1e6
+    return float(value) if ok else 0.0
+
+
+def _label(key: tuple[int, int, int]) -> str:
+    return f"{key[0]}x{key[1]}" + (f" in {key[2]} streams" if key[2] > 1 else "")
+
+
+def _remembered_key(entry: dict[str, Any]) -> tuple[int, int, int] | None:
+    """The sessions a cached bucket ended on (after live tuning), or None when not usable."""
+    inter, intra = entry.get("inter_op"), entry.get("intra_op")
+    if entry.get("tuned") != "done" or not (rules.is_batch(inter) and rules.is_batch(intra)):
+        return None
+    if inter > 1024 or intra > 1024:
+        return None
+    return inter, intra, 1
 
 
 def _bucket_words(bucket: int) -> str:
@@ -773,8 +971,15 @@ class _Builder:
 
     def submit(self, served: ServedFunction, bucket_id: int, arrays: list[Any], batch: int, out: Any,
                verify_out: Any = None) -> None:
+        """A build (the original's outputs ``out``) or, with ``verify_out``, a check of a served call."""
         if not self.stopping:
-            self.jobs.put((weakref.ref(served), bucket_id, arrays, batch, out, verify_out))
+            kind = "verify" if verify_out is not None else "build"
+            self.jobs.put((weakref.ref(served), kind, bucket_id, arrays, batch, verify_out if kind == "verify" else out))
+
+    def submit_trial(self, served: ServedFunction, bucket_id: int) -> None:
+        """Live tuning's next candidate for the bucket."""
+        if not self.stopping:
+            self.jobs.put((weakref.ref(served), "trial", bucket_id, [], 0, None))
 
     def stop(self, timeout: float) -> None:
         """At exit: no new job; the one running finishes (TensorFlow aborts the process when the
@@ -791,14 +996,16 @@ class _Builder:
                 return
             if BUILD_GATE is not None:  # tests hold builds back to show that calls never wait for one
                 BUILD_GATE.wait()
-            ref, bucket_id, arrays, batch, out, verify_out = job
+            ref, kind, bucket_id, arrays, batch, out = job
             served = ref()
             if served is None or served.stopped == "disabled":
                 self.jobs.task_done()
                 continue
             try:
-                if verify_out is not None:
-                    served.verify(bucket_id, arrays, verify_out)
+                if kind == "verify":
+                    served.verify(bucket_id, arrays, out)
+                elif kind == "trial":
+                    served.next_trial(bucket_id)
                 else:
                     served.build(bucket_id, arrays, batch, out)
             except Exception as exc:  # fail open: this bucket stays on the original path
@@ -808,7 +1015,7 @@ class _Builder:
                                           warn=False)
                 fail_open(f"build the frozen session of {served.name}", exc)
             finally:
-                del served, out, verify_out, arrays
+                del served, out, arrays
                 _trim_heap()
                 self.jobs.task_done()
 

@@ -67,6 +67,7 @@ class BucketRecord:
     build_s: float = 0.0  # from the bucket's first call to the switch
     reason: str = ""  # why it stays on the original path
     plan_source: str = ""  # "the rule" or "measured by tf-autopar tune"
+    tuning: str = ""  # live tuning: what is being tried, or what won and by how much
 
 
 @dataclass(frozen=True)

@@ -157,6 +157,8 @@ def _served_lines(served: ServedRecord) -> list[str]:
                          f"(planned for batch {b.batch} by {b.plan_source or 'the rule'}){speed}"
                          + (f", switched after {b.build_s:.1f} s" if b.build_s else "")
                          + (f"; {b.reason}" if b.reason else ""))
+            if b.tuning:
+                lines.append(f"      {b.tuning}")
         elif b.path == "original":
             lines.append(f"    {batch}: original path: {b.reason}")
         else:
@@ -197,6 +199,7 @@ class Registry:
         self.streams: int | None = None
         self.use_cache = False
         self.fast_path = False  # enable(optimize=...): loaded models served from frozen sessions (fastpath.py)
+        self.tune_live = False  # enable(tune_live=...): their per-session pools tuned on live calls
         self.batch: int | None = None  # what a model's None batch is read as (enable(batch=...))
         self.batch_given = False  # the user gave the batch (else it is assumed: graph/dims.py)
         self.share: Share | None = None  # this process's share of the host, if it shares

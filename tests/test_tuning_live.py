@@ -1,0 +1,87 @@
+"""Live tuning's stopping rule (tuning/live.py) on synthetic latency streams, without TensorFlow."""
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from tf_autopar.tuning import live
+
+
+def _run(ratio: float, sigma: float, seed: int, load_noise: float = 0.0) -> live.PairedTrial:
+    """Feed pairs until the rule decides: the incumbent takes ~10 ms with lognormal noise, the
+    candidate ``ratio`` times that; ``load_noise`` is a slowdown both members of a pair share."""
+    rng = random.Random(seed)
+    trial = live.PairedTrial()
+    while trial.verdict == live.UNDECIDED:
+        shared = math.exp(rng.gauss(0, load_noise))
+        inc = 0.010 * shared * math.exp(rng.gauss(0, sigma))
+        cand = 0.010 * ratio * shared * math.exp(rng.gauss(0, sigma))
+        trial.add(inc, cand)
+        assert len(trial.ratios) <= live.MAX_PAIRS
+    return trial
+
+
+def test_a_clearly_better_candidate_wins_within_a_few_pairs():
+    trials = [_run(0.7, 0.05, seed) for seed in range(50)]
+    assert all(t.verdict == live.WIN for t in trials)
+    assert max(len(t.ratios) for t in trials) <= 10
+    assert all(1.3 < t.speedup < 1.6 for t in trials)
+
+
+def test_an_equal_candidate_does_not_win():
+    trials = [_run(1.0, 0.08, seed) for seed in range(300)]
+    wins = sum(t.verdict == live.WIN for t in trials)
+    assert wins <= 6, wins  # the interval is two standard errors wide and must clear 2% besides
+    assert all(t.verdict == live.LOSE for t in trials if t.verdict != live.WIN)
+
+
+def test_a_clearly_slower_candidate_is_dropped_after_few_calls():
+    trials = [_run(1.5, 0.05, seed) for seed in range(50)]
+    assert all(t.verdict == live.LOSE for t in trials)
+    assert max(len(t.ratios) for t in trials) <= live.EARLY + 1
+    assert all("slower by over" in t.why for t in trials[:5])
+
+
+def test_a_noisy_stream_stops_within_its_bound_without_a_false_win():
+    trials = [_run(1.0, 0.5, seed) for seed in range(100)]
+    assert all(len(t.ratios) <= live.MAX_PAIRS for t in trials)
+    assert sum(t.verdict == live.WIN for t in trials) <= 5
+
+
+def test_load_both_members_share_does_not_decide():
+    """A server whose load swings 2x from call to call: pairs see the same load, so a 20% faster
+    candidate still wins and an equal one still does not."""
+    assert sum(_run(0.8, 0.05, s, load_noise=0.7).verdict == live.WIN for s in range(30)) >= 28
+    assert sum(_run(1.0, 0.05, s, load_noise=0.7).verdict == live.WIN for s in range(100)) <= 3
+
+
+def test_one_preempted_call_does_not_decide_a_trial():
+    trial = live.PairedTrial()
+    for i in range(12):
+        trial.add(0.010, 0.0099 if i != 4 else 0.001)  # one absurdly fast sample among equal ones
+    assert trial.verdict != live.WIN
+
+
+def test_bad_samples_are_ignored():
+    trial = live.PairedTrial()
+    for inc, cand in ((0.0, 0.01), (0.01, -1.0), (math.nan, 0.01), (0.01, math.inf)):
+        assert trial.add(inc, cand) == live.UNDECIDED
+    assert trial.ratios == []
+
+
+def test_pairs_form_only_under_the_same_load():
+    p = live.Pairer()
+    p.incumbent(1, 0.010)
+    assert p.candidate(2, 0.020) is None  # the incumbent call ran alone, the candidate with another
+    assert p.candidate(1, 0.012) == (0.010, 0.012)
+    assert p.candidate(1, 0.012) is None  # each incumbent sample pairs once
+
+
+@pytest.mark.parametrize("ratio", [0.5, 0.9, 1.0, 1.1, 2.0])
+def test_verdicts_are_final(ratio):
+    trial = _run(ratio, 0.1, 7)
+    verdict, n = trial.verdict, len(trial.ratios)
+    trial.add(0.01, 0.001)
+    assert trial.verdict == verdict and len(trial.ratios) == n
