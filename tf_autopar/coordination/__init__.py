@@ -44,8 +44,8 @@ from tf_autopar.coordination import rendezvous
 from tf_autopar.coordination.lease import (
     Lease, LeaseError, acquire, default_root, group_key, lease_status, live_peers, pid_alive,
 )
-from tf_autopar.coordination.ranks import LAUNCHER, Ranks, detect_ranks
-from tf_autopar.coordination.slices import Slice, capacity_cores, restrict, slice_for, split
+from tf_autopar.coordination.ranks import LAUNCHER, PAIRS, Ranks, detect_ranks
+from tf_autopar.coordination.slices import Slice, bound_count, capacity_cores, restrict, slice_for, split
 from tf_autopar.topology import affinity
 from tf_autopar.topology.model import Topology
 
@@ -176,10 +176,15 @@ def claim_share(
     if ranks.rank is not None and ranks.size is not None and count in (None, ranks.size):
         if ranks.size == 1:
             return _whole(topology, ranks.source, 1, 0, "the only local worker")
+        _warn_count(bound_count(ranks.size, topology, _size_text(ranks), cap=False)[1])
         s = slice_for(topology, ranks.rank, ranks.size)
         return _from_slice(s, ranks.size, ranks.source, topology, f"rank {ranks.rank} of {ranks.size} from {ranks.source}")
 
     n = count if count is not None else ranks.size
+    if n is not None:  # read from outside: bounded here, before any slot or slice depends on it
+        n, message = bound_count(n, topology, f"count={n}" if count is not None else
+                                 f"{ranks.source.removeprefix('env:')}={n}")
+        _warn_count(message)
     count_note = "count given" if count is not None else (f"count from {ranks.source}" if n else "no count known")
     if lease_dir is not None:
         root, strict = lease_dir, False
@@ -238,6 +243,18 @@ def claim_share(
         note += f"; more processes than the count {n}: shares slice {k % n} with its holder"
         return _from_slice(s, n, "lease", topology, note, lease)
     return _from_slice(slice_for(topology, k, n), n, "lease", topology, note, lease)
+
+
+def _size_text(ranks: Ranks) -> str:
+    """Where a rank source's size was read: "LOCAL_WORLD_SIZE=4", "TF_CONFIG's 4 local tasks"."""
+    rank_var = ranks.source.removeprefix("env:")
+    size_var = next((size for rank, size in PAIRS if rank == rank_var), None)
+    return f"{size_var}={ranks.size}" if size_var else f"{rank_var}'s {ranks.size} local tasks"
+
+
+def _warn_count(message: str) -> None:
+    if message:
+        _warn_once("count:" + message.split(":")[0], f"tf_autopar: {message}")
 
 
 def _even_split(topology: Topology, n: int | None, why: str) -> Share:
