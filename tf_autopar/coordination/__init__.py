@@ -186,14 +186,10 @@ def claim_share(
                                  f"{ranks.source.removeprefix('env:')}={n}")
         _warn_count(message)
     count_note = "count given" if count is not None else (f"count from {ranks.source}" if n else "no count known")
-    if lease_dir is not None:
-        root, strict = lease_dir, False
-    else:
-        root, explicit = default_root(env)
-        strict = not explicit
+    root = lease_dir if lease_dir is not None else default_root(env)[0]
     directory = os.path.join(root, group_key(env, argv, topology.affinity))
-    try:
-        lease = acquire(directory, count=n, strict_root=root if strict else None, argv=argv)
+    try:  # the root is checked as strictly when given as when it is the default
+        lease = acquire(directory, count=n, strict_root=root, argv=argv)
     except (LeaseError, OSError) as exc:
         return _even_split(topology, n, f"{exc}")
 
