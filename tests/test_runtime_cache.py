@@ -147,3 +147,19 @@ def test_an_oversized_entry_is_not_written(tmp_path):
     cache.store_profile("workload:huge:tiny", {**PROFILE, "source": "s" * (cache.MAX_ENTRY_BYTES + 1)}, str(path))
     cache.store_profile("workload:ok:tiny", PROFILE, str(path))
     assert set(json.loads(path.read_text())["profiles"]) == {"workload:ok:tiny"}
+
+
+def test_the_small_host_caches_beside_it_get_the_same_check(tmp_path, monkeypatch):
+    from tf_autopar.topology._cache import load_cache, store_cache
+
+    monkeypatch.setenv("TF_AUTOPAR_CACHE_DIR", str(tmp_path))
+    store_cache("cpuinfo.json", "k", {"model": "ours"})
+    assert load_cache("cpuinfo.json") == {"k": {"model": "ours"}}
+    os.chmod(tmp_path / "cpuinfo.json", 0o666)
+    assert load_cache("cpuinfo.json") == {}
+    if os.geteuid() == 0:
+        os.chmod(tmp_path / "cpuinfo.json", 0o600)
+        os.chown(tmp_path / "cpuinfo.json", 65534, 65534)
+        assert load_cache("cpuinfo.json") == {}
+        store_cache("cpuinfo.json", "k", {"model": "mine"})
+        assert os.stat(tmp_path / "cpuinfo.json").st_uid == 65534
