@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
 from typing import Any, Mapping
 
@@ -56,10 +55,6 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--json", metavar="OUT.json", default=None, help="write every raw timing as JSON ('-' = stdout)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.set_defaults(func=run)
-
-
-def _sigterm(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
 
 
 def _ms(x: float | None) -> str:
@@ -169,18 +164,14 @@ def run(args: argparse.Namespace) -> int:
     )
     out = sys.stderr if args.json == "-" else sys.stdout
     progress = Progress(0, enabled=not args.no_progress)
-    previous = signal.signal(signal.SIGTERM, _sigterm)
-    try:
-        with Bench(options, progress=progress) as bench:
-            print(f"tf-autopar bench: loading and planning {bench.model} in a child process ...", file=out, flush=True)
-            try:
-                bench.prepare()
-            except RuntimeError as exc:  # the child crashed (not bad input: that is a ValueError, exit 2)
-                print(f"tf-autopar bench: error: {exc}", file=sys.stderr)
-                return 1
-            doc = bench.run()
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    with Bench(options, progress=progress) as bench:  # SIGTERM: cli/interrupt.py
+        print(f"tf-autopar bench: loading and planning {bench.model} in a child process ...", file=out, flush=True)
+        try:
+            bench.prepare()
+        except RuntimeError as exc:  # the child crashed (not bad input: that is a ValueError, exit 2)
+            print(f"tf-autopar bench: error: {exc}", file=sys.stderr)
+            return 1
+        doc = bench.run()
     print(format_report(doc), file=out)
     if args.json == "-":
         print(json.dumps(doc, indent=1, default=str))

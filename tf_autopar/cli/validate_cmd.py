@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import shlex
-import signal
 import sys
 from typing import Any
 
@@ -78,10 +77,6 @@ def add_parser(subparsers: Any) -> None:
     add_model_flags(p)
     p.add_argument("--estimate", action="store_true", help="print the run count and time estimate, then exit")
     p.set_defaults(func=run)
-
-
-def _sigterm(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
 
 
 def _check_models(rows: Any, out: Any) -> None:
@@ -189,11 +184,7 @@ def run(args: argparse.Namespace) -> int:
           f"measured)", file=out, flush=True)
     if args.estimate:
         return 0
-    previous = signal.signal(signal.SIGTERM, _sigterm)
-    try:
-        doc = harness.run(rows)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    doc = harness.run(rows)  # SIGTERM stops it as Ctrl-C does: cli/interrupt.py
     print(report.format_table(doc, details=args.details), file=out)
     if args.json == "-":
         print(report.to_json(doc))
