@@ -27,8 +27,8 @@ KNOBS: dict[str, str] = {
 }
 ENV_VARS: tuple[str, ...] = tuple(KNOBS.values())
 
-_INT = re.compile(r"[+]?\d+")
-_BLOCKTIME = re.compile(r"(\d+)\s*(ms|us|s)?", re.IGNORECASE)
+_INT = re.compile(r"[+]?[0-9]+")  # ASCII digits: \d would take "٣" for 3
+_BLOCKTIME = re.compile(r"([0-9]+)\s*(ms|us|s)?", re.IGNORECASE | re.ASCII)
 _BOOL = {"1": True, "true": True, "0": False, "false": False}
 
 
