@@ -40,6 +40,7 @@ import time
 from typing import Any, Callable, Mapping, NamedTuple
 
 from tf_autopar import _warn
+from tf_autopar._text import shown
 from tf_autopar.coordination.lease import LOCK_WAIT_S, MAX_SLOTS, Lease, group_lock, live_peers
 
 WINDOW_VAR = "TF_AUTOPAR_RENDEZVOUS_S"
@@ -113,7 +114,7 @@ def window_s(env: Mapping[str, str]) -> float:
         value = float("nan")
     if not value == value or value < 0:  # NaN or negative
         _warn.warn_once(f"rendezvous-var:{text}", (
-            f"tf_autopar: {WINDOW_VAR}={text!r} is not a number of seconds >= 0; using {DEFAULT_WINDOW_S:g}"),
+            f"tf_autopar: {WINDOW_VAR}={shown(text)} is not a number of seconds >= 0; using {DEFAULT_WINDOW_S:g}"),
             "tf_autopar.coordination")
         return DEFAULT_WINDOW_S
     return min(value, MAX_WINDOW_S)
