@@ -30,7 +30,9 @@ How the share is decided, first match wins:
    warning. Never an exception.
 
 More workers than cores: see the sharing rule in slices.py (one core per worker, shared,
-1 x 1 threads each).
+1 x 1 threads each). A count or size read from outside is bounded where it is read
+(slices.bound_count): above the usable cores one warning, above 8 workers per core a cap for a
+count (a rank's size is kept: ranks cannot be renumbered, and a slice costs the same for any size).
 """
 from __future__ import annotations
 
