@@ -455,3 +455,136 @@ def test_a_latecomer_to_a_window_nobody_decided_is_told_so(tmp_path):
     finally:
         a.release()
         w.release()
+
+
+# ---------------------------------------------------------------- hostile and garbled lease directories
+
+def _topo(n: int = 4) -> Topology:
+    return Topology(host_cpus=n, affinity=tuple(range(n)), cores=tuple(Core(0, i, (i,)) for i in range(n)),
+                    numa_nodes=(NumaNode(0, tuple(range(n))),), cpu_budget=n)
+
+
+def test_unlocked_phantom_slots_are_no_peers(tmp_path):
+    """{"pid": 1, "time": now} in a file nobody locked once counted as a live peer forever (pid 1
+    lives, and a record without its descriptor was trusted): the victim planned for a third of the host."""
+    d = tmp_path / "g"
+    d.mkdir(mode=0o700)
+    now = time.time()
+    (d / "slot-1.lock").write_text(json.dumps({"pid": 1, "time": now}))
+    (d / "slot-2.lock").write_text(json.dumps({"pid": os.getpid(), "time": now}))  # alive, but holds no lock
+    (d / "slot-3.lock").write_text(json.dumps({"pid": 1, "fd": 3, "time": now}))
+    lease = acquire(str(d))
+    try:
+        assert (lease.index, lease.active) == (0, 1)
+        assert [x["held"] for x in lease_status(str(d))] == [True, False, False, False]
+    finally:
+        lease.release()
+
+
+def test_a_held_slot_counts_whatever_its_content_says(tmp_path):
+    """Liveness is the lock: a holder whose record is empty (between locking and writing) or
+    names no descriptor still counts."""
+    import fcntl
+
+    from tf_autopar.coordination.lease import live_peers
+
+    d = tmp_path / "g"
+    d.mkdir(mode=0o700)
+    held = []
+    for i, content in ((1, ""), (2, json.dumps({"pid": 999999, "time": 1.0}))):
+        path = d / f"slot-{i}.lock"
+        path.write_text(content)
+        fd = os.open(path, os.O_RDWR)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        held.append(fd)
+    lease = acquire(str(d))
+    try:
+        assert lease.index == 0
+        assert [i for i, _ in live_peers(str(d), lease.fd)] == [1, 2]
+    finally:
+        lease.release()
+        for fd in held:
+            os.close(fd)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -1.0, True, "1", 10**400])
+def test_a_claim_time_that_is_no_time_is_not_believed(value):
+    from tf_autopar.coordination.rendezvous import _claim_time, _decided
+
+    assert _claim_time({"time": value}) is None
+    assert _claim_time({"time": 1700000000.5}) == 1700000000.5
+    assert _decided({"rank": 0, "cohort": 10**12}) is None  # no group has more workers than slots
+    assert _decided({"rank": 1, "cohort": 3}) == (1, 3)
+
+
+def test_an_explicit_root_gets_the_default_roots_checks(tmp_path):
+    """TF_AUTOPAR_LEASE_DIR shared (1777): another user's symlink as the group directory once made
+    this process create its slot files wherever it pointed."""
+    from tf_autopar import _warn
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    target = tmp_path / "target"
+    target.mkdir()
+    group = shared / group_key(GROUP_ENV, None, range(4))
+    group.symlink_to(target)
+    if os.geteuid() == 0:
+        os.lchown(group, 65534, 65534)
+    before = len(_warn.ISSUED)
+    share = claim_share(_topo(), GROUP_ENV, lease_dir=str(shared), count=2)
+    assert share.source == "even-split" and list(target.iterdir()) == []
+    assert len(_warn.ISSUED) == before + 1 and "is a symlink" in _warn.ISSUED[-1] and len(_warn.ISSUED[-1]) < 300
+    group.unlink()
+    with claim_share(_topo(), GROUP_ENV, lease_dir=str(shared), count=2) as ok:  # sticky and shared: fine
+        assert ok.source == "lease" and ok.lease_slot == 0
+    open_root = tmp_path / "open"
+    open_root.mkdir()
+    os.chmod(open_root, 0o777)  # anyone may replace what is in it
+    assert claim_share(_topo(), GROUP_ENV, lease_dir=str(open_root), count=2).source == "even-split"
+    assert "writable by group or others" in _warn.ISSUED[-1]
+    if os.geteuid() == 0:
+        theirs = tmp_path / "theirs"
+        theirs.mkdir(mode=0o700)
+        os.chown(theirs, 65534, 65534)
+        assert claim_share(_topo(), GROUP_ENV, lease_dir=str(theirs), count=2).source == "even-split"
+        assert "belongs to uid 65534" in _warn.ISSUED[-1]
+
+
+def test_thousands_of_planted_slot_files_cost_little(tmp_path):
+    """3,000 empty slot files made every start wait a millisecond per file, several times over
+    (7 s); slots beyond MAX_SLOTS are not even looked at."""
+    from tf_autopar.coordination.lease import MAX_SLOTS, live_peers
+
+    d = tmp_path / "g"
+    d.mkdir(mode=0o700)
+    for i in range(3000):
+        (d / f"slot-{i}.lock").write_bytes(b"")
+    (d / f"slot-{10**30}.lock").write_bytes(b"")
+    t0 = time.perf_counter()
+    lease = acquire(str(d))
+    try:
+        assert lease.index == 0 and lease.active == 1
+        assert live_peers(str(d), lease.fd) == []
+        assert len(lease_status(str(d))) == MAX_SLOTS
+    finally:
+        lease.release()
+    assert time.perf_counter() - t0 < 1.5
+
+
+def test_a_decision_lock_held_for_good_delays_a_start_only_briefly(tmp_path, monkeypatch):
+    """Holding decide.lock once delayed every start by its 2 s timeout, twice for a latecomer."""
+    from tf_autopar.coordination import rendezvous
+    from tf_autopar.coordination.lease import group_lock
+
+    monkeypatch.setattr(rendezvous, "siblings_likely", lambda: True)
+    root = tmp_path / "lease"
+    env = {**GROUP_ENV, "TF_AUTOPAR_RENDEZVOUS_S": "0.2"}
+    with claim_share(_topo(), env, lease_dir=str(root)) as first:  # a live peer: the next one meets it
+        with group_lock(first._lease.directory) as taken:  # held through another descriptor: for good
+            assert taken
+            t0 = time.perf_counter()
+            with claim_share(_topo(), env, lease_dir=str(root)) as second:
+                elapsed = time.perf_counter() - t0
+    assert second.source in ("rendezvous", "lease")
+    assert elapsed < 0.2 + 0.6, elapsed  # the window, one bounded wait for the lock, and slack

@@ -1,6 +1,9 @@
 """Core slices per worker and the sharing rule (pure: hand-built topologies)."""
 from __future__ import annotations
 
+import contextlib
+import signal
+
 from hypothesis import given, settings, strategies as st
 
 import pytest
@@ -174,3 +177,57 @@ def test_apply_affinity_all_threads_moves_existing_threads():
         t.join(10)
         apply_affinity(Share(0, 1, tuple(host), "single", pin=True), all_threads=True)  # restore every thread
     assert seen == [{host[1]}]  # the thread started before the call was moved too
+
+
+@settings(max_examples=60, deadline=None)
+@given(t=shapes, n=st.integers(1, 40), data=st.data())
+def test_slice_for_is_split_without_building_it(t, n, data):
+    i = data.draw(st.integers(0, n - 1))
+    assert slice_for(t, i, n) == split(t, n)[i]
+
+
+@contextlib.contextmanager
+def deadline(seconds: float):
+    """TimeoutError after ``seconds``: code that loops over a huge count fails here instead of
+    eating the machine's memory."""
+    def expired(signum, frame):
+        raise TimeoutError(f"still running after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_a_huge_count_costs_what_a_small_one_does():
+    """WEB_CONCURRENCY=10**12 (a typo): one slice, computed as for 2; no list of 10**12 slices."""
+    t = make_topology(cores_per_node=2)
+    with deadline(2):
+        s = slice_for(t, 10**12 - 1, 10**12)
+    assert (s.cpus, s.cores, s.shared_with) == ((1,), 1, 5 * 10**11)
+
+
+def test_counts_read_from_outside_are_warned_about_and_capped(tmp_path):
+    from tf_autopar import _warn
+    from tf_autopar.coordination.slices import MAX_WORKERS_PER_CORE, bound_count
+
+    t = make_topology(cores_per_node=2)
+    assert bound_count(2, t, "WEB_CONCURRENCY=2") == (2, "")
+    n, note = bound_count(5, t, "WEB_CONCURRENCY=5")
+    assert n == 5 and note == "WEB_CONCURRENCY=5: 5 workers for the 2 usable cores: they share cores, 1 x 1 threads each"
+    n, note = bound_count(10**12, t, "WEB_CONCURRENCY=1000000000000")
+    assert n == 2 * MAX_WORKERS_PER_CORE and "capped at 16" in note and len(note) < 200
+    assert bound_count(10**12, t, "LOCAL_WORLD_SIZE=1000000000000", cap=False)[0] == 10**12
+    before = len(_warn.ISSUED)
+    with deadline(5):
+        share = claim_share(t, {"WEB_CONCURRENCY": str(10**12), "TF_AUTOPAR_GROUP": "huge"}, lease_dir=str(tmp_path))
+    with share:
+        assert share.count == 16 and share.shared_with == 8 and share.budget == 1
+    issued = _warn.ISSUED[before:]
+    assert len(issued) == 1 and "WEB_CONCURRENCY=1000000000000" in issued[0] and len(issued[0]) < 200
+    with deadline(2):
+        ranked = claim_share(t, {"LOCAL_RANK": "7", "LOCAL_WORLD_SIZE": str(10**12)})
+    assert (ranked.index, ranked.count, ranked.cpus, ranked.shared_with) == (7, 10**12, (1,), 5 * 10**11)

@@ -160,3 +160,33 @@ def test_shared_cpus_warning_in_the_launch_plan(host_root):
     assert crowded.warnings == ("5 instances on 2 CPUs: instances share CPUs (CPU 0: instances 0, 2, 4; CPU 1: "
                                 "instances 1, 3), so they slow each other down; at most 2 get a CPU of their own "
                                 "(--instances 2)",)
+
+
+def test_a_huge_instance_count_is_capped_with_one_short_warning(host_root):
+    """--instances 1000000000 (a typo) once built a billion specs (MemoryError); 1000 on 2 CPUs
+    printed a 5,000-character warning listing every instance."""
+    from tf_autopar.coordination.slices import MAX_WORKERS_PER_CORE
+    from tf_autopar.runtime.launcher import launch_specs, shared_cpus
+    from tf_autopar.topology import detect_topology
+
+    from test_coordination_slices import deadline
+
+    topo = detect_topology(host_root("this-host-2c"))
+    with deadline(5):  # the old code looped over a billion instances
+        launch = launch_specs(topo, ["true"], instances=10**9, environ={})
+    assert len(launch.instances) == 2 * MAX_WORKERS_PER_CORE
+    assert len(launch.warnings) == 1 and "--instances 1000000000" in launch.warnings[0]
+    assert len(launch.warnings[0]) < 200
+    many = shared_cpus([[i % 2] for i in range(1000)])
+    assert len(many) < 300 and "CPU 0: instances 0, 2, 4, 6 and 496 more" in many
+
+
+def test_dry_run_with_a_billion_instances_says_one_short_thing():
+    p = launcher(["--instances", "1000000000", "--dry-run", "--", "true"])
+    try:
+        out, err = p.communicate(timeout=20)  # the old code filled memory until MemoryError
+    finally:
+        p.kill()
+    assert p.returncode == 0, err
+    warnings = [line for line in out.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and len(warnings[0]) < 200 and "MemoryError" not in out + err

@@ -248,3 +248,12 @@ def test_model_rows_run_the_model_child_with_their_flags():
         make_model_rows(["/m/a"], ["train"], 4)
     with pytest.raises(ValueError, match="needs --batch"):
         make_model_rows(["/m/a"], ["infer"], None)
+
+
+def test_inputs_too_large_to_synthesise_are_a_clear_error_before_any_allocation():
+    """bench --batch 1000000000 used to end in the child's numpy MemoryError traceback."""
+    big = (InputSpec("image", "float32", (None, 224, 224, 3)),)
+    with pytest.raises(ValueError, match=r"--batch 100000 would take 56\.1 GiB .*smaller --batch"):
+        inp.synthesize(big, batch=100_000)
+    arrays, _, _ = inp.synthesize(big, batch=2)
+    assert arrays["image"].shape == (2, 224, 224, 3)

@@ -29,6 +29,10 @@ class FileTooLarge(ValueError):
     """The file holds more than the caller's bound."""
 
 
+class Untrusted(OSError):
+    """The path may have been written by someone else: another user's, writable by others, a symlink."""
+
+
 def kind_of(mode: int) -> str:
     """'a named pipe', 'a directory', ... for a non-regular file's st_mode."""
     return next((name for test, name in _KINDS if test(mode)), "not a regular file")
@@ -42,18 +46,40 @@ def check_regular(fd: int, path: str) -> os.stat_result:
     return st
 
 
-def read_regular(path: str, max_bytes: int, *, truncate: bool = False, follow_symlinks: bool = True) -> bytes:
+def check_owned(st: os.stat_result, path: str, *, directory: bool = False, sticky_ok: bool = False) -> None:
+    """Untrusted unless ``st`` (an lstat or fstat) is a regular file (a directory when
+    ``directory``), owned by this user or root and not writable by group or others: a file
+    someone else could have written must not steer this process (a library it loads, a plan it
+    applies, a directory it creates files in). ``sticky_ok``: a directory writable by others is
+    accepted with the sticky bit (/tmp, /dev/shm: nobody can remove or replace what we put there)."""
+    if stat.S_ISLNK(st.st_mode):
+        raise Untrusted(errno.ELOOP, f"{path} is a symlink")
+    want, what = (stat.S_ISDIR, "a directory") if directory else (stat.S_ISREG, "a regular file")
+    if not want(st.st_mode):
+        raise Untrusted(errno.EINVAL, f"{path} is not {what} ({kind_of(st.st_mode)})")
+    if st.st_uid not in (os.getuid(), 0):
+        raise Untrusted(errno.EPERM, f"{path} belongs to uid {st.st_uid}, not to this user ({os.getuid()})")
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not (sticky_ok and st.st_mode & stat.S_ISVTX):
+        raise Untrusted(errno.EPERM, f"{path} is writable by group or others (mode {stat.S_IMODE(st.st_mode):o})")
+
+
+def read_regular(path: str, max_bytes: int, *, truncate: bool = False, follow_symlinks: bool = True,
+                 owned: bool = False) -> bytes:
     """The bytes of the regular file ``path``, at most ``max_bytes``.
 
     Never blocks (O_NONBLOCK: a FIFO is refused, not waited on). OSError when it cannot be
     opened (FileNotFoundError, PermissionError, ...) or is not a regular file
     (NotRegularFile); FileTooLarge beyond ``max_bytes`` unless ``truncate`` (then the first
     ``max_bytes``: /proc files report size 0, so the bound is counted while reading).
+    ``owned``: Untrusted unless check_owned accepts the file opened (checked on its descriptor,
+    so the file checked is the file read).
     """
     flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | (0 if follow_symlinks else os.O_NOFOLLOW)
     fd = os.open(path, flags)
     try:
-        check_regular(fd, path)
+        st = check_regular(fd, path)
+        if owned:
+            check_owned(st, path)
         chunks: list[bytes] = []
         total = 0
         while total <= max_bytes:
@@ -82,9 +108,9 @@ def parse_json(raw: bytes | str, what: str) -> Any:
         raise ValueError(f"{what} is not UTF-8 text ({exc.reason})") from None
 
 
-def read_json(path: str, max_bytes: int) -> Any:
-    """The JSON content of a regular file (see read_regular); ValueError when it is not JSON."""
-    return parse_json(read_regular(path, max_bytes), path)
+def read_json(path: str, max_bytes: int, **options: Any) -> Any:
+    """The JSON content of a regular file (see read_regular and its options); ValueError when it is not JSON."""
+    return parse_json(read_regular(path, max_bytes, **options), path)
 
 
 def write_json_atomic(path: str, data: Any, **dump_options: Any) -> None:

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
 from typing import Any, Mapping
 
+from tf_autopar.cli.numbers import count, seconds
+from tf_autopar.graph.dims import MAX_BATCH
 from tf_autopar._files import write_json_atomic
 from tf_autopar.models.options import add_model_flags
 from tf_autopar.validation.report import format_ratio
@@ -29,18 +30,18 @@ def add_parser(subparsers: Any) -> None:
                     "settings, p50/p90/p99 latency, throughput and the speedup over TensorFlow's default.",
     )
     p.add_argument("model", metavar="MODEL", help="SavedModel directory, .keras file, or bundled workload name")
-    p.add_argument("--batch", type=int, default=1, help="batch per request; a None batch dimension (default 1)")
+    p.add_argument("--batch", type=count(MAX_BATCH, "the largest batch tf-autopar synthesises inputs for"), default=1, help="batch per request; a None batch dimension (default 1)")
     p.add_argument("--mode", choices=b.MODES, default="latency",
                    help="latency: one process, one request at a time; throughput: the plan's instances as "
                         "that many concurrent processes for every configuration, throughput summed")
     amount = p.add_mutually_exclusive_group()
-    amount.add_argument("--requests", type=int, default=None,
+    amount.add_argument("--requests", type=count(), default=None,
                         help=f"timed requests per process and run (default {b.DEFAULT_REQUESTS})")
-    amount.add_argument("--time", type=float, default=None, metavar="SECONDS",
+    amount.add_argument("--time", type=seconds(), default=None, metavar="SECONDS",
                         help="time requests for this long per process and run instead")
-    p.add_argument("--warmup", type=int, default=b.DEFAULT_WARMUP,
+    p.add_argument("--warmup", type=count(), default=b.DEFAULT_WARMUP,
                    help=f"untimed requests first (tracing, allocation; default {b.DEFAULT_WARMUP})")
-    p.add_argument("--rounds", type=int, default=b.DEFAULT_ROUNDS,
+    p.add_argument("--rounds", type=count(), default=b.DEFAULT_ROUNDS,
                    help=f"interleaved rounds (default {b.DEFAULT_ROUNDS})")
     p.add_argument("--compare", default=",".join(b.DEFAULT_COMPARE),
                    help="comma-separated configurations: default (TF's default), plan (tf_autopar's plan), "
@@ -48,18 +49,14 @@ def add_parser(subparsers: Any) -> None:
                         "start), INTERxINTRA (e.g. 1x2), and on OpenMP builds INTERxINTRAxOMP[:btMS] (OpenMP "
                         "threads apart from TF's intra-op pool, KMP_BLOCKTIME; e.g. 1x1x2:bt1); default "
                         "'default,plan'. Speedups are over 'default'")
-    p.add_argument("--streams", type=int, default=None, help="throughput mode: instances to plan (default: planner)")
+    p.add_argument("--streams", type=count(4096), default=None, help="throughput mode: instances to plan (default: planner)")
     p.add_argument("--size", choices=("tiny", "paper"), default="tiny", help="bundled workloads only (default tiny)")
-    p.add_argument("--timeout", type=float, default=b.DEFAULT_TIMEOUT_S,
+    p.add_argument("--timeout", type=seconds(), default=b.DEFAULT_TIMEOUT_S,
                    help=f"seconds per process before it is killed (default {b.DEFAULT_TIMEOUT_S:g})")
     add_model_flags(p)
     p.add_argument("--json", metavar="OUT.json", default=None, help="write every raw timing as JSON ('-' = stdout)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.set_defaults(func=run)
-
-
-def _sigterm(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
 
 
 def _ms(x: float | None) -> str:
@@ -169,18 +166,14 @@ def run(args: argparse.Namespace) -> int:
     )
     out = sys.stderr if args.json == "-" else sys.stdout
     progress = Progress(0, enabled=not args.no_progress)
-    previous = signal.signal(signal.SIGTERM, _sigterm)
-    try:
-        with Bench(options, progress=progress) as bench:
-            print(f"tf-autopar bench: loading and planning {bench.model} in a child process ...", file=out, flush=True)
-            try:
-                bench.prepare()
-            except RuntimeError as exc:  # the child crashed (not bad input: that is a ValueError, exit 2)
-                print(f"tf-autopar bench: error: {exc}", file=sys.stderr)
-                return 1
-            doc = bench.run()
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    with Bench(options, progress=progress) as bench:  # SIGTERM: cli/interrupt.py
+        print(f"tf-autopar bench: loading and planning {bench.model} in a child process ...", file=out, flush=True)
+        try:
+            bench.prepare()
+        except RuntimeError as exc:  # the child crashed (not bad input: that is a ValueError, exit 2)
+            print(f"tf-autopar bench: error: {exc}", file=sys.stderr)
+            return 1
+        doc = bench.run()
     print(format_report(doc), file=out)
     if args.json == "-":
         print(json.dumps(doc, indent=1, default=str))

@@ -12,6 +12,9 @@ import sys
 from typing import Any
 
 
+from tf_autopar.cli.numbers import count
+
+
 def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "calibrate",
@@ -20,7 +23,7 @@ def add_parser(subparsers: Any) -> None:
                     "with every CPU of the budget, in fresh processes and interleaved rounds, and stores the op "
                     "size from which the CPUs pay as this host's small-op threshold.",
     )
-    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
+    p.add_argument("--rounds", type=count(), default=3, help="interleaved rounds (default 3)")
     p.add_argument("--dry-run", action="store_true", help="measure and report, store nothing")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=run)

@@ -14,6 +14,8 @@ import sys
 from types import ModuleType
 from typing import Any, Sequence
 
+from tf_autopar.cli.numbers import count, seconds
+from tf_autopar.graph.dims import MAX_BATCH
 from tf_autopar.characterization.classes import OP_CLASSES
 
 
@@ -66,14 +68,14 @@ def add_parser(subparsers: Any) -> None:
                    help="intra-op thread counts, e.g. 1,2,4 (default 1, 2, 4, ... up to the CPU budget)")
     p.add_argument("--inter", type=_ints, default=[1, 2],
                    help="inter-op pool sizes compared at the largest intra-op count (default 1,2)")
-    p.add_argument("--steps", type=int, default=10, help="traced steps per run (default 10)")
-    p.add_argument("--warmup", type=int, default=2, help="untraced steps first (default 2)")
-    p.add_argument("--rounds", type=int, default=1, help="repeat every run this many times, interleaved (default 1)")
-    p.add_argument("--batch", type=int, default=None, help="batch size (default: each workload's published one)")
+    p.add_argument("--steps", type=count(), default=10, help="traced steps per run (default 10)")
+    p.add_argument("--warmup", type=count(), default=2, help="untraced steps first (default 2)")
+    p.add_argument("--rounds", type=count(), default=1, help="repeat every run this many times, interleaved (default 1)")
+    p.add_argument("--batch", type=count(MAX_BATCH, "the largest batch tf-autopar synthesises inputs for"), default=None, help="batch size (default: each workload's published one)")
     p.add_argument("--classes", type=_words, default=[],
                    help="op classes for the per-class scaling table (default: those with 5%% or more); one of: "
                         + ", ".join(OP_CLASSES))
-    p.add_argument("--timeout", type=float, default=600.0, help="seconds per run before it is killed (default 600)")
+    p.add_argument("--timeout", type=seconds(), default=600.0, help="seconds per run before it is killed (default 600)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.add_argument("--json", action="store_true", help="print characterize.json's content on stdout")
     p.set_defaults(func=run)

@@ -34,6 +34,9 @@ TF_BACKED = frozenset(SUBCOMMANDS) - {"run", "inspect"}
 #: Subcommands that measure in TensorFlow child processes: without TensorFlow every child would
 #: crash and the table would be empty, so they stop before starting any.
 NEEDS_TF = frozenset({"trace", "characterize", "validate", "bench", "tune", "calibrate"})
+#: `run` forwards SIGTERM to the program it started (launcher.py); every other command ends its
+#: children and removes their files on SIGTERM as on Ctrl-C (cli/interrupt.py).
+FORWARDS_SIGNALS = frozenset({"run"})
 TF_MODULES = ("tensorflow", "keras", "tf_keras")
 
 
@@ -89,7 +92,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.subcommand in NEEDS_TF and importlib.util.find_spec("tensorflow") is None:
             print(f"tf-autopar {args.subcommand}: error: {no_tensorflow()}", file=sys.stderr)
             return 2
-        return int(args.func(args) or 0)
+        if args.subcommand in FORWARDS_SIGNALS:
+            return int(args.func(args) or 0)
+        from tf_autopar.cli.interrupt import sigterm_interrupts
+
+        with sigterm_interrupts():
+            return int(args.func(args) or 0)
     except ModuleNotFoundError as exc:
         if (exc.name or "").split(".")[0] not in TF_MODULES:
             raise

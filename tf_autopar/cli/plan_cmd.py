@@ -11,6 +11,8 @@ import logging
 import os
 from typing import TYPE_CHECKING, Any, Mapping
 
+from tf_autopar.cli.numbers import count
+from tf_autopar.graph.dims import MAX_BATCH
 from tf_autopar.cli.notes import say
 from tf_autopar.planning import BASELINES, FORMATS, MODES, ThreadPlan, baseline_plan, plan
 from tf_autopar.topology.model import Topology
@@ -32,12 +34,12 @@ def add_parser(subparsers: Any) -> None:
     # tf_autopar.graph.analyze(path); a bundled workload name via workloads.get(name).
     p.add_argument("model", nargs="?", default=None,
                    help="SavedModel directory or bundled workload name to take the width from (imports TensorFlow)")
-    p.add_argument("--width", type=int, default=None, help="the model's average width, if known (instead of MODEL)")
+    p.add_argument("--width", type=count(1 << 20), default=None, help="the model's average width, if known (instead of MODEL)")
     add_size_argument(p)
     add_shape_arguments(p)
     p.add_argument("--mode", choices=MODES, default="latency",
                    help="latency: one request at a time; throughput: many concurrent requests; training")
-    p.add_argument("--streams", type=int, default=None, help="throughput mode: number of streams/instances")
+    p.add_argument("--streams", type=count(4096), default=None, help="throughput mode: number of streams/instances")
     p.add_argument("--hyperthreads", action="store_true", help="count SMT siblings as CPUs (default: physical cores)")
     p.add_argument("--tf-data", action="store_true", help="the program runs tf.data pipelines (plans >= 2 inter-op threads)")
     p.add_argument("--format", choices=FORMATS, default="text", help="output format (default text: the explanation)")
@@ -50,7 +52,7 @@ def add_parser(subparsers: Any) -> None:
 
 def add_shape_arguments(p: argparse.ArgumentParser) -> None:
     """--batch, --batching-file, --input-shape, --signature: what a model's free dimensions are read as."""
-    p.add_argument("--batch", type=int, default=None,
+    p.add_argument("--batch", type=count(MAX_BATCH, "the largest batch tf-autopar synthesises inputs for"), default=None,
                    help="batch size a None batch dimension is read as (default: 1 for latency; throughput: "
                         "--batching-file's max_batch_size, else 1); a bundled workload is built at it")
     p.add_argument("--batching-file", metavar="PATH", default=None,

@@ -8,6 +8,8 @@ import os
 import sys
 from typing import Any
 
+from tf_autopar.cli.numbers import count
+from tf_autopar.graph.dims import MAX_BATCH
 from tf_autopar.cli.notes import say
 from tf_autopar.models.options import add_model_flags, from_args
 
@@ -29,12 +31,12 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--mode", choices=("infer", "train"), default="infer",
                    help="inference or training steps (a model file: inference)")
     p.add_argument("--size", choices=("tiny", "paper"), default="tiny", help="model size (default tiny)")
-    p.add_argument("--batch", type=int, default=None,
+    p.add_argument("--batch", type=count(MAX_BATCH, "the largest batch tf-autopar synthesises inputs for"), default=None,
                    help="batch size (default: the workload's published one; a model file's None batch: 1)")
     p.add_argument("--path", choices=("function", "session"), default="function",
                    help="run as a tf.function (default) or in a TF1 Session")
-    p.add_argument("--steps", type=int, default=10, help="traced steps (default 10)")
-    p.add_argument("--warmup", type=int, default=2, help="untraced steps first (default 2)")
+    p.add_argument("--steps", type=count(), default=10, help="traced steps (default 10)")
+    p.add_argument("--warmup", type=count(), default=2, help="untraced steps first (default 2)")
     p.add_argument("--cheap-ops", action="store_true", help="also record cheap inlined kernels (slower)")
     p.add_argument("--backend", choices=("auto", "native", "profiler"), default="auto", help="tracer backend")
     p.add_argument("--top", type=int, default=15, help="op types to list (default 15)")

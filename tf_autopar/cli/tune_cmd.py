@@ -11,6 +11,8 @@ import json
 import sys
 from typing import Any
 
+from tf_autopar.cli.numbers import count, seconds
+from tf_autopar.graph.dims import MAX_BATCH
 from tf_autopar.models.options import add_model_flags, from_args
 
 
@@ -27,12 +29,12 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("model", metavar="MODEL", help="SavedModel directory, .keras file, or bundled workload name")
     p.add_argument("--mode", choices=t.TUNE_MODES, default="latency",
                    help="latency: one request at a time (any model); training: a bundled workload's training step")
-    p.add_argument("--batch", type=int, default=None,
+    p.add_argument("--batch", type=count(MAX_BATCH, "the largest batch tf-autopar synthesises inputs for"), default=None,
                    help="batch per request (a None batch dimension; default 1) or per training step "
                         "(default: the workload's published batch)")
-    p.add_argument("--budget", type=float, default=t.DEFAULT_BUDGET_S, metavar="SECONDS",
+    p.add_argument("--budget", type=seconds(), default=t.DEFAULT_BUDGET_S, metavar="SECONDS",
                    help=f"machine time to spend, about (default {t.DEFAULT_BUDGET_S:g} s)")
-    p.add_argument("--requests", type=int, default=t.DEFAULT_REQUESTS, help="timed requests (or training steps) per run")
+    p.add_argument("--requests", type=count(), default=t.DEFAULT_REQUESTS, help="timed requests (or training steps) per run")
     p.add_argument("--size", choices=("tiny", "paper"), default="tiny", help="bundled workloads only")
     p.add_argument("--dry-run", action="store_true", help="measure and report, store nothing")
     add_model_flags(p)

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import argparse
 import shlex
-import signal
 import sys
 from typing import Any
 
+from tf_autopar.cli.numbers import count, seconds
+from tf_autopar.graph.dims import MAX_BATCH
 from tf_autopar import _plots
 from tf_autopar.models.options import add_model_flags
 from tf_autopar.validation.plan_child import ROW_MODES
@@ -45,19 +46,19 @@ def add_parser(subparsers: Any) -> None:
                    help="comma-separated rows per workload: infer1 (inference, batch 1), infer (published batch), "
                         "train (default: all three; --quick: " + ", ".join(f"{w}/{m}" for w, m in QUICK_ROWS) + ")")
     p.add_argument("--size", choices=("tiny", "paper"), default=None, help="workload size (default paper; --quick: tiny)")
-    p.add_argument("--batch", type=int, default=None,
+    p.add_argument("--batch", type=count(MAX_BATCH, "the largest batch tf-autopar synthesises inputs for"), default=None,
                    help="batch of a model file's rows (its None batch dimension; default 1) and of workloads' "
                         "infer rows (default: the published batch)")
     p.add_argument("--quick", action="store_true",
                    help="representative subset at tiny size, 3 rounds: about 6 minutes on 2 cores")
-    p.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 5; --quick 3)")
-    p.add_argument("--steps", type=int, default=None, help="timed steps per run (default 20; --quick 10)")
-    p.add_argument("--warmup", type=int, default=None, help="untimed steps per run first (default 3; --quick 2)")
+    p.add_argument("--rounds", type=count(), default=None, help="interleaved rounds (default 5; --quick 3)")
+    p.add_argument("--steps", type=count(), default=None, help="timed steps per run (default 20; --quick 10)")
+    p.add_argument("--warmup", type=count(), default=None, help="untimed steps per run first (default 3; --quick 2)")
     p.add_argument("--space", choices=("auto", "full", "grid", "none"), default="auto",
                    help="search space: auto = full up to 4 CPUs, bounded grid above; none = baselines and plan only")
     p.add_argument("--cpu-quota", type=float, default=None, metavar="Q",
                    help="run every configuration inside a real cgroup CPU quota of Q CPUs (needs root)")
-    p.add_argument("--timeout", type=float, default=None, help="seconds per run before it is killed and recorded "
+    p.add_argument("--timeout", type=seconds(), default=None, help="seconds per run before it is killed and recorded "
                                                                  "as a timeout (default 180 tiny, 1800 paper)")
     p.add_argument("--json", metavar="OUT.json", default=None, help="write every raw timing as JSON ('-' = stdout)")
     p.add_argument("--plot", metavar="OUT.png", default=None, help="bar chart of our speedups per row (needs the plots extra: matplotlib)")
@@ -78,10 +79,6 @@ def add_parser(subparsers: Any) -> None:
     add_model_flags(p)
     p.add_argument("--estimate", action="store_true", help="print the run count and time estimate, then exit")
     p.set_defaults(func=run)
-
-
-def _sigterm(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
 
 
 def _check_models(rows: Any, out: Any) -> None:
@@ -189,11 +186,7 @@ def run(args: argparse.Namespace) -> int:
           f"measured)", file=out, flush=True)
     if args.estimate:
         return 0
-    previous = signal.signal(signal.SIGTERM, _sigterm)
-    try:
-        doc = harness.run(rows)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    doc = harness.run(rows)  # SIGTERM stops it as Ctrl-C does: cli/interrupt.py
     print(report.format_table(doc, details=args.details), file=out)
     if args.json == "-":
         print(report.to_json(doc))

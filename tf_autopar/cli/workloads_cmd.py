@@ -14,6 +14,8 @@ import os
 import sys
 from typing import Any
 
+from tf_autopar.cli.numbers import count
+from tf_autopar.graph.dims import MAX_BATCH
 from tf_autopar.cli.notes import say
 
 log = logging.getLogger("tf_autopar.cli")
@@ -33,9 +35,9 @@ def add_parser(subparsers: Any) -> None:
     rp = sub.add_parser("run", help="time a workload's steps (tf.function or TF1 Session path)")
     rp.add_argument("name", help="workload name (see `tf-autopar workloads list`)")
     rp.add_argument("--mode", choices=("infer", "train"), default="infer")
-    rp.add_argument("--batch", type=int, default=None, help="batch size (default: the published one)")
-    rp.add_argument("--steps", type=int, default=10, help="timed steps")
-    rp.add_argument("--warmup", type=int, default=2, help="untimed steps first (tracing, allocation)")
+    rp.add_argument("--batch", type=count(MAX_BATCH, "the largest batch tf-autopar synthesises inputs for"), default=None, help="batch size (default: the published one)")
+    rp.add_argument("--steps", type=count(), default=10, help="timed steps")
+    rp.add_argument("--warmup", type=count(), default=2, help="untimed steps first (tracing, allocation)")
     rp.add_argument("--size", choices=("tiny", "paper"), default="tiny")
     rp.add_argument("--path", choices=("function", "session"), default="function")
     rp.add_argument("--seed", type=int, default=0)

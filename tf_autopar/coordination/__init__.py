@@ -30,7 +30,9 @@ How the share is decided, first match wins:
    warning. Never an exception.
 
 More workers than cores: see the sharing rule in slices.py (one core per worker, shared,
-1 x 1 threads each).
+1 x 1 threads each). A count or size read from outside is bounded where it is read
+(slices.bound_count): above the usable cores one warning, above 8 workers per core a cap for a
+count (a rank's size is kept: ranks cannot be renumbered, and a slice costs the same for any size).
 """
 from __future__ import annotations
 
@@ -44,8 +46,8 @@ from tf_autopar.coordination import rendezvous
 from tf_autopar.coordination.lease import (
     Lease, LeaseError, acquire, default_root, group_key, lease_status, live_peers, pid_alive,
 )
-from tf_autopar.coordination.ranks import LAUNCHER, Ranks, detect_ranks
-from tf_autopar.coordination.slices import Slice, capacity_cores, restrict, slice_for, split
+from tf_autopar.coordination.ranks import LAUNCHER, PAIRS, Ranks, detect_ranks
+from tf_autopar.coordination.slices import Slice, bound_count, capacity_cores, restrict, slice_for, split
 from tf_autopar.topology import affinity
 from tf_autopar.topology.model import Topology
 
@@ -176,19 +178,20 @@ def claim_share(
     if ranks.rank is not None and ranks.size is not None and count in (None, ranks.size):
         if ranks.size == 1:
             return _whole(topology, ranks.source, 1, 0, "the only local worker")
+        _warn_count(bound_count(ranks.size, topology, _size_text(ranks), cap=False)[1])
         s = slice_for(topology, ranks.rank, ranks.size)
         return _from_slice(s, ranks.size, ranks.source, topology, f"rank {ranks.rank} of {ranks.size} from {ranks.source}")
 
     n = count if count is not None else ranks.size
+    if n is not None:  # read from outside: bounded here, before any slot or slice depends on it
+        n, message = bound_count(n, topology, f"count={n}" if count is not None else
+                                 f"{ranks.source.removeprefix('env:')}={n}")
+        _warn_count(message)
     count_note = "count given" if count is not None else (f"count from {ranks.source}" if n else "no count known")
-    if lease_dir is not None:
-        root, strict = lease_dir, False
-    else:
-        root, explicit = default_root(env)
-        strict = not explicit
+    root = lease_dir if lease_dir is not None else default_root(env)[0]
     directory = os.path.join(root, group_key(env, argv, topology.affinity))
-    try:
-        lease = acquire(directory, count=n, strict_root=root if strict else None, argv=argv)
+    try:  # the root is checked as strictly when given as when it is the default
+        lease = acquire(directory, count=n, strict_root=root, argv=argv)
     except (LeaseError, OSError) as exc:
         return _even_split(topology, n, f"{exc}")
 
@@ -238,6 +241,18 @@ def claim_share(
         note += f"; more processes than the count {n}: shares slice {k % n} with its holder"
         return _from_slice(s, n, "lease", topology, note, lease)
     return _from_slice(slice_for(topology, k, n), n, "lease", topology, note, lease)
+
+
+def _size_text(ranks: Ranks) -> str:
+    """Where a rank source's size was read: "LOCAL_WORLD_SIZE=4", "TF_CONFIG's 4 local tasks"."""
+    rank_var = ranks.source.removeprefix("env:")
+    size_var = next((size for rank, size in PAIRS if rank == rank_var), None)
+    return f"{size_var}={ranks.size}" if size_var else f"{rank_var}'s {ranks.size} local tasks"
+
+
+def _warn_count(message: str) -> None:
+    if message:
+        _warn_once("count:" + message.split(":")[0], f"tf_autopar: {message}")
 
 
 def _even_split(topology: Topology, n: int | None, why: str) -> Share:

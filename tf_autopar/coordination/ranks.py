@@ -29,7 +29,7 @@ import json
 from typing import Any, Iterable, Mapping, NamedTuple
 
 from tf_autopar._files import parse_json
-from tf_autopar._text import uint_or_none
+from tf_autopar._text import shown, uint_or_none
 
 # (rank variable, size variable, source label); "" rank = count only.
 PAIRS: tuple[tuple[str, str], ...] = (
@@ -65,11 +65,11 @@ def _int(env: Mapping[str, str], name: str, minimum: int, warnings: list[str]) -
     text = raw.strip()
     value = uint_or_none(text.removeprefix("-"))
     if value is None:
-        warnings.append(f"{name}={raw!r} is not an integer: ignored")
+        warnings.append(f"{name}={shown(raw)} is not an integer: ignored")
         return None
     value = -value if text.startswith("-") else value
     if value < minimum:
-        warnings.append(f"{name}={raw!r} is below {minimum}: ignored")
+        warnings.append(f"{name}={shown(raw)} is below {minimum}: ignored")
         return None
     return value
 
@@ -138,7 +138,7 @@ def detect_ranks(env: Mapping[str, str], local_names: Iterable[str] = ()) -> Ran
         if rank is None or size is None:
             continue
         if rank >= size:
-            warnings.append(f"{rank_var}={rank} is not below {size_var}={size}: ignored")
+            warnings.append(f"{rank_var}={shown(rank)} is not below {size_var}={shown(size)}: ignored")
             continue
         return Ranks(rank, size, f"env:{rank_var}", tuple(warnings))
     if env.get("TF_CONFIG", "").strip():

@@ -34,12 +34,14 @@ is the exact answer; this is the safety net for when none is given.
 """
 from __future__ import annotations
 
+import math
 import os
 import time
 from typing import Any, Callable, Mapping, NamedTuple
 
 from tf_autopar import _warn
-from tf_autopar.coordination.lease import Lease, group_lock, live_peers
+from tf_autopar._text import shown
+from tf_autopar.coordination.lease import LOCK_WAIT_S, MAX_SLOTS, Lease, group_lock, live_peers
 
 WINDOW_VAR = "TF_AUTOPAR_RENDEZVOUS_S"
 DEFAULT_WINDOW_S = 1.0
@@ -112,20 +114,30 @@ def window_s(env: Mapping[str, str]) -> float:
         value = float("nan")
     if not value == value or value < 0:  # NaN or negative
         _warn.warn_once(f"rendezvous-var:{text}", (
-            f"tf_autopar: {WINDOW_VAR}={text!r} is not a number of seconds >= 0; using {DEFAULT_WINDOW_S:g}"),
+            f"tf_autopar: {WINDOW_VAR}={shown(text)} is not a number of seconds >= 0; using {DEFAULT_WINDOW_S:g}"),
             "tf_autopar.coordination")
         return DEFAULT_WINDOW_S
     return min(value, MAX_WINDOW_S)
 
 
 def _claim_time(data: Mapping[str, Any]) -> float | None:
+    """A slot's claim time (Unix seconds); None unless a finite, non-negative number (NaN is not believed)."""
     t = data.get("time")
-    return float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else None
+    if isinstance(t, bool) or not isinstance(t, (int, float)):
+        return None
+    try:
+        value = float(t)
+    except OverflowError:  # an integer beyond a float
+        return None
+    return value if math.isfinite(value) and value >= 0 else None
 
 
 def _decided(data: Mapping[str, Any]) -> tuple[int, int] | None:
+    """(rank, cohort) a slot recorded; None unless 0 <= rank < cohort <= MAX_SLOTS (no group has
+    more workers than slots: a cohort of 10**12 would be a range of that size below)."""
     rank, count = data.get("rank"), data.get("cohort")
-    if isinstance(rank, int) and isinstance(count, int) and 0 <= rank < count:
+    if (isinstance(rank, int) and isinstance(count, int) and not isinstance(rank, bool) and not isinstance(count, bool)
+            and 0 <= rank < count <= MAX_SLOTS):
         return rank, count
     return None
 
@@ -138,17 +150,19 @@ def meet(lease: Lease, window: float, *, clock: Callable[[], float] = time.time,
     own = _claim_time(lease.status) or clock()
     peers = live_peers(lease.directory, lease.fd)
     end, member = _window(peers, own, window)
+    wait = LOCK_WAIT_S  # once the lock was not had within it, the next try does not wait again
     if not member:
         if clock() < end + 2 * GRACE_S:  # the members are deciding: wait to see what they decide
             sleep(max(0.0, end + 2 * GRACE_S - clock()))
-        with group_lock(lease.directory):  # two latecomers must not both take the same free rank
+        with group_lock(lease.directory, wait) as taken:  # two latecomers must not both take the same free rank
+            wait = wait if taken else 0.0
             peers = live_peers(lease.directory, lease.fd)
             end, member = _window(peers, own, window)  # the workers holding ranks may have exited since
             if not member:
                 return _late(lease, peers, own, window)
         # nobody holds a rank any more: the group re-forms, this worker is a member of a fresh window
     sleep(max(0.0, end + GRACE_S - clock()))
-    with group_lock(lease.directory):
+    with group_lock(lease.directory, wait):
         peers = live_peers(lease.directory, lease.fd)
         decision = _decide(lease, end, peers)
         if decision is None:  # more members than the first to decide saw: late after all

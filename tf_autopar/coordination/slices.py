@@ -15,6 +15,9 @@ Pure: Topology in, CPU ids out. The rules (documented in docs/design.md, "Produc
 - N > capacity (the sharing rule). Worker i gets core ``i mod capacity``; the workers on a
   core share it and plan one inter-op x one intra-op thread each, so the host runs
   N threads, not N x cores. ``shared_with`` counts the workers on that core.
+- Bounds. ``slice_for`` costs the same for any N (no list of N slices is built); a count read
+  from outside is checked with ``bound_count``: above the capacity it is warned about (the
+  sharing rule), above MAX_WORKERS_PER_CORE workers per core it is taken for a typo and capped.
 """
 from __future__ import annotations
 
@@ -22,6 +25,9 @@ import dataclasses
 from typing import Iterable, NamedTuple, Sequence
 
 from tf_autopar.topology.model import Core, Topology, cut_nested, ordered_cores, place_of
+
+
+MAX_WORKERS_PER_CORE = 8  # more workers per usable core than this is a typo (10**12), not a deployment
 
 
 class Slice(NamedTuple):
@@ -65,9 +71,36 @@ def split(topology: Topology, count: int) -> list[Slice]:
 
 
 def slice_for(topology: Topology, index: int, count: int) -> Slice:
+    """Worker ``index``'s slice of ``count``, as ``split`` would cut it, without building the others:
+    a count of 10**12 costs what a count of 2 does."""
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ValueError(f"worker count must be a positive integer, got {count!r}")
     if not 0 <= index < count:
         raise ValueError(f"worker index {index} is outside 0..{count - 1}")
-    return split(topology, count)[index]
+    cores = capacity_cores(topology)
+    if count <= len(cores):
+        return split(topology, count)[index]
+    mask = set(topology.affinity) or {cpu for c in cores for cpu in c.cpus}
+    j = index % len(cores)
+    base, extra = divmod(count, len(cores))  # _sizes(count, cores): the first ``extra`` cores get one more
+    return Slice(index, _cpus([cores[j]], mask), 1, base + 1 if j < extra else base)
+
+
+def bound_count(count: int, topology: Topology, what: str, *, cap: bool = True) -> tuple[int, str]:
+    """(the count to plan for, a warning or ""), for a worker count read from outside (``what``:
+    where, e.g. "WEB_CONCURRENCY=12"). Above the usable cores: the sharing rule, said once; above
+    MAX_WORKERS_PER_CORE per usable core: capped there, since no deployment runs that many.
+    ``cap=False`` for a size that comes with ranks (a rank is an identity: it cannot be renumbered;
+    slice_for costs the same for any size)."""
+    usable = len(capacity_cores(topology))
+    limit = usable * MAX_WORKERS_PER_CORE
+    cpus = f"{usable} usable core{'s' if usable != 1 else ''}"
+    if count > limit and cap:
+        return limit, (f"{what}: more than {MAX_WORKERS_PER_CORE} workers per core for the {cpus}; capped at {limit} "
+                       "workers sharing the cores, 1 x 1 threads each")
+    if count > usable:
+        return count, f"{what}: {count} workers for the {cpus}: they share cores, 1 x 1 threads each"
+    return count, ""
 
 
 def restrict(topology: Topology, cpus: Sequence[int], budget: int | None = None) -> Topology:

@@ -416,7 +416,7 @@ class _Analyzer:
             if len(shapes) == 1:
                 return shapes[0]
             if not function_format:  # "name" or "name:port"
-                port = int(rest) if rest.isdigit() else 0
+                port = int(rest) if rest.isascii() and rest.isdigit() else 0  # "x:²" is no port
                 return shapes[port] if port < len(shapes) else None
             return None  # "name:out_arg:i" of a multi-output op: its port needs the OpDef
 

@@ -34,9 +34,14 @@ def proto_dims(shape_proto: Any) -> tuple[int, ...] | None:
     return None if shape_proto.unknown_rank else tuple(int(d.size) for d in shape_proto.dim)
 
 
+MAX_BATCH = 1 << 20  # a batch of 10**9 is a typo: its inputs alone would not fit in memory
+
+
 def _check_batch(batch: Any) -> None:
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise ValueError(f"batch must be a positive integer, got {batch!r}")
+    if batch > MAX_BATCH:
+        raise ValueError(f"batch {batch} is above the bound of {MAX_BATCH}")
 
 
 def fill_unknown(dims: Sequence[int], assumed: Assumed | None) -> tuple[Shape | None, frozenset[str]]:
@@ -131,7 +136,7 @@ def read_batching_file(path: str) -> int:
         raise FileNotFoundError(f"batching parameters file {path!r} does not exist")
     with open(path, encoding="utf-8", errors="replace") as fh:
         text = fh.read(1 << 20)
-    found = re.search(r"max_batch_size\s*:?\s*\{\s*value\s*:\s*(\d+)\s*\}", text)
+    found = re.search(r"max_batch_size\s*:?\s*\{\s*value\s*:\s*([0-9]+)\s*\}", text, re.ASCII)
     if not found or not found.group(1).isascii() or int(found.group(1)) < 1:
         raise ValueError(f"batching parameters file {path!r} has no positive max_batch_size {{ value: N }}")
     return int(found.group(1))

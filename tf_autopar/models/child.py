@@ -25,6 +25,8 @@ import sys
 import time
 from typing import Any, Callable
 
+from tf_autopar.cli.numbers import count, seconds
+from tf_autopar.graph.dims import MAX_BATCH
 from tf_autopar.models.options import add_model_flags, from_args
 from tf_autopar.runtime.openmp import openmp_state
 
@@ -78,7 +80,7 @@ def effective_settings() -> dict[str, Any]:
         text = env.get(var, "")
         if value:
             count, source = int(value), "tf.config.threading"
-        elif text.isdigit() and int(text) > 0:
+        elif text.isascii() and text.isdigit() and int(text) > 0:
             count, source = int(text), var
         else:
             count, source = len(cpus), "TensorFlow default (CPUs in the affinity mask)"
@@ -296,10 +298,10 @@ def build_parser() -> argparse.ArgumentParser:
     rp = sub.add_parser("run", help="time requests (the workloads-runner JSON contract)")
     rp.add_argument("model", help="SavedModel directory, .keras file or bundled workload name")
     rp.add_argument("--mode", default="infer")
-    rp.add_argument("--batch", type=int, default=1)
-    rp.add_argument("--steps", type=int, default=10, help="timed requests (ignored with --time)")
-    rp.add_argument("--time", type=float, default=None, help="time requests for this many seconds instead")
-    rp.add_argument("--warmup", type=int, default=2)
+    rp.add_argument("--batch", type=count(MAX_BATCH, "the largest batch tf-autopar synthesises inputs for"), default=1)
+    rp.add_argument("--steps", type=count(), default=10, help="timed requests (ignored with --time)")
+    rp.add_argument("--time", type=seconds(), default=None, help="time requests for this many seconds instead")
+    rp.add_argument("--warmup", type=count(), default=2)
     rp.add_argument("--size", default="tiny", help="bundled workloads only")
     rp.add_argument("--json", action="store_true", help="accepted for the runner contract; output is always JSON")
     rp.add_argument("--enable", choices=("latency", "throughput", "training"), default=None,
@@ -308,9 +310,9 @@ def build_parser() -> argparse.ArgumentParser:
     rp.set_defaults(func=run)
     pp = sub.add_parser("prepare", help="describe the inputs and plan")
     pp.add_argument("model")
-    pp.add_argument("--batch", type=int, default=1)
+    pp.add_argument("--batch", type=count(MAX_BATCH, "the largest batch tf-autopar synthesises inputs for"), default=1)
     pp.add_argument("--plan-mode", choices=("latency", "throughput"), default="latency")
-    pp.add_argument("--streams", type=int, default=None)
+    pp.add_argument("--streams", type=count(4096), default=None)
     pp.add_argument("--size", default="tiny")
     add_model_flags(pp)
     pp.set_defaults(func=prepare)

@@ -30,6 +30,7 @@ SEED = 0
 _FLOAT = ("float16", "float32", "float64", "bfloat16", "half", "double")
 _COMPLEX = ("complex64", "complex128")
 _INT = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+MAX_INPUT_BYTES = 2 << 30  # synthesised inputs of one request; beyond, a clear error instead of numpy's MemoryError
 _STRING = ("string",)
 
 __all__ = ["DEFAULT_DIM", "DEFAULT_INT_MAX", "InputInfo", "InputSpec", "check_input_shapes", "load_npz",
@@ -158,12 +159,14 @@ def synthesize(
                 f"meaning is the model's vocabulary). Pass real inputs with --inputs file.npz: an .npz whose "
                 f"arrays are named as the signature's inputs ({', '.join(x.name for x in specs)}), e.g. "
                 f"numpy.savez('inputs.npz', {s.name}=numpy.array([...]))")
+    resolved = {s.name: resolve_shape(s, batch, shapes.get(s.name), default_dim) for s in specs}
+    check_input_size(specs, {name: shape for name, (shape, _) in resolved.items()}, batch)
     rng = np.random.default_rng(seed)
     arrays: dict[str, np.ndarray] = {}
     infos: list[InputInfo] = []
     assumptions: list[str] = []
     for s in specs:
-        shape, assumed = resolve_shape(s, batch, shapes.get(s.name), default_dim)
+        shape, assumed = resolved[s.name]
         assumptions += assumed
         bound = None
         if s.dtype in _FLOAT:
@@ -193,6 +196,22 @@ def synthesize(
         arrays[s.name] = arr
         infos.append(InputInfo(s.name, s.dtype, tuple(arr.shape), "synthesised", values, bound))
     return arrays, infos, assumptions
+
+
+def check_input_size(specs: Sequence[InputSpec], shapes: Mapping[str, Sequence[int]], batch: int) -> None:
+    """ValueError before anything is allocated when the inputs would exceed MAX_INPUT_BYTES (a
+    batch of 10**9 is a typo, and numpy's MemoryError in a child says nothing about it)."""
+    total = 0
+    for s in specs:
+        shape = shapes.get(s.name, ())
+        size = 8 if s.dtype in _COMPLEX else 8 if s.dtype in ("float64", "double", "int64", "uint64") else 4
+        n = 1
+        for d in shape:
+            n *= int(d)
+        total += n * size
+    if total > MAX_INPUT_BYTES:
+        raise ValueError(f"the inputs at --batch {batch} would take {total / (1 << 30):.1f} GiB (bound "
+                         f"{MAX_INPUT_BYTES >> 30} GiB): give a smaller --batch (or smaller --input-shape dimensions)")
 
 
 def _dtype_matches(spec_dtype: str, arr: np.ndarray) -> bool:

@@ -12,6 +12,9 @@ from typing import Any, Mapping, Sequence
 
 
 
+from tf_autopar.cli.numbers import count
+
+
 def parse_input_shapes(items: Sequence[str] | None) -> dict[str, tuple[int, ...]]:
     """``["ids=1,64", ...]`` -> ``{"ids": (1, 64)}``; ValueError naming the bad item.
 
@@ -97,7 +100,7 @@ def add_model_flags(parser: Any) -> None:
     parser.add_argument("--input-shape", action="append", default=None, metavar="NAME=D1,D2,...",
                         help="full shape of an input, batch first (e.g. ids=1,64); repeatable. Other None "
                              "dimensions default to 128")
-    parser.add_argument("--int-max", type=int, default=None, metavar="N",
+    parser.add_argument("--int-max", type=count(1 << 63), default=None, metavar="N",
                         help="synthesised integer inputs lie in [0, N) (default: below the smallest embedding "
                              "table the input indexes, as the graph shows, else 1000)")
     parser.add_argument("--inputs", default=None, metavar="FILE.npz",

@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from tf_autopar._text import shown
+
 # Plan field -> environment variable, in the order they are reported.
 KNOBS: dict[str, str] = {
     "inter_op": "TF_NUM_INTEROP_THREADS",
@@ -27,9 +29,11 @@ KNOBS: dict[str, str] = {
 }
 ENV_VARS: tuple[str, ...] = tuple(KNOBS.values())
 
-_INT = re.compile(r"[+]?\d+")
-_BLOCKTIME = re.compile(r"(\d+)\s*(ms|us|s)?", re.IGNORECASE)
+_INT = re.compile(r"[+]?[0-9]+")  # ASCII digits: \d would take "٣" for 3
+_BLOCKTIME = re.compile(r"([0-9]+)\s*(ms|us|s)?", re.IGNORECASE | re.ASCII)
 _BOOL = {"1": True, "true": True, "0": False, "false": False}
+MAX_THREADS = 1 << 20  # a thread count beyond this is a typo TensorFlow or OpenMP would fail on, not a setting
+MAX_BLOCKTIME_MS = (1 << 31) - 1  # OpenMP reads KMP_BLOCKTIME as a C int
 
 
 @dataclass(frozen=True)
@@ -54,37 +58,49 @@ class UserSettings:
 
 
 def _bad(name: str, text: str, expected: str) -> ValueError:
-    return ValueError(f"{name}={text!r} in the environment is not {expected}")
+    return ValueError(f"{name}={shown(text)} in the environment is not {expected}")
+
+
+def _bounded(text: str, hi: int = MAX_THREADS) -> int | None:
+    """The ASCII integer in ``text`` when it is at most ``hi``, else None (checked before int():
+    a 5,000-digit value is refused, not converted)."""
+    if not _INT.fullmatch(text) or len(text.lstrip("+").lstrip("0")) > len(str(hi)):
+        return None
+    value = int(text)
+    return value if value <= hi else None
 
 
 def _non_negative_int(name: str, text: str) -> int:
     # TensorFlow's ReadInt64FromEnvVar: a decimal integer; 0 means "let TensorFlow pick".
-    if not _INT.fullmatch(text):
-        raise _bad(name, text, "a non-negative integer (0 lets TensorFlow pick)")
-    return int(text)
+    value = _bounded(text)
+    if value is None:
+        raise _bad(name, text, f"a non-negative integer up to {MAX_THREADS} (0 lets TensorFlow pick)")
+    return value
 
 
 def _positive_int(name: str, text: str) -> int:
-    if not _INT.fullmatch(text) or int(text) < 1:
-        raise _bad(name, text, "a positive integer")
-    return int(text)
+    value = _bounded(text)
+    if value is None or value < 1:
+        raise _bad(name, text, f"a positive integer up to {MAX_THREADS}")
+    return value
 
 
 def _omp_num_threads(name: str, text: str) -> int:
     # OpenMP allows a comma-separated list, one entry per nesting level; the first is the team size.
-    levels = [part.strip() for part in text.split(",")]
-    if not levels or not all(_INT.fullmatch(level) and int(level) >= 1 for level in levels):
-        raise _bad(name, text, "a positive integer (or an OpenMP list like '8,2')")
-    return int(levels[0])
+    levels = [_bounded(part.strip()) for part in text.split(",")[:16]]
+    if not levels or text.count(",") >= 16 or not all(level is not None and level >= 1 for level in levels):
+        raise _bad(name, text, f"a positive integer up to {MAX_THREADS} (or an OpenMP list like '8,2')")
+    return int(levels[0] or 1)
 
 
 def _blocktime(name: str, text: str) -> int | str:
     if text.lower() == "infinite":
         return text
     match = _BLOCKTIME.fullmatch(text)
-    if not match:
+    number = _bounded(match.group(1), MAX_BLOCKTIME_MS) if match else None
+    if match is None or number is None:
         raise _bad(name, text, "a non-negative time in milliseconds (or 'infinite', '50us', '1s')")
-    number, unit = int(match.group(1)), (match.group(2) or "ms").lower()
+    unit = (match.group(2) or "ms").lower()
     return number if unit == "ms" else text
 
 

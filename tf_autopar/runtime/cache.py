@@ -14,20 +14,29 @@ File: ``$TF_AUTOPAR_CACHE_DIR/plans.json`` (else ``$XDG_CACHE_HOME/tf_autopar`` 
 
 A program's entry names the heaviest graph it ran, since that is the one the process
 pools should fit. Writes take a file lock and replace the file atomically; a corrupt
-file (or a FIFO, a device, a file over 64 MB, JSON nested too deeply) is moved aside with
+file (or a FIFO, a device, a file over MAX_BYTES, JSON nested too deeply) is moved aside with
 one warning and the cache starts empty. Reads take no lock
 (the file is only ever replaced whole).
+
+The directory may be shared (``TF_AUTOPAR_CACHE_DIR``): a file that is a symlink, belongs to
+another user or can be written by group or others is not applied (one warning; the ownership
+check the native tracer's library gets, _files.check_owned), and another user's is never
+overwritten. Each entry is checked before use (``entry_problem``: types and bounds of what the
+planner reads); one that fails is skipped with one short warning naming it, and dropped at the
+next write, while every other entry keeps working. The file is bounded (MAX_BYTES, MAX_ENTRIES
+per section, MAX_ENTRY_BYTES per entry written), so reading it costs milliseconds at every start.
 """
 from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
-from tf_autopar._files import read_json, write_json_atomic
+from tf_autopar._files import Untrusted, read_json, write_json_atomic
 from tf_autopar._keys import stable_key
 from tf_autopar._paths import cache_dir
 from tf_autopar.runtime.safety import warn_once
@@ -39,8 +48,12 @@ log = logging.getLogger("tf_autopar.runtime")
 FILENAME = "plans.json"
 # 2: plans use each heavy op's work (the small-op rule); older entries are dropped, not reused.
 VERSION = 2
-MAX_ENTRIES = 500  # oldest entries are dropped beyond this
-MAX_BYTES = 64 << 20  # a larger file is not one tf_autopar wrote: treated as corrupt
+MAX_ENTRIES = 500  # per section; oldest entries are dropped beyond this
+MAX_ENTRY_BYTES = 16 << 10  # an entry is a plan and a profile summary: about 2 KB
+MAX_BYTES = 8 << 20  # 5 full sections stay far below; a larger file is not one tf_autopar wrote
+SECTIONS = ("plans", "programs", "profiles", "tuned", "calibration")
+MAX_THREADS = 1 << 16  # a thread count in an entry above this is not a measurement
+MAX_COUNT = 1 << 48  # op counts and multiply-adds of any real graph stay below
 
 
 def cache_path() -> str:
@@ -88,13 +101,18 @@ def _empty() -> dict[str, Any]:
 
 
 def load(path: str | None = None) -> dict[str, Any]:
-    """The cache's content; an unreadable or corrupt file gives an empty cache (moved aside, one warning)."""
-    path = path or cache_path()
+    """The cache's content; an unreadable, corrupt or untrusted file gives an empty cache (one
+    warning), an entry that fails its check is left out (one warning naming it)."""
+    return _load(path or cache_path())[0]
+
+
+def _load(path: str) -> tuple[dict[str, Any], bool]:
+    """(content, whether a write may replace the file): never another user's file."""
     try:
-        data = read_json(path, MAX_BYTES)
+        data = read_json(path, MAX_BYTES, follow_symlinks=False, owned=True)
         if isinstance(data, dict) and isinstance(data.get("version"), int) and 0 < data["version"] < VERSION:
             log.info("plan cache %s is from an older tf_autopar (version %s): starting fresh", path, data["version"])
-            return _empty()  # an upgrade, not corruption: replaced on the next write
+            return _empty(), True  # an upgrade, not corruption: replaced on the next write
         if not isinstance(data, dict) or data.get("version") != VERSION:
             raise ValueError(f"unexpected layout (version {data.get('version') if isinstance(data, dict) else '?'})")
         if not isinstance(data.get("plans"), dict) or not isinstance(data.get("programs"), dict):
@@ -104,9 +122,15 @@ def load(path: str | None = None) -> dict[str, Any]:
         for section in ("tuned", "calibration", "served"):
             if not isinstance(data.setdefault(section, {}), dict):
                 raise ValueError(f"{section!r} is not a mapping")
-        return data
+        _drop_invalid(data, path)
+        return data, True
     except FileNotFoundError:
-        return _empty()
+        return _empty(), True
+    except Untrusted as exc:  # someone else may have written it: neither applied nor moved
+        mine = _owned_by_me(path)
+        warn_once(f"cache-untrusted:{path}", f"tf_autopar's plan cache {exc.strerror}: not applied"
+                  + ("" if mine else ", and left as it is"))
+        return _empty(), mine
     except (OSError, ValueError) as exc:
         aside = f"{path}.corrupt-{int(time.time())}"
         try:
@@ -115,7 +139,107 @@ def load(path: str | None = None) -> dict[str, Any]:
         except OSError:
             where = "left in place"
         warn_once(f"cache-corrupt:{path}", f"tf_autopar's plan cache {path} is unreadable ({exc}); {where}, starting fresh")
-        return _empty()
+        return _empty(), True
+
+
+def _owned_by_me(path: str) -> bool:
+    try:
+        return os.lstat(path).st_uid == os.getuid()
+    except OSError:
+        return True
+
+
+def _drop_invalid(data: dict[str, Any], path: str) -> None:
+    """Leave out every entry that fails its check, one short warning each (the next write drops it)."""
+    for section in SECTIONS:
+        entries = data[section]
+        for key in list(entries):
+            problem = entry_problem(section, entries[key])
+            if problem:
+                del entries[key]
+                shown = key if len(key) <= 48 else key[:45] + "..."
+                warn_once(f"cache-entry:{path}:{section}:{key}",
+                          f"tf_autopar's plan cache {path}: entry {section}[{shown!r}] skipped ({problem})")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _int_in(lo: int, hi: int) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
+
+
+def _opt(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    return lambda v: v is None or check(v)
+
+
+def _is_bool(v: Any) -> bool:
+    return isinstance(v, bool)
+
+
+def _is_str(v: Any) -> bool:
+    return isinstance(v, str) and len(v) <= 4096
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and abs(v) <= 1e18
+
+
+#: What the planner reads of a cached profile summary (core.CACHED_PROFILE_FIELDS): type and bounds.
+PROFILE_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "heavy_ops": (_int_in(0, MAX_COUNT), "a count"),
+    "depth": (_int_in(0, MAX_COUNT), "a count"),
+    "avg_width": (_int_in(0, MAX_COUNT), "a count"),
+    "max_width": (_int_in(0, MAX_COUNT), "a count"),
+    "nodes": (_int_in(0, MAX_COUNT), "a count"),
+    "functions": (_int_in(0, MAX_COUNT), "a count"),
+    "lookups": (_int_in(0, MAX_COUNT), "a count"),
+    "typical_op_work": (_opt(_int_in(0, MAX_COUNT)), "a count or null"),
+    "lookup_work": (_opt(_int_in(0, MAX_COUNT)), "a count or null"),
+    "contraction_work": (_opt(_int_in(0, MAX_COUNT)), "a count or null"),
+    "training": (_is_bool, "true or false"),
+    "uses_tf_data": (_is_bool, "true or false"),
+    "loops": (_is_bool, "true or false"),
+    "sizes_known": (_is_bool, "true or false"),
+    "source": (_is_str, "a string"),
+    "fingerprint": (_is_str, "a string"),
+    "assumptions": (lambda v: isinstance(v, list) and len(v) <= 64 and all(map(_is_str, v)), "a list of strings"),
+}
+
+
+def profile_problem(profile: Any) -> str:
+    """What is wrong with a cached profile summary ("" when nothing): a missing field is an older
+    tf_autopar's entry (core.cached_profile re-analyses it), a wrong-typed one is reported."""
+    if not isinstance(profile, dict):
+        return f"profile is {type(profile).__name__}, not an object"
+    for name, (check, want) in PROFILE_CHECKS.items():
+        if name in profile and not check(profile[name]):
+            return f"profile {name}: {_short(profile[name])} is not {want}"
+    return ""
+
+
+def entry_problem(section: str, entry: Any) -> str:
+    """What is wrong with one cache entry ("" when nothing): the checks the readers rely on."""
+    if not isinstance(entry, dict):
+        return f"{type(entry).__name__}, not an object"
+    if "updated" in entry and not _is_number(entry["updated"]):
+        return f"updated: {_short(entry['updated'])} is not a time"
+    if section in ("plans", "profiles"):
+        return profile_problem(entry.get("profile"))
+    if section == "programs":
+        if not _is_str(entry.get("fingerprint")):
+            return f"fingerprint: {_short(entry.get('fingerprint'))} is not a string"
+        if not _int_in(0, MAX_COUNT)(entry.get("heavy_ops", 0)):
+            return f"heavy_ops: {_short(entry.get('heavy_ops'))} is not a count"
+    if section == "tuned":
+        for name in ("inter_op", "intra_op", "omp_threads"):
+            if (name in entry or name != "omp_threads") and not _int_in(1, MAX_THREADS)(entry.get(name)):
+                return f"{name}: {_short(entry.get(name))} is not a thread count (1..{MAX_THREADS})"
+    if section == "calibration" and not _int_in(1, MAX_COUNT)(entry.get("small_op_work")):
+        return f"small_op_work: {_short(entry.get('small_op_work'))} is not a positive count"
+    return ""
 
 
 def _write(path: str, data: dict[str, Any]) -> None:
@@ -123,6 +247,10 @@ def _write(path: str, data: dict[str, Any]) -> None:
 
 
 def _trim(entries: dict[str, Any]) -> None:
+    """Drop the oldest entries beyond MAX_ENTRIES, and any entry over MAX_ENTRY_BYTES (it would be
+    skipped at every read)."""
+    for key in [k for k, e in entries.items() if len(json.dumps(e, default=str)) > MAX_ENTRY_BYTES]:
+        del entries[key]
     if len(entries) > MAX_ENTRIES:
         for key in sorted(entries, key=lambda k: entries[k].get("updated", 0))[: len(entries) - MAX_ENTRIES]:
             del entries[key]
@@ -144,7 +272,9 @@ def store(
     path = path or cache_path()
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with FileLock(path + ".lock", timeout=5):
-        data = load(path)
+        data, writable = _load(path)
+        if not writable:
+            return
         now = time.time()
         data["plans"][f"{fingerprint}|{topo_key}|{mode}"] = {
             "plan": plan, "profile": profile, "name": name, "updated": now,
@@ -193,7 +323,9 @@ def _put(section: str, key: str, entry: dict[str, Any], path: str | None) -> Non
     path = path or cache_path()
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with FileLock(path + ".lock", timeout=5):
-        data = load(path)
+        data, writable = _load(path)
+        if not writable:
+            return
         data[section][key] = {**entry, "updated": time.time()}
         _trim(data[section])
         _write(path, data)

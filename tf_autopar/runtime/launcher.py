@@ -84,7 +84,12 @@ def shared_cpus(slices: Sequence[Sequence[int]]) -> str:
     crowded = {cpu: who for cpu, who in sorted(owners.items()) if len(who) > 1}
     if not crowded:
         return ""
-    shown = "; ".join(f"CPU {cpu}: instances {', '.join(map(str, who))}" for cpu, who in list(crowded.items())[:4])
+
+    def named(who: list[int]) -> str:  # a few, not a thousand: the warning stays one short line
+        more = f" and {len(who) - 4} more" if len(who) > 4 else ""
+        return ", ".join(map(str, who[:4])) + more
+
+    shown = "; ".join(f"CPU {cpu}: instances {named(who)}" for cpu, who in list(crowded.items())[:4])
     more = f"; {len(crowded) - 4} more CPUs shared" if len(crowded) > 4 else ""
     return (f"{len(slices)} instances on {plural(len(owners), 'CPU')}: instances share CPUs ({shown}{more}), so they slow "
             f"each other down; at most {len(owners)} get a CPU of their own (--instances {len(owners)})")
@@ -124,6 +129,12 @@ def launch_specs(
     if not command:
         raise ValueError("no command given: use `tf-autopar run [options] -- COMMAND ...`")
     n = instances or 1
+    capped = ""
+    if instances:  # bounded before anything is sized by it: never a list of 10**9 instances
+        from tf_autopar.coordination.slices import bound_count
+
+        n, note = bound_count(instances, topology, f"--instances {instances}")
+        capped = note if n < instances else ""
     if mode == "throughput":
         p = make_plan(topology, profile, "throughput", env=environ, streams=n if instances else None,
                       calibration=calibration)
@@ -167,8 +178,9 @@ def launch_specs(
         else:
             binding = "sched_setaffinity"
         specs.append(InstanceSpec(i, tuple(cpus), env_set, kept, argv, binding, ip.inter_op, ip.intra_op))
-    warning = shared_cpus(slices) if n > 1 else ""
-    return LaunchPlan(tuple(specs), p.to_dict(), p.explain(), (warning,) if warning else ())
+    warning = shared_cpus(slices) if n > 1 and not capped else ""
+    warnings = tuple(w for w in (capped, warning) if w)
+    return LaunchPlan(tuple(specs), p.to_dict(), p.explain(), warnings)
 
 
 def log_path(log_dir: str, index: int) -> str:

@@ -51,7 +51,7 @@ def online_cpus(fs: HostFS, notes: Notes) -> tuple[int, ...] | None:
     cpus = read_cpulist_file(fs, f"{CPU_DIR}/online", notes)
     if cpus is None:
         # No sysfs: count cpuN directories, then processors in /proc/cpuinfo.
-        ids = sorted(int(m.group(1)) for n in fs.listdir(CPU_DIR) if (m := re.fullmatch(r"cpu(\d+)", n)))
+        ids = sorted(int(m.group(1)) for n in fs.listdir(CPU_DIR) if (m := re.fullmatch(r"cpu([0-9]+)", n)))
         if ids:
             notes.warn(f"{fs.path(CPU_DIR + '/online')} missing or unreadable; using the cpuN directories")
             return tuple(ids)
@@ -176,7 +176,7 @@ def numa_nodes(fs: HostFS, notes: Notes) -> dict[int, tuple[int, ...]]:
     """node id -> its CPUs (all of them, not yet intersected with the affinity)."""
     nodes: dict[int, tuple[int, ...]] = {}
     for name in fs.listdir(NODE_DIR):
-        m = re.fullmatch(r"node(\d+)", name)
+        m = re.fullmatch(r"node([0-9]+)", name)
         if not m:
             continue
         cpus = read_cpulist_file(fs, f"{NODE_DIR}/{name}/cpulist", notes)

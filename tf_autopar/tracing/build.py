@@ -17,7 +17,6 @@ import logging
 import os
 import shlex
 import shutil
-import stat
 import subprocess
 import sys
 import tempfile
@@ -25,7 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from tf_autopar._files import kind_of, write_text_atomic
+from tf_autopar import _files
+from tf_autopar._files import write_text_atomic
 from tf_autopar._paths import cache_dir
 
 log = logging.getLogger("tf_autopar.tracing")
@@ -189,18 +189,15 @@ def build(force: bool = False, plan: BuildPlan | None = None) -> Path:
 def check_owned(path: Path, *, directory: bool = False, fd: int | None = None) -> None:
     """NativeBuildError unless ``path`` (or the open ``fd``) is a regular file (a directory when
     ``directory``), not a symlink, owned by this user or root and not writable by group or others:
-    a library loaded into the process runs with its rights, so nobody else may have written it."""
+    a library loaded into the process runs with its rights, so nobody else may have written it
+    (tf_autopar._files.check_owned)."""
     try:
         st = os.fstat(fd) if fd is not None else os.lstat(path)
+        _files.check_owned(st, str(path), directory=directory)
+    except _files.Untrusted as exc:
+        raise NativeBuildError(exc.strerror) from None
     except OSError as exc:
         raise NativeBuildError(f"cannot check {path}: {exc.strerror or exc}") from None
-    want, what = (stat.S_ISDIR, "a directory") if directory else (stat.S_ISREG, "a regular file")
-    if not want(st.st_mode):
-        raise NativeBuildError(f"{path} is not {what} ({kind_of(st.st_mode)})")
-    if st.st_uid not in (os.getuid(), 0):
-        raise NativeBuildError(f"{path} belongs to uid {st.st_uid}, not to this user ({os.getuid()})")
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise NativeBuildError(f"{path} is writable by group or others (mode {stat.S_IMODE(st.st_mode):o})")
 
 
 def _trusted(lib: Path) -> bool:

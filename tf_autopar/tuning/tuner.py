@@ -23,6 +23,8 @@ from tf_autopar.tuning.search import Candidate, SearchResult, neighbourhood, sea
 log = logging.getLogger("tf_autopar.tuning")
 
 DEFAULT_BUDGET_S = 120.0
+MIN_BUDGET_S = 10.0  # below this no model compares two settings: each run starts TensorFlow afresh (seconds)
+MAX_BUDGET_S = 7 * 86400.0
 TUNE_MODES = ("latency", "training")
 DEFAULT_REQUESTS = 20
 MIN_REQUESTS = 5
@@ -99,14 +101,27 @@ def search_plan(plan: Mapping[str, Any], profile: Mapping[str, Any], usable: int
 
 
 def _max_runs(budget_s: float, one_run_s: float, rule: str) -> int:
-    """Runs the budget pays for, a run costing about what preparing the model did."""
-    max_runs = int(budget_s // max(one_run_s, 1.0))
+    """Runs what is left of the budget after preparing pays for, a run costing about what
+    preparing the model did (``one_run_s``); the message speaks of the budget the user gave."""
+    max_runs = int(max(0.0, budget_s - one_run_s) // max(one_run_s, 1.0))
     if max_runs < 2:
         raise ValueError(
-            f"a budget of {budget_s:g} s cannot compare two settings (one run of this model takes about "
-            f"{one_run_s:.0f} s here): the rule's plan {rule} is kept; give --budget "
-            f"{math.ceil(4 * one_run_s)} or more")
+            f"a budget of {budget_s:g} s cannot compare two settings (preparing this model took {one_run_s:.1f} s, "
+            f"and each run takes about as long here): the rule's plan {rule} is kept; give --budget "
+            f"{math.ceil(5 * max(one_run_s, 1.0))} or more")
     return max_runs
+
+
+def check_budget(budget_s: float) -> None:
+    """ValueError unless ``budget_s`` is a finite number of seconds a tune can use."""
+    if isinstance(budget_s, bool) or not isinstance(budget_s, (int, float)) or not budget_s > 0:
+        raise ValueError(f"--budget must be a positive number of seconds, got {budget_s!r}")
+    if not math.isfinite(budget_s) or budget_s > MAX_BUDGET_S:
+        raise ValueError(f"--budget {budget_s:g} is beyond {MAX_BUDGET_S:g} s: give a finite budget")
+    if budget_s < MIN_BUDGET_S:
+        raise ValueError(f"a budget of {budget_s:g} s cannot compare two settings: every run starts TensorFlow in "
+                         f"a fresh process, which takes seconds; the rule's plan is kept; give --budget "
+                         f"{MIN_BUDGET_S:g} or more")
 
 
 def tune(model: str, *, mode: str = "latency", batch: int | None = None, budget_s: float = DEFAULT_BUDGET_S,
@@ -123,8 +138,7 @@ def tune(model: str, *, mode: str = "latency", batch: int | None = None, budget_
     if mode not in TUNE_MODES:
         raise ValueError(f"tune measures {' or '.join(TUNE_MODES)}, not {mode!r} (throughput: tune the latency "
                          "of one instance, then `run --mode throughput` splits the host)")
-    if not budget_s > 0:
-        raise ValueError(f"--budget must be a positive number of seconds, got {budget_s!r}")
+    check_budget(budget_s)
     if batch is not None and batch < 1:
         raise ValueError(f"--batch must be a positive integer, got {batch}")
     say = progress or (lambda text: log.info("%s", text))
@@ -141,7 +155,7 @@ def tune(model: str, *, mode: str = "latency", batch: int | None = None, budget_
         prepare_s = time.perf_counter() - t0
         plan = prepared["plan"]
         profile = prepared.get("profile") or {}
-        max_runs = _max_runs(budget_s - prepare_s, prepare_s, f"{plan['inter_op']}x{plan['intra_op']}")
+        max_runs = _max_runs(budget_s, prepare_s, f"{plan['inter_op']}x{plan['intra_op']}")
         plan_env = prepared.get("env") or {}
         plan_cpus = tuple(tuple(int(c) for c in g) for g in plan.get("cpus") or ())
 
@@ -181,7 +195,7 @@ def _tune_training(model: str, batch: int | None, budget_s: float, steps: int, w
         raise ValueError(f"planning {model} failed: {info.get('error')} {info.get('stderr_tail', '')[-400:]}")
     prepare_s = time.perf_counter() - t0
     plan, profile = info["plan"], info.get("profile") or {}
-    max_runs = _max_runs(budget_s - prepare_s, prepare_s, f"{plan['inter_op']}x{plan['intra_op']}")
+    max_runs = _max_runs(budget_s, prepare_s, f"{plan['inter_op']}x{plan['intra_op']}")
     options = h.Options(steps=steps, warmup=warmup, timeout_s=1800.0 if size == "paper" else 300.0)
     cmd = h.runner_command(h.DEFAULT_RUNNER, row, options)
 

@@ -63,7 +63,7 @@ def parse_cpu_stat(text: str, version: int) -> CpuStat:
     raw: dict[str, int] = {}
     for line in text.splitlines():
         parts = line.split()
-        if len(parts) == 2 and parts[1].lstrip("-").isdigit():
+        if len(parts) == 2 and parts[1].lstrip("-").isascii() and parts[1].lstrip("-").isdigit():
             raw[parts[0]] = int(parts[1])
     if version == 1:
         throttled_us = raw.get("throttled_time", 0) / 1000.0

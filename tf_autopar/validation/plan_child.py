@@ -34,6 +34,10 @@ if TYPE_CHECKING:  # the harness imports this module (ROW_MODES): the graph pack
 ROW_MODES = {"infer1": ("infer", "latency"), "infer": ("infer", "latency"), "train": ("train", "training")}
 
 
+from tf_autopar.cli.numbers import count
+from tf_autopar.graph.dims import MAX_BATCH
+
+
 def _with_quota(topology: Topology, cpus: float) -> Topology:
     from tf_autopar.topology import cpu_budget
     from tf_autopar.topology.model import CpuQuota
@@ -112,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("row_mode", choices=sorted(ROW_MODES))
     parser.add_argument("size")
     parser.add_argument("--quota", type=float, default=None)
-    parser.add_argument("--batch", type=int, default=None, help="default: 1 for infer1, else the published batch")
+    parser.add_argument("--batch", type=count(MAX_BATCH, "the largest batch tf-autopar synthesises inputs for"), default=None, help="default: 1 for infer1, else the published batch")
     from tf_autopar.models.options import add_model_flags, from_args
 
     add_model_flags(parser)  # a model file's rows only

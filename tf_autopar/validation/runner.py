@@ -2,9 +2,11 @@
 
 Why fresh processes: TensorFlow fixes its thread pools when its runtime starts, so a
 configuration can only be measured in a process that started with it. Each child runs in
-its own session (process group) so a timeout or Ctrl-C kills it with everything it
-spawned; under a quota it also runs in its own cgroup, which is emptied and removed
-whatever happens (the ``finally`` below runs on KeyboardInterrupt too).
+its own session (process group) so a timeout or Ctrl-C (or SIGTERM: cli/interrupt.py) kills
+it with everything it spawned; under a quota it also runs in its own cgroup, which is emptied
+and removed whatever happens (the ``finally`` below runs on KeyboardInterrupt too). Its
+temporary files go to a private TMPDIR removed with it: a child killed with SIGKILL cannot
+clean up after itself.
 """
 from __future__ import annotations
 
@@ -12,8 +14,10 @@ import json
 import logging
 import math
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
@@ -125,17 +129,22 @@ def run_child(
     after the child exits). ``validate`` checks the parsed payload (ValueError -> crash).
     """
     start = time.monotonic()
-    proc = subprocess.Popen(
-        list(cmd),
-        env=dict(env),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        errors="replace",
-        start_new_session=True,
-        preexec_fn=_preexec(cpus, group),
-    )
+    scratch = tempfile.mkdtemp(prefix="tf_autopar_child_")
+    try:
+        proc = subprocess.Popen(
+            list(cmd),
+            env={**env, "TMPDIR": scratch},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            errors="replace",
+            start_new_session=True,
+            preexec_fn=_preexec(cpus, group),
+        )
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
     TRACKER.live.add(proc.pid)
     timed_out = False
     try:
@@ -154,6 +163,7 @@ def run_child(
         if group is not None:
             group.kill_all()
         TRACKER.live.discard(proc.pid)
+        shutil.rmtree(scratch, ignore_errors=True)
     wall = time.monotonic() - start
     cpu_stat = None
     if group is not None:

@@ -39,6 +39,11 @@ THREAD_ENV_NAMES = (
     "TF_NUM_INTRAOP_THREADS",
     "TF_OVERRIDE_GLOBAL_THREADPOOL",
 )
+# tf_autopar's variables that say where things are or how it talks, not how many threads run:
+# a child measured for the user reads the user's plan cache and lease root (their calibration,
+# their tuned settings), not another one.
+NOT_THREAD_VARS = frozenset({"TF_AUTOPAR_CACHE_DIR", "TF_AUTOPAR_LEASE_DIR", "TF_AUTOPAR_LOG", "TF_AUTOPAR_NO_NATIVE",
+                             "TF_AUTOPAR_NATIVE_LIB"})
 OPENMP_ENV_PREFIXES = ("OMP_", "KMP_", "MKL_")
 SPACE_KINDS = ("auto", "full", "grid", "none")
 _GRID_INTER = (1, 2, 3, 4, 6, 8, 12, 16)
@@ -47,7 +52,8 @@ _FULL_UP_TO = 4
 
 
 def is_thread_var(name: str) -> bool:
-    return name in THREAD_ENV_NAMES or name.startswith(THREAD_ENV_PREFIXES)
+    """Whether ``name`` decides thread counts or shares (scrubbed from every measured child)."""
+    return (name in THREAD_ENV_NAMES or name.startswith(THREAD_ENV_PREFIXES)) and name not in NOT_THREAD_VARS
 
 
 @dataclass(frozen=True)
@@ -137,7 +143,7 @@ def thread_config(inter: int, intra: int, *, openmp: bool, name: str | None = No
     )
 
 
-_SPEC = re.compile(r"(\d+)x(\d+)(?:x(\d+))?(?::bt(\d+))?(:compact)?")
+_SPEC = re.compile(r"([0-9]+)x([0-9]+)(?:x([0-9]+))?(?::bt([0-9]+))?(:compact)?")
 SPEC_HELP = ("INTERxINTRA (e.g. 1x2), or on OpenMP builds INTERxINTRAxOMP with optional :btMS for KMP_BLOCKTIME "
              "and :compact for compact KMP_AFFINITY (e.g. 1x1x2, 1x1x2:bt200, 1x1x2:compact)")
 
