@@ -51,7 +51,7 @@ VERSION = 2
 MAX_ENTRIES = 500  # per section; oldest entries are dropped beyond this
 MAX_ENTRY_BYTES = 16 << 10  # an entry is a plan and a profile summary: about 2 KB
 MAX_BYTES = 8 << 20  # 5 full sections stay far below; a larger file is not one tf_autopar wrote
-SECTIONS = ("plans", "programs", "profiles", "tuned", "calibration")
+SECTIONS = ("plans", "programs", "profiles", "tuned", "calibration", "served")
 MAX_THREADS = 1 << 16  # a thread count in an entry above this is not a measurement
 MAX_COUNT = 1 << 48  # op counts and multiply-adds of any real graph stay below
 
@@ -237,6 +237,11 @@ def entry_problem(section: str, entry: Any) -> str:
         for name in ("inter_op", "intra_op", "omp_threads"):
             if (name in entry or name != "omp_threads") and not _int_in(1, MAX_THREADS)(entry.get(name)):
                 return f"{name}: {_short(entry.get(name))} is not a thread count (1..{MAX_THREADS})"
+    if section == "served":  # fastpath.py: its readers check each bucket's values again
+        functions = entry.get("functions")
+        if not isinstance(functions, dict) or not all(isinstance(f, dict) and isinstance(f.get("buckets", {}), dict)
+                                                      for f in functions.values()):
+            return "functions: not a mapping of functions to their buckets"
     if section == "calibration" and not _int_in(1, MAX_COUNT)(entry.get("small_op_work")):
         return f"small_op_work: {_short(entry.get('small_op_work'))} is not a positive count"
     return ""
@@ -375,7 +380,9 @@ def store_served(fingerprint: str, host: str, mode: str, function: str, summary:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     key = served_key(fingerprint, host, mode)
     with FileLock(path + ".lock", timeout=5):
-        data = load(path)
+        data, writable = _load(path)
+        if not writable:
+            return
         entry = data["served"].get(key)
         functions = entry.get("functions") if isinstance(entry, dict) else None
         functions = dict(functions) if isinstance(functions, dict) else {}
