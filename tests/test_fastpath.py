@@ -321,3 +321,50 @@ report(diff=max(float(np.max(np.abs(out[k] - ref[k]))) for k in ref), types=sort
     assert res["state"]["1"]["path"] == "frozen session" and res["state"]["1"]["served"] == 1, res["state"]
     assert res["after"]["1"]["served"] == 1 and "64" not in res["after"]  # 40 rows and callbacks: Keras's predict
     assert res["unrouted"]
+
+
+def test_live_tuning_tries_one_neighbour_at_a_time_and_the_next_start_serves_the_result(saved, tmp_path):
+    cache = str(tmp_path / "live-cache")
+    body = """
+sig = vision.signatures["serving_default"]
+served = lambda: next(s for s in fastpath._served if s.name == "signatures['serving_default']")
+most_pools, words, t0 = 0, "", time.monotonic()
+sig(**V); assert fastpath.wait_idle(180)
+while time.monotonic() - t0 < 120:
+    sig(**V)
+    most_pools = max(most_pools, len(served().pools))
+    rec = next(s for s in tf_autopar.status().served if s.function == "signatures['serving_default']")
+    words = rec.buckets[0].tuning if rec.buckets else ""
+    if words.startswith("tuned live"):
+        break
+    fastpath.wait_idle(60)
+b = served().buckets[1]
+report(words=words, most_pools=most_pools, tried=list(b.tried), key=list(b.key), text=tf_autopar.status().text(),
+       diff=maxdiff(sig(**V), original(sig, **V)))
+"""
+    first = _run(saved, body, tmp_path, cache=cache)
+    assert first["words"].startswith("tuned live"), first["text"]
+    assert first["tried"], first  # the plan's neighbours on this host were tried
+    assert first["most_pools"] <= 2  # the serving session and at most one candidate
+    assert first["diff"] <= 1e-4
+    second = _run(saved, """
+sig = vision.signatures["serving_default"]
+b0 = next(s for s in fastpath._served if s.name == "signatures['serving_default']").buckets[1]
+sig(**V); assert fastpath.wait_idle(180)
+for _ in range(20): sig(**V)
+b = next(s for s in fastpath._served if s.name == "signatures['serving_default']").buckets[1]
+report(key=list(b0.key), tuned=b.tuned, tuned0=b0.tuned, same=b is b0, reason=b.reason, trial=b.trial is not None, served=b.served)
+""", tmp_path, cache=cache)
+    assert second["key"] == first["key"], second  # built at load with what live tuning ended on
+    assert second["tuned"] == "done" and not second["trial"] and second["served"] == 21, second
+
+
+def test_live_tuning_switched_off_serves_the_plan(saved, tmp_path):
+    res = _run(saved, """
+sig = vision.signatures["serving_default"]
+sig(**V); assert fastpath.wait_idle(180)
+for _ in range(30): sig(**V)
+b = next(s for s in fastpath._served if s.name == "signatures['serving_default']").buckets[1]
+report(candidates=len(b.candidates), tried=b.tried, trial=b.trial is not None, path=b.state)
+""", tmp_path, env={"TF_AUTOPAR_TUNE_LIVE": "0"})
+    assert res == {"candidates": 0, "tried": [], "trial": False, "path": "frozen session"}

@@ -170,7 +170,7 @@ def unroute_all() -> None:
 
 def records() -> tuple[ServedRecord, ...]:
     with _served_lock:
-        served = list(_served)
+        served = sorted(_served, key=lambda s: (s.model, s.name))
     return tuple(s.record() for s in served)
 
 
@@ -898,18 +898,19 @@ def _available_bytes() -> int | None:
 
 def _tuning_words(b: _Bucket) -> str:
     """Live tuning in a user's words: what is being tried, what won and by how much, what it cost."""
-    trial = b.trial
-    if trial is not None:
-        return (f"trying {_label(trial.key)} against {_label(b.key)} on live calls ({len(trial.test.ratios)} pairs so "
-                f"far; {len(b.candidates)} more to try)")
-    if b.won:
-        return (f"tuned live: {b.won.get('to')} won over {b.won.get('from')}, {b.won.get('speedup', 0):.2f}x faster "
-                f"({b.won.get('pairs')} paired calls, {b.won.get('seconds')} s)"
-                + (f"; {len(b.tried)} setting(s) tried" if b.tried else ""))
+    won = (f"{b.won.get('to')} won over {b.won.get('from')}, {_number(b.won.get('speedup')):.2f}x faster "
+           f"({b.won.get('pairs')} paired calls, {b.won.get('seconds')} s)") if b.won else ""
     if b.tuned == "done":
+        if won:
+            return f"tuned live: {won}; {len(b.tried)} setting(s) tried"
         return f"tuned live: the plan held against {len(b.tried)} neighbour(s)" if b.tried else "tuned live"
+    trial = b.trial
+    so_far = f"; so far {won}" if won else ""
+    if trial is not None:
+        return (f"live tuning: trying {_label(trial.key)} against {_label(b.key)} ({len(trial.test.ratios)} pairs so "
+                f"far; {len(b.candidates)} more to try){so_far}")
     if b.candidates:
-        return f"live tuning: {len(b.candidates)} neighbour(s) to try"
+        return f"live tuning: {len(b.candidates)} neighbour(s) to try{so_far}"
     return ""
 
 
