@@ -167,3 +167,8 @@ def test_retired_pool_closes_its_sessions_and_wakes_waiters():
     single = StreamPool([_Session(gauge)])
     single.retire()
     assert single.sessions[0].closed
+
+
+def test_a_bucket_kept_on_the_original_path_is_checked_again_twice_then_never():
+    assert rules.retry_delay(1) == rules.RETRY_S and rules.retry_delay(2) == 2 * rules.RETRY_S
+    assert rules.retry_delay(rules.RETRIES + 1) is None and rules.retry_delay(0) is None

@@ -257,6 +257,8 @@ class _Bucket:
     tuned: str = ""  # "done" when every candidate was tried; the evidence of a win is in ``won``
     won: dict[str, Any] = field(default_factory=dict)
     in_flight: int = 0
+    attempts: int = 0  # switch checks that found the frozen session not faster
+    retry_at: float = 0.0  # when the next one may run (monotonic; 0: never)
 
 
 class _Trial:
@@ -335,8 +337,9 @@ class ServedFunction:
                     self._retire_bucket(b, f"its frozen session failed: {type(exc).__name__}: {exc}")
                     fail_open("serve a call from the frozen session", exc)
         out = original()
-        if b is None or b.state == STALE or (b.state == FAST and b.generation != self.watch.generation):
-            self._schedule(bucket_id, arrays, batch, out)  # first call of the bucket, or its variables were written
+        if b is None or b.state == STALE or (b.state == FAST and b.generation != self.watch.generation) or (
+                b.state == ORIGINAL and b.retry_at and time.monotonic() > b.retry_at):
+            self._schedule(bucket_id, arrays, batch, out)  # first call of the bucket, its variables written, a retry
         return out
 
     @property
@@ -530,7 +533,7 @@ class ServedFunction:
                 return
             if b is None:
                 b = self.buckets[bucket_id] = _Bucket(bucket_id)
-            b.state, b.batch = QUEUED, max(b.batch, batch)
+            b.state, b.batch, b.retry_at = QUEUED, max(b.batch, batch), 0.0
         # copies: the caller may reuse its buffers before the build reads them
         _builder().submit(self, bucket_id, [a.copy() for a in arrays], batch, out)
 
@@ -574,8 +577,13 @@ class ServedFunction:
             b.plan, b.speedup, b.spread, b.build_s = plan, speedup, spread, time.perf_counter() - t0
             b.batch = max(b.batch, batch)
         if not switch:
+            b.attempts += 1
+            delay = rules.retry_delay(b.attempts)
             self._keep_original(b, f"the frozen session measured {speedup:.2f}x the original path's speed "
-                                   f"({rules.SWITCH_ROUNDS} paired rounds): not faster, so not taken", warn=False)
+                                   f"({rules.SWITCH_ROUNDS} paired rounds): not faster, so not taken"
+                                   + (f"; checked again in {delay:.0f} s" if delay else ""), warn=False)
+            b.retry_at = time.monotonic() + delay if delay else 0.0
+            self._drop_pool(self._key(plan))
             self._remember()
             return
         with self.lock:
@@ -706,6 +714,9 @@ class ServedFunction:
         args, kwargs = self._call_args(arrays)
         feeds = dict(zip(self.frozen.inputs, arrays))
         times_o, times_f = [], []
+        for _ in range(rules.SWITCH_WARMUP):
+            self._original(target, args, kwargs)
+            pool.run(self.frozen.outputs, feeds)
         for _ in range(rules.SWITCH_ROUNDS):
             t0 = time.perf_counter()
             self._original(target, args, kwargs)

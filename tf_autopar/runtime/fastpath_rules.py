@@ -29,10 +29,21 @@ MAX_EXTRA_MB = 2048
 MAX_EXTRA_VAR = "TF_AUTOPAR_FAST_PATH_MAX_MB"
 AVAILABLE_SHARE = 0.25
 
-#: Paired rounds of the switch check (original, frozen, alternating, on the first real inputs):
-#: the frozen path is taken when its median paired ratio is at most SWITCH_RATIO.
-SWITCH_ROUNDS = 5
+#: Paired rounds of the switch check (original, frozen, alternating, on the first real inputs,
+#: after SWITCH_WARMUP runs of each): the frozen path is taken when its median paired ratio is at
+#: most SWITCH_RATIO. The check runs beside live traffic, so on a busy host it can be wrong for a
+#: millisecond model; a bucket kept on the original path is checked again RETRY_S, then twice
+#: that, later (RETRIES times in all).
+SWITCH_ROUNDS = 7
+SWITCH_WARMUP = 2
 SWITCH_RATIO = 1.0
+RETRY_S = 30.0
+RETRIES = 2
+
+
+def retry_delay(attempts: int) -> float | None:
+    """Seconds until the switch check runs again after ``attempts`` verdicts of "not faster"; None: never."""
+    return RETRY_S * 2 ** (attempts - 1) if 1 <= attempts <= RETRIES else None
 
 
 def bucket_of(batch: int) -> int:
