@@ -556,7 +556,8 @@ class ServedFunction:
         pool = None
         if not self.stopped:
             plan = self._plan(arrays, batch)
-            pool = self._pool(plan)
+            key = b.key if b.tuned == "done" and b.key[0] else self._key(plan)  # a re-freeze keeps what tuning chose
+            pool = self._pool_for(key)
         if pool is None:
             self._keep_original(b, self.stopped or "no session fits the memory bound beside the ones it has")
             return
@@ -583,20 +584,20 @@ class ServedFunction:
                                    f"({rules.SWITCH_ROUNDS} paired rounds): not faster, so not taken"
                                    + (f"; checked again in {delay:.0f} s" if delay else ""), warn=False)
             b.retry_at = time.monotonic() + delay if delay else 0.0
-            self._drop_pool(self._key(plan))
+            self._drop_pool(key)
             self._remember()
             return
         with self.lock:
             b.pool, b.generation, b.state, b.reason, b.since = pool, generation, FAST, "", time.monotonic()
-            b.key = self._key(plan)
+            b.key = key
             if live_wanted() and b.key[2] == 1 and not b.tuned:
                 b.warm, b.expected = arrays, original_flat
                 b.candidates = self._candidates(plan, b.key)
         if b.candidates:
             _builder().submit_trial(self, bucket_id)
         log.info("tf_autopar: %s of %s serves batch %s from a frozen session (%sx%s): %.2fx the original path's "
-                 "speed, ready after %.1f s", self.name, self.model, _bucket_words(bucket_id), plan.inter_op,
-                 plan.intra_op, speedup, b.build_s)
+                 "speed, ready after %.1f s", self.name, self.model, _bucket_words(bucket_id), key[0], key[1],
+                 speedup, b.build_s)
         self._remember()
 
     def verify(self, bucket_id: int, arrays: list[Any], frozen_out: Any) -> None:
@@ -643,6 +644,7 @@ class ServedFunction:
             self.pools.clear()
             self.frozen, self.frozen_generation = frozen, generation
             for b in self.buckets.values():
+                b.trial = None  # its candidate session goes with the others; tuning restarts after the rebuild
                 if b.state == FAST:
                     b.state, b.pool = STALE, None  # re-built at the bucket's next call
         for pool in old:
