@@ -21,13 +21,23 @@ from tf_autopar._text import is_uint
 #: (NASNetMobile), so 1e-4 leaves room for larger graphs and still catches a wrong graph.
 RTOL = 1e-4
 
-#: The frozen path adds its constants once in the imported graph and once in each session (about
+#: The frozen path keeps its constants once in the imported graph and once in each session (about
 #: twice the variables' bytes for one session). It is taken only while that extra memory stays
 #: within MAX_EXTRA_MB (``TF_AUTOPAR_FAST_PATH_MAX_MB`` overrides) and within a quarter of the
 #: memory available when the build starts.
 MAX_EXTRA_MB = 2048
 MAX_EXTRA_VAR = "TF_AUTOPAR_FAST_PATH_MAX_MB"
 AVAILABLE_SHARE = 0.25
+#: Building costs far more for a moment: TensorFlow's converter, the graph import and grappler's
+#: first run each copy the graph several times. Measured peaks (peak RSS of a server process over
+#: the original path's, benchmarks/bench_fastpath.py; the constants' size in brackets): MobileNetV2
+#: +300 MB (14 MB), NASNetMobile +484 MB (21 MB), DLRM +1.36 GB (74 MB), Xception +1.82 GB (88 MB),
+#: i.e. up to about 19x the constants plus 200 MB. A build starts only when BUILD_FACTOR x the
+#: variables + BUILD_BASE_MB fits in half the memory available, so that it cannot push the server
+#: into the kernel's out-of-memory killer.
+BUILD_FACTOR = 22
+BUILD_BASE_MB = 256
+BUILD_SHARE = 0.5
 
 #: Paired rounds of the switch check (original, frozen, alternating, on the first real inputs,
 #: after SWITCH_WARMUP runs of each): the frozen path is taken when its median paired ratio is at
@@ -74,9 +84,19 @@ def max_extra_bytes(environ: Mapping[str, str] | None = None) -> int:
     return min(int(text), 1 << 40) << 20
 
 
+def build_peak_bytes(variable_bytes: int) -> int:
+    """What a build may need for a moment beside the running model (see BUILD_FACTOR)."""
+    return variable_bytes * BUILD_FACTOR + (BUILD_BASE_MB << 20)
+
+
 def memory_verdict(variable_bytes: int, sessions: int, available_bytes: int | None,
                    bound_bytes: int) -> tuple[bool, str]:
     """(take the fast path?, why not). ``available_bytes`` None: unknown, only the bound counts."""
+    peak = build_peak_bytes(variable_bytes)
+    if available_bytes is not None and peak > available_bytes * BUILD_SHARE:
+        return False, (f"building its frozen copy may take about {_mb(peak)} for a moment (the variables' "
+                       f"{_mb(variable_bytes)} copied by the converter, the import and grappler), over half the "
+                       f"{_mb(available_bytes)} of memory available")
     extra = frozen_extra_bytes(variable_bytes, sessions)
     if extra > bound_bytes:
         return False, (f"its frozen copy would add about {_mb(extra)} (the variables' {_mb(variable_bytes)} in the "
