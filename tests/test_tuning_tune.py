@@ -122,10 +122,12 @@ def test_a_real_tune_is_stored_and_used_by_plan_and_enable(tmp_path, user_models
     # a server's start: enable(), then the load plans from the model and takes the tuned setting
     res2, err, rc = run_child(
         f"import tf_autopar\ntf_autopar.enable()\nimport tensorflow as tf\nm = tf.saved_model.load({sm!r})\n"
-        "p = tf_autopar.status().process\nreport(planned=f'{p.planned_inter}x{p.planned_intra}', explain=p.explain)",
+        "p = tf_autopar.status().process\nreport(planned=f'{p.planned_inter}x{p.planned_intra}', explain=p.explain,"
+        " text=tf_autopar.status().text())",
         {"TF_AUTOPAR_CACHE_DIR": str(tmp_path)})
     assert rc == 0, err
     assert res2["planned"] == chosen and "tuned on" in res2["explain"]
+    assert "the numbers: measured by `tf-autopar tune` on this host (tuned on " in res2["text"]  # said, not only in to_dict()
 
 
 def test_a_budget_too_small_is_a_clear_error_and_keeps_the_plan(tmp_path):

@@ -38,6 +38,7 @@ class ProcessRecord:
     share: dict[str, Any] | None = None  # this process's share of the host (coordination.Share.to_dict())
     bound_cpus: tuple[int, ...] = ()  # CPUs the process was bound to before TF started (() = not bound)
     tf_default: int = 0  # threads per pool TensorFlow would have picked itself (0 = unknown)
+    origin: str = ""  # where the planned numbers came from: the rule, or `tune`'s measurement (its note)
     pid: int = field(default_factory=os.getpid)  # the process the record was made in
 
 
@@ -75,6 +76,8 @@ class Status:
         if p is not None:
             planned = _threads(p.planned_inter, p.planned_intra)
             lines.append(f"  planned: {planned}, for {_source_words(p.source)}")
+            if p.origin:
+                lines.append(f"    the numbers: {p.origin}")
             if p.phase == "after-start":
                 lines.append("  applied: not to the process pools: TensorFlow had already started and fixed them")
                 todo.append("call tf_autopar.enable() before the first TensorFlow op (after `import tensorflow` is "
