@@ -472,13 +472,16 @@ def apply_before_start(plan: ThreadPlan, source: str, share: Share | None = None
         applied=applied, kept_user=kept, running_inter=running[0], running_intra=running[1],
         per_session_intra=controller.per_session_intra(), source=source, explain=plan.explain(),
         share=share.to_dict() if share is not None else None, bound_cpus=bound, tf_default=tf_default,
-        origin=plan_origin(plan),
+        origin=plan_origin(plan, source),
     )
 
 
-def plan_origin(plan: ThreadPlan) -> str:
-    """Where the pools' numbers came from, in a user's words (status().text())."""
+def plan_origin(plan: ThreadPlan, source: str) -> str:
+    """Where the pools' numbers came from, in a user's words (status().text()); "" for the host
+    alone (the plan's source says so already)."""
     setting = plan.settings.get("inter_op")
+    if source.startswith("host"):
+        return ""
     if setting is not None and setting.source == "tuned":
         return f"measured by `tf-autopar tune` on this host ({setting.reason})"
     if setting is not None and setting.source == "user":
@@ -502,7 +505,7 @@ def report_late(plan: ThreadPlan, source: str) -> None:
         phase="after-start", planned_inter=plan.inter_op, planned_intra=plan.intra_op,
         not_applied=tuple(not_applied), running_inter=running[0], running_intra=running[1],
         per_session_intra=per_session, source=source, explain=plan.explain(),
-        tf_default=controller.default_pool_size(), origin=plan_origin(plan),
+        tf_default=controller.default_pool_size(), origin=plan_origin(plan, source),
     )
     if not_applied:
         hooks = []
