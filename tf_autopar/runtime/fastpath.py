@@ -657,7 +657,7 @@ class ServedFunction:
         frozen = self.frozen
         assert frozen is not None
         shapes = {name.split(":")[0]: tuple(a.shape) for name, a in zip(frozen.inputs, arrays) if a.ndim}
-        graph_def = frozen.graph_def if frozen.graph_def is not None else frozen.graph.as_graph_def()
+        graph_def = frozen.graph_def if frozen.graph_def is not None else frozen.graph.as_graph_def(add_shapes=True)
         profile = analyze(graph_def, batch=batch, input_shapes=shapes)
         self.max_width = profile.max_width
         frozen.graph_def = None  # a third copy of the constants otherwise: re-read from the graph when needed

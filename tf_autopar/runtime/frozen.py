@@ -275,7 +275,10 @@ class FrozenGraph:
         import tensorflow as tf
 
         frozen = _freeze(concrete)
-        self.graph_def = frozen.graph.as_graph_def()
+        # with each node's output shapes: the analysis sizes every op from them (without, every op
+        # size is unknown and the plan keeps TensorFlow's default pool sizes: NASNetMobile at batch
+        # 1 got 2x2 instead of 2x1, 55 against 26 ms per request)
+        self.graph_def = frozen.graph.as_graph_def(add_shapes=True)
         self.graph = tf.Graph()
         with self.graph.as_default():
             tf.graph_util.import_graph_def(self.graph_def, name="")
