@@ -228,6 +228,20 @@ def row_summary(row: dict, window_s: float) -> dict:
     return out
 
 
+def merge_sweeps(data: dict, earlier: dict) -> None:
+    """Copy the earlier run's sweep configurations (pools:*, frozen-sweep) into ``data``'s first round per row."""
+    sweeps = {}
+    for row in earlier["rows"]:
+        for rnd in row["rounds"]:
+            for cfg, res in rnd.items():
+                if cfg.startswith("pools:") or cfg == "frozen-sweep":
+                    sweeps.setdefault((row["model"], row["batch"]), {})[cfg] = res
+    for row in data["rows"]:
+        if row["rounds"]:
+            row["rounds"][0].update(sweeps.get((row["model"], row["batch"]), {}))
+    data["sweeps_from"] = earlier.get("host", {})
+
+
 def summarise(data: dict) -> str:
     rows = [row_summary(r, data.get("window_s", 30.0)) for r in data["rows"]]
     h = data["host"]
@@ -283,10 +297,17 @@ def main() -> int:
                     help="process pools and frozen sweep: in the first round (default), every round or never")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "fastpath.json"))
     ap.add_argument("--summarise", metavar="JSON")
+    ap.add_argument("--sweep-from", metavar="JSON", default=None,
+                    help="with --summarise: take the process-pool and frozen sweeps of each row from this earlier "
+                         "run (same host and models; a run with --sweep none measures only default and enable())")
     args = ap.parse_args()
     if args.summarise:
         with open(args.summarise, encoding="utf-8") as fh:
-            print(summarise(json.load(fh)))
+            data = json.load(fh)
+        if args.sweep_from:
+            with open(args.sweep_from, encoding="utf-8") as fh:
+                merge_sweeps(data, json.load(fh))
+        print(summarise(data))
         return 0
     if not args.model_dir or not os.path.isdir(args.model_dir):
         ap.error("give the directory written by benchmarks/user_models.py")
