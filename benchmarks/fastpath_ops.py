@@ -22,6 +22,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+from bench_fastpath import host  # noqa: E402
 from user_models import SERVING  # noqa: E402
 
 CHILD = r'''
@@ -101,8 +102,7 @@ def main() -> int:
             print(summarise(json.load(fh)))
         return 0
     names = args.only.split(",") if args.only else list(SERVING)
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "?")
-    data = {"cpu_model": cpu, "date": time.strftime("%Y-%m-%d"), "models": {}}
+    data = {"cpu_model": host()["cpu_model"], "date": time.strftime("%Y-%m-%d"), "models": {}}
     for name in names:
         data["models"][name] = run_model(args.model_dir, name, args.calls)
         with open(args.out, "w", encoding="utf-8") as fh:

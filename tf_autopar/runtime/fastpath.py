@@ -872,6 +872,7 @@ def _synthetic(spec: Any, batch: int) -> Any:
 
 
 def _handle_bytes(handles: list[Any]) -> int:
+    from tensorflow.python.framework import dtypes
     from tensorflow.python.ops import resource_variable_ops
 
     total = 0
@@ -881,8 +882,6 @@ def _handle_bytes(handles: list[Any]) -> int:
             n = 1
             for d in st.shape.dim:
                 n *= max(int(d.size), 1)
-            from tensorflow.python.framework import dtypes
-
             total += n * dtypes.as_dtype(st.dtype).size
     return total
 
