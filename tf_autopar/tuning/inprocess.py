@@ -269,6 +269,28 @@ def tune(model: str, *, mode: str = "latency", batch: int | None = None, budget_
                             status=res.get("status", ""))
 
 
+def live_reset(model: str) -> dict[str, Any]:
+    """``tune --live-reset MODEL``: forget what live tuning and ``tune`` chose for ``model`` on this
+    host (runtime/cache.py forget_tuning says what stays). ValueError for a path that is no model."""
+    from tf_autopar.runtime import cache, core
+    from tf_autopar.runtime.model_loads import model_profile
+
+    real = os.path.realpath(os.path.expanduser(model))
+    if not os.path.exists(real):
+        raise ValueError(f"{model}: no such SavedModel directory or .keras file")
+    if not (os.path.isdir(real) or real.endswith(".keras")):
+        raise ValueError(f"{model}: not a SavedModel directory or a .keras file")
+    try:
+        profile = model_profile(real, 1, False)
+    except Exception as exc:  # noqa: BLE001 - any parse failure means a file that is not a readable model
+        raise ValueError(f"{model}: cannot read it as a model (corrupt or not a SavedModel): "
+                         f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
+    if profile is None or not profile.fingerprint:
+        raise ValueError(f"{model}: cannot read it as a model (no graph found)")
+    dropped = cache.forget_tuning(profile.fingerprint, cache.host_key(core.topology()))
+    return {"model": model, "fingerprint": profile.fingerprint, "cache": cache.cache_path(), **dropped}
+
+
 def _num(value: Any) -> float:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
 
