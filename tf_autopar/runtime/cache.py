@@ -429,7 +429,7 @@ def store_calibration(host: str, entry: dict[str, Any], path: str | None = None)
 
 
 #: What a served bucket keeps of live tuning (fastpath.py's summary): dropped by ``forget_tuning``.
-TUNING_FIELDS = ("tuned", "tried", "won", "inter_op", "intra_op", "streams")
+TUNING_FIELDS = ("tuned", "tried", "won", "by", "inter_op", "intra_op", "streams")
 
 
 def forget_tuning(fingerprint: str, host: str, path: str | None = None) -> dict[str, int]:

@@ -269,6 +269,7 @@ class _Bucket:
     tried: list[str] = field(default_factory=list)  # "2x1: lose (not faster ...)" per finished trial
     tuned: str = ""  # "done" when every candidate was tried; the evidence of a win is in ``won``
     won: dict[str, Any] = field(default_factory=dict)
+    by: str = ""  # who tuned it (BY_LIVE, BY_TUNE), once ``tuned``
     in_flight: int = 0
     attempts: int = 0  # switch checks that found the frozen session not faster
     checking: tuple[int, int, int] | None = None  # a neighbour's switch check under way (the plan's lost)
@@ -498,7 +499,7 @@ class ServedFunction:
                     return
             self._drop_pool(key)
             return
-        b.tuned = "done"
+        b.tuned, b.by = "done", TUNED_BY
         b.warm, b.expected = [], []
         self._remember()
 
@@ -818,7 +819,7 @@ class ServedFunction:
                                               generation=self.frozen_generation, verify=True, key=key,
                                               speedup=_number(entry.get("speedup")), since=time.monotonic(),
                                               reason="built at load: it won last time", tuned=tuned, won=won,
-                                              tried=tried)
+                                              tried=tried, by=BY_TUNE if entry.get("by") == BY_TUNE else BY_LIVE)
 
     def _remember(self) -> None:
         if not (STATE.use_cache and self.fingerprint):
@@ -843,7 +844,7 @@ class ServedFunction:
                 if b.key[0]:
                     entry.update(inter_op=b.key[0], intra_op=b.key[1], streams=b.key[2])
                 if b.tuned:
-                    entry.update(tuned=b.tuned, tried=list(b.tried), won=dict(b.won))
+                    entry.update(tuned=b.tuned, tried=list(b.tried), won=dict(b.won), by=b.by or BY_LIVE)
             out[str(bucket_id)] = entry
         return {"buckets": out}
 
@@ -968,8 +969,8 @@ BY_LIVE, BY_TUNE = "live", "tune"
 TUNED_BY = BY_LIVE
 
 
-def _tuned_how(won: dict[str, Any]) -> str:
-    return "tuned by `tf-autopar tune`" if won.get("by") == BY_TUNE else "tuned live"
+def _tuned_how(b: _Bucket) -> str:
+    return "tuned by `tf-autopar tune`" if (b.won.get("by") or b.by) == BY_TUNE else "tuned live"
 
 
 def _tuning_words(b: _Bucket) -> str:
@@ -977,7 +978,7 @@ def _tuning_words(b: _Bucket) -> str:
     won = (f"{b.won.get('to')} won over {b.won.get('from')}, {_number(b.won.get('speedup')):.2f}x faster "
            f"({b.won.get('pairs')} paired calls, {b.won.get('seconds')} s)") if b.won else ""
     if b.tuned == "done":
-        how = _tuned_how(b.won)
+        how = _tuned_how(b)
         if won:
             return f"{how}: {won}; {len(b.tried)} setting(s) tried"
         return f"{how}: the plan held against {len(b.tried)} neighbour(s)" if b.tried else how
@@ -996,7 +997,7 @@ def _plan_source(b: _Bucket) -> str:
     live on <date>, N samples, x faster than <the setting before>", the rule, or `tune`."""
     if b.won and _label(b.key) == b.won.get("to"):
         w = b.won
-        return (f"{_tuned_how(w)} on {w.get('date', '?')}, {w.get('pairs_total', w.get('pairs'))} samples, "
+        return (f"{_tuned_how(b)} on {w.get('date', '?')}, {w.get('pairs_total', w.get('pairs'))} samples, "
                 f"{_number(w.get('total', w.get('speedup'))):.2f}x faster than {w.get('plan', w.get('from'))}")
     plan = b.plan
     if plan is None:
@@ -1004,7 +1005,7 @@ def _plan_source(b: _Bucket) -> str:
     source = "planned by `tf-autopar tune --process-pools`'s measurement" if getattr(plan, "tuned", None) \
         else "planned by the rule"
     if b.tuned == "done" and b.tried:
-        source += f", which held against {len(b.tried)} neighbour(s) {_tuned_how(b.won)}"
+        source += f", which held against {len(b.tried)} neighbour(s) {_tuned_how(b)}"
     return source
 
 
