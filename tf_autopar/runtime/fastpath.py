@@ -845,6 +845,8 @@ class ServedFunction:
                     entry.update(inter_op=b.key[0], intra_op=b.key[1], streams=b.key[2])
                 if b.tuned:
                     entry.update(tuned=b.tuned, tried=list(b.tried), won=dict(b.won), by=b.by or BY_LIVE)
+                elif b.tried:  # the switch checks of the plan and its neighbours, none faster than the original
+                    entry.update(tried=list(b.tried))
             out[str(bucket_id)] = entry
         return {"buckets": out}
 
