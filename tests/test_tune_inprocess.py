@@ -143,7 +143,7 @@ def test_when_the_plan_loses_the_switch_check_its_neighbours_are_checked_in_turn
 STREAMS = """
 import threading, time
 import tf_autopar
-tf_autopar.enable("throughput", streams=2)
+tf_autopar.enable(mode="throughput", streams=2)
 import numpy as np, tensorflow as tf
 from tf_autopar.runtime import fastpath, fastpath_rules
 fastpath_rules.SWITCH_RATIO = float("inf")
