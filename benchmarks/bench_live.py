@@ -12,7 +12,9 @@ Per SavedModel of benchmarks/user_models.py and batch, fresh processes, one afte
   frozen graph in one process, interleaved: the exhaustive in-process best, and the time of the
   setting live tuning chose, measured in the same sweep;
 - ``second``: a second start on the cache the live run left: the setting it serves from its
-  first call, and whether that call was the frozen session's.
+  first call, and whether that call was the frozen session's;
+- ``live-nice0`` (``--nice-ab``): the live run again with TF_AUTOPAR_BUILD_NICE=0, the builds at
+  the requests' priority as before runtime/lowprio.py, for the p99 while tuning before/after.
 
     python benchmarks/bench_live.py /work/user_models --out benchmarks/results/live.json
     python benchmarks/bench_live.py --summarise benchmarks/results/live.json
@@ -66,13 +68,15 @@ while time.perf_counter() - start < limit:
         break
 b = bucket()
 print("RESULT " + json.dumps(dict(times_ms=[x * 1e3 for x in times], stamps_s=stamps, phases=phases, done_s=done_at,
-      key=[b.inter_op, b.intra_op] if b else None, tuning=b.tuning if b else "", loaded_key=loaded_key,
+      key=[b.inter_op, b.intra_op] if b and b.path == "frozen session" else None, path=b.path if b else None,
+      tuning=b.tuning if b else "", loaded_key=loaded_key,
       first_frozen=bool(b) and b.served > 0 and phases[0] != "original", status=tf_autopar.status().text())), flush=True)
 '''
 
 
-def run_live(model_dir: str, name: str, batch: int, limit: float, cache: str) -> dict:
+def run_live(model_dir: str, name: str, batch: int, limit: float, cache: str, extra: dict | None = None) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TF_NUM_", "TF_OVERRIDE", "TF_AUTOPAR"))}
+    env.update(extra or {})
     env.update(TF_CPP_MIN_LOG_LEVEL="3", TF_AUTOPAR_CACHE_DIR=cache,
                PYTHONPATH=os.pathsep.join(p for p in (os.path.dirname(HERE), env.get("PYTHONPATH", "")) if p))
     proc = subprocess.run([sys.executable, "-c", LIVE, os.path.join(model_dir, name), name, str(batch), str(limit), HERE],
@@ -97,11 +101,20 @@ def row_summary(row: dict) -> dict:
     tuning = [t for t, ph in zip(live["times_ms"], live["phases"]) if ph == "tuning"]
     out["done_s"] = live.get("done_s")
     out["p99_tuning"] = _p(tuning, 0.99)
+    first30 = [t for t, st in zip(live["times_ms"], live["stamps_s"]) if st <= 30]
+    out["p99_first30"] = _p(first30, 0.99)
+    nice0 = row.get("live_nice0")
+    if nice0 and "error" not in nice0:
+        out["nice0_done_s"] = nice0.get("done_s")
+        out["nice0_p99_tuning"] = _p([t for t, ph in zip(nice0["times_ms"], nice0["phases"]) if ph == "tuning"], 0.99)
+        out["nice0_p99_first30"] = _p([t for t, st in zip(nice0["times_ms"], nice0["stamps_s"]) if st <= 30], 0.99)
+    dflt = default.get("times_ms", [])
+    out["p99_default_first30"] = _p(dflt[: max(1, len(first30))], 0.99) if dflt else float("nan")
     out["p99_default"] = _p(default.get("times_ms", []), 0.99)
     out["p50_default"] = _p(default.get("times_ms", []), 0.5)
     ms = sweep["sweep_ms"]
     best = min(ms, key=ms.get)
-    chosen = f"{live['key'][0]}x{live['key'][1]}" if live.get("key") else None
+    chosen = f"{live['key'][0]}x{live['key'][1]}" if live.get("key") else "original path"
     out.update(best=best, best_ms=ms[best], chosen=chosen, chosen_ms=ms.get(chosen, float("nan")),
                share=ms[best] / ms[chosen] if chosen in ms else float("nan"), tuning=live.get("tuning", ""))
     out["second_key"] = second.get("loaded_key")
@@ -137,6 +150,7 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=15.0, help="default's and the sweep's traffic")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "live.json"))
     ap.add_argument("--summarise", metavar="JSON")
+    ap.add_argument("--nice-ab", action="store_true", help="also a live run with TF_AUTOPAR_BUILD_NICE=0")
     args = ap.parse_args()
     if args.summarise:
         with open(args.summarise, encoding="utf-8") as fh:
@@ -152,6 +166,10 @@ def main() -> int:
             row = {"model": name, "batch": SERVING[name][which]}
             with tempfile.TemporaryDirectory(prefix="tfa_live_") as cache:
                 row["live"] = run_live(args.model_dir, name, row["batch"], args.limit, cache)
+                if args.nice_ab:
+                    with tempfile.TemporaryDirectory(prefix="tfa_live0_") as cache0:
+                        row["live_nice0"] = run_live(args.model_dir, name, row["batch"], args.limit, cache0,
+                                                     {"TF_AUTOPAR_BUILD_NICE": "0"})
                 row["default"] = run_child("default", args.model_dir, name, row["batch"], args.seconds, cache)
                 row["sweep"] = run_child("frozen-sweep", args.model_dir, name, row["batch"], args.seconds, cache)
                 row["second"] = run_live(args.model_dir, name, row["batch"], 3.0, cache)

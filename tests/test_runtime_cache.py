@@ -163,3 +163,26 @@ def test_the_small_host_caches_beside_it_get_the_same_check(tmp_path, monkeypatc
         assert load_cache("cpuinfo.json") == {}
         store_cache("cpuinfo.json", "k", {"model": "mine"})
         assert os.stat(tmp_path / "cpuinfo.json").st_uid == 65534
+
+
+def test_live_reset_forgets_this_hosts_tuning_and_keeps_the_rest(tmp_path):
+    from tf_autopar.runtime import cache
+
+    path = str(tmp_path / "plans.json")
+    tuned_bucket = {"calls": 40, "path": "frozen session", "batch": 1, "inter_op": 2, "intra_op": 1, "streams": 1,
+                    "tuned": "done", "tried": ["1x2: lose (...)"], "won": {"to": "2x1"}}
+    for host in ("here", "elsewhere"):
+        cache.store_served("fp", host, "latency", "signatures['serving_default']",
+                           {"buckets": {"1": dict(tuned_bucket), "8": {"calls": 3, "path": "original"}}}, path)
+        cache.store_tuned("fp", host, "latency", 1, {"inter_op": 2, "intra_op": 1}, path)
+    cache.store_tuned("other-model", "here", "latency", 1, {"inter_op": 1, "intra_op": 1}, path)
+    assert cache.forget_tuning("fp", "here", path) == {"tuned": 1, "served_buckets": 1}
+    here = cache.lookup_served("fp", "here", "latency", path)["functions"]["signatures['serving_default']"]["buckets"]
+    assert here["1"] == {"calls": 40, "path": "frozen session", "batch": 1}  # the calls and the verdict stay
+    assert here["8"] == {"calls": 3, "path": "original"}
+    assert cache.lookup_tuned("fp", "here", "latency", 1, path) is None
+    assert cache.lookup_tuned("other-model", "here", "latency", 1, path) is not None
+    there = cache.lookup_served("fp", "elsewhere", "latency", path)["functions"]["signatures['serving_default']"]
+    assert there["buckets"]["1"]["tuned"] == "done" and cache.lookup_tuned("fp", "elsewhere", "latency", 1, path)
+    assert cache.forget_tuning("fp", "here", path) == {"tuned": 0, "served_buckets": 0}
+    assert cache.forget_tuning("fp", "here", str(tmp_path / "none.json")) == {"tuned": 0, "served_buckets": 0}

@@ -85,3 +85,46 @@ def test_verdicts_are_final(ratio):
     verdict, n = trial.verdict, len(trial.ratios)
     trial.add(0.01, 0.001)
     assert trial.verdict == verdict and len(trial.ratios) == n
+
+
+# ------------------------------------------------------------------ streams and the build priority
+
+def test_streams_are_tuned_as_streams_within_the_budget():
+    from tf_autopar.tuning.search import MAX_CANDIDATES, neighbourhood, stream_neighbourhood
+
+    one = stream_neighbourhood(1, 2, 1, 2, 1)
+    assert one == [(c.inter, c.intra, 1) for c in neighbourhood(1, 2, 2, 1)]  # one stream: the session's own
+    four = stream_neighbourhood(2, 4, 4, 16, 3)
+    assert four[0] == (2, 4, 4)
+    assert {k[2] for k in four} == {3, 4, 5}  # one stream fewer and one more beside the per-stream pools
+    assert all(k[0] * k[1] * k[2] <= 16 for k in four[1:] if k[2] != 4)  # a new count shares the budget
+    assert len(four) <= MAX_CANDIDATES and len(set(four)) == len(four)
+    assert all(k[2] <= 2 for k in stream_neighbourhood(1, 1, 2, 2, 1))  # never more streams than CPUs
+    with pytest.raises(ValueError, match="streams must be positive"):
+        stream_neighbourhood(1, 1, 0, 2, 1)
+
+
+def test_the_build_nice_value_is_read_and_bounded():
+    from tf_autopar.runtime import lowprio
+
+    assert lowprio.nice_increment(None) == lowprio.DEFAULT_NICE
+    assert lowprio.nice_increment("0") == 0 and lowprio.nice_increment("50") == 19
+    assert lowprio.nice_increment("-3") == 0 and lowprio.nice_increment("high") == lowprio.DEFAULT_NICE
+
+
+def test_build_jobs_run_on_a_niced_thread_and_the_caller_keeps_its_priority():
+    import os
+    import threading
+
+    from tf_autopar.runtime.lowprio import LowPriority
+
+    me = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    low = LowPriority(5)
+    seen = low.run(lambda: (threading.get_native_id(), os.getpriority(os.PRIO_PROCESS, threading.get_native_id())))
+    assert seen[0] != threading.get_native_id()
+    assert seen[1] == min(19, me + 5) and low.applied == 5
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == me
+    with pytest.raises(ZeroDivisionError):  # the job's exception reaches the caller
+        low.run(lambda: 1 / 0)
+    off = LowPriority(0)
+    assert off.run(threading.get_native_id) == threading.get_native_id()  # 0: runs in the caller, unchanged

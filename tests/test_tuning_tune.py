@@ -106,7 +106,8 @@ def test_a_real_tune_is_stored_and_used_by_plan_and_enable(tmp_path, user_models
         pytest.skip("needs 2 CPUs: one CPU has one setting")
     sm = user_models["SM"]
     # the budget only caps the search (it stops once confirmed); a loaded machine makes each run slower
-    out = _cli("tune", sm, "--budget", "400", "--requests", "10", "--json", cache_dir=str(tmp_path), small_search=True)
+    out = _cli("tune", sm, "--process-pools", "--budget", "400", "--requests", "10", "--json", cache_dir=str(tmp_path),
+               small_search=True)
     assert out.returncode == 0, out.stderr
     res = json.loads(out.stdout)
     assert res["search"]["rounds"] >= 2 and res["stored"]["inter_op"] >= 1

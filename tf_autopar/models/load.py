@@ -111,6 +111,18 @@ class LoadedModel:
 
         return run_keras
 
+    def serving_call(self, arrays: Mapping[str, np.ndarray]) -> Callable[[], Any]:
+        """A no-argument callable making the call a server makes, with numpy in: the signature by
+        keyword (a SavedModel), ``predict`` of one batch (Keras). Under enable() the fast path
+        serves these calls (runtime/fastpath.py); ``step`` runs the model's own function instead."""
+        if self.kind == SAVEDMODEL:
+            fn, kwargs = self._fn, {s.name: arrays[s.name] for s in self.inputs}
+            return lambda: fn(**kwargs)
+        model = self._obj
+        flat = [arrays[s.name] for s in self.inputs]
+        x = flat[0] if len(flat) == 1 else flat
+        return lambda: model.predict(x, verbose=0, batch_size=max(32, len(flat[0])))
+
     def _keras_concrete(self, flat: Sequence[Any]) -> Any:
         """model(x, training=False) as one tf.function traced at these shapes (flat outputs)."""
         import tensorflow as tf

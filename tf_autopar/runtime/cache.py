@@ -426,3 +426,41 @@ def lookup_calibration(host: str, path: str | None = None) -> dict[str, Any] | N
 
 def store_calibration(host: str, entry: dict[str, Any], path: str | None = None) -> None:
     _put("calibration", host, entry, path)
+
+
+#: What a served bucket keeps of live tuning (fastpath.py's summary): dropped by ``forget_tuning``.
+TUNING_FIELDS = ("tuned", "tried", "won", "by", "inter_op", "intra_op", "streams")
+
+
+def forget_tuning(fingerprint: str, host: str, path: str | None = None) -> dict[str, int]:
+    """``tune --live-reset``: drop what was tuned for this model on this host (``host_key``): its
+    ``tuned`` entries (every mode and batch) and, in its ``served`` entries (every mode), each
+    bucket's tuned setting and evidence. The calls per bucket and the frozen-or-original verdict
+    stay, so the next start still plans for the observed batch and serves the frozen path at the
+    rule's plan, then tunes again. Other hosts' entries are kept (a shared cache directory serves
+    several hosts; their measurements are theirs). Returns how many of each were dropped."""
+    from filelock import FileLock
+
+    path = path or cache_path()
+    dropped = {"tuned": 0, "served_buckets": 0}
+    if not os.path.exists(path):
+        return dropped
+    with FileLock(path + ".lock", timeout=5):
+        data, writable = _load(path)
+        if not writable:
+            raise PermissionError(f"the plan cache {path} is not this user's to change")
+        for key in [k for k in data["tuned"] if k.startswith(f"{fingerprint}|{host}|")]:
+            del data["tuned"][key]
+            dropped["tuned"] += 1
+        for key, entry in data["served"].items():
+            if not key.startswith(f"{fingerprint}|{host}|"):
+                continue
+            for summary in (entry.get("functions") or {}).values():
+                for bucket in (summary.get("buckets") or {}).values() if isinstance(summary, dict) else ():
+                    if isinstance(bucket, dict) and any(f in bucket for f in ("tuned", "won", "tried")):
+                        for f in TUNING_FIELDS:
+                            bucket.pop(f, None)
+                        dropped["served_buckets"] += 1
+        if any(dropped.values()):
+            _write(path, data)
+    return dropped

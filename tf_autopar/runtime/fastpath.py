@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tf_autopar.runtime import cache, core, sessions, watch
+from tf_autopar.runtime.lowprio import run_low
 from tf_autopar.runtime import fastpath_rules as rules
 from tf_autopar.runtime.safety import fail_open, maybe_fail, warn_once
 from tf_autopar.runtime.state import STATE
@@ -174,6 +175,18 @@ def records() -> tuple[ServedRecord, ...]:
     return tuple(s.record() for s in served)
 
 
+def summaries() -> dict[tuple[str, str], dict[str, Any]]:
+    """(model, function) -> what the plan cache keeps of it (ServedFunction.summary): per bucket the
+    calls, the verdict, the setting and live tuning's evidence. For `tune` (tuning/inprocess.py)."""
+    with _served_lock:
+        served = list(_served)
+    out = {}
+    for s in served:
+        with s.lock:
+            out[(s.model, s.name)] = s.summary()
+    return out
+
+
 def _servable(loaded: Any) -> list[tuple[str, Any, str]]:
     """(name, function object, calling convention) of what a server calls on a loaded SavedModel."""
     out: list[tuple[str, Any, str]] = []
@@ -256,8 +269,12 @@ class _Bucket:
     tried: list[str] = field(default_factory=list)  # "2x1: lose (not faster ...)" per finished trial
     tuned: str = ""  # "done" when every candidate was tried; the evidence of a win is in ``won``
     won: dict[str, Any] = field(default_factory=dict)
+    by: str = ""  # who tuned it (BY_LIVE, BY_TUNE), once ``tuned``
     in_flight: int = 0
     attempts: int = 0  # switch checks that found the frozen session not faster
+    checking: tuple[int, int, int] | None = None  # a neighbour's switch check under way (the plan's lost)
+    checks: list[tuple[int, int, int]] | None = None  # neighbours still to check; None: not begun
+    lost: list[tuple[int, int, int]] = field(default_factory=list)  # settings the original path beat
     retry_at: float = 0.0  # when the next one may run (monotonic; 0: never)
 
 
@@ -436,9 +453,15 @@ class ServedFunction:
             b.tried.append(f"{label}: {test.verdict} ({test.why})")
             retired = trial.pool
             if test.verdict == "win":
+                before = b.won  # an earlier win in this bucket: the evidence chains back to the plan
+                earlier = before.get("pairs_total", before.get("pairs", 0))
                 b.won = {"from": _label(b.key), "to": label, "speedup": round(test.speedup, 4),
                          "pairs": len(test.ratios), "spread": round(test.spread, 4),
-                         "seconds": round(time.monotonic() - trial.started, 1), "date": time.strftime("%Y-%m-%d")}
+                         "pairs_total": len(test.ratios) + (earlier if isinstance(earlier, int) else 0),
+                         "seconds": round(time.monotonic() - trial.started, 1), "date": time.strftime("%Y-%m-%d"),
+                         "plan": before.get("plan", before.get("from", _label(b.key))),
+                         "total": round(test.speedup * (_number(before.get("total", before.get("speedup"))) or 1.0), 4),
+                         "by": TUNED_BY}
                 retired, b.pool, b.key = b.pool, trial.pool, trial.key
                 if b.speedup:
                     b.speedup *= test.speedup
@@ -464,7 +487,7 @@ class ServedFunction:
             if pool is None:
                 b.tried.append(f"{_label(key)}: not tried (memory bound)")
                 continue
-            values = pool.run(self.frozen.outputs, dict(zip(self.frozen.inputs, b.warm)))  # grappler, here
+            values = run_low(pool.run, self.frozen.outputs, dict(zip(self.frozen.inputs, b.warm)))  # grappler, here
             diff = rules.outputs_differ(values, b.expected)
             if diff:
                 b.tried.append(f"{_label(key)}: not tried (outputs differ: {diff})")
@@ -476,7 +499,7 @@ class ServedFunction:
                     return
             self._drop_pool(key)
             return
-        b.tuned = "done"
+        b.tuned, b.by = "done", TUNED_BY
         b.warm, b.expected = [], []
         self._remember()
 
@@ -555,8 +578,9 @@ class ServedFunction:
         self._freeze(generation)
         pool = None
         if not self.stopped:
-            plan = self._plan(arrays, batch)
-            key = b.key if b.tuned == "done" and b.key[0] else self._key(plan)  # a re-freeze keeps what tuning chose
+            plan = run_low(self._plan, arrays, batch)
+            # a re-freeze keeps what tuning chose; a neighbour's switch check (below) its setting
+            key = b.key if b.tuned == "done" and b.key[0] else (b.checking or self._key(plan))
             pool = self._pool_for(key)
         if pool is None:
             self._keep_original(b, self.stopped or "no session fits the memory bound beside the ones it has")
@@ -564,7 +588,8 @@ class ServedFunction:
         if _exiting():
             return
         original_flat = [np.asarray(t) for t in tf.nest.flatten(original_out)]
-        frozen_flat = pool.run(self.frozen.outputs, dict(zip(self.frozen.inputs, arrays)))  # first run: grappler
+        # first run: grappler, at the build priority
+        frozen_flat = run_low(pool.run, self.frozen.outputs, dict(zip(self.frozen.inputs, arrays)))
         diff = rules.outputs_differ(frozen_flat, original_flat)
         if diff:
             self._keep_original(b, f"the frozen graph's outputs differ from the original's ({diff})")
@@ -577,6 +602,9 @@ class ServedFunction:
         with self.lock:
             b.plan, b.speedup, b.spread, b.build_s = plan, speedup, spread, time.perf_counter() - t0
             b.batch = max(b.batch, batch)
+        if not switch and self._check_neighbour(b, plan, key, speedup):
+            _builder().submit(self, bucket_id, arrays, batch, original_out)  # the next neighbour's check, now
+            return
         if not switch:
             b.attempts += 1
             delay = rules.retry_delay(b.attempts)
@@ -589,12 +617,12 @@ class ServedFunction:
             return
         with self.lock:
             b.pool, b.generation, b.state, b.reason, b.since = pool, generation, FAST, "", time.monotonic()
-            b.key = key
-            if live_wanted() and b.key[2] == 1 and not b.tuned:
+            b.key, b.checking = key, None
+            if live_wanted() and not b.tuned:
                 b.warm, b.expected = arrays, original_flat
-                b.candidates = self._candidates(plan, b.key)
-        if b.candidates:
-            _builder().submit_trial(self, bucket_id)
+                b.candidates = [c for c in self._candidates(plan, b.key) if c not in b.lost]
+        if live_wanted() and not b.tuned:
+            _builder().submit_trial(self, bucket_id)  # no neighbour (one CPU): it is marked tuned at once
         log.info("tf_autopar: %s of %s serves batch %s from a frozen session (%sx%s): %.2fx the original path's "
                  "speed, ready after %.1f s", self.name, self.model, _bucket_words(bucket_id), key[0], key[1],
                  speedup, b.build_s)
@@ -617,7 +645,7 @@ class ServedFunction:
             self._keep_original(b, f"the frozen graph's outputs differ from the original's ({diff}); one call was "
                                    "served from it")
             return
-        if live_wanted() and not b.tuned and b.plan is not None and b.key[2] == 1:  # resume where it stopped
+        if live_wanted() and not b.tuned and b.plan is not None:  # resume where it stopped
             b.warm = arrays
             b.expected = [np.asarray(t) for t in tf.nest.flatten(original)]
             b.candidates = self._candidates(b.plan, b.key)
@@ -636,8 +664,8 @@ class ServedFunction:
             self.stopped = why
             return
         self.watch.add(handles)
-        with sessions.bypass():
-            frozen = FrozenGraph(self.concrete)
+        concrete = self.concrete
+        frozen = run_low(_frozen_graph, FrozenGraph, concrete)  # at the build priority (lowprio.py)
         _trim_heap()  # the converter's copies, before the sessions add their own
         with self.lock:
             old = list(self.pools.values())
@@ -670,12 +698,32 @@ class ServedFunction:
         return fields["inter_op_parallelism_threads"], fields["intra_op_parallelism_threads"], max(1, plan.instances)
 
     def _candidates(self, plan: ThreadPlan, key: tuple[int, int, int]) -> list[tuple[int, int, int]]:
-        """The plan's neighbours (tuning/search.py) but the plan itself, one stream each."""
-        from tf_autopar.tuning.search import neighbourhood
+        """The neighbours of ``key`` (tuning/search.py), itself left out: per-session pools in
+        latency mode; in throughput mode the per-stream pools and the stream count too."""
+        from tf_autopar.tuning.search import stream_neighbourhood
 
-        budget = max(1, getattr(plan, "usable_cpus", 0) or key[0] * key[1] or 1)
+        budget = max(1, getattr(plan, "usable_cpus", 0) or key[0] * key[1] * key[2] or 1)
         width = max(1, int(getattr(self, "max_width", 1) or 1))
-        return [(c.inter, c.intra, 1) for c in neighbourhood(key[0], key[1], budget, width)[1:]]
+        return [k for k in stream_neighbourhood(*key, budget, width) if k != key]
+
+    def _check_neighbour(self, b: _Bucket, plan: ThreadPlan, key: tuple[int, int, int], speedup: float) -> bool:
+        """The frozen session at ``key`` lost the switch check: with live tuning on, the plan's
+        neighbours are checked against the original path in turn (a model whose plan loses may
+        win at another setting: an LSTM at batch 32 here). True when the next one is queued."""
+        if not live_wanted() or b.tuned:
+            return False
+        with self.lock:
+            if b.checks is None:
+                b.checks = self._candidates(plan, key)
+            b.tried.append(f"{_label(key)}: {speedup:.2f}x the original path's speed, not taken")
+            b.lost.append(key)
+            if not b.checks:
+                b.checking = None
+                return False
+            b.checking = b.checks.pop(0)
+            b.state = QUEUED
+        self._drop_pool(key)
+        return True
 
     def _pool(self, plan: ThreadPlan) -> StreamPool | None:
         """The sessions for ``plan``: shared by the buckets that plan alike, new ones within the memory bound."""
@@ -771,7 +819,7 @@ class ServedFunction:
                                               generation=self.frozen_generation, verify=True, key=key,
                                               speedup=_number(entry.get("speedup")), since=time.monotonic(),
                                               reason="built at load: it won last time", tuned=tuned, won=won,
-                                              tried=tried)
+                                              tried=tried, by=BY_TUNE if entry.get("by") == BY_TUNE else BY_LIVE)
 
     def _remember(self) -> None:
         if not (STATE.use_cache and self.fingerprint):
@@ -796,7 +844,9 @@ class ServedFunction:
                 if b.key[0]:
                     entry.update(inter_op=b.key[0], intra_op=b.key[1], streams=b.key[2])
                 if b.tuned:
-                    entry.update(tuned=b.tuned, tried=list(b.tried), won=dict(b.won))
+                    entry.update(tuned=b.tuned, tried=list(b.tried), won=dict(b.won), by=b.by or BY_LIVE)
+                elif b.tried:  # the switch checks of the plan and its neighbours, none faster than the original
+                    entry.update(tried=list(b.tried))
             out[str(bucket_id)] = entry
         return {"buckets": out}
 
@@ -811,7 +861,7 @@ class ServedFunction:
                              inter_op=b.key[0], intra_op=b.key[1],
                              streams=len(b.pool.sessions) if b.pool else 0, speedup=round(b.speedup, 3),
                              spread=round(b.spread, 3), build_s=round(b.build_s, 2), reason=b.reason,
-                             plan_source=_plan_source(b.plan), tuning=_tuning_words(b))
+                             plan_source=_plan_source(b), tuning=_tuning_words(b), tuned=b.tuned == "done")
                 for b in sorted(self.buckets.values(), key=lambda b: b.bucket))
             calls = dict(self.calls)
         return ServedRecord(model=self.model, function=self.name, calls=sum(calls.values()),
@@ -861,6 +911,12 @@ def _exact_array(value: Any, spec: Any) -> Any:
     return array
 
 
+def _frozen_graph(make: Any, concrete: Any) -> Any:
+    """``make(concrete)`` with the session hook bypassed (a thread-local switch: set here, on the thread that runs it)."""
+    with sessions.bypass():
+        return make(concrete)
+
+
 def _synthetic(spec: Any, batch: int) -> Any:
     import numpy as np
     import tensorflow as tf
@@ -908,14 +964,26 @@ def _available_bytes() -> int | None:
         return None
 
 
+#: Who measured a bucket's setting (the ``by`` of its evidence): live calls, or `tf-autopar tune`'s
+#: synthesised ones in a process of its own (tuning/inprocess.py).
+BY_LIVE, BY_TUNE = "live", "tune"
+#: What this process's wins are recorded as; tuning/inprocess.py sets BY_TUNE in the process it runs.
+TUNED_BY = BY_LIVE
+
+
+def _tuned_how(b: _Bucket) -> str:
+    return "tuned by `tf-autopar tune`" if (b.won.get("by") or b.by) == BY_TUNE else "tuned live"
+
+
 def _tuning_words(b: _Bucket) -> str:
     """Live tuning in a user's words: what is being tried, what won and by how much, what it cost."""
     won = (f"{b.won.get('to')} won over {b.won.get('from')}, {_number(b.won.get('speedup')):.2f}x faster "
            f"({b.won.get('pairs')} paired calls, {b.won.get('seconds')} s)") if b.won else ""
     if b.tuned == "done":
+        how = _tuned_how(b)
         if won:
-            return f"tuned live: {won}; {len(b.tried)} setting(s) tried"
-        return f"tuned live: the plan held against {len(b.tried)} neighbour(s)" if b.tried else "tuned live"
+            return f"{how}: {won}; {len(b.tried)} setting(s) tried"
+        return f"{how}: the plan held against {len(b.tried)} neighbour(s)" if b.tried else how
     trial = b.trial
     so_far = f"; so far {won}" if won else ""
     if trial is not None:
@@ -926,10 +994,21 @@ def _tuning_words(b: _Bucket) -> str:
     return ""
 
 
-def _plan_source(plan: ThreadPlan | None) -> str:
+def _plan_source(b: _Bucket) -> str:
+    """Where the bucket's serving numbers came from, in a user's words (status().text()): "tuned
+    live on <date>, N samples, x faster than <the setting before>", the rule, or `tune`."""
+    if b.won and _label(b.key) == b.won.get("to"):
+        w = b.won
+        return (f"{_tuned_how(b)} on {w.get('date', '?')}, {w.get('pairs_total', w.get('pairs'))} samples, "
+                f"{_number(w.get('total', w.get('speedup'))):.2f}x faster than {w.get('plan', w.get('from'))}")
+    plan = b.plan
     if plan is None:
         return ""
-    return "measured by tf-autopar tune" if getattr(plan, "tuned", None) else "the rule"
+    source = "planned by `tf-autopar tune --process-pools`'s measurement" if getattr(plan, "tuned", None) \
+        else "planned by the rule"
+    if b.tuned == "done" and b.tried:
+        source += f", which held against {len(b.tried)} neighbour(s) {_tuned_how(b)}"
+    return source
 
 
 def _number(value: Any) -> float:
@@ -947,9 +1026,10 @@ def _remembered_key(entry: dict[str, Any]) -> tuple[int, int, int] | None:
     inter, intra = entry.get("inter_op"), entry.get("intra_op")
     if entry.get("tuned") != "done" or not (rules.is_batch(inter) and rules.is_batch(intra)):
         return None
-    if inter > 1024 or intra > 1024:
+    streams = entry.get("streams", 1)
+    if inter > 1024 or intra > 1024 or not rules.is_batch(streams) or streams > 1024:
         return None
-    return inter, intra, 1
+    return inter, intra, streams
 
 
 def _bucket_words(bucket: int) -> str:

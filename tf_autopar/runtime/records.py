@@ -66,8 +66,9 @@ class BucketRecord:
     spread: float = 0.0  # max/min of those rounds' ratios
     build_s: float = 0.0  # from the bucket's first call to the switch
     reason: str = ""  # why it stays on the original path
-    plan_source: str = ""  # "the rule" or "measured by tf-autopar tune"
+    plan_source: str = ""  # where the numbers came from: "planned by the rule", "tuned live on <date>, ..."
     tuning: str = ""  # live tuning: what is being tried, or what won and by how much
+    tuned: bool = False  # live tuning (or `tune`) has tried every neighbour: the setting is final
 
 
 @dataclass(frozen=True)

@@ -157,7 +157,7 @@ def _served_lines(served: ServedRecord) -> list[str]:
             speed = (f", {b.speedup:.2f}x the original path's speed (median of paired rounds, spread {b.spread:.2f}x)"
                      if b.speedup else "")
             lines.append(f"    {batch}: frozen session, {_threads(b.inter_op, b.intra_op)}{streams} "
-                         f"(planned for batch {b.batch} by {b.plan_source or 'the rule'}){speed}"
+                         f"(batch {b.batch}: {b.plan_source or 'planned by the rule'}){speed}"
                          + (f", switched after {b.build_s:.1f} s" if b.build_s else "")
                          + (f"; {b.reason}" if b.reason else ""))
             if b.tuning:

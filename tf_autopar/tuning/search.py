@@ -71,6 +71,27 @@ def neighbourhood(inter: int, intra: int, budget: int, max_width: int, omp: int 
     return out[:MAX_CANDIDATES]
 
 
+def stream_neighbourhood(inter: int, intra: int, streams: int, budget: int,
+                         max_width: int) -> list[tuple[int, int, int]]:
+    """(inter, intra, streams) around a setting of ``streams`` sessions, itself first, at most
+    MAX_CANDIDATES. One stream: the per-session neighbourhood. Several (throughput mode): the
+    per-stream neighbourhood within a stream's share of ``budget``, then one stream fewer and one
+    more, each with the budget divided among its streams (the inter-op count kept within it)."""
+    if streams < 1:
+        raise ValueError(f"streams must be positive, got {streams}")
+    share = max(1, budget // streams)
+    out = [(c.inter, c.intra, streams) for c in neighbourhood(inter, intra, share, max_width)]
+    for n in (streams - 1, streams + 1):
+        if streams == 1 or not 1 <= n <= budget:
+            continue
+        per = max(1, budget // n)
+        p = min(inter, per)
+        key = (p, max(1, per // p), n)
+        if key not in out:
+            out.insert(min(len(out), 1 + (n > streams)), key)  # the stream counts right after the setting itself
+    return out[:MAX_CANDIDATES]
+
+
 Measure = Callable[[Sequence[Candidate], int], Mapping[Candidate, float]]
 
 
