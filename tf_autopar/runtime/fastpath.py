@@ -52,7 +52,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tf_autopar.runtime import cache, core, sessions, watch
+from tf_autopar.runtime import cache, core, fastpath_replan, quota_watch, sessions, watch
 from tf_autopar.runtime import fastpath_rules as rules
 from tf_autopar.runtime.safety import fail_open, maybe_fail, warn_once
 from tf_autopar.runtime.state import STATE
@@ -118,6 +118,8 @@ def route(loaded: Any, path: str, fingerprint: str | None) -> int:
                 _served.add(served)
             routed += 1
             served.prebuild(remembered.get(name, {}))
+        if routed:
+            quota_watch.start(replan_all)
     except Exception as exc:  # fail open: the model runs the original way
         fail_open("route the loaded model to its frozen session", exc)
     return routed
@@ -142,6 +144,7 @@ def route_keras(model: Any, path: str, fingerprint: str | None) -> int:
         with _served_lock:
             _served.add(served)
         served.prebuild(_remembered(fingerprint).get("predict", {}))
+        quota_watch.start(replan_all)
         return 1
     except Exception as exc:
         fail_open("route the loaded Keras model to its frozen session", exc)
@@ -166,6 +169,18 @@ def unroute_all() -> None:
         _served.clear()
     for s in served:
         s.unroute()
+
+
+def replan_all() -> None:
+    """The CPU limits changed (quota_watch.py): each bucket serving from a session is re-planned on
+    the builder thread (fastpath_replan.py); calls keep being served meanwhile."""
+    with _served_lock:
+        served = list(_served)
+    for s in served:
+        for b in list(s.buckets.values()):
+            if b.state == FAST and b.batch:
+                _builder().submit_call(s, b.bucket, [_synthetic(spec, b.batch) for _, spec in s.specs],
+                                       fastpath_replan.replan)
 
 
 def records() -> tuple[ServedRecord, ...]:
@@ -994,6 +1009,11 @@ class _Builder:
         if not self.stopping:
             self.jobs.put((weakref.ref(served), "trial", bucket_id, [], 0, None))
 
+    def submit_call(self, served: ServedFunction, bucket_id: int, arrays: list[Any], fn: Any) -> None:
+        """``fn(served, bucket_id, arrays)`` on the builder thread (a re-plan for new CPU limits)."""
+        if not self.stopping:
+            self.jobs.put((weakref.ref(served), "call", bucket_id, arrays, 0, fn))
+
     def stop(self, timeout: float) -> None:
         """At exit: no new job; the one running finishes (TensorFlow aborts the process when the
         interpreter ends under a thread inside one of its ops)."""
@@ -1019,6 +1039,8 @@ class _Builder:
                     served.verify(bucket_id, arrays, out)
                 elif kind == "trial":
                     served.next_trial(bucket_id)
+                elif kind == "call":
+                    out(served, bucket_id, arrays)
                 else:
                     served.build(bucket_id, arrays, batch, out)
             except Exception as exc:  # fail open: this bucket stays on the original path
