@@ -29,6 +29,7 @@ import argparse
 import json
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
@@ -266,6 +267,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{sorted(os.sched_getaffinity(0))}; {args.rounds} rounds x {len(configs)} configs x {args.seconds:g} s")
     runs: list[dict[str, Any]] = []
     started = time.time()
+    # a background run ignores SIGINT: SIGTERM also stops it and keeps what was measured
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     load_before = os.getloadavg()[0]
     try:
         for r in range(args.rounds):

@@ -148,6 +148,15 @@ def set_quota(group: QuotaGroup, cpus: float) -> None:
     Path(group.path, name).write_text(value)
 
 
+def follow(server: Server, group: QuotaGroup, cpus: float) -> tuple[str, float]:
+    """Rewrite the quota; (the served pools after, seconds from the write until the server served them)."""
+    t0 = time.monotonic()
+    set_quota(group, cpus)
+    server.say("wait")
+    _, pools, seen = server.expect("changed", 30).split()
+    return pools, float(seen) - t0
+
+
 def latency(calls: list[list[Any]], start: float, end: float) -> dict[str, Any]:
     times = sorted(c[1] for c in calls if start <= c[0] < end)
     if not times:
@@ -171,11 +180,7 @@ def run_server(controller: Any, changed: bool, args: argparse.Namespace, tag: st
             server.say("mark")
             t_before = float(server.expect("mark", 5).split()[1])
             if changed:
-                t0 = time.monotonic()
-                set_quota(group, 1.0)
-                server.say("wait")
-                _, pools, seen = server.expect("changed", 30).split()
-                out.update(pools_after=pools, follow_s=float(seen) - t0)
+                out["pools_after"], out["follow_s"] = follow(server, group, 1.0)
             start = time.monotonic()
             s0 = group.stat()
             time.sleep(args.window)
@@ -183,11 +188,7 @@ def run_server(controller: Any, changed: bool, args: argparse.Namespace, tag: st
             end = time.monotonic()
             out["throttled_after"] = throttled(s0, s1)
             if changed:
-                t1 = time.monotonic()
-                set_quota(group, 2.0)
-                server.say("wait")
-                _, pools, seen = server.expect("changed", 30).split()
-                out.update(pools_back=pools, grow_s=float(seen) - t1)
+                out["pools_back"], out["grow_s"] = follow(server, group, 2.0)
                 time.sleep(1.0)
             server.say("stop")
             res = json.loads(server.expect("RESULT", 120).partition(" ")[2])

@@ -172,13 +172,14 @@ def unroute_all() -> None:
 
 
 def replan_all() -> None:
-    """The CPU limits changed (quota_watch.py): each bucket serving from a session is re-planned on
-    the builder thread (fastpath_replan.py); calls keep being served meanwhile."""
+    """The CPU limits changed (quota_watch.py): each bucket serving from a session, or about to (a
+    build queued before the change plans for the old limits), is re-planned on the builder thread
+    after its build (fastpath_replan.py); calls keep being served meanwhile."""
     with _served_lock:
         served = list(_served)
     for s in served:
         for b in list(s.buckets.values()):
-            if b.state == FAST and b.batch:
+            if b.state in (FAST, QUEUED, BUILDING) and b.batch:
                 _builder().submit_call(s, b.bucket, [_synthetic(spec, b.batch) for _, spec in s.specs],
                                        fastpath_replan.replan)
 
