@@ -317,6 +317,8 @@ class ServedFunction:
         self.frozen: FrozenGraph | None = None
         self.frozen_generation = -1
         self.pools: dict[tuple[int, int, int], StreamPool] = {}
+        self.profiles: dict[tuple[Any, ...], Any] = {}  # (frozen graph, batch, shapes) -> its GraphProfile
+        self.max_width = 1
         self.variable_bytes = 0
         self.stopped = ""  # why the whole function stays on the original path
 
@@ -447,12 +449,12 @@ class ServedFunction:
             if b.trial is not trial:
                 return
             b.trial = None
-            label = _label(trial.key)
+            label = rules.label(trial.key)
             test = trial.test
             b.tried.append(f"{label}: {test.verdict} ({test.why})")
             retired = trial.pool
             if test.verdict == "win":
-                b.won = {"from": _label(b.key), "to": label, "speedup": round(test.speedup, 4),
+                b.won = {"from": rules.label(b.key), "to": label, "speedup": round(test.speedup, 4),
                          "pairs": len(test.ratios), "spread": round(test.spread, 4),
                          "seconds": round(time.monotonic() - trial.started, 1), "date": time.strftime("%Y-%m-%d")}
                 retired, b.pool, b.key = b.pool, trial.pool, trial.key
@@ -478,12 +480,12 @@ class ServedFunction:
                 continue
             pool = self._pool_for(key)
             if pool is None:
-                b.tried.append(f"{_label(key)}: not tried (memory bound)")
+                b.tried.append(f"{rules.label(key)}: not tried (memory bound)")
                 continue
             values = pool.run(self.frozen.outputs, dict(zip(self.frozen.inputs, b.warm)))  # grappler, here
             diff = rules.outputs_differ(values, b.expected)
             if diff:
-                b.tried.append(f"{_label(key)}: not tried (outputs differ: {diff})")
+                b.tried.append(f"{rules.label(key)}: not tried (outputs differ: {diff})")
                 self._drop_pool(key)
                 continue
             with self.lock:
@@ -673,10 +675,15 @@ class ServedFunction:
         frozen = self.frozen
         assert frozen is not None
         shapes = {name.split(":")[0]: tuple(a.shape) for name, a in zip(frozen.inputs, arrays) if a.ndim}
-        graph_def = frozen.graph_def if frozen.graph_def is not None else frozen.graph.as_graph_def(add_shapes=True)
-        profile = analyze(graph_def, batch=batch, input_shapes=shapes)
+        seen = (id(frozen), batch, tuple(sorted(shapes.items())))
+        profile = self.profiles.get(seen)
+        if profile is None:  # a re-plan for new CPU limits reuses it: the graph and the shapes did not change
+            graph_def = frozen.graph_def if frozen.graph_def is not None else frozen.graph.as_graph_def(add_shapes=True)
+            profile = analyze(graph_def, batch=batch, input_shapes=shapes)
+            frozen.graph_def = None  # a third copy of the constants otherwise: re-read from the graph when needed
+            self.profiles = {k: v for k, v in self.profiles.items() if k[0] == id(frozen)}
+            self.profiles[seen] = profile
         self.max_width = profile.max_width
-        frozen.graph_def = None  # a third copy of the constants otherwise: re-read from the graph when needed
         return core.plan_for(profile, STATE.mode, streams=STATE.streams, tuned_fingerprint=self.fingerprint,
                              batch=batch)
 
@@ -690,7 +697,7 @@ class ServedFunction:
         from tf_autopar.tuning.search import neighbourhood
 
         budget = max(1, getattr(plan, "usable_cpus", 0) or key[0] * key[1] or 1)
-        width = max(1, int(getattr(self, "max_width", 1) or 1))
+        width = max(1, int(self.max_width or 1))
         return [(c.inter, c.intra, 1) for c in neighbourhood(key[0], key[1], budget, width)[1:]]
 
     def _pool(self, plan: ThreadPlan) -> StreamPool | None:
@@ -935,7 +942,7 @@ def _tuning_words(b: _Bucket) -> str:
     trial = b.trial
     so_far = f"; so far {won}" if won else ""
     if trial is not None:
-        return (f"live tuning: trying {_label(trial.key)} against {_label(b.key)} ({len(trial.test.ratios)} pairs so "
+        return (f"live tuning: trying {rules.label(trial.key)} against {rules.label(b.key)} ({len(trial.test.ratios)} pairs so "
                 f"far; {len(b.candidates)} more to try){so_far}")
     if b.candidates:
         return f"live tuning: {len(b.candidates)} neighbour(s) to try{so_far}"
@@ -952,10 +959,6 @@ def _number(value: Any) -> float:
     """A positive finite number read from the cache, else 0."""
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < 1e6
     return float(value) if ok else 0.0
-
-
-def _label(key: tuple[int, int, int]) -> str:
-    return f"{key[0]}x{key[1]}" + (f" in {key[2]} streams" if key[2] > 1 else "")
 
 
 def _remembered_key(entry: dict[str, Any]) -> tuple[int, int, int] | None:

@@ -23,10 +23,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("tf_autopar.runtime")
 
 
-def label(key: tuple[int, int, int]) -> str:
-    return f"{key[0]}x{key[1]}" + (f" in {key[2]} streams" if key[2] > 1 else "")
-
-
 def replan(served: ServedFunction, bucket_id: int, arrays: list[Any]) -> str:
     """Re-plan one serving bucket for the current limits; what happened, in words (also logged)."""
     b = served.buckets.get(bucket_id)
@@ -39,10 +35,10 @@ def replan(served: ServedFunction, bucket_id: int, arrays: list[Any]) -> str:
     if key == old_key:
         with served.lock:
             b.plan = plan
-        return f"kept {label(key)}: the plan for the new limits is the same"
+        return f"kept {rules.label(key)}: the plan for the new limits is the same"
     pool = served._pool_for(key)
     if pool is None:
-        return f"kept {label(old_key)}: no session for {label(key)} fits the memory bound"
+        return f"kept {rules.label(old_key)}: no session for {rules.label(key)} fits the memory bound"
     feeds = dict(zip(frozen.inputs, arrays))
     new_out = pool.run(frozen.outputs, feeds)  # grappler's first run: here, not on a request
     try:
@@ -55,16 +51,16 @@ def replan(served: ServedFunction, bucket_id: int, arrays: list[Any]) -> str:
         if swapped:
             b.pool, b.key, b.plan, b.trial = pool, key, plan, None
             b.candidates, b.tried, b.won, b.tuned = [], [], {}, ""
-            b.reason = f"re-planned for new CPU limits while running (was {label(old_key)})"
+            b.reason = f"re-planned for new CPU limits while running (was {rules.label(old_key)})"
     served._drop_pool(old_key if swapped else key)  # retired when no bucket serves from it
     if trial is not None:
         served._drop_pool(trial.key)
     if diff:
-        what = f"kept {label(old_key)}: the sessions for {label(key)} gave other outputs ({diff})"
+        what = f"kept {rules.label(old_key)}: the sessions for {rules.label(key)} gave other outputs ({diff})"
     elif not swapped:
-        what = f"kept {label(old_key)}: the bucket changed while its new sessions were built"
+        what = f"kept {rules.label(old_key)}: the bucket changed while its new sessions were built"
     else:
-        what = f"now {label(key)} (was {label(old_key)})"
+        what = f"now {rules.label(key)} (was {rules.label(old_key)})"
     log.info("tf_autopar: %s of %s, batch %s, after the CPU limits changed: %s", served.name, served.model,
              b.batch, what)
     return what
