@@ -29,6 +29,7 @@ import argparse
 import json
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
@@ -83,16 +84,25 @@ for _ in range(cfg["warmup"]):
 print("start", flush=True)
 sys.stdin.readline()
 times = []
+cpu0 = os.times()
 begin = time.perf_counter()
 while time.perf_counter() - begin < cfg["seconds"]:
     t0 = time.perf_counter()
     step()
     times.append(time.perf_counter() - t0)
 loop = time.perf_counter() - begin
+cpu1 = os.times()
 print("end", flush=True)
-print(json.dumps({"step_times_s": times, "loop_s": loop, "affinity": sorted(os.sched_getaffinity(0)),
-                  "inter": tf.config.threading.get_inter_op_parallelism_threads(),
-                  "intra": tf.config.threading.get_intra_op_parallelism_threads(),
+comm = []  # thread names: the inter-op pool's threads are "tf_Compute" (what really ran, not what was asked)
+for t in os.listdir("/proc/self/task"):
+    try:
+        comm.append(open(f"/proc/self/task/{t}/comm").read().strip())
+    except OSError:
+        pass
+# prefixed: TensorFlow or a workload may print lines of its own to stdout
+print("RESULT " + json.dumps({"step_times_s": times, "loop_s": loop,
+                  "cpu_s": (cpu1.user + cpu1.system) - (cpu0.user + cpu0.system), "affinity": sorted(os.sched_getaffinity(0)),
+                  "inter_op_threads_running": comm.count("tf_Compute"), "threads": len(comm),
                   "tf_version": tf.__version__}), flush=True)
 '''
 
@@ -129,6 +139,8 @@ def run_one(controller: Any, args: argparse.Namespace, config: tuple[int, int], 
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             line = child.stdout.readline()
+            while line and line.strip() != "start":  # lines the model printed while it was built
+                line = child.stdout.readline()
             if line.strip() != "start":
                 child.kill()
                 _, err = child.communicate(timeout=30)
@@ -144,16 +156,27 @@ def run_one(controller: Any, args: argparse.Namespace, config: tuple[int, int], 
             child.wait()
             raise
         whole = group.stat()
-    if child.returncode != 0 or line.strip() != "end":
-        return {"config": f"{inter}x{intra}", "error": err[-2000:], "returncode": child.returncode}
-    result = json.loads(out.strip().splitlines()[-1])
+    found = [ln[len("RESULT "):] for ln in out.splitlines() if ln.startswith("RESULT ")]
+    if child.returncode != 0 or line.strip() != "end" or not found:
+        return {"config": f"{inter}x{intra}", "error": (out[-500:] + err)[-2000:], "returncode": child.returncode}
+    result = json.loads(found[-1])
     times = result.pop("step_times_s")
     return {
         "config": f"{inter}x{intra}", "requests": len(times), "median_s": statistics.median(times),
         "p90_s": sorted(times)[int(0.9 * (len(times) - 1))], "throughput_rps": len(times) / result["loop_s"],
         "timed": stat_delta(before, after), "whole_process": whole.to_dict() | {"raw": None},
+        "cpu_ms_per_request": result["cpu_s"] * 1e3 / max(1, len(times)), "load_after": os.getloadavg()[0],
         "wall_s": time.monotonic() - started, **result,
     }
+
+
+def cpu_model() -> str:
+    """The processor's name (/proc/cpuinfo), recorded with every figure."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            return next((line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")), "?")
+    except OSError:
+        return "?"
 
 
 def spread(values: list[float]) -> dict[str, float]:
@@ -179,6 +202,7 @@ def summarise(runs: list[dict[str, Any]], configs: list[str]) -> dict[str, Any]:
             "rounds": len(mine),
             "median_ms": spread([m["median_s"] * 1e3 for m in mine]),
             "throughput_rps": spread([m["throughput_rps"] for m in mine]),
+            "cpu_ms_per_request": spread([m["cpu_ms_per_request"] for m in mine]),
             "nr_throttled": spread([m["timed"]["nr_throttled"] for m in mine]),
             "throttled_fraction": spread(fractions) if fractions else None,
         }
@@ -239,10 +263,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench_fractional_quota: {exc}", file=sys.stderr)
         return 2
     names = [f"{i}x{j}" for i, j in configs]
-    print(f"cgroup v{controller.version} at {controller.path}; quota {args.quota:g} CPUs; CPUs "
+    print(f"{cpu_model()}; cgroup v{controller.version} at {controller.path}; quota {args.quota:g} CPUs; CPUs "
           f"{sorted(os.sched_getaffinity(0))}; {args.rounds} rounds x {len(configs)} configs x {args.seconds:g} s")
     runs: list[dict[str, Any]] = []
     started = time.time()
+    # a background run ignores SIGINT: SIGTERM also stops it and keeps what was measured
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    load_before = os.getloadavg()[0]
     try:
         for r in range(args.rounds):
             order = configs[r % len(configs):] + configs[: r % len(configs)]  # rotate: no config always first
@@ -263,8 +290,8 @@ def main(argv: list[str] | None = None) -> int:
     print_table(table, names, args.quota)
     doc = {
         "benchmark": "bench_fractional_quota", "date": time.strftime("%Y-%m-%d", time.localtime(started)),
-        "host": {"cpus": sorted(os.sched_getaffinity(0)), "machine": platform.machine(),
-                 "cgroup_version": controller.version},
+        "host": {"cpu_model": cpu_model(), "cpus": sorted(os.sched_getaffinity(0)), "machine": platform.machine(),
+                 "cgroup_version": controller.version, "load_before": load_before},
         "options": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "summary": table, "runs": runs,
     }

@@ -45,6 +45,13 @@ def use_share(topology: Topology | None) -> None:
     _share = topology
 
 
+def use_host(topology: Topology) -> None:
+    """The host under CPU limits that changed while running (runtime/quota_watch.py): later plans follow it."""
+    global _host
+    with _lock:
+        _host = topology
+
+
 def effective_mode(mode: str, profile: GraphProfile | None) -> str:
     """Training graphs get the training plan when the user asked for latency (the default)."""
     if mode == "latency" and profile is not None and getattr(profile, "training", False):

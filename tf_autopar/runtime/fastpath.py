@@ -52,7 +52,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tf_autopar.runtime import cache, core, sessions, watch
+from tf_autopar.runtime import cache, core, fastpath_replan, quota_watch, sessions, watch
 from tf_autopar.runtime.lowprio import run_low
 from tf_autopar.runtime import fastpath_rules as rules
 from tf_autopar.runtime.safety import fail_open, maybe_fail, warn_once
@@ -119,6 +119,8 @@ def route(loaded: Any, path: str, fingerprint: str | None) -> int:
                 _served.add(served)
             routed += 1
             served.prebuild(remembered.get(name, {}))
+        if routed:
+            quota_watch.start(replan_all)
     except Exception as exc:  # fail open: the model runs the original way
         fail_open("route the loaded model to its frozen session", exc)
     return routed
@@ -143,6 +145,7 @@ def route_keras(model: Any, path: str, fingerprint: str | None) -> int:
         with _served_lock:
             _served.add(served)
         served.prebuild(_remembered(fingerprint).get("predict", {}))
+        quota_watch.start(replan_all)
         return 1
     except Exception as exc:
         fail_open("route the loaded Keras model to its frozen session", exc)
@@ -167,6 +170,19 @@ def unroute_all() -> None:
         _served.clear()
     for s in served:
         s.unroute()
+
+
+def replan_all() -> None:
+    """The CPU limits changed (quota_watch.py): each bucket serving from a session, or about to (a
+    build queued before the change plans for the old limits), is re-planned on the builder thread
+    after its build (fastpath_replan.py); calls keep being served meanwhile."""
+    with _served_lock:
+        served = list(_served)
+    for s in served:
+        for b in list(s.buckets.values()):
+            if b.state in (FAST, QUEUED, BUILDING) and b.batch:
+                _builder().submit_call(s, b.bucket, [_synthetic(spec, b.batch) for _, spec in s.specs],
+                                       fastpath_replan.replan)
 
 
 def records() -> tuple[ServedRecord, ...]:
@@ -318,6 +334,8 @@ class ServedFunction:
         self.frozen: FrozenGraph | None = None
         self.frozen_generation = -1
         self.pools: dict[tuple[int, int, int], StreamPool] = {}
+        self.profiles: dict[tuple[Any, ...], Any] = {}  # (frozen graph, batch, shapes) -> its GraphProfile
+        self.max_width = 1
         self.variable_bytes = 0
         self.stopped = ""  # why the whole function stays on the original path
 
@@ -448,18 +466,18 @@ class ServedFunction:
             if b.trial is not trial:
                 return
             b.trial = None
-            label = _label(trial.key)
+            label = rules.label(trial.key)
             test = trial.test
             b.tried.append(f"{label}: {test.verdict} ({test.why})")
             retired = trial.pool
             if test.verdict == "win":
                 before = b.won  # an earlier win in this bucket: the evidence chains back to the plan
                 earlier = before.get("pairs_total", before.get("pairs", 0))
-                b.won = {"from": _label(b.key), "to": label, "speedup": round(test.speedup, 4),
+                b.won = {"from": rules.label(b.key), "to": label, "speedup": round(test.speedup, 4),
                          "pairs": len(test.ratios), "spread": round(test.spread, 4),
                          "pairs_total": len(test.ratios) + (earlier if isinstance(earlier, int) else 0),
                          "seconds": round(time.monotonic() - trial.started, 1), "date": time.strftime("%Y-%m-%d"),
-                         "plan": before.get("plan", before.get("from", _label(b.key))),
+                         "plan": before.get("plan", before.get("from", rules.label(b.key))),
                          "total": round(test.speedup * (_number(before.get("total", before.get("speedup"))) or 1.0), 4),
                          "by": TUNED_BY}
                 retired, b.pool, b.key = b.pool, trial.pool, trial.key
@@ -485,12 +503,12 @@ class ServedFunction:
                 continue
             pool = self._pool_for(key)
             if pool is None:
-                b.tried.append(f"{_label(key)}: not tried (memory bound)")
+                b.tried.append(f"{rules.label(key)}: not tried (memory bound)")
                 continue
             values = run_low(pool.run, self.frozen.outputs, dict(zip(self.frozen.inputs, b.warm)))  # grappler, here
             diff = rules.outputs_differ(values, b.expected)
             if diff:
-                b.tried.append(f"{_label(key)}: not tried (outputs differ: {diff})")
+                b.tried.append(f"{rules.label(key)}: not tried (outputs differ: {diff})")
                 self._drop_pool(key)
                 continue
             with self.lock:
@@ -685,10 +703,15 @@ class ServedFunction:
         frozen = self.frozen
         assert frozen is not None
         shapes = {name.split(":")[0]: tuple(a.shape) for name, a in zip(frozen.inputs, arrays) if a.ndim}
-        graph_def = frozen.graph_def if frozen.graph_def is not None else frozen.graph.as_graph_def(add_shapes=True)
-        profile = analyze(graph_def, batch=batch, input_shapes=shapes)
+        seen = (id(frozen), batch, tuple(sorted(shapes.items())))
+        profile = self.profiles.get(seen)
+        if profile is None:  # a re-plan for new CPU limits reuses it: the graph and the shapes did not change
+            graph_def = frozen.graph_def if frozen.graph_def is not None else frozen.graph.as_graph_def(add_shapes=True)
+            profile = analyze(graph_def, batch=batch, input_shapes=shapes)
+            frozen.graph_def = None  # a third copy of the constants otherwise: re-read from the graph when needed
+            self.profiles = {k: v for k, v in self.profiles.items() if k[0] == id(frozen)}
+            self.profiles[seen] = profile
         self.max_width = profile.max_width
-        frozen.graph_def = None  # a third copy of the constants otherwise: re-read from the graph when needed
         return core.plan_for(profile, STATE.mode, streams=STATE.streams, tuned_fingerprint=self.fingerprint,
                              batch=batch)
 
@@ -703,7 +726,7 @@ class ServedFunction:
         from tf_autopar.tuning.search import stream_neighbourhood
 
         budget = max(1, getattr(plan, "usable_cpus", 0) or key[0] * key[1] * key[2] or 1)
-        width = max(1, int(getattr(self, "max_width", 1) or 1))
+        width = max(1, int(self.max_width or 1))
         return [k for k in stream_neighbourhood(*key, budget, width) if k != key]
 
     def _check_neighbour(self, b: _Bucket, plan: ThreadPlan, key: tuple[int, int, int], speedup: float) -> bool:
@@ -715,7 +738,7 @@ class ServedFunction:
         with self.lock:
             if b.checks is None:
                 b.checks = self._candidates(plan, key)
-            b.tried.append(f"{_label(key)}: {speedup:.2f}x the original path's speed, not taken")
+            b.tried.append(f"{rules.label(key)}: {speedup:.2f}x the original path's speed, not taken")
             b.lost.append(key)
             if not b.checks:
                 b.checking = None
@@ -987,7 +1010,7 @@ def _tuning_words(b: _Bucket) -> str:
     trial = b.trial
     so_far = f"; so far {won}" if won else ""
     if trial is not None:
-        return (f"live tuning: trying {_label(trial.key)} against {_label(b.key)} ({len(trial.test.ratios)} pairs so "
+        return (f"live tuning: trying {rules.label(trial.key)} against {rules.label(b.key)} ({len(trial.test.ratios)} pairs so "
                 f"far; {len(b.candidates)} more to try){so_far}")
     if b.candidates:
         return f"live tuning: {len(b.candidates)} neighbour(s) to try{so_far}"
@@ -997,7 +1020,7 @@ def _tuning_words(b: _Bucket) -> str:
 def _plan_source(b: _Bucket) -> str:
     """Where the bucket's serving numbers came from, in a user's words (status().text()): "tuned
     live on <date>, N samples, x faster than <the setting before>", the rule, or `tune`."""
-    if b.won and _label(b.key) == b.won.get("to"):
+    if b.won and rules.label(b.key) == b.won.get("to"):
         w = b.won
         return (f"{_tuned_how(b)} on {w.get('date', '?')}, {w.get('pairs_total', w.get('pairs'))} samples, "
                 f"{_number(w.get('total', w.get('speedup'))):.2f}x faster than {w.get('plan', w.get('from'))}")
@@ -1015,10 +1038,6 @@ def _number(value: Any) -> float:
     """A positive finite number read from the cache, else 0."""
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < 1e6
     return float(value) if ok else 0.0
-
-
-def _label(key: tuple[int, int, int]) -> str:
-    return f"{key[0]}x{key[1]}" + (f" in {key[2]} streams" if key[2] > 1 else "")
 
 
 def _remembered_key(entry: dict[str, Any]) -> tuple[int, int, int] | None:
@@ -1074,6 +1093,11 @@ class _Builder:
         if not self.stopping:
             self.jobs.put((weakref.ref(served), "trial", bucket_id, [], 0, None))
 
+    def submit_call(self, served: ServedFunction, bucket_id: int, arrays: list[Any], fn: Any) -> None:
+        """``fn(served, bucket_id, arrays)`` on the builder thread (a re-plan for new CPU limits)."""
+        if not self.stopping:
+            self.jobs.put((weakref.ref(served), "call", bucket_id, arrays, 0, fn))
+
     def stop(self, timeout: float) -> None:
         """At exit: no new job; the one running finishes (TensorFlow aborts the process when the
         interpreter ends under a thread inside one of its ops)."""
@@ -1099,6 +1123,8 @@ class _Builder:
                     served.verify(bucket_id, arrays, out)
                 elif kind == "trial":
                     served.next_trial(bucket_id)
+                elif kind == "call":
+                    out(served, bucket_id, arrays)
                 else:
                     served.build(bucket_id, arrays, batch, out)
             except Exception as exc:  # fail open: this bucket stays on the original path

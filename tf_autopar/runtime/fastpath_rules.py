@@ -56,6 +56,11 @@ def retry_delay(attempts: int) -> float | None:
     return RETRY_S * 2 ** (attempts - 1) if 1 <= attempts <= RETRIES else None
 
 
+def label(key: tuple[int, int, int]) -> str:
+    """(inter, intra, streams) as the status text and the log say it: "2x1", "1x1 in 2 streams"."""
+    return f"{key[0]}x{key[1]}" + (f" in {key[2]} streams" if key[2] > 1 else "")
+
+
 def bucket_of(batch: int) -> int:
     """The batch bucket: the smallest power of two at or above ``batch`` (1, 2, 4, 8, ...)."""
     if batch < 1:

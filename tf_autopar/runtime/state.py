@@ -17,6 +17,7 @@ from tf_autopar import _warn
 if TYPE_CHECKING:
     from tf_autopar.coordination import Share
     from tf_autopar.graph.profile import GraphProfile
+    from tf_autopar.runtime.quota_watch import LimitsRecord
     from tf_autopar.runtime.records import FunctionRecord, ServedRecord, SessionRecord
 
 
@@ -54,6 +55,7 @@ class Status:
     warnings: tuple[str, ...] = ()  # every warning tf_autopar issued in this process
     enable_ms: float = 0.0
     disabled_by: str = ""  # "TF_AUTOPAR_DISABLE=1" when the kill switch kept enable() from changing anything
+    limits: LimitsRecord | None = None  # the CPU limits changed while running (quota_watch.py)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -105,6 +107,12 @@ class Status:
                 todo.append("to plan for your model, pass it: tf_autopar.enable('path/to/saved_model'), or load it "
                             "with tf.saved_model.load / keras.models.load_model after enable(); enable(batch=N) "
                             "gives its batch")
+        if self.limits is not None:
+            pools = self.limits.process_pools or "what TensorFlow started them with"
+            lines.append(f"  CPU limits changed while running ({self.limits.what}, seen at {self.limits.at}): "
+                         f"process pools stay at {pools}; the quota is now {self.limits.quota} (plans for "
+                         f"{self.limits.budget} CPU{'' if self.limits.budget == 1 else 's'}); frozen sessions follow it")
+            todo.append("restart the process for its process pools to follow the new CPU limits")
         if self.patches:
             lines.append("  watching: " + ", ".join(_HOOK_WORDS.get(h.split(" (")[0], h) for h in self.patches))
         for rec in self.sessions:
@@ -232,6 +240,7 @@ class Registry:
                 warnings=tuple(self.warnings),
                 enable_ms=self.enable_ms,
                 disabled_by=self.disabled_by,
+                limits=_limits_record(),
             )
 
     def next_session_name(self) -> str:
@@ -245,6 +254,13 @@ def _served_records() -> tuple[ServedRecord, ...]:
 
     fastpath = sys.modules.get("tf_autopar.runtime.fastpath")  # never imported just to say "none"
     return fastpath.records() if fastpath is not None else ()
+
+
+def _limits_record() -> LimitsRecord | None:
+    import sys
+
+    quota_watch = sys.modules.get("tf_autopar.runtime.quota_watch")  # imported by the fast path when it serves
+    return quota_watch.record() if quota_watch is not None else None
 
 
 STATE = Registry()

@@ -1,0 +1,67 @@
+"""A served bucket's sessions re-planned after the CPU limits changed (runtime/quota_watch.py).
+
+Runs on the fast path's builder thread, never on a request's: the bucket's plan is made again
+for the host under its new limits (runtime/core.py already follows them), and when it gives
+other pools, new sessions are opened, run once on the bucket's synthetic inputs (grappler's
+first run happens here) and checked against the serving sessions' outputs, then swapped in.
+The old sessions retire: idle ones close now, busy ones when their call returns, and a caller
+that was about to use them is answered by the original path (streams.Retired), so no request is
+dropped or waits. A live-tuning trial under way ends with them (its candidates were neighbours
+of the old plan); the bucket's tuning is cleared, so the next start tunes under its own limits.
+"""
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from tf_autopar.runtime import fastpath_rules as rules
+from tf_autopar.runtime.streams import Retired
+
+if TYPE_CHECKING:
+    from tf_autopar.runtime.fastpath import ServedFunction
+
+log = logging.getLogger("tf_autopar.runtime")
+
+
+def replan(served: ServedFunction, bucket_id: int, arrays: list[Any]) -> str:
+    """Re-plan one serving bucket for the current limits; what happened, in words (also logged)."""
+    b = served.buckets.get(bucket_id)
+    frozen = served.frozen
+    if b is None or b.pool is None or frozen is None or b.generation != served.watch.generation:
+        return "not serving from a session now: its next build plans for the new limits"
+    old_pool, old_key = b.pool, b.key
+    plan = served._plan(arrays, b.batch)
+    key = served._key(plan)
+    if key == old_key:
+        with served.lock:
+            b.plan = plan
+        return f"kept {rules.label(key)}: the plan for the new limits is the same"
+    pool = served._pool_for(key)
+    if pool is None:
+        return f"kept {rules.label(old_key)}: no session for {rules.label(key)} fits the memory bound"
+    feeds = dict(zip(frozen.inputs, arrays))
+    new_out = pool.run(frozen.outputs, feeds)  # grappler's first run: here, not on a request
+    try:
+        diff = rules.outputs_differ(new_out, old_pool.run(frozen.outputs, feeds))
+    except Retired:  # replaced meanwhile (a re-freeze): that build plans for the new limits itself
+        diff = ""
+    with served.lock:
+        swapped = not diff and b.pool is old_pool and b.generation == served.watch.generation
+        trial = b.trial if swapped else None
+        if swapped:
+            b.pool, b.key, b.plan, b.trial = pool, key, plan, None
+            b.candidates, b.tried, b.won, b.tuned = [], [], {}, ""
+            b.checks, b.lost = None, []  # neighbours of the old plan
+            b.reason = f"re-planned for new CPU limits while running (was {rules.label(old_key)})"
+    served._drop_pool(old_key if swapped else key)  # retired when no bucket serves from it
+    if trial is not None:
+        served._drop_pool(trial.key)
+    if diff:
+        what = f"kept {rules.label(old_key)}: the sessions for {rules.label(key)} gave other outputs ({diff})"
+    elif not swapped:
+        what = f"kept {rules.label(old_key)}: the bucket changed while its new sessions were built"
+    else:
+        what = f"now {rules.label(key)} (was {rules.label(old_key)})"
+    log.info("tf_autopar: %s of %s, batch %s, after the CPU limits changed: %s", served.name, served.model,
+             b.batch, what)
+    return what
