@@ -23,6 +23,7 @@ import functools
 import logging
 import os
 import sys
+import threading
 import weakref
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -47,6 +48,7 @@ _planned: set[str] = set()  # models already planned in this process (real paths
 _fingerprints: dict[str, str] = {}  # real path -> the fingerprint its plan (and a tune) is keyed by
 _sources: "weakref.WeakKeyDictionary[Any, str]" = weakref.WeakKeyDictionary()  # loaded object -> fingerprint
 _installed = False
+_ours = threading.local()  # .active while before_load runs: its own loads of the model are not routed
 
 
 def installed() -> bool:
@@ -94,7 +96,13 @@ def _wrap(module_name: str, attr: str, kind: str) -> None:
 
     @functools.wraps(original)
     def load(path: Any, *args: Any, **kwargs: Any) -> Any:
-        before_load(path, kind)
+        if getattr(_ours, "active", False):  # the analysis in before_load loads the model itself: not the user's load
+            return original(path, *args, **kwargs)
+        _ours.active = True
+        try:
+            before_load(path, kind)
+        finally:
+            _ours.active = False
         loaded = original(path, *args, **kwargs)
         _remember(loaded, path)
         _route(loaded, path, kind)
