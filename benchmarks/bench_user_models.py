@@ -38,7 +38,7 @@ def run_row(model_dir: str, name: str, batch: int, rounds: int, requests: int, w
         out = fh.name
     cmd = [sys.executable, "-m", "tf_autopar.cli.main", "bench", os.path.join(model_dir, name), "--batch", str(batch),
            "--compare", ",".join(configs), "--rounds", str(rounds), "--requests", str(requests),
-           "--warmup", str(warmup), "--json", out, "--no-progress"]
+           "--warmup", str(warmup), "--json-out", out, "--no-progress"]
     t0 = time.time()
     proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
     if proc.returncode != 0:

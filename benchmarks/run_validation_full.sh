@@ -49,7 +49,7 @@ fi
 part() {  # part NAME ARGS...: one validate call with its JSON, PNG and text table
   local name="$1"; shift
   echo "== $name: tf-autopar validate $*" >&2
-  "${TFA[@]}" validate "$@" --json "$OUT/$name.json" --plot "$OUT/$name.png" --details \
+  "${TFA[@]}" validate "$@" --json-out "$OUT/$name.json" --plot "$OUT/$name.png" --details \
     | tee "$OUT/$name.txt"
 }
 

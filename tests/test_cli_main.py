@@ -8,7 +8,7 @@ import pytest
 
 from tf_autopar import __version__
 from tf_autopar.cli import quiet
-from tf_autopar.cli.main import build_parser, main
+from tf_autopar.cli.main import build_parser, main, old_json_spelling
 
 NOISE = (
     b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
@@ -77,3 +77,24 @@ def test_without_tensorflow_measuring_commands_stop_before_any_child(argv, monke
     err = capsys.readouterr().err
     assert f"tf-autopar {argv[0]}: error: TensorFlow is not installed" in err
     assert "pip install 'tf_autopar[tensorflow]'" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv, new, noted", [
+    (["bench", "m", "--json", "out.json"], ["bench", "m", "--json-out", "out.json"], True),
+    (["-v", "validate", "--json=r.JSON", "--quick"], ["-v", "validate", "--json-out", "r.JSON", "--quick"], True),
+    (["bench", "m", "--json", "-"], ["bench", "m", "--json"], True),
+    (["bench", "--json", "m"], ["bench", "--json", "m"], False),  # a model after the flag stays the model
+    (["plan", "--json", "x.json"], ["plan", "--json", "x.json"], False),  # --json was always a flag there
+])
+def test_the_old_json_spelling_becomes_json_out_with_a_note(argv, new, noted):
+    out, note = old_json_spelling(argv)
+    assert out == new
+    assert bool(note) == noted
+    if noted:
+        assert "--json" in note and "removed" in note
+
+
+@pytest.mark.parametrize("command", ["bench", "validate"])
+def test_json_is_a_flag_and_json_out_takes_the_path(command):
+    args = build_parser().parse_args([command, "m", "--json", "--json-out", "o.json"])
+    assert args.json is True and args.json_out == "o.json"

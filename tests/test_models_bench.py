@@ -95,7 +95,7 @@ def pids(config) -> list[int]:
 def test_bench_savedmodel_runs_each_configuration_in_its_own_fresh_process(models, tmp_path):
     out = tmp_path / "b.json"
     proc = cli("bench", models / "sm", "--compare", "default,1x1", "--rounds", 2, "--requests", 3, "--warmup", 1,
-               "--json", out, "--no-progress", tmp=tmp_path)
+               "--json-out", out, "--no-progress", tmp=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads(out.read_text())
     assert doc["order"] == ["default", "1x1"] and set(doc["configs"]) == {"default", "1x1"}
@@ -130,9 +130,9 @@ def test_bench_savedmodel_runs_each_configuration_in_its_own_fresh_process(model
 def test_bench_keras_file_with_the_plan_at_a_batch_and_input_shape(models, tmp_path):
     # one round: interleaved rounds and their pairing are the SavedModel test's; this one is about the plan
     proc = cli("bench", models / "m.keras", "--batch", 2, "--input-shape", "ids=2,16", "--compare", "default,plan",
-               "--rounds", 1, "--requests", 3, "--warmup", 1, "--json", "-", "--no-progress", tmp=tmp_path)
+               "--rounds", 1, "--requests", 3, "--warmup", 1, "--json", "--no-progress", tmp=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    doc = json.loads(proc.stdout)  # --json -: only JSON on stdout, the report on stderr
+    doc = json.loads(proc.stdout)  # --json: only JSON on stdout, the report on stderr
     assert "speedup vs default" in proc.stderr
     assert doc["model"]["kind"] == "keras" and doc["batch"] == 2
     assert {i["name"]: i["shape"] for i in doc["inputs"]} == {"ids": [2, 16], "feats": [2, 4]}
@@ -149,7 +149,7 @@ def test_bench_keras_file_with_the_plan_at_a_batch_and_input_shape(models, tmp_p
 
 def test_bench_enable_first_start_and_second_start(models, tmp_path):
     proc = cli("bench", models / "sm", "--compare", "enable,enable-cached", "--rounds", 1, "--requests", 2,
-               "--warmup", 1, "--json", tmp_path / "e.json", "--no-progress", tmp=tmp_path)
+               "--warmup", 1, "--json-out", tmp_path / "e.json", "--no-progress", tmp=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads((tmp_path / "e.json").read_text())
     assert doc["fill_run"]["status"] == "ok" and doc["fill_run"]["cache_files"]  # the unmeasured start filled it
@@ -169,7 +169,7 @@ def test_bench_enable_first_start_and_second_start(models, tmp_path):
 
 def test_bench_throughput_runs_the_plans_instances_together_and_sums_them(models, tmp_path):
     proc = cli("bench", models / "sm", "--mode", "throughput", "--compare", "default,plan", "--rounds", 1,
-               "--requests", 3, "--warmup", 1, "--json", tmp_path / "t.json", "--no-progress", tmp=tmp_path)
+               "--requests", 3, "--warmup", 1, "--json-out", tmp_path / "t.json", "--no-progress", tmp=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads((tmp_path / "t.json").read_text())
     plan = doc["plan"]["plan"]
@@ -197,6 +197,7 @@ def test_bench_bad_input_is_a_clear_error_and_changes_nothing(models, tmp_path, 
     proc = cli("bench", model, *extra, "--rounds", 1, "--requests", 1, "--json", out, "--no-progress", tmp=tmp_path)
     assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
     assert message in proc.stderr and "Traceback" not in proc.stderr
+    assert "'--json " in proc.stderr and "is now spelled '--json-out" in proc.stderr  # the old spelling, noted
     assert not out.exists() and snapshot(models) == before
     if case == "nosig":
         assert "f(x: float32[None, 4])" in proc.stderr  # what it has instead
@@ -208,7 +209,7 @@ def test_validate_accepts_a_savedmodel_as_a_row(models, tmp_path):
     out = tmp_path / "v.json"
     # one round: the rounds themselves are the harness's tests' (test_validation_harness.py)
     proc = cli("validate", models / "sm", "--batch", 2, "--space", "none", "--rounds", 1, "--steps", 3, "--warmup", 1,
-               "--json", out, "--no-progress", tmp=tmp_path)
+               "--json-out", out, "--no-progress", tmp=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads(out.read_text())
     results.validate_document(doc)
@@ -225,7 +226,7 @@ def test_validate_accepts_a_savedmodel_as_a_row(models, tmp_path):
 
 def test_validate_rejects_a_model_it_cannot_feed(models, tmp_path):
     out = tmp_path / "v.json"
-    proc = cli("validate", models / "text", "--space", "none", "--rounds", 1, "--json", out, "--no-progress",
+    proc = cli("validate", models / "text", "--space", "none", "--rounds", 1, "--json-out", out, "--no-progress",
                tmp=tmp_path)
     assert proc.returncode == 2 and "--inputs" in proc.stderr and not out.exists()
     proc = cli("validate", models / "missing", "--space", "none", tmp=tmp_path)

@@ -46,7 +46,7 @@ def quota_controller():
 
 def test_cli_writes_table_json_and_chart(tmp_path):
     out, png = tmp_path / "v.json", tmp_path / "v.png"
-    proc = subprocess.run(validate_cmd("--rounds", "2", "--json", str(out), "--plot", str(png), "--no-progress"),
+    proc = subprocess.run(validate_cmd("--rounds", "2", "--json-out", str(out), "--plot", str(png), "--no-progress"),
                           env=cli_env(tmp_path / "log"), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "geomean" in proc.stdout and "autoenc" in proc.stdout and "vs default" in proc.stdout
@@ -82,7 +82,7 @@ def test_ctrl_c_kills_children_removes_groups_and_keeps_partial_results(tmp_path
     # A shell that starts the suite in the background without job control (`bash -c 'pytest &'`)
     # hands every child SIGINT ignored, and Python then installs no KeyboardInterrupt handler:
     # the harness would rightly ignore this test's Ctrl-C. Give it the terminal's default.
-    proc = subprocess.Popen(validate_cmd("--rounds", "3", "--json", str(out), "--no-progress", *quota),
+    proc = subprocess.Popen(validate_cmd("--rounds", "3", "--json-out", str(out), "--no-progress", *quota),
                             env=cli_env(log, STANDIN_HANG_AFTER="4"), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))

@@ -31,7 +31,7 @@ _EXPORTS = {
     "status": "tf_autopar.runtime",
     "optimize": "tf_autopar.runtime",
     "trace": "tf_autopar.tracing",
-    "characterize": "tf_autopar.cli.characterize_cmd",
+    "characterize": "tf_autopar.characterization.bundled",
     "tune": "tf_autopar.tuning",
 }
 

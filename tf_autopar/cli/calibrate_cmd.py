@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import Any
 
 
+from tf_autopar.cli.notes import sayer
 from tf_autopar.cli.numbers import count
 
 
@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.rounds < 1:
         raise ValueError(f"--rounds must be at least 1, got {args.rounds}")
-    say = (lambda text: None) if args.json else (lambda text: print(f"tf-autopar calibrate: {text}", file=sys.stderr))
+    say = sayer("calibrate", quiet=args.json)
     entry = calibrate(args.rounds, store=not args.dry_run, progress=say)
     if args.json:
         print(json.dumps(entry, indent=2))

@@ -1,9 +1,7 @@
 """`tf-autopar characterize [WORKLOAD ...] --out DIR`: Fathom's four analyses of the bundled
 workloads (where the time goes, similarity, training vs inference, parallel scaling), each
-measurement in a fresh process. Also ``tf_autopar.characterize(...)``.
-
-This module is the only place the characterization touches the workloads package: through
-``_workloads()``, so renaming that package changes one line.
+measurement in a fresh process. The library's face is ``tf_autopar.characterize(...)``
+(characterization/bundled.py); this module only parses and prints.
 """
 from __future__ import annotations
 
@@ -11,30 +9,12 @@ import argparse
 import json
 import os
 import sys
-from types import ModuleType
-from typing import Any, Sequence
+from typing import Any
 
+from tf_autopar.characterization.bundled import characterize
 from tf_autopar.cli.numbers import count, seconds
 from tf_autopar.graph.dims import MAX_BATCH
 from tf_autopar.characterization.classes import OP_CLASSES
-
-
-def _workloads() -> ModuleType:
-    """The bundled workloads' catalogue (names only: importing it loads no model, no TensorFlow)."""
-    import tf_autopar_workloads as workloads
-
-    return workloads
-
-
-def characterize(workloads: Sequence[str] | None = None, out: str | os.PathLike[str] = "characterization",
-                 **kwargs: Any) -> Any:
-    """Run the characterization of ``workloads`` (default: all bundled) into ``out``; returns a
-    tf_autopar.characterization.run.Result. Keyword arguments: size, modes, threads, inter, steps,
-    warmup, rounds, batch, timeout_s, classes, progress (see run.characterize)."""
-    from tf_autopar.characterization.run import characterize as run
-
-    known = _workloads().names()
-    return run(list(workloads) if workloads else known, out, known=known, **kwargs)
 
 
 def _ints(text: str) -> list[int]:

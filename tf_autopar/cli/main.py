@@ -38,6 +38,10 @@ NEEDS_TF = frozenset({"trace", "characterize", "validate", "bench", "tune", "cal
 #: children and removes their files on SIGTERM as on Ctrl-C (cli/interrupt.py).
 FORWARDS_SIGNALS = frozenset({"run"})
 TF_MODULES = ("tensorflow", "keras", "tf_keras")
+#: Subcommands whose ``--json`` once took a file (``--json OUT.json``, ``--json -``). ``--json`` is a
+#: flag everywhere now (the JSON on stdout) and ``--json-out PATH`` writes a file; the old spelling
+#: still works, with a note (old_json_spelling).
+JSON_WAS_A_PATH = frozenset({"bench", "validate"})
 
 
 def no_tensorflow() -> str:
@@ -77,9 +81,43 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def old_json_spelling(argv: list[str]) -> tuple[list[str], str]:
+    """``bench``/``validate`` ``--json OUT.json`` -> ``--json-out OUT.json`` and ``--json -`` ->
+    ``--json`` (also ``--json=...``); the rewritten arguments and a note saying so ("" when none).
+    A value counts as the old spelling when it is ``-`` or ends in ``.json``: anything else after
+    ``--json`` is the next argument, as for every other flag."""
+    command = next((a for a in argv if a in SUBCOMMANDS), None)
+    if command not in JSON_WAS_A_PATH:
+        return argv, ""
+    out: list[str] = []
+    old = ""
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        value = None
+        if arg.startswith("--json="):
+            value = arg.partition("=")[2]
+        elif arg == "--json" and i + 1 < len(argv) and (argv[i + 1] == "-" or argv[i + 1].lower().endswith(".json")):
+            value = argv[i + 1]
+            i += 1
+        if value is None:
+            out.append(arg)
+        else:
+            new = ["--json"] if value == "-" else ["--json-out", value]
+            out += new
+            old = f"'--json {value}' is now spelled '{' '.join(new)}' (the old spelling will be removed)"
+        i += 1
+    return out, old
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv, old = old_json_spelling(list(sys.argv[1:] if argv is None else argv))
     args = parser.parse_args(argv)
+    if old:
+        from tf_autopar.cli.notes import say
+
+        say(args.subcommand, f"note: {old}")
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="tf-autopar: %(levelname)s: %(message)s",

@@ -58,7 +58,7 @@ def _build(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps({"built": False, "error": str(exc)}))
         else:
-            print(f"tf-autopar trace: native tracer not built: {exc}", file=sys.stderr)
+            say("trace", f"native tracer not built: {exc}")
         return 1
     print(json.dumps({"built": True, "library": str(path)}) if args.json else f"native tracer built: {path}")
     return 0

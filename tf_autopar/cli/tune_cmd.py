@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import Any
 
+from tf_autopar.cli.notes import sayer
 from tf_autopar.cli.numbers import count, seconds
 from tf_autopar.graph.dims import MAX_BATCH
 from tf_autopar.models.options import add_model_flags, from_args
@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--batch must be a positive integer, got {args.batch}")
     if args.live_reset:
         return _live_reset(args)
-    say = (lambda text: None) if args.json else (lambda text: print(f"tf-autopar tune: {text}", file=sys.stderr))
+    say = sayer("tune", quiet=args.json)
     process_pools = args.process_pools or args.mode == "training" or not looks_like_model(args.model)
     if process_pools:
         if args.mode == "throughput":

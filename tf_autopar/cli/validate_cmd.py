@@ -60,7 +60,8 @@ def add_parser(subparsers: Any) -> None:
                    help="run every configuration inside a real cgroup CPU quota of Q CPUs (needs root)")
     p.add_argument("--timeout", type=seconds(), default=None, help="seconds per run before it is killed and recorded "
                                                                  "as a timeout (default 180 tiny, 1800 paper)")
-    p.add_argument("--json", metavar="OUT.json", default=None, help="write every raw timing as JSON ('-' = stdout)")
+    p.add_argument("--json", action="store_true", help="print every raw timing as JSON on stdout (the report goes to stderr)")
+    p.add_argument("--json-out", metavar="OUT.json", default=None, help="write every raw timing as JSON to OUT.json")
     p.add_argument("--plot", metavar="OUT.png", default=None, help="bar chart of our speedups per row (needs the plots extra: matplotlib)")
     p.add_argument("--details", action="store_true", help="also print every configuration of every row")
     p.add_argument("--runner", default=None,
@@ -156,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
         runner=tuple(shlex.split(args.runner)) if args.runner else DEFAULT_RUNNER,
     )
     options.check()
-    out = sys.stderr if args.json == "-" else sys.stdout
+    out = sys.stderr if args.json else sys.stdout
     topology = detect_topology()
     if args.quick and not args.workloads and not args.modes:
         rows = [row for w, m in QUICK_ROWS for row in make_rows([w], [m], size)]
@@ -167,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
     _check_models(model_rows, out)
     harness_args = {k: v for k, v in vars(args).items() if k != "func"}
     progress = Progress(0, enabled=not args.no_progress)
-    checkpoint = (lambda doc: report.write_json(doc, args.json)) if args.json and args.json != "-" else None
+    checkpoint = (lambda doc: report.write_json(doc, args.json_out)) if args.json_out else None
     provider = None
     if args.plan_threads:
         try:
@@ -188,11 +189,11 @@ def run(args: argparse.Namespace) -> int:
         return 0
     doc = harness.run(rows)  # SIGTERM stops it as Ctrl-C does: cli/interrupt.py
     print(report.format_table(doc, details=args.details), file=out)
-    if args.json == "-":
+    if args.json:
         print(report.to_json(doc))
-    elif args.json:
-        report.write_json(doc, args.json)
-        print(f"raw timings written to {args.json}", file=out)
+    if args.json_out:
+        report.write_json(doc, args.json_out)
+        print(f"raw timings written to {args.json_out}", file=out)
     if args.plot:
         report.plot(doc, args.plot)
         print(f"chart written to {args.plot}", file=out)

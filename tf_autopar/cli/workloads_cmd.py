@@ -14,6 +14,7 @@ import os
 import sys
 from typing import Any
 
+from tf_autopar._text import table
 from tf_autopar.cli.numbers import count
 from tf_autopar.graph.dims import MAX_BATCH
 from tf_autopar.cli.notes import say
@@ -105,10 +106,7 @@ def _list(args: argparse.Namespace) -> int:
         return 0
     cols = ("name", "family", "task", "default_batch", "parameters", "heavy_ops", "depth", "width")
     heads = ("NAME", "FAMILY", "TASK", "BATCH", f"PARAMS({args.size})", "HEAVY", "DEPTH", "WIDTH")
-    table = [heads] + [tuple(_fmt(r[c]) for c in cols) for r in rows]
-    widths = [max(len(r[i]) for r in table) for i in range(len(cols))]
-    for r in table:
-        print("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
+    print("\n".join(table(heads, [tuple(_fmt(r[c]) for c in cols) for r in rows], rule=False)))
     return 0
 
 

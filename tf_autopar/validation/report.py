@@ -7,6 +7,7 @@ from typing import Any, Mapping
 
 from tf_autopar import _plots
 from tf_autopar._files import write_text_atomic
+from tf_autopar._text import table
 from tf_autopar.validation.results import OURS, TUNED, canonical
 from tf_autopar.validation.space import BASELINES
 from tf_autopar.validation.stats import BELOW_OPTIMUM
@@ -47,12 +48,6 @@ def _threads(row: Mapping[str, Any], name: str | None) -> str:
     if cfg.get("cpus"):
         text += " bound"
     return text
-
-
-def _table(header: list[str], lines: list[list[str]]) -> list[str]:
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *lines)]
-    fmt = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
-    return [fmt(header), fmt(["-" * w for w in widths]), *(fmt(l) for l in lines)]
 
 
 def format_table(doc: Mapping[str, Any], details: bool = False) -> str:
@@ -104,7 +99,7 @@ def format_table(doc: Mapping[str, Any], details: bool = False) -> str:
                   g(geo.get("ours_vs_optimum")),
                   *(["", g(geo.get("tuned_vs_optimum")), "-" if share is None else f"{share:.0%} of sweep"]
                     if tuned_cols else []), ""])
-    out += _table(header, lines)
+    out += table(header, lines)
     out.append("speedups = baseline time / our time (>1: ours faster), median of per-round paired ratios (min-max);"
                " ours/opt = optimum time / our time.")
     if tuned_cols:
@@ -171,7 +166,7 @@ def format_details(doc: Mapping[str, Any]) -> list[str]:
                           _ms(c["median_s"]), _range(sp),
                           f"same as {c['same_as']}" if c.get("same_as") else "",
                           "" if thr.get("throttled_fraction") is None else f"throttled {thr['throttled_fraction']:.0%}"])
-        out += ["  " + l for l in _table(["config", "threads", "status", "ok", "median ms", "range ms", "", ""], lines)]
+        out += ["  " + l for l in table(["config", "threads", "status", "ok", "median ms", "range ms", "", ""], lines)]
     return out
 
 

@@ -1,0 +1,24 @@
+"""``tf_autopar.characterize(...)``: the characterization of the bundled workloads.
+
+The one place the characterization meets the workloads package (its catalogue of names: importing
+it loads no model and no TensorFlow), so renaming that package changes one line here; run.py and
+the rest take the names they are given.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Sequence
+
+import tf_autopar_workloads
+
+from tf_autopar.characterization.run import Result
+from tf_autopar.characterization.run import characterize as _characterize
+
+
+def characterize(workloads: Sequence[str] | None = None, out: str | os.PathLike[str] = "characterization",
+                 **kwargs: Any) -> Result:
+    """Run the characterization of ``workloads`` (default: all bundled) into ``out``. Keyword
+    arguments: size, modes, threads, inter, steps, warmup, rounds, batch, timeout_s, classes,
+    progress (see run.characterize)."""
+    known = tf_autopar_workloads.names()
+    return _characterize(list(workloads) if workloads else known, out, known=known, **kwargs)
