@@ -1,4 +1,4 @@
-"""GraphDef / FunctionDef protobufs -> GraphProfile. Reads protobuf fields only: no TF runtime.
+"""A graph body (GraphDef nodes or a FunctionDef) -> its heavy-op levels. Protobuf fields only: no TF.
 
 How the graph is reduced (the algorithm itself is in width.py):
 
@@ -36,21 +36,16 @@ How the graph is reduced (the algorithm itself is in width.py):
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import gc
-import hashlib
 import logging
-import math
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from tf_autopar.graph import heavy_ops as H
-from tf_autopar.graph.profile import GraphProfile
-from tf_autopar.graph.width import avg_width, max_width, propagate
-from tf_autopar.graph.dims import Assumed, describe_assumptions, fill_unknown, proto_dims
-from tf_autopar.graph.work import WORK_ATTR, const_ints, op_work, output_shapes, total_work, typical_work
+from tf_autopar.graph.dims import Assumed
+from tf_autopar.graph.width import propagate
+from tf_autopar.graph.work import WORK_ATTR, NodeDefShapes, const_ints, estimate, output_shapes
 
 log = logging.getLogger("tf_autopar.graph")
 
@@ -58,10 +53,10 @@ log = logging.getLogger("tf_autopar.graph")
 # Python's recursion limit (Keras models nest a few tens deep at most).
 MAX_FUNCTION_NESTING = 128
 _CALL_OPS = frozenset({"PartitionedCall", "StatefulPartitionedCall"})
-_WHILE_OPS = frozenset({"While", "StatelessWhile", "_While"})
+WHILE_OPS = frozenset({"While", "StatelessWhile", "_While"})
 _IF_OPS = frozenset({"If", "StatelessIf", "_If"})
 _CASE_OPS = frozenset({"Case", "StatelessCase", "_Case"})
-_STRUCTURAL = _CALL_OPS | _WHILE_OPS | _IF_OPS | _CASE_OPS
+_STRUCTURAL = _CALL_OPS | WHILE_OPS | _IF_OPS | _CASE_OPS
 _MERGE_OPS = frozenset({"Merge", "RefMerge"})
 _NEXT_ITERATION_OPS = frozenset({"NextIteration", "RefNextIteration"})
 _SWITCH_OPS = frozenset({"Switch", "RefSwitch"})
@@ -70,7 +65,7 @@ _NO_PREDS: tuple[int, ...] = ()
 
 
 @dataclass
-class _Summary:
+class Summary:
     """One analysed body (the top-level graph or a function)."""
 
     level_widths: tuple[int, ...]
@@ -94,10 +89,7 @@ class _Summary:
         return sum(self.level_widths)
 
 
-_EMPTY = _Summary(level_widths=())
-
-
-def _function_map(library: Any) -> dict[str, Any]:
+def function_map(library: Any) -> dict[str, Any]:
     """name -> FunctionDef from a FunctionDefLibrary, a mapping or an iterable of FunctionDefs."""
     if library is None:
         return {}
@@ -118,19 +110,25 @@ def _attr_func_names(node: Any, key: str) -> list[str]:
     return []
 
 
-class _Analyzer:
+# call node -> (done node id, first output node id or -1, outputs, output-name offsets)
+_Call = tuple[int, int, int, "dict[str, int] | None"]
+
+
+class Reducer:
+    """Reduces the top-level body and, memoised by name, every function it calls."""
+
     def __init__(self, library: Mapping[str, Any], include_gradients: bool, assumed: Assumed | None = None) -> None:
         self.library = library
         self.include_gradients = include_gradients
         self.assumed = assumed
         self.assumed_used: set[str] = set()  # "batch", "other": which unknown dimensions were read as assumed
-        self.memo: dict[tuple[str, bool], _Summary] = {}
+        self.memo: dict[tuple[str, bool], Summary] = {}
         self.active: set[str] = set()
         self.fingerprint_lines: list[str] = []
         self.fingerprinted: set[str] = set()
 
     # --- function bodies -------------------------------------------------------------
-    def function(self, name: str, grad_ctx: bool) -> _Summary | None:
+    def function(self, name: str, grad_ctx: bool) -> Summary | None:
         fdef = self.library.get(name)
         if fdef is None:
             log.debug("function %s is not in the library; its call counts as a light op", name)
@@ -168,13 +166,13 @@ class _Analyzer:
         self.memo[key] = body
         return body
 
-    def _call_summary(self, node: Any, op: str, grad_ctx: bool, trips: int = 1) -> tuple[_Summary, bool] | None:
+    def call_summary(self, node: Any, op: str, grad_ctx: bool, trips: int = 1) -> tuple[Summary, bool] | None:
         """(summary, per_output) for a call-like node, or None when it is an ordinary op."""
         if op in _CALL_OPS:
             names = _attr_func_names(node, "f")
             s = self.function(names[0], grad_ctx) if names else None
             return (s, True) if s is not None else None
-        if op in _WHILE_OPS:
+        if op in WHILE_OPS:
             parts = [self.function(n, grad_ctx) for n in _attr_func_names(node, "cond") + _attr_func_names(node, "body")]
             parts = [p for p in parts if p is not None]
             if not parts:
@@ -206,96 +204,127 @@ class _Analyzer:
         ret: Sequence[str] = (),
         fp_prefix: str | None = "",
         arg_shapes: Mapping[str, list[Any]] | None = None,
-    ) -> _Summary:
-        n = len(nodes)
-        names = [nd.name for nd in nodes]
-        ops = [nd.op for nd in nodes]
-        index = {name: i for i, name in enumerate(names)}
-        if len(index) != n:
-            log.warning("duplicate node names in a graph body; later definitions shadow earlier ones")
-        op_types = Counter(ops)
-        heavy_types: Counter = Counter()
-        training = grad_ctx or any(H.is_gradient_op_type(t) for t in op_types)
-        tf_data = any(H.is_dataset_op_type(t) for t in op_types)
-        functions: set[str] = set()
-        node_count = n
-        back_edges = 0
-        include_gradients = self.include_gradients
-        library = self.library
+    ) -> Summary:
+        """One body's summary, in four steps: heavy ops and call super-nodes, edges, TF1 loop
+        exits, levels. ``fp_prefix`` None: the body is already in the fingerprint."""
+        b = _Body(self, nodes, function_format, grad_ctx, arg_shapes)
+        b.mark_heavy_and_calls()
+        b.link(self.fingerprint_lines if fp_prefix is not None else None, fp_prefix or "")
+        b.wait_for_loop_bodies()
+        return b.summary(ret)
 
-        weight = [0] * n
-        widths: dict[int, Sequence[int]] = {}  # call super-nodes: body level widths
-        unit: list[int] = []  # heavy ops
+
+class _Body:
+    """One graph body being reduced: its nodes' ids 0..n-1, then the virtual nodes of its calls
+    (each call's "done" node and one node per output)."""
+
+    def __init__(self, reducer: Reducer, nodes: Sequence[Any], function_format: bool, grad_ctx: bool,
+                 arg_shapes: Mapping[str, list[Any]] | None) -> None:
+        self.reducer = reducer
+        self.nodes = nodes
+        self.n = n = len(nodes)
+        self.names = [nd.name for nd in nodes]
+        self.ops = [nd.op for nd in nodes]
+        self.index = {name: i for i, name in enumerate(self.names)}
+        if len(self.index) != n:
+            log.warning("duplicate node names in a graph body; later definitions shadow earlier ones")
+        self.function_format = function_format
+        self.grad_ctx = grad_ctx
+        self.shapes = NodeDefShapes(self.index, nodes, arg_shapes, function_format)
+        self.op_types = Counter(self.ops)
+        self.heavy_types: Counter = Counter()
+        self.training = grad_ctx or any(H.is_gradient_op_type(t) for t in self.op_types)
+        self.tf_data = any(H.is_dataset_op_type(t) for t in self.op_types)
+        self.functions: set[str] = set()
+        self.node_count = n
+        self.back_edges = 0
+        self.weight = [0] * n
+        self.widths: dict[int, Sequence[int]] = {}  # call super-nodes: body level widths
+        self.unit: list[int] = []  # heavy ops
+        self.preds: list[Sequence[int]] = []
+        self.calls: dict[int, _Call] = {}
+        self.extra_preds: list[list[int]] = []
+        self.extra_weight: list[int] = []
+        self.works: list[tuple[int | None, int, bool]] = []
+        self.loop_next: dict[int, list[int]] = {}  # Merge -> its NextIteration inputs (dropped back edges)
+
+    def gradient_node(self, i: int) -> bool:
+        return self.grad_ctx or H.is_gradient_op_type(self.ops[i]) or H.is_gradient_node_name(self.names[i])
+
+    # --- step 1: heavy flags and call super-nodes ------------------------------------------
+    def mark_heavy_and_calls(self) -> None:
         heavy_table = H.HEAVY_OP_TYPES
         gathers = H.CONDITIONAL_GATHER_OP_TYPES
-        preds: list[list[int]] = []
-        # call node -> (done node id, first output node id or -1, outputs, output-name offsets)
-        calls: dict[int, tuple[int, int, int, dict[str, int] | None]] = {}
-        extra_preds: list[list[int]] = []
-        extra_weight: list[int] = []
-        works: list[tuple[int | None, int, bool]] = []
-
-        def gradient_node(i: int) -> bool:
-            return grad_ctx or H.is_gradient_op_type(ops[i]) or H.is_gradient_node_name(names[i])
-
-        # pass 1: heavy flags and call super-nodes
-        for i, op in enumerate(ops):
+        library = self.reducer.library
+        for i, op in enumerate(self.ops):
             cls = heavy_table.get(op)
             if cls is None and op in gathers:
-                cls = H.EMBEDDING if self._gathers_table(nodes[i], index, ops, nodes) else None
+                cls = H.EMBEDDING if self._gathers_table(i) else None
             if cls is not None:
-                grad = gradient_node(i)
-                training = training or grad
-                if grad and not include_gradients:
-                    continue
-                work = self._work(nodes[i], index, nodes, arg_shapes, function_format)
-                if cls == H.EMBEDDING and work is not None and work < H.MIN_LOOKUP_ELEMENTS:
-                    continue  # a look-up of a few rows: bookkeeping, not worth a thread
-                weight[i] = 1
-                unit.append(i)
-                heavy_types[op] += 1
-                works.append((work, 1, cls == H.EMBEDDING))
-                continue
-            if op in _STRUCTURAL or op in library:
-                call_grad = gradient_node(i)
-                trips = _trip_count(nodes[i], index, nodes) if op in _WHILE_OPS else 1
-                found = self._call_summary(nodes[i], op, call_grad, trips)
-                if found is None:
-                    continue
-                s, per_output = found
-                if s.level_widths:
-                    widths[i] = s.level_widths
-                op_types.update(s.op_types)
-                heavy_types.update(s.heavy_types)
-                node_count += s.nodes
-                functions |= s.functions
-                training = training or s.training
-                tf_data = tf_data or s.tf_data
-                back_edges += s.back_edges
-                works.extend(s.works)
-                done_id = n + len(extra_weight)
-                extra_preds.append([i])
-                extra_weight.append(s.depth)
-                first_out = -1
-                offsets = None
-                if per_output and s.ret_levels:
-                    first_out = n + len(extra_weight)
-                    for r in s.ret_levels:
-                        extra_preds.append([i])
-                        extra_weight.append(r)
-                    if op not in _STRUCTURAL:  # direct call: outputs named after the signature
-                        fdef = library[op]
-                        offsets = {a.name: k for k, a in enumerate(fdef.signature.output_arg)}
-                calls[i] = (done_id, first_out, len(s.ret_levels) if first_out >= 0 else 0, offsets)
+                self._add_heavy(i, op, cls)
+            elif op in _STRUCTURAL or op in library:
+                self._add_call(i, op)
 
-        # pass 2: edges
-        fp = self.fingerprint_lines if fp_prefix is not None else None
-        has_merge = any(t in _MERGE_OPS for t in op_types)
-        loop_next: dict[int, list[int]] = {}  # Merge -> its NextIteration inputs (dropped back edges)
-        index_get = index.get
-        out_node = self._output_node
-        fp_append = fp.append if fp is not None else None
-        for i, nd in enumerate(nodes):
+    def _add_heavy(self, i: int, op: str, cls: str) -> None:
+        grad = self.gradient_node(i)
+        self.training = self.training or grad
+        if grad and not self.reducer.include_gradients:
+            return
+        work = self._work(i)
+        if cls == H.EMBEDDING and work is not None and work < H.MIN_LOOKUP_ELEMENTS:
+            return  # a look-up of a few rows: bookkeeping, not worth a thread
+        self.weight[i] = 1
+        self.unit.append(i)
+        self.heavy_types[op] += 1
+        self.works.append((work, 1, cls == H.EMBEDDING))
+
+    def _add_call(self, i: int, op: str) -> None:
+        """Splice a function call in as a super-node: a "done" node weighing the body's depth,
+        and (when outputs can be told apart) one node per output at its return level."""
+        node = self.nodes[i]
+        trips = _trip_count(node, self.index, self.nodes) if op in WHILE_OPS else 1
+        found = self.reducer.call_summary(node, op, self.gradient_node(i), trips)
+        if found is None:
+            return
+        s, per_output = found
+        if s.level_widths:
+            self.widths[i] = s.level_widths
+        self.op_types.update(s.op_types)
+        self.heavy_types.update(s.heavy_types)
+        self.node_count += s.nodes
+        self.functions |= s.functions
+        self.training = self.training or s.training
+        self.tf_data = self.tf_data or s.tf_data
+        self.back_edges += s.back_edges
+        self.works.extend(s.works)
+        extra_preds, extra_weight = self.extra_preds, self.extra_weight
+        done_id = self.n + len(extra_weight)
+        extra_preds.append([i])
+        extra_weight.append(s.depth)
+        first_out = -1
+        offsets = None
+        if per_output and s.ret_levels:
+            first_out = self.n + len(extra_weight)
+            for r in s.ret_levels:
+                extra_preds.append([i])
+                extra_weight.append(r)
+            if op not in _STRUCTURAL:  # direct call: outputs named after the signature
+                fdef = self.reducer.library[op]
+                offsets = {a.name: k for k, a in enumerate(fdef.signature.output_arg)}
+        self.calls[i] = (done_id, first_out, len(s.ret_levels) if first_out >= 0 else 0, offsets)
+
+    # --- step 2: edges ----------------------------------------------------------------------
+    def link(self, fingerprint: list[str] | None, fp_prefix: str) -> None:
+        """Each node's predecessors (data and control inputs; a call's consumers read the
+        virtual node of the output they use), TF1 loop back edges dropped. One tight loop:
+        it runs once per node of the model."""
+        n, ops, names, calls, preds = self.n, self.ops, self.names, self.calls, self.preds
+        has_merge = any(t in _MERGE_OPS for t in self.op_types)
+        index_get = self.index.get
+        out_node = _output_node
+        function_format = self.function_format
+        fp_append = fingerprint.append if fingerprint is not None else None
+        for i, nd in enumerate(self.nodes):
             inputs = nd.input[:]
             if fp_append is not None:
                 fp_append(f"{fp_prefix}{names[i]}\x1f{ops[i]}\x1f" + "\x1e".join(inputs))
@@ -330,133 +359,80 @@ class _Analyzer:
             if has_merge and ops[i] in _MERGE_OPS:
                 kept = [k for k in ps if k >= n or ops[k] not in _NEXT_ITERATION_OPS]
                 if len(kept) != len(ps):
-                    back_edges += len(ps) - len(kept)
-                    loop_next[i] = [k for k in ps if k < n and ops[k] in _NEXT_ITERATION_OPS]
+                    self.back_edges += len(ps) - len(kept)
+                    self.loop_next[i] = [k for k in ps if k < n and ops[k] in _NEXT_ITERATION_OPS]
                 ps = kept
             preds.append(ps)
 
-        if loop_next:
-            # TF1 loop: an Exit reads Switch(Merge(Enter, NextIteration)); with the back edge
-            # gone it would not wait for the body. Make it wait for the NextIteration (one
-            # iteration of the body: the trip count is unknown).
-            for i, op in enumerate(ops):
-                if op not in _EXIT_OPS:
-                    continue
-                for k in list(preds[i]):
-                    if k < n and ops[k] in _SWITCH_OPS:
-                        for m in preds[k]:
-                            preds[i] = [*preds[i], *loop_next.get(m, ())]
-        preds.extend(extra_preds)
-        weight.extend(extra_weight)
-        result = propagate(preds, weight, widths, unit)
-        levels = result.levels
+    # --- step 3: TF1 loop exits ----------------------------------------------------------------
+    def wait_for_loop_bodies(self) -> None:
+        """TF1 loop: an Exit reads Switch(Merge(Enter, NextIteration)); with the back edge gone it
+        would not wait for the body. Make it wait for the NextIteration (one iteration of the
+        body: the trip count is unknown)."""
+        if not self.loop_next:
+            return
+        n, ops, preds = self.n, self.ops, self.preds
+        for i, op in enumerate(ops):
+            if op not in _EXIT_OPS:
+                continue
+            for k in list(preds[i]):
+                if k < n and ops[k] in _SWITCH_OPS:
+                    for m in preds[k]:
+                        preds[i] = [*preds[i], *self.loop_next.get(m, ())]
 
+    # --- step 4: levels -----------------------------------------------------------------------
+    def summary(self, ret: Sequence[str]) -> Summary:
+        """Levels of every node (width.py), and of the body's return values."""
+        self.preds.extend(self.extra_preds)
+        self.weight.extend(self.extra_weight)
+        result = propagate(self.preds, self.weight, self.widths, self.unit)
+        levels = result.levels
         ret_levels: list[int] = []
         for s in ret:
-            k = self._resolve(s, index, calls, function_format) if s else -1
+            k = self._resolve(s) if s else -1
             ret_levels.append(levels[k] if k >= 0 else 0)  # an argument returned as is: level 0
-
-        return _Summary(
+        return Summary(
             level_widths=result.level_widths,
             ret_levels=tuple(ret_levels),
-            op_types=op_types,
-            heavy_types=heavy_types,
-            nodes=node_count,
-            functions=frozenset(functions),
-            training=training,
-            tf_data=tf_data,
-            back_edges=back_edges + result.back_edges,
-            works=tuple(works),
+            op_types=self.op_types,
+            heavy_types=self.heavy_types,
+            nodes=self.node_count,
+            functions=frozenset(self.functions),
+            training=self.training,
+            tf_data=self.tf_data,
+            back_edges=self.back_edges + result.back_edges,
+            works=tuple(self.works),
         )
 
-    @staticmethod
-    def _output_node(call: tuple[int, int, int, dict[str, int] | None], s: str, j: int, function_format: bool) -> int:
-        """The virtual node that carries output `s` of a call node (its "done" node when
-        the output cannot be told apart, e.g. a While's loop variables)."""
-        done_id, first_out, n_out, offsets = call
-        if first_out < 0:
-            return done_id
-        try:
-            if function_format:  # "node:out_name:index"
-                _, out_name, idx = s.split(":")
-                port = int(idx) + (offsets.get(out_name, 0) if offsets is not None else 0)
-            else:  # "node:index" or "node"
-                port = int(s[j + 1:]) if j >= 0 else 0
-        except ValueError:
-            return done_id
-        return first_out + port if 0 <= port < n_out else done_id
-
-    def _resolve(self, s: str, index: Mapping[str, int], calls: Mapping, function_format: bool) -> int:
+    # --- helpers ------------------------------------------------------------------------------
+    def _resolve(self, s: str) -> int:
         """Node id for a tensor name (used for function return values); -1 for arguments."""
         name = s[1:] if s.startswith("^") else s
         j = name.find(":")
-        k = index.get(name if j < 0 else name[:j])
+        k = self.index.get(name if j < 0 else name[:j])
         if k is None:
             return -1
-        call = calls.get(k)
+        call = self.calls.get(k)
         if call is not None:
-            return self._output_node(call, name, j, function_format)
+            return _output_node(call, name, j, self.function_format)
         return k
 
-    def _work(self, node: Any, index: Mapping[str, int], nodes: Sequence[Any],
-              arg_shapes: Mapping[str, list[Any]] | None, function_format: bool) -> int | None:
+    def _work(self, i: int) -> int | None:
         """The op's work (work.py): as structure_graph_def recorded it, else from the recorded
         shapes of the op and its inputs; None if unknown."""
+        node = self.nodes[i]
         if WORK_ATTR in node.attr:
             recorded = node.attr[WORK_ATTR].i
             return None if recorded < 0 else recorded
-
-        def shape_of(ref: str) -> Any:
-            name, _, rest = ref.partition(":")
-            k = index.get(name)
-            if k is None:
-                found = arg_shapes.get(name) if arg_shapes else None
-                return found[0] if found else None
-            shapes = output_shapes(nodes[k])
-            if len(shapes) == 1:
-                return shapes[0]
-            if not function_format:  # "name" or "name:port"
-                port = int(rest) if rest.isascii() and rest.isdigit() else 0  # "x:²" is no port
-                return shapes[port] if port < len(shapes) else None
-            return None  # "name:out_arg:i" of a multi-output op: its port needs the OpDef
-
-        refs = [s for s in node.input if not s.startswith("^")]
-        used: set[str] = set()
-
-        def shape(proto: Any) -> Any:
-            raw = None if proto is None else proto_dims(proto)
-            if raw is None:
-                return None
-            dims, needed = fill_unknown(raw, self.assumed)
-            used.update(needed)
-            return dims
-
-        def input_shape(i: int) -> Any:
-            return shape(shape_of(refs[i]) if i < len(refs) else None)
-
-        def input_elements(i: int) -> int | None:
-            """Through a Reshape whose own shape is partly computed: its input's elements."""
-            if i >= len(refs):
-                return None
-            proto = shape_of(refs[i])
-            raw = None if proto is None else proto_dims(proto)
-            k = index.get(refs[i].partition(":")[0])
-            if (raw is None or min(raw, default=0) < 0) and k is not None \
-                    and nodes[k].op == "Reshape" and nodes[k].input:
-                proto = shape_of(nodes[k].input[0])
-            dims = shape(proto)
-            return None if dims is None else math.prod(dims)
-
-        own = output_shapes(node)
-        work = op_work(node, shape(own[0]) if own else None, input_shape, input_elements)
-        if work is not None:
-            self.assumed_used |= used
+        work, needed = estimate(node, self.shapes, self.reducer.assumed)
+        self.reducer.assumed_used |= needed
         return work
 
-    @staticmethod
-    def _gathers_table(node: Any, index: Mapping[str, int], ops: Sequence[str], nodes: Sequence[Any]) -> bool:
+    def _gathers_table(self, i: int) -> bool:
         """Is input 0 (params) of this GatherV2/Gather an embedding table? Look through
         Identity-like ops (TF1 reads a variable via Identity) up to a few hops."""
+        nodes, index, ops = self.nodes, self.index, self.ops
+        node = nodes[i]
         if not node.input:
             return False
         src = node.input[0]
@@ -478,17 +454,21 @@ class _Analyzer:
         return False
 
 
-@contextlib.contextmanager
-def _no_gc() -> Iterator[None]:
-    """The analysis allocates a few lists per node and frees nothing cyclic: collector
-    passes over 10^5+ live protobuf wrappers cost ~40% of the time on 100,000 nodes."""
-    enabled = gc.isenabled()
-    gc.disable()
+def _output_node(call: _Call, s: str, j: int, function_format: bool) -> int:
+    """The virtual node that carries output `s` of a call node (its "done" node when
+    the output cannot be told apart, e.g. a While's loop variables)."""
+    done_id, first_out, n_out, offsets = call
+    if first_out < 0:
+        return done_id
     try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
+        if function_format:  # "node:out_name:index"
+            _, out_name, idx = s.split(":")
+            port = int(idx) + (offsets.get(out_name, 0) if offsets is not None else 0)
+        else:  # "node:index" or "node"
+            port = int(s[j + 1:]) if j >= 0 else 0
+    except ValueError:
+        return done_id
+    return first_out + port if 0 <= port < n_out else done_id
 
 
 def _trip_count(node: Any, index: Mapping[str, int], nodes: Sequence[Any]) -> int:
@@ -512,9 +492,9 @@ def _trip_count(node: Any, index: Mapping[str, int], nodes: Sequence[Any]) -> in
     return 1
 
 
-def _sequence(parts: Sequence[_Summary]) -> _Summary:
+def _sequence(parts: Sequence[Summary]) -> Summary:
     """Bodies run one after the other (a While's cond, then its body)."""
-    out = _Summary(level_widths=tuple(w for p in parts for w in p.level_widths))
+    out = Summary(level_widths=tuple(w for p in parts for w in p.level_widths))
     for p in parts:
         out.op_types.update(p.op_types)
         out.heavy_types.update(p.heavy_types)
@@ -552,75 +532,3 @@ def prune_to_outputs(nodes: Sequence[Any], outputs: Iterable[str], strict: bool 
     return [nd for nd in nodes if nd.name in seen]
 
 
-def _profile(analyzer: _Analyzer, summary: _Summary, source: str) -> GraphProfile:
-    if summary.back_edges:
-        log.info("%s: dropped %d loop back edge(s)", source, summary.back_edges)
-    digest = hashlib.sha256()
-    for line in sorted(analyzer.fingerprint_lines):
-        digest.update(line.encode("utf-8", "surrogateescape"))
-        digest.update(b"\n")
-    heavy, depth = summary.heavy, summary.depth
-    return GraphProfile(
-        heavy_ops=heavy,
-        depth=depth,
-        avg_width=avg_width(heavy, depth),
-        max_width=max_width(summary.level_widths),
-        level_widths=summary.level_widths,
-        op_types=dict(summary.op_types.most_common()),
-        heavy_op_types=dict(summary.heavy_types.most_common()),
-        nodes=summary.nodes,
-        functions=len(summary.functions),
-        training=summary.training,
-        uses_tf_data=summary.tf_data,
-        loops=any(op in _WHILE_OPS for op in summary.op_types),
-        typical_op_work=typical_work([(w, runs) for w, runs, _ in summary.works]),
-        lookups=sum(1 for _, _, lookup in summary.works if lookup),
-        lookup_work=total_work((w, runs) for w, runs, lookup in summary.works if lookup),
-        contraction_work=total_work((w, runs) for w, runs, lookup in summary.works if not lookup),
-        assumptions=describe_assumptions(analyzer.assumed, analyzer.assumed_used),
-        source=source,
-        fingerprint=digest.hexdigest(),
-    )
-
-
-def analyze_graph_def(
-    graph_def: Any,
-    library: Any = None,
-    *,
-    include_gradients: bool = True,
-    outputs: Iterable[str] | None = None,
-    source: str = "",
-    assumed: Assumed | None = None,
-) -> GraphProfile:
-    """Profile a GraphDef (nodes + function library). ``library`` defaults to
-    ``graph_def.library``; ``outputs`` (tensor names) restricts the analysis to what a run
-    fetching them executes (used for SavedModel signatures); ``assumed``: what unknown
-    dimensions are read as when estimating each op's work (work.py)."""
-    if not hasattr(graph_def, "node"):
-        raise TypeError(f"expected a GraphDef, got {type(graph_def).__name__}")
-    lib = _function_map(graph_def.library if library is None and hasattr(graph_def, "library") else library)
-    nodes: Sequence[Any] = graph_def.node
-    if outputs is not None:
-        nodes = prune_to_outputs(list(nodes), outputs)
-    else:
-        nodes = list(nodes)
-    analyzer = _Analyzer(lib, include_gradients, assumed)
-    with _no_gc():
-        summary = analyzer.body(nodes, function_format=False, grad_ctx=False)
-    return _profile(analyzer, summary, source or f"GraphDef ({len(nodes)} nodes)")
-
-
-def analyze_function(
-    name: str, library: Any, *, include_gradients: bool = True, source: str = "", assumed: Assumed | None = None
-) -> GraphProfile:
-    """Profile one function of a library as the entry point (its arguments at level 0)."""
-    lib = _function_map(library)
-    if name not in lib:
-        raise ValueError(f"function {name!r} is not in the function library")
-    analyzer = _Analyzer(lib, include_gradients, assumed)
-    with _no_gc():
-        summary = analyzer.function(name, grad_ctx=False)
-    assert summary is not None
-    profile = _profile(analyzer, summary, source or f"function {name}")
-    # count the functions descended into, not the entry itself (as for a GraphDef)
-    return dataclasses.replace(profile, functions=len(summary.functions - {name}))
