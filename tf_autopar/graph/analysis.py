@@ -100,30 +100,30 @@ def analyze_graph_def(
     dimensions are read as when estimating each op's work (work.py)."""
     if not hasattr(graph_def, "node"):
         raise TypeError(f"expected a GraphDef, got {type(graph_def).__name__}")
-    lib = function_map(graph_def.library if library is None and hasattr(graph_def, "library") else library)
-    nodes: Sequence[Any] = graph_def.node
-    if outputs is not None:
-        nodes = prune_to_outputs(list(nodes), outputs)
-    else:
-        nodes = list(nodes)
-    reducer = Reducer(lib, include_gradients, assumed)
-    with paused_gc():
+    with paused_gc():  # from the first read of the nodes: that creates a Python object per node
+        lib = function_map(graph_def.library if library is None and hasattr(graph_def, "library") else library)
+        nodes: Sequence[Any] = graph_def.node
+        if outputs is not None:
+            nodes = prune_to_outputs(list(nodes), outputs)
+        else:
+            nodes = list(nodes)
+        reducer = Reducer(lib, include_gradients, assumed)
         summary = reducer.body(nodes, function_format=False, grad_ctx=False)
-    return _profile(reducer, summary, source or f"GraphDef ({len(nodes)} nodes)")
+        return _profile(reducer, summary, source or f"GraphDef ({len(nodes)} nodes)")
 
 
 def analyze_function(
     name: str, library: Any, *, include_gradients: bool = True, source: str = "", assumed: Assumed | None = None
 ) -> GraphProfile:
     """Profile one function of a library as the entry point (its arguments at level 0)."""
-    lib = function_map(library)
-    if name not in lib:
-        raise ValueError(f"function {name!r} is not in the function library")
-    reducer = Reducer(lib, include_gradients, assumed)
     with paused_gc():
+        lib = function_map(library)
+        if name not in lib:
+            raise ValueError(f"function {name!r} is not in the function library")
+        reducer = Reducer(lib, include_gradients, assumed)
         summary = reducer.function(name, grad_ctx=False)
-    assert summary is not None
-    profile = _profile(reducer, summary, source or f"function {name}")
+        assert summary is not None
+        profile = _profile(reducer, summary, source or f"function {name}")
     # count the functions descended into, not the entry itself (as for a GraphDef)
     return dataclasses.replace(profile, functions=len(summary.functions - {name}))
 

@@ -331,7 +331,13 @@ class _Body:
             if not inputs:
                 preds.append(_NO_PREDS)
                 continue
-            ps: list[int] = []
+            ps: list[int] = list(map(index_get, inputs))  # fast path: inputs "name" (output 0) only
+            if None not in ps and (not calls or calls.keys().isdisjoint(ps)):
+                if has_merge and ops[i] in _MERGE_OPS:
+                    ps = self._drop_back_edges(i, ps)
+                preds.append(ps)
+                continue
+            ps = []
             for s in inputs:
                 k = index_get(s)
                 if k is not None:  # "name": output 0 (graph format)
@@ -357,12 +363,17 @@ class _Body:
                 else:
                     ps.append(k)
             if has_merge and ops[i] in _MERGE_OPS:
-                kept = [k for k in ps if k >= n or ops[k] not in _NEXT_ITERATION_OPS]
-                if len(kept) != len(ps):
-                    self.back_edges += len(ps) - len(kept)
-                    self.loop_next[i] = [k for k in ps if k < n and ops[k] in _NEXT_ITERATION_OPS]
-                ps = kept
+                ps = self._drop_back_edges(i, ps)
             preds.append(ps)
+
+    def _drop_back_edges(self, i: int, ps: list[int]) -> list[int]:
+        """A Merge's predecessors without its NextIteration inputs (TF1 loop back edges)."""
+        n, ops = self.n, self.ops
+        kept = [k for k in ps if k >= n or ops[k] not in _NEXT_ITERATION_OPS]
+        if len(kept) != len(ps):
+            self.back_edges += len(ps) - len(kept)
+            self.loop_next[i] = [k for k in ps if k < n and ops[k] in _NEXT_ITERATION_OPS]
+        return kept
 
     # --- step 3: TF1 loop exits ----------------------------------------------------------------
     def wait_for_loop_bodies(self) -> None:
@@ -421,9 +432,9 @@ class _Body:
         """The op's work (work.py): as structure_graph_def recorded it, else from the recorded
         shapes of the op and its inputs; None if unknown."""
         node = self.nodes[i]
-        if WORK_ATTR in node.attr:
-            recorded = node.attr[WORK_ATTR].i
-            return None if recorded < 0 else recorded
+        recorded = node.attr.get(WORK_ATTR)
+        if recorded is not None:
+            return None if recorded.i < 0 else recorded.i
         work, needed = estimate(node, self.shapes, self.reducer.assumed)
         self.reducer.assumed_used |= needed
         return work

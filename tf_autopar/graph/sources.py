@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from tf_autopar.graph import named
+from tf_autopar.graph._gc import paused_gc
 from tf_autopar.graph.dims import Assumed, assumed_dims, describe_assumptions
 from tf_autopar.graph.live_graphs import (
     input_dims, load_keras_file, structure_graph_def, trace_keras, trace_tf_function,
@@ -35,6 +36,7 @@ SUPPORTED = (
 )
 
 Shapes = Mapping[str, Sequence[int]]
+_PROTOBUFS = ("tensorflow.GraphDef", "tensorflow.MetaGraphDef", "tensorflow.SavedModel")
 
 
 @dataclass(frozen=True)
@@ -68,12 +70,13 @@ def source_of(
     if isinstance(obj, (str, os.PathLike)):
         return _from_path_or_name(os.fspath(obj), signature, workload_mode, workload_size, batch, shapes)
     full_name = getattr(getattr(obj, "DESCRIPTOR", None), "full_name", None)
-    if full_name == "tensorflow.GraphDef":
-        return Source(obj, assumed=assumed_dims(placeholders(obj), batch, shapes))
-    if full_name == "tensorflow.MetaGraphDef":
-        return _from_meta_graph(obj, signature, "MetaGraphDef", batch, shapes)
-    if full_name == "tensorflow.SavedModel":
-        return _from_saved_model_proto(obj, signature, "SavedModel protobuf", batch, shapes)
+    if full_name in _PROTOBUFS:
+        with paused_gc():  # the first walk over the nodes creates a Python object per node
+            if full_name == "tensorflow.GraphDef":
+                return Source(obj, assumed=assumed_dims(placeholders(obj), batch, shapes))
+            if full_name == "tensorflow.MetaGraphDef":
+                return _from_meta_graph(obj, signature, "MetaGraphDef", batch, shapes)
+            return _from_saved_model_proto(obj, signature, "SavedModel protobuf", batch, shapes)
     module = type(obj).__module__ or ""
     if module.startswith(("keras", "tf_keras")) and hasattr(obj, "make_predict_function"):
         return _from_keras(obj, input_signature, batch, shapes)

@@ -102,7 +102,8 @@ def estimate(node: Any, shapes: OpShapes, assumed: Assumed | None) -> tuple[int 
 
 class NodeDefShapes:
     """OpShapes of the nodes of one graph body, from their ``_output_shapes`` attributes (and
-    a function's argument shapes)."""
+    a function's argument shapes). Dims are read once per tensor: a weight or an activation
+    read by several heavy ops is parsed once."""
 
     def __init__(self, index: Mapping[str, int], nodes: Sequence[Any],
                  arg_shapes: Mapping[str, list[Any]] | None, function_format: bool) -> None:
@@ -110,19 +111,28 @@ class NodeDefShapes:
         self.nodes = nodes
         self.arg_shapes = arg_shapes
         self.function_format = function_format
+        self._dims: dict[str, Dims | None] = {}
 
     @staticmethod
     def input_refs(node: Any) -> list[str]:
-        return [s for s in node.input if not s.startswith("^")]
+        return [s for s in node.input if s[:1] != "^"]
 
     @staticmethod
     def output_dims(node: Any) -> Dims | None:
-        own = output_shapes(node)
-        return proto_dims(own[0]) if own else None
+        recorded = node.attr.get("_output_shapes")  # one map look-up, not `in` then `[]`
+        if recorded is None:
+            return None
+        own = recorded.list.shape
+        return proto_dims(own[0]) if len(own) else None
 
     def dims(self, ref: str) -> Dims | None:
+        try:
+            return self._dims[ref]
+        except KeyError:
+            pass
         proto = self._shape_proto(ref)
-        return None if proto is None else proto_dims(proto)
+        found = self._dims[ref] = None if proto is None else proto_dims(proto)
+        return found
 
     def reshape_input(self, ref: str) -> str | None:
         k = self.index.get(ref.partition(":")[0])
@@ -137,7 +147,10 @@ class NodeDefShapes:
         if k is None:
             found = self.arg_shapes.get(name) if self.arg_shapes else None
             return found[0] if found else None
-        shapes = output_shapes(self.nodes[k])
+        recorded = self.nodes[k].attr.get("_output_shapes")
+        if recorded is None:
+            return None
+        shapes = recorded.list.shape
         if len(shapes) == 1:
             return shapes[0]
         if not self.function_format:  # "name" or "name:port"
