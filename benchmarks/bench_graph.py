@@ -298,7 +298,13 @@ def live_child(kind: str, path: str, code: str) -> dict:
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     import tf_autopar.graph
 
-    return {"wall_s": wall, "cpu_s": cpu, "code": os.path.dirname(os.path.dirname(os.path.dirname(tf_autopar.graph.__file__))),
+    export = {}
+    if kind == "tf.Graph":  # the alternative: one export with every op's shapes, analysed as a GraphDef
+        for shapes in (False, True):
+            t0 = time.perf_counter()
+            obj.as_graph_def(add_shapes=shapes)
+            export["as_graph_def_add_shapes_s" if shapes else "as_graph_def_s"] = time.perf_counter() - t0
+    return {"wall_s": wall, "cpu_s": cpu, **export, "code": os.path.dirname(os.path.dirname(os.path.dirname(tf_autopar.graph.__file__))),
             "profile": {"nodes": p.nodes, "heavy_ops": p.heavy_ops, "depth": p.depth, "avg_width": p.avg_width,
                         "max_width": p.max_width, "typical_op_work": p.typical_op_work,
                         "fingerprint": p.fingerprint}}
@@ -338,7 +344,7 @@ def live_measurement(sizes: list, rounds: int, codes: dict) -> dict:
                 raise RuntimeError(out.stderr[-2000:])
             rec = json.loads(out.stdout.strip().splitlines()[-1])
             assert os.path.realpath(rec["code"]) == os.path.realpath(codes[c]), (rec["code"], codes[c])
-            runs[str(n)][c][k].append({"wall_s": rec["wall_s"], "cpu_s": rec["cpu_s"]})
+            runs[str(n)][c][k].append({key: v for key, v in rec.items() if key.endswith("_s")})
             profiles.setdefault(str(n), {}).setdefault(f"{c} {k}", rec["profile"])
     summary: dict = {}
     for n in runs:
@@ -347,6 +353,8 @@ def live_measurement(sizes: list, rounds: int, codes: dict) -> dict:
             by = runs[n][c]
             summary[n][c] = {k: {"wall_s": _spread([x["wall_s"] for x in by[k]]),
                                  "cpu_s": _spread([x["cpu_s"] for x in by[k]])} for k in LIVE_KINDS}
+            for key in ("as_graph_def_s", "as_graph_def_add_shapes_s"):
+                summary[n][c][f"tf.Graph {key[:-2]}"] = _spread([x[key] for x in by["tf.Graph"]])
             paired = [g["wall_s"] / d["wall_s"] for g, d in zip(by["tf.Graph"], by["GraphDef"])]
             summary[n][c]["tf.Graph / GraphDef wall, paired per round"] = _spread(paired)
         if "before" in codes:
