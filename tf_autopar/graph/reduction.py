@@ -318,7 +318,7 @@ class _Body:
         """Each node's predecessors (data and control inputs; a call's consumers read the
         virtual node of the output they use), TF1 loop back edges dropped. One tight loop:
         it runs once per node of the model."""
-        n, ops, names, calls, preds = self.n, self.ops, self.names, self.calls, self.preds
+        ops, names, calls, preds = self.ops, self.names, self.calls, self.preds
         has_merge = any(t in _MERGE_OPS for t in self.op_types)
         index_get = self.index.get
         out_node = _output_node
