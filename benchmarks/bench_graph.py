@@ -11,6 +11,11 @@ Graphs are built directly as protobuf NodeDefs (TensorFlow's proto classes; no o
 - ``--training``: the measurement behind ``include_gradients=True``: for a plain CNN and an
   inception-style CNN, the widths with and without gradient ops, and the training step
   time for every inter x intra split of the cores (fresh process per run, interleaved).
+- ``--live``: ``analyze()`` of a live tf.Graph against the same graph as a GraphDef with
+  recorded shapes (``as_graph_def(add_shapes=True)``, as a frozen .pb has them), at 60,000 and
+  100,000 ops (a random DAG of MatMul, BiasAdd, AddV2, Relu, Reshape, control inputs; every op
+  shape-inferred by TensorFlow's import), each timed as the first call in a fresh process, with
+  this tree's code and, given ``--before DIR``, another checkout's, interleaved round by round.
 
 Prints median / min / max over --repeats runs (after one warm-up), text or --json.
 Run on a quiet machine for final figures: python benchmarks/bench_graph.py [--quick] [--json]
@@ -212,6 +217,166 @@ def training_measurement(rounds: int, steps: int) -> dict:
     return out
 
 
+# --- live tf.Graph against GraphDef (--live) ------------------------------------------------
+def live_graph_def(n: int, seed: int = 0):
+    """A GraphDef of n ops that TensorFlow can import (attributes set, shapes inferable): x
+    [None, 16] into a random DAG with locality; about 30% MatMul, a fifth of them reading a
+    Reshape to [-1, 16] (the work estimate looks through it), 5% control inputs."""
+    from tensorflow.core.framework import graph_pb2, types_pb2
+
+    rng = random.Random(seed)
+    g = graph_pb2.GraphDef()
+    f32 = types_pb2.DT_FLOAT
+
+    def const(name: str, dims: tuple, dtype: int, values: list) -> None:
+        nd = g.node.add(name=name, op="Const")
+        nd.attr["dtype"].type = dtype
+        t = nd.attr["value"].tensor
+        t.dtype = dtype
+        for d in dims:
+            t.tensor_shape.dim.add(size=d)
+        (t.float_val if dtype == f32 else t.int_val).extend(values)
+
+    x = g.node.add(name="x", op="Placeholder")
+    x.attr["dtype"].type = f32
+    for d in (-1, 16):
+        x.attr["shape"].shape.dim.add(size=d)
+    const("w", (16, 16), f32, [0.5])
+    const("bias", (16,), f32, [0.1])
+    const("shape", (2,), types_pb2.DT_INT32, [-1, 16])
+    names = ["x"]
+    while len(g.node) < n:
+        i = len(g.node)
+        a = names[rng.randrange(max(0, len(names) - 64), len(names))]
+        r = rng.random()
+        if r < 0.3:
+            if rng.random() < 0.2:
+                nd = g.node.add(name=f"r{i}", op="Reshape", input=[a, "shape"])
+                nd.attr["T"].type = f32
+                nd.attr["Tshape"].type = types_pb2.DT_INT32
+                a = nd.name
+            nd = g.node.add(name=f"n{i}", op="MatMul", input=[a, "w"])
+        elif r < 0.45:
+            nd = g.node.add(name=f"n{i}", op="BiasAdd", input=[a, "bias"])
+        elif r < 0.7:
+            nd = g.node.add(name=f"n{i}", op="AddV2", input=[a, names[rng.randrange(max(0, len(names) - 64), len(names))]])
+        else:
+            nd = g.node.add(name=f"n{i}", op="Relu", input=[a])
+        if rng.random() < 0.05:
+            nd.input.append("^" + names[rng.randrange(max(0, len(names) - 64), len(names))])
+        nd.attr["T"].type = f32
+        names.append(nd.name)
+    return g
+
+
+LIVE_KINDS = ("tf.Graph", "GraphDef")
+
+
+def live_child(kind: str, path: str, code: str) -> dict:
+    """One fresh-process run: load the graph as ``kind``, time the first ``analyze()`` call."""
+    import gc
+
+    sys.path.insert(0, code)
+    from tensorflow.core.framework import graph_pb2
+
+    gd = graph_pb2.GraphDef()
+    with open(path, "rb") as f:
+        gd.ParseFromString(f.read())
+    obj = gd
+    if kind == "tf.Graph":
+        import tensorflow as tf
+
+        obj = tf.Graph()
+        with obj.as_default():
+            tf.graph_util.import_graph_def(gd, name="")
+        del gd
+    from tf_autopar.graph import analyze
+
+    gc.collect()
+    c0, t0 = time.process_time(), time.perf_counter()
+    p = analyze(obj)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    import tf_autopar.graph
+
+    export = {}
+    if kind == "tf.Graph":  # the alternative: one export with every op's shapes, analysed as a GraphDef
+        for shapes in (False, True):
+            t0 = time.perf_counter()
+            obj.as_graph_def(add_shapes=shapes)
+            export["as_graph_def_add_shapes_s" if shapes else "as_graph_def_s"] = time.perf_counter() - t0
+    return {"wall_s": wall, "cpu_s": cpu, **export, "code": os.path.dirname(os.path.dirname(os.path.dirname(tf_autopar.graph.__file__))),
+            "profile": {"nodes": p.nodes, "heavy_ops": p.heavy_ops, "depth": p.depth, "avg_width": p.avg_width,
+                        "max_width": p.max_width, "typical_op_work": p.typical_op_work,
+                        "fingerprint": p.fingerprint}}
+
+
+def _spread(values: list) -> dict:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
+
+
+def live_measurement(sizes: list, rounds: int, codes: dict) -> dict:
+    """tf.Graph and GraphDef x each code x each size, a fresh process per run, interleaved."""
+    import subprocess
+    import tempfile
+
+    here = os.path.abspath(__file__)
+    tmp = tempfile.mkdtemp(prefix="bench_graph_live_")
+    files = {}
+    for n in sizes:  # the graph once per size: imported by TensorFlow to infer every shape
+        plain, shaped = os.path.join(tmp, f"plain{n}.pb"), os.path.join(tmp, f"shapes{n}.pb")
+        script = ("import sys; sys.path.insert(0, sys.argv[1]); import tensorflow as tf; from bench_graph import "
+                  "live_graph_def; gd = live_graph_def(int(sys.argv[2])); g = tf.Graph()\n"
+                  "with g.as_default(): tf.graph_util.import_graph_def(gd, name='')\n"
+                  "open(sys.argv[3], 'wb').write(g.as_graph_def().SerializeToString())\n"
+                  "open(sys.argv[4], 'wb').write(g.as_graph_def(add_shapes=True).SerializeToString())")
+        subprocess.run([sys.executable, "-c", script, os.path.dirname(here), str(n), plain, shaped], check=True,
+                       capture_output=True, timeout=1800)
+        files[n] = {"tf.Graph": plain, "GraphDef": shaped}
+    runs: dict = {str(n): {c: {k: [] for k in LIVE_KINDS} for c in codes} for n in sizes}
+    profiles: dict = {}
+    order = [(n, c, k) for n in sizes for c in codes for k in LIVE_KINDS]
+    for r in range(rounds):
+        shift = r % len(order)
+        for n, c, k in order[shift:] + order[:shift]:  # rotate, so no configuration always runs first
+            out = subprocess.run([sys.executable, here, "--live-child", k, files[n][k], codes[c]],
+                                 capture_output=True, text=True, timeout=1800)
+            if out.returncode != 0:
+                raise RuntimeError(out.stderr[-2000:])
+            rec = json.loads(out.stdout.strip().splitlines()[-1])
+            assert os.path.realpath(rec["code"]) == os.path.realpath(codes[c]), (rec["code"], codes[c])
+            runs[str(n)][c][k].append({key: v for key, v in rec.items() if key.endswith("_s")})
+            profiles.setdefault(str(n), {}).setdefault(f"{c} {k}", rec["profile"])
+    summary: dict = {}
+    for n in runs:
+        summary[n] = {}
+        for c in codes:
+            by = runs[n][c]
+            summary[n][c] = {k: {"wall_s": _spread([x["wall_s"] for x in by[k]]),
+                                 "cpu_s": _spread([x["cpu_s"] for x in by[k]])} for k in LIVE_KINDS}
+            for key in ("as_graph_def_s", "as_graph_def_add_shapes_s"):
+                summary[n][c][f"tf.Graph {key[:-2]}"] = _spread([x[key] for x in by["tf.Graph"]])
+            paired = [g["wall_s"] / d["wall_s"] for g, d in zip(by["tf.Graph"], by["GraphDef"])]
+            summary[n][c]["tf.Graph / GraphDef wall, paired per round"] = _spread(paired)
+        if "before" in codes:
+            summary[n]["after / before wall, paired per round"] = {
+                k: _spread([a["wall_s"] / b["wall_s"] for a, b in zip(runs[n]["after"][k], runs[n]["before"][k])])
+                for k in LIVE_KINDS}
+    same = {n: len({json.dumps(p, sort_keys=True) for p in by.values()}) == 1 for n, by in profiles.items()}
+    return {"goal": "100,000 ops in under 1 s", "codes": codes, "rounds": rounds, "summary": summary,
+            "profiles": profiles, "profiles_identical": same, "runs": runs}
+
+
+def host() -> dict:
+    """The processor and load the figures were taken on."""
+    model = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
+    except OSError:
+        pass
+    return {"processor": model, "cpus": os.cpu_count(), "loadavg": os.getloadavg()}
+
+
 def timed(fn, repeats: int) -> dict:
     """Wall times, plus CPU time (less inflated than wall time on a shared machine)."""
     fn()  # warm-up
@@ -234,10 +399,38 @@ def main(argv=None) -> int:
     ap.add_argument("--naive", action="store_true", help="also time an unmemoised DFS on 10..18 diamonds")
     ap.add_argument("--training", action="store_true",
                     help="instead: widths with/without gradient ops vs measured step time per inter x intra split")
-    ap.add_argument("--rounds", type=int, default=3, help="--training: interleaved rounds")
+    ap.add_argument("--rounds", type=int, default=3, help="--training, --live: interleaved rounds")
     ap.add_argument("--steps", type=int, default=20, help="--training: timed steps per run")
+    ap.add_argument("--live", action="store_true",
+                    help="instead: analyze() of a live tf.Graph vs the same graph as a GraphDef, fresh processes")
+    ap.add_argument("--sizes", default="60000,100000", help="--live: graph sizes in ops")
+    ap.add_argument("--before", metavar="DIR", help="--live: also time the tf_autopar of this checkout")
+    ap.add_argument("--live-child", nargs=3, metavar=("KIND", "FILE", "CODE"), help=argparse.SUPPRESS)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
+    if args.live_child:
+        print(json.dumps(live_child(*args.live_child)))
+        return 0
+    if args.live:
+        codes = {"after": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
+        if args.before:
+            codes = {"before": os.path.abspath(args.before), **codes}
+        start = host()
+        result = live_measurement([int(s) for s in args.sizes.split(",")], args.rounds, codes)
+        result["host"] = {**start, "loadavg_end": os.getloadavg()}
+        if args.json:
+            print(json.dumps(result, indent=2))
+        else:
+            for n, by in result["summary"].items():
+                for c in codes:
+                    for k in LIVE_KINDS:
+                        w = by[c][k]["wall_s"]
+                        print(f"{int(n):,} ops, {c}, {k}: median {w['median'] * 1e3:.0f} ms "
+                              f"[{w['min'] * 1e3:.0f}-{w['max'] * 1e3:.0f}], cpu {by[c][k]['cpu_s']['median'] * 1e3:.0f} ms")
+                    ratio = by[c]["tf.Graph / GraphDef wall, paired per round"]
+                    print(f"  {c}: tf.Graph / GraphDef {ratio['median']:.2f}x [{ratio['min']:.2f}-{ratio['max']:.2f}]")
+            print(f"profiles identical across codes and kinds: {result['profiles_identical']}")
+        return 0
     if args.training:
         result = training_measurement(args.rounds, args.steps)
         if args.json:

@@ -410,7 +410,7 @@ def test_dense_on_a_sequence_counts_every_row_through_its_reshape():
 
 
 def test_functions_nested_too_deeply_are_a_clear_value_error():
-    from tf_autopar.graph.analysis import MAX_FUNCTION_NESTING
+    from tf_autopar.graph.reduction import MAX_FUNCTION_NESTING
 
     def nested(depth):
         g = graph_pb2.GraphDef()

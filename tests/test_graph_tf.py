@@ -157,7 +157,7 @@ def test_structure_graph_def_drops_constant_payloads_not_the_analysis():
     serialised (that was 97% of session creation for VGG-19), and nothing the analysis reads
     may be lost, nested functions included."""
     from tf_autopar.graph import analyze_graph_def
-    from tf_autopar.graph.loaders import structure_graph_def
+    from tf_autopar.graph.live_graphs import structure_graph_def
 
     g = tf.Graph()
     with g.as_default():
@@ -183,7 +183,7 @@ def test_structure_graph_def_drops_constant_payloads_not_the_analysis():
 
 def test_structure_graph_def_serialises_small_graphs_whole():
     """Small constants: one as_graph_def() is cheaper than the op-by-op copy, and identical."""
-    from tf_autopar.graph.loaders import structure_graph_def
+    from tf_autopar.graph.live_graphs import structure_graph_def
 
     g = tf.Graph()
     with g.as_default():
@@ -202,7 +202,7 @@ def test_heavy_op_work_from_a_real_graph(frozen):
     """Three matmuls of known sizes and a relu: the typical op's work is the matmul that holds
     the median multiply-add, in both ways structure_graph_def builds the GraphDef; a None
     batch leaves it unknown."""
-    from tf_autopar.graph.loaders import structure_graph_def
+    from tf_autopar.graph.live_graphs import structure_graph_def
 
     def build(batch):
         g = tf.Graph()

@@ -1,586 +1,88 @@
-"""GraphDef / FunctionDef protobufs -> GraphProfile. Reads protobuf fields only: no TF runtime.
+"""The public analysis: ``analyze(obj)`` and the protobuf entry points, -> GraphProfile.
 
-How the graph is reduced (the algorithm itself is in width.py):
-
-- Nodes are heavy by op type (heavy_ops.py). Edges are data and control inputs: a
-  control edge orders two ops just as a data edge does, so ops joined by one cannot
-  overlap. TF1 loop back edges (NextIteration -> Merge) are dropped, so a TF1 loop body
-  counts once, and each loop Exit is made to wait for the NextIteration of its Merge
-  (else, with the back edge gone, what follows the loop would look independent of it).
-- Nested functions are spliced in as super-nodes, in linear time, each function body
-  analysed once (memoised by name) however many call sites it has:
-  * PartitionedCall / StatefulPartitionedCall (attr ``f``) and ops whose type is a
-    function of the library: the body's heavy ops are added at every call site (the
-    body runs once per call), its level widths start one level above the call's
-    inputs, and output j leaves at the call's input level + the body's level at its
-    j-th return value. Consumers of a call thus see the heavy depth of the body path
-    that produced the tensor they read, not of the whole body; all of a call's inputs
-    are taken to arrive together (the latest one), which can overstate depth only when
-    a body has independent input->output paths fed at different levels.
-  * While / StatelessWhile: cond then body, each counted ONCE (the trip count is
-    unknown statically). Outputs leave after the whole cond + body depth.
-  * If / StatelessIf / Case / StatelessCase: the heaviest branch (most heavy ops, then
-    deepest) as if it always ran: which branch runs is data-dependent, and taking one
-    branch whole keeps the invariants sum(level_widths) == heavy_ops and
-    len(level_widths) == depth. (Taking the max of counts and depths separately over
-    branches would break them when the heaviest branch is not the deepest.)
-  * Function-valued attributes of other ops (tf.data map functions...) are not
-    descended: they run on tf.data's threads, not the inter-op pool.
-- Gradients: ops of gradient-only types (Conv2DBackpropInput...), ops under a gradient
-  name scope (``gradients/``, ``gradient_tape/``) and everything inside backward
-  functions (``__inference___backward_*``, ``*_grad*`` While/If bodies) are gradient
-  ops. They set ``training`` and count as heavy unless ``include_gradients=False``
-  (the decision and the measurement behind it are in docs of ``analyze``).
-- Histograms count what the profile counts: per call site, a loop body once, the chosen
-  branch of a conditional. ``nodes`` likewise.
+``sources.py`` turns the object into a GraphDef and what its unknown dimensions are read as;
+``reduction.py`` reduces it to heavy-op levels; this module picks the entry point, runs the
+reduction with the garbage collector paused, and fills the profile.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import gc
 import hashlib
 import logging
-import math
-from collections import Counter
-from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
-from tf_autopar.graph import heavy_ops as H
+from tf_autopar.graph._gc import paused_gc
+from tf_autopar.graph.dims import Assumed, describe_assumptions
 from tf_autopar.graph.profile import GraphProfile
-from tf_autopar.graph.width import avg_width, max_width, propagate
-from tf_autopar.graph.dims import Assumed, describe_assumptions, fill_unknown, proto_dims
-from tf_autopar.graph.work import WORK_ATTR, const_ints, op_work, output_shapes, total_work, typical_work
+from tf_autopar.graph.reduction import WHILE_OPS, Reducer, Summary, function_map, prune_to_outputs
+from tf_autopar.graph.sources import Source, source_of
+from tf_autopar.graph.width import avg_width, max_width
+from tf_autopar.graph.work import total_work, typical_work
 
 log = logging.getLogger("tf_autopar.graph")
 
-# Function calls nested deeper than this are refused with a ValueError instead of running into
-# Python's recursion limit (Keras models nest a few tens deep at most).
-MAX_FUNCTION_NESTING = 128
-_CALL_OPS = frozenset({"PartitionedCall", "StatefulPartitionedCall"})
-_WHILE_OPS = frozenset({"While", "StatelessWhile", "_While"})
-_IF_OPS = frozenset({"If", "StatelessIf", "_If"})
-_CASE_OPS = frozenset({"Case", "StatelessCase", "_Case"})
-_STRUCTURAL = _CALL_OPS | _WHILE_OPS | _IF_OPS | _CASE_OPS
-_MERGE_OPS = frozenset({"Merge", "RefMerge"})
-_NEXT_ITERATION_OPS = frozenset({"NextIteration", "RefNextIteration"})
-_SWITCH_OPS = frozenset({"Switch", "RefSwitch"})
-_EXIT_OPS = frozenset({"Exit", "RefExit"})
-_NO_PREDS: tuple[int, ...] = ()
+
+def analyze(
+    obj: Any,
+    *,
+    include_gradients: bool = True,
+    signature: str | None = None,
+    input_signature: Any = None,
+    workload_mode: str = "infer",
+    workload_size: str = "tiny",
+    batch: int | None = None,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+) -> GraphProfile:
+    """Profile the heavy-op structure of a model (see width.py for the definitions).
+
+    ``include_gradients``: count heavy ops of the backward pass. Default True: they are
+    real compute scheduled by the same inter-op pool (Conv2DBackpropInput and
+    Conv2DBackpropFilter of one layer are independent, so a training graph is wider than
+    its forward pass). Measured (``benchmarks/bench_graph.py --training``, 2-core shared
+    host, 3 interleaved fresh-process rounds): a plain CNN has average width 1 with or
+    without gradients (max 2 vs 1); an inception-style CNN 4 with, 2 without (max 8 vs
+    4). On 2 cores both counts lead to the same capped pool size, and 1x2 beat 2x1 for both
+    models (95 vs 130 ms, 47 vs 75 ms per step), so the measurement found nothing in
+    favour of excluding gradients as the authors' tuner did; we keep them (and the
+    option) until a many-core measurement says otherwise. ``signature``: which SavedModel /
+    MetaGraphDef signature to follow (default ``serving_default``). ``input_signature``:
+    input specs for a Keras model without known inputs or a tf.function without a
+    signature. ``workload_mode``/``workload_size``: for a registered model name (graph/named.py).
+    ``batch``: what an unknown batch dimension (a serving signature's None) is read as when
+    estimating each op's work; default 1 (a bundled workload is built at it, default: its
+    published batch). ``input_shapes``: full shapes of some inputs by name (``--input-shape``),
+    for other unknown dimensions such as a sequence length (default dims.DEFAULT_OTHER_DIM). The
+    profile's ``assumptions`` say what was assumed.
+    """
+    source = source_of(obj, signature=signature, input_signature=input_signature, workload_mode=workload_mode,
+                       workload_size=workload_size, batch=batch, input_shapes=input_shapes)
+    return analyze_source(source, include_gradients=include_gradients)
 
 
-@dataclass
-class _Summary:
-    """One analysed body (the top-level graph or a function)."""
-
-    level_widths: tuple[int, ...]
-    ret_levels: tuple[int, ...] = ()
-    op_types: Counter = field(default_factory=Counter)
-    heavy_types: Counter = field(default_factory=Counter)
-    nodes: int = 0
-    functions: frozenset[str] = frozenset()
-    training: bool = False
-    tf_data: bool = False
-    back_edges: int = 0
-    # per heavy op (per call site): (work per run or None when unknown, runs per step, is a look-up)
-    works: tuple[tuple[int | None, int, bool], ...] = ()
-
-    @property
-    def depth(self) -> int:
-        return len(self.level_widths)
-
-    @property
-    def heavy(self) -> int:
-        return sum(self.level_widths)
+def analyze_source(source: Source, *, include_gradients: bool = True) -> GraphProfile:
+    """Profile what a Source names: its entry function (the heaviest of several candidates), or
+    its GraphDef's nodes."""
+    if source.entry is not None:
+        library = source.graph_def.library
+        names = source.entry.names
+        name = names[0] if len(names) == 1 else _heaviest_function(names, library)
+        profile = analyze_function(name, library, include_gradients=include_gradients,
+                                   source=f"{source.label}, {source.entry.why} {name}", assumed=source.assumed)
+    else:
+        profile = analyze_graph_def(source.graph_def, include_gradients=include_gradients, outputs=source.outputs,
+                                    source=source.label, assumed=source.assumed)
+    changes: dict[str, Any] = {}
+    if source.assumptions is not None:
+        changes["assumptions"] = source.assumptions
+    if source.suffix:
+        changes["source"] = profile.source + source.suffix
+    return dataclasses.replace(profile, **changes) if changes else profile
 
 
-_EMPTY = _Summary(level_widths=())
-
-
-def _function_map(library: Any) -> dict[str, Any]:
-    """name -> FunctionDef from a FunctionDefLibrary, a mapping or an iterable of FunctionDefs."""
-    if library is None:
-        return {}
-    if isinstance(library, Mapping):
-        return dict(library)
-    functions = getattr(library, "function", library)
-    return {f.signature.name: f for f in functions}
-
-
-def _attr_func_names(node: Any, key: str) -> list[str]:
-    if key not in node.attr:
-        return []
-    value = node.attr[key]
-    if value.HasField("func"):
-        return [value.func.name]
-    if value.HasField("list"):
-        return [f.name for f in value.list.func]
-    return []
-
-
-class _Analyzer:
-    def __init__(self, library: Mapping[str, Any], include_gradients: bool, assumed: Assumed | None = None) -> None:
-        self.library = library
-        self.include_gradients = include_gradients
-        self.assumed = assumed
-        self.assumed_used: set[str] = set()  # "batch", "other": which unknown dimensions were read as assumed
-        self.memo: dict[tuple[str, bool], _Summary] = {}
-        self.active: set[str] = set()
-        self.fingerprint_lines: list[str] = []
-        self.fingerprinted: set[str] = set()
-
-    # --- function bodies -------------------------------------------------------------
-    def function(self, name: str, grad_ctx: bool) -> _Summary | None:
-        fdef = self.library.get(name)
-        if fdef is None:
-            log.debug("function %s is not in the library; its call counts as a light op", name)
-            return None
-        grad_ctx = grad_ctx or H.is_gradient_function_name(name)
-        key = (name, grad_ctx)
-        summary = self.memo.get(key)
-        if summary is not None:
-            return summary
-        if name in self.active:  # TF forbids recursion; stay safe on malformed input
-            log.warning("function %s calls itself; the inner call counts as a light op", name)
-            return None
-        if len(self.active) >= MAX_FUNCTION_NESTING:  # each level costs a few Python frames
-            raise ValueError(f"functions nested more than {MAX_FUNCTION_NESTING} deep (at {name!r}): "
-                             "not a graph tf_autopar can analyse")
-        self.active.add(name)
-        try:
-            prefix = None if name in self.fingerprinted else f"{name}/"
-            self.fingerprinted.add(name)
-            ret = [fdef.ret.get(arg.name, "") for arg in fdef.signature.output_arg]
-            args = {}
-            for k, arg in enumerate(fdef.signature.input_arg):
-                shapes = output_shapes(fdef.arg_attr[k]) if k in fdef.arg_attr else []
-                args[arg.name] = shapes[:1]
-            # only what feeds the outputs and control outputs runs: Keras RNN layers trace one cell
-            # step outside their loop just to learn its shapes, and that step is never executed
-            live = prune_to_outputs(fdef.node_def, [r for r in ret if r] + list(fdef.control_ret.values()),
-                                    strict=False)
-            body = self.body(live, function_format=True, grad_ctx=grad_ctx, ret=ret,
-                             fp_prefix=prefix, arg_shapes=args)
-        finally:
-            self.active.discard(name)
-        body.functions = body.functions | {name}
-        body.training = body.training or grad_ctx
-        self.memo[key] = body
-        return body
-
-    def _call_summary(self, node: Any, op: str, grad_ctx: bool, trips: int = 1) -> tuple[_Summary, bool] | None:
-        """(summary, per_output) for a call-like node, or None when it is an ordinary op."""
-        if op in _CALL_OPS:
-            names = _attr_func_names(node, "f")
-            s = self.function(names[0], grad_ctx) if names else None
-            return (s, True) if s is not None else None
-        if op in _WHILE_OPS:
-            parts = [self.function(n, grad_ctx) for n in _attr_func_names(node, "cond") + _attr_func_names(node, "body")]
-            parts = [p for p in parts if p is not None]
-            if not parts:
-                return None
-            looped = _sequence(parts)
-            looped.works = tuple((w, runs * trips, lookup) for w, runs, lookup in looped.works)
-            return looped, False
-        if op in _IF_OPS or op in _CASE_OPS:
-            keys = ("then_branch", "else_branch") if op in _IF_OPS else ("branches",)
-            branches = [self.function(n, grad_ctx) for k in keys for n in _attr_func_names(node, k)]
-            branches = [b for b in branches if b is not None]
-            if not branches:
-                return None
-            chosen = max(branches, key=lambda b: (b.heavy, b.depth))
-            every = frozenset().union(*(b.functions for b in branches))
-            return dataclasses.replace(chosen, functions=every), True
-        if op in self.library:
-            s = self.function(op, grad_ctx)
-            return (s, True) if s is not None else None
-        return None
-
-    # --- one body ------------------------------------------------------------------------
-    def body(
-        self,
-        nodes: Sequence[Any],
-        *,
-        function_format: bool,
-        grad_ctx: bool,
-        ret: Sequence[str] = (),
-        fp_prefix: str | None = "",
-        arg_shapes: Mapping[str, list[Any]] | None = None,
-    ) -> _Summary:
-        n = len(nodes)
-        names = [nd.name for nd in nodes]
-        ops = [nd.op for nd in nodes]
-        index = {name: i for i, name in enumerate(names)}
-        if len(index) != n:
-            log.warning("duplicate node names in a graph body; later definitions shadow earlier ones")
-        op_types = Counter(ops)
-        heavy_types: Counter = Counter()
-        training = grad_ctx or any(H.is_gradient_op_type(t) for t in op_types)
-        tf_data = any(H.is_dataset_op_type(t) for t in op_types)
-        functions: set[str] = set()
-        node_count = n
-        back_edges = 0
-        include_gradients = self.include_gradients
-        library = self.library
-
-        weight = [0] * n
-        widths: dict[int, Sequence[int]] = {}  # call super-nodes: body level widths
-        unit: list[int] = []  # heavy ops
-        heavy_table = H.HEAVY_OP_TYPES
-        gathers = H.CONDITIONAL_GATHER_OP_TYPES
-        preds: list[list[int]] = []
-        # call node -> (done node id, first output node id or -1, outputs, output-name offsets)
-        calls: dict[int, tuple[int, int, int, dict[str, int] | None]] = {}
-        extra_preds: list[list[int]] = []
-        extra_weight: list[int] = []
-        works: list[tuple[int | None, int, bool]] = []
-
-        def gradient_node(i: int) -> bool:
-            return grad_ctx or H.is_gradient_op_type(ops[i]) or H.is_gradient_node_name(names[i])
-
-        # pass 1: heavy flags and call super-nodes
-        for i, op in enumerate(ops):
-            cls = heavy_table.get(op)
-            if cls is None and op in gathers:
-                cls = H.EMBEDDING if self._gathers_table(nodes[i], index, ops, nodes) else None
-            if cls is not None:
-                grad = gradient_node(i)
-                training = training or grad
-                if grad and not include_gradients:
-                    continue
-                work = self._work(nodes[i], index, nodes, arg_shapes, function_format)
-                if cls == H.EMBEDDING and work is not None and work < H.MIN_LOOKUP_ELEMENTS:
-                    continue  # a look-up of a few rows: bookkeeping, not worth a thread
-                weight[i] = 1
-                unit.append(i)
-                heavy_types[op] += 1
-                works.append((work, 1, cls == H.EMBEDDING))
-                continue
-            if op in _STRUCTURAL or op in library:
-                call_grad = gradient_node(i)
-                trips = _trip_count(nodes[i], index, nodes) if op in _WHILE_OPS else 1
-                found = self._call_summary(nodes[i], op, call_grad, trips)
-                if found is None:
-                    continue
-                s, per_output = found
-                if s.level_widths:
-                    widths[i] = s.level_widths
-                op_types.update(s.op_types)
-                heavy_types.update(s.heavy_types)
-                node_count += s.nodes
-                functions |= s.functions
-                training = training or s.training
-                tf_data = tf_data or s.tf_data
-                back_edges += s.back_edges
-                works.extend(s.works)
-                done_id = n + len(extra_weight)
-                extra_preds.append([i])
-                extra_weight.append(s.depth)
-                first_out = -1
-                offsets = None
-                if per_output and s.ret_levels:
-                    first_out = n + len(extra_weight)
-                    for r in s.ret_levels:
-                        extra_preds.append([i])
-                        extra_weight.append(r)
-                    if op not in _STRUCTURAL:  # direct call: outputs named after the signature
-                        fdef = library[op]
-                        offsets = {a.name: k for k, a in enumerate(fdef.signature.output_arg)}
-                calls[i] = (done_id, first_out, len(s.ret_levels) if first_out >= 0 else 0, offsets)
-
-        # pass 2: edges
-        fp = self.fingerprint_lines if fp_prefix is not None else None
-        has_merge = any(t in _MERGE_OPS for t in op_types)
-        loop_next: dict[int, list[int]] = {}  # Merge -> its NextIteration inputs (dropped back edges)
-        index_get = index.get
-        out_node = self._output_node
-        fp_append = fp.append if fp is not None else None
-        for i, nd in enumerate(nodes):
-            inputs = nd.input[:]
-            if fp_append is not None:
-                fp_append(f"{fp_prefix}{names[i]}\x1f{ops[i]}\x1f" + "\x1e".join(inputs))
-            if not inputs:
-                preds.append(_NO_PREDS)
-                continue
-            ps: list[int] = []
-            for s in inputs:
-                k = index_get(s)
-                if k is not None:  # "name": output 0 (graph format)
-                    if calls and k in calls:
-                        ps.append(out_node(calls[k], s, -1, function_format))
-                    else:
-                        ps.append(k)
-                    continue
-                if s[0] == "^":  # control input
-                    k = index_get(s[1:])
-                    if k is not None:
-                        call = calls.get(k) if calls else None
-                        ps.append(call[0] if call is not None else k)
-                    continue
-                j = s.find(":")
-                if j < 0:
-                    continue  # a function argument (or a name outside the graph)
-                k = index_get(s[:j])
-                if k is None:
-                    continue
-                if calls and k in calls:
-                    ps.append(out_node(calls[k], s, j, function_format))
-                else:
-                    ps.append(k)
-            if has_merge and ops[i] in _MERGE_OPS:
-                kept = [k for k in ps if k >= n or ops[k] not in _NEXT_ITERATION_OPS]
-                if len(kept) != len(ps):
-                    back_edges += len(ps) - len(kept)
-                    loop_next[i] = [k for k in ps if k < n and ops[k] in _NEXT_ITERATION_OPS]
-                ps = kept
-            preds.append(ps)
-
-        if loop_next:
-            # TF1 loop: an Exit reads Switch(Merge(Enter, NextIteration)); with the back edge
-            # gone it would not wait for the body. Make it wait for the NextIteration (one
-            # iteration of the body: the trip count is unknown).
-            for i, op in enumerate(ops):
-                if op not in _EXIT_OPS:
-                    continue
-                for k in list(preds[i]):
-                    if k < n and ops[k] in _SWITCH_OPS:
-                        for m in preds[k]:
-                            preds[i] = [*preds[i], *loop_next.get(m, ())]
-        preds.extend(extra_preds)
-        weight.extend(extra_weight)
-        result = propagate(preds, weight, widths, unit)
-        levels = result.levels
-
-        ret_levels: list[int] = []
-        for s in ret:
-            k = self._resolve(s, index, calls, function_format) if s else -1
-            ret_levels.append(levels[k] if k >= 0 else 0)  # an argument returned as is: level 0
-
-        return _Summary(
-            level_widths=result.level_widths,
-            ret_levels=tuple(ret_levels),
-            op_types=op_types,
-            heavy_types=heavy_types,
-            nodes=node_count,
-            functions=frozenset(functions),
-            training=training,
-            tf_data=tf_data,
-            back_edges=back_edges + result.back_edges,
-            works=tuple(works),
-        )
-
-    @staticmethod
-    def _output_node(call: tuple[int, int, int, dict[str, int] | None], s: str, j: int, function_format: bool) -> int:
-        """The virtual node that carries output `s` of a call node (its "done" node when
-        the output cannot be told apart, e.g. a While's loop variables)."""
-        done_id, first_out, n_out, offsets = call
-        if first_out < 0:
-            return done_id
-        try:
-            if function_format:  # "node:out_name:index"
-                _, out_name, idx = s.split(":")
-                port = int(idx) + (offsets.get(out_name, 0) if offsets is not None else 0)
-            else:  # "node:index" or "node"
-                port = int(s[j + 1:]) if j >= 0 else 0
-        except ValueError:
-            return done_id
-        return first_out + port if 0 <= port < n_out else done_id
-
-    def _resolve(self, s: str, index: Mapping[str, int], calls: Mapping, function_format: bool) -> int:
-        """Node id for a tensor name (used for function return values); -1 for arguments."""
-        name = s[1:] if s.startswith("^") else s
-        j = name.find(":")
-        k = index.get(name if j < 0 else name[:j])
-        if k is None:
-            return -1
-        call = calls.get(k)
-        if call is not None:
-            return self._output_node(call, name, j, function_format)
-        return k
-
-    def _work(self, node: Any, index: Mapping[str, int], nodes: Sequence[Any],
-              arg_shapes: Mapping[str, list[Any]] | None, function_format: bool) -> int | None:
-        """The op's work (work.py): as structure_graph_def recorded it, else from the recorded
-        shapes of the op and its inputs; None if unknown."""
-        if WORK_ATTR in node.attr:
-            recorded = node.attr[WORK_ATTR].i
-            return None if recorded < 0 else recorded
-
-        def shape_of(ref: str) -> Any:
-            name, _, rest = ref.partition(":")
-            k = index.get(name)
-            if k is None:
-                found = arg_shapes.get(name) if arg_shapes else None
-                return found[0] if found else None
-            shapes = output_shapes(nodes[k])
-            if len(shapes) == 1:
-                return shapes[0]
-            if not function_format:  # "name" or "name:port"
-                port = int(rest) if rest.isascii() and rest.isdigit() else 0  # "x:²" is no port
-                return shapes[port] if port < len(shapes) else None
-            return None  # "name:out_arg:i" of a multi-output op: its port needs the OpDef
-
-        refs = [s for s in node.input if not s.startswith("^")]
-        used: set[str] = set()
-
-        def shape(proto: Any) -> Any:
-            raw = None if proto is None else proto_dims(proto)
-            if raw is None:
-                return None
-            dims, needed = fill_unknown(raw, self.assumed)
-            used.update(needed)
-            return dims
-
-        def input_shape(i: int) -> Any:
-            return shape(shape_of(refs[i]) if i < len(refs) else None)
-
-        def input_elements(i: int) -> int | None:
-            """Through a Reshape whose own shape is partly computed: its input's elements."""
-            if i >= len(refs):
-                return None
-            proto = shape_of(refs[i])
-            raw = None if proto is None else proto_dims(proto)
-            k = index.get(refs[i].partition(":")[0])
-            if (raw is None or min(raw, default=0) < 0) and k is not None \
-                    and nodes[k].op == "Reshape" and nodes[k].input:
-                proto = shape_of(nodes[k].input[0])
-            dims = shape(proto)
-            return None if dims is None else math.prod(dims)
-
-        own = output_shapes(node)
-        work = op_work(node, shape(own[0]) if own else None, input_shape, input_elements)
-        if work is not None:
-            self.assumed_used |= used
-        return work
-
-    @staticmethod
-    def _gathers_table(node: Any, index: Mapping[str, int], ops: Sequence[str], nodes: Sequence[Any]) -> bool:
-        """Is input 0 (params) of this GatherV2/Gather an embedding table? Look through
-        Identity-like ops (TF1 reads a variable via Identity) up to a few hops."""
-        if not node.input:
-            return False
-        src = node.input[0]
-        for _ in range(8):
-            if src.startswith("^"):
-                return False
-            k = index.get(src.split(":", 1)[0])
-            if k is None:
-                return False  # a function argument: the table (if any) is read by the caller
-            op = ops[k]
-            if op in H.PASS_THROUGH_OP_TYPES:
-                if not nodes[k].input:
-                    return False
-                src = nodes[k].input[0]
-                continue
-            if op == "Const":
-                return H.is_table_const(nodes[k])
-            return op in H.EMBEDDING_TABLE_SOURCES
-        return False
-
-
-@contextlib.contextmanager
-def _no_gc() -> Iterator[None]:
-    """The analysis allocates a few lists per node and frees nothing cyclic: collector
-    passes over 10^5+ live protobuf wrappers cost ~40% of the time on 100,000 nodes."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
-def _trip_count(node: Any, index: Mapping[str, int], nodes: Sequence[Any]) -> int:
-    """A While loop's iterations when its maximum_iterations (input 1 of a TF2 While) is a
-    constant, as Keras RNNs over a fixed-length sequence make it: Const, or Max/Min/Identity
-    of one. 1 when unknown: the loop body's work then counts once."""
-    if len(node.input) < 2:
-        return 1
-    ref = node.input[1]
-    for _ in range(4):
-        k = index.get(ref.lstrip("^").split(":", 1)[0])
-        if k is None:
-            return 1
-        found = nodes[k]
-        if found.op == "Const":
-            values = const_ints(found)
-            return max(1, max(values)) if values else 1
-        if found.op not in ("Max", "Min", "Identity", "Cast") or not found.input:
-            return 1
-        ref = found.input[0]
-    return 1
-
-
-def _sequence(parts: Sequence[_Summary]) -> _Summary:
-    """Bodies run one after the other (a While's cond, then its body)."""
-    out = _Summary(level_widths=tuple(w for p in parts for w in p.level_widths))
-    for p in parts:
-        out.op_types.update(p.op_types)
-        out.heavy_types.update(p.heavy_types)
-        out.nodes += p.nodes
-        out.functions = out.functions | p.functions
-        out.training = out.training or p.training
-        out.tf_data = out.tf_data or p.tf_data
-        out.back_edges += p.back_edges
-        out.works += p.works
-    return out
-
-
-def prune_to_outputs(nodes: Sequence[Any], outputs: Iterable[str], strict: bool = True) -> list[Any]:
-    """The nodes a run fetching `outputs` ("name:0" or "name") executes: their ancestors.
-    ``strict=False``: outputs that are no node (a function's arguments) are skipped."""
-    index = {nd.name: nd for nd in nodes}
-    seen: set[str] = set()
-    stack = []
-    for t in outputs:
-        name = t.lstrip("^").split(":", 1)[0]
-        if name not in index:
-            if not strict:
-                continue
-            raise ValueError(f"output {t!r} is not a node of the graph")
-        stack.append(name)
-    while stack:
-        name = stack.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        for s in index[name].input:
-            src = s.lstrip("^").split(":", 1)[0]
-            if src in index and src not in seen:
-                stack.append(src)
-    return [nd for nd in nodes if nd.name in seen]
-
-
-def _profile(analyzer: _Analyzer, summary: _Summary, source: str) -> GraphProfile:
-    if summary.back_edges:
-        log.info("%s: dropped %d loop back edge(s)", source, summary.back_edges)
-    digest = hashlib.sha256()
-    for line in sorted(analyzer.fingerprint_lines):
-        digest.update(line.encode("utf-8", "surrogateescape"))
-        digest.update(b"\n")
-    heavy, depth = summary.heavy, summary.depth
-    return GraphProfile(
-        heavy_ops=heavy,
-        depth=depth,
-        avg_width=avg_width(heavy, depth),
-        max_width=max_width(summary.level_widths),
-        level_widths=summary.level_widths,
-        op_types=dict(summary.op_types.most_common()),
-        heavy_op_types=dict(summary.heavy_types.most_common()),
-        nodes=summary.nodes,
-        functions=len(summary.functions),
-        training=summary.training,
-        uses_tf_data=summary.tf_data,
-        loops=any(op in _WHILE_OPS for op in summary.op_types),
-        typical_op_work=typical_work([(w, runs) for w, runs, _ in summary.works]),
-        lookups=sum(1 for _, _, lookup in summary.works if lookup),
-        lookup_work=total_work((w, runs) for w, runs, lookup in summary.works if lookup),
-        contraction_work=total_work((w, runs) for w, runs, lookup in summary.works if not lookup),
-        assumptions=describe_assumptions(analyzer.assumed, analyzer.assumed_used),
-        source=source,
-        fingerprint=digest.hexdigest(),
-    )
+def _heaviest_function(names: Sequence[str], library: Any) -> str:
+    best = max(names, key=lambda r: (lambda p: (p.heavy_ops, p.depth))(analyze_function(r, library)))
+    log.info("no signature and no __call__: analysing the heaviest of %d entry functions, %s", len(names), best)
+    return best
 
 
 def analyze_graph_def(
@@ -598,29 +100,60 @@ def analyze_graph_def(
     dimensions are read as when estimating each op's work (work.py)."""
     if not hasattr(graph_def, "node"):
         raise TypeError(f"expected a GraphDef, got {type(graph_def).__name__}")
-    lib = _function_map(graph_def.library if library is None and hasattr(graph_def, "library") else library)
-    nodes: Sequence[Any] = graph_def.node
-    if outputs is not None:
-        nodes = prune_to_outputs(list(nodes), outputs)
-    else:
-        nodes = list(nodes)
-    analyzer = _Analyzer(lib, include_gradients, assumed)
-    with _no_gc():
-        summary = analyzer.body(nodes, function_format=False, grad_ctx=False)
-    return _profile(analyzer, summary, source or f"GraphDef ({len(nodes)} nodes)")
+    with paused_gc():  # from the first read of the nodes: that creates a Python object per node
+        lib = function_map(graph_def.library if library is None and hasattr(graph_def, "library") else library)
+        nodes: Sequence[Any] = graph_def.node
+        if outputs is not None:
+            nodes = prune_to_outputs(list(nodes), outputs)
+        else:
+            nodes = list(nodes)
+        reducer = Reducer(lib, include_gradients, assumed)
+        summary = reducer.body(nodes, function_format=False, grad_ctx=False)
+        return _profile(reducer, summary, source or f"GraphDef ({len(nodes)} nodes)")
 
 
 def analyze_function(
     name: str, library: Any, *, include_gradients: bool = True, source: str = "", assumed: Assumed | None = None
 ) -> GraphProfile:
     """Profile one function of a library as the entry point (its arguments at level 0)."""
-    lib = _function_map(library)
-    if name not in lib:
-        raise ValueError(f"function {name!r} is not in the function library")
-    analyzer = _Analyzer(lib, include_gradients, assumed)
-    with _no_gc():
-        summary = analyzer.function(name, grad_ctx=False)
-    assert summary is not None
-    profile = _profile(analyzer, summary, source or f"function {name}")
+    with paused_gc():
+        lib = function_map(library)
+        if name not in lib:
+            raise ValueError(f"function {name!r} is not in the function library")
+        reducer = Reducer(lib, include_gradients, assumed)
+        summary = reducer.function(name, grad_ctx=False)
+        assert summary is not None
+        profile = _profile(reducer, summary, source or f"function {name}")
     # count the functions descended into, not the entry itself (as for a GraphDef)
     return dataclasses.replace(profile, functions=len(summary.functions - {name}))
+
+
+def _profile(reducer: Reducer, summary: Summary, source: str) -> GraphProfile:
+    if summary.back_edges:
+        log.info("%s: dropped %d loop back edge(s)", source, summary.back_edges)
+    digest = hashlib.sha256()
+    for line in sorted(reducer.fingerprint_lines):
+        digest.update(line.encode("utf-8", "surrogateescape"))
+        digest.update(b"\n")
+    heavy, depth = summary.heavy, summary.depth
+    return GraphProfile(
+        heavy_ops=heavy,
+        depth=depth,
+        avg_width=avg_width(heavy, depth),
+        max_width=max_width(summary.level_widths),
+        level_widths=summary.level_widths,
+        op_types=dict(summary.op_types.most_common()),
+        heavy_op_types=dict(summary.heavy_types.most_common()),
+        nodes=summary.nodes,
+        functions=len(summary.functions),
+        training=summary.training,
+        uses_tf_data=summary.tf_data,
+        loops=any(op in WHILE_OPS for op in summary.op_types),
+        typical_op_work=typical_work([(w, runs) for w, runs, _ in summary.works]),
+        lookups=sum(1 for _, _, lookup in summary.works if lookup),
+        lookup_work=total_work((w, runs) for w, runs, lookup in summary.works if lookup),
+        contraction_work=total_work((w, runs) for w, runs, lookup in summary.works if not lookup),
+        assumptions=describe_assumptions(reducer.assumed, reducer.assumed_used),
+        source=source,
+        fingerprint=digest.hexdigest(),
+    )

@@ -31,7 +31,7 @@ class Assumed(NamedTuple):
 
 def proto_dims(shape_proto: Any) -> tuple[int, ...] | None:
     """A TensorShapeProto's dimensions (-1 = unknown), or None for an unknown rank."""
-    return None if shape_proto.unknown_rank else tuple(int(d.size) for d in shape_proto.dim)
+    return None if shape_proto.unknown_rank else tuple([d.size for d in shape_proto.dim])
 
 
 MAX_BATCH = 1 << 20  # a batch of 10**9 is a typo: its inputs alone would not fit in memory
@@ -44,9 +44,14 @@ def _check_batch(batch: Any) -> None:
         raise ValueError(f"batch {batch} is above the bound of {MAX_BATCH}")
 
 
+_NOTHING: frozenset[str] = frozenset()
+
+
 def fill_unknown(dims: Sequence[int], assumed: Assumed | None) -> tuple[Shape | None, frozenset[str]]:
     """``dims`` (-1 or None = unknown) with the assumption applied, and which kinds of
     assumption were needed ("batch", "other"); (None, ...) when a dimension stays unknown."""
+    if None not in dims and min(dims, default=0) >= 0:  # all known: the usual case, once per op input
+        return tuple(dims), _NOTHING
     used: set[str] = set()
     out = []
     for i, d in enumerate(dims):

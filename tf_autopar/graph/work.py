@@ -24,22 +24,139 @@ unknown unless the caller says what to read them as (``Assumed``): the leading d
 the batch, any other as one size. A SavedModel's shapes are recorded at trace time, so this
 substitution is all that is possible without running it; the profile says what was assumed.
 
-Shapes come from the ``_output_shapes`` attribute: TensorFlow writes it on function-body
-nodes and on function arguments (``arg_attr``), and on top-level nodes when the GraphDef
-is made with ``add_shapes=True``. ``structure_graph_def`` instead computes each heavy op's work
-from the live op and writes it as one integer (``WORK_ATTR``), which costs far less.
+One estimator (``estimate``) serves both places shapes come from (``OpShapes``):
+
+- a NodeDef's ``_output_shapes`` attribute (``NodeDefShapes``): TensorFlow writes it on
+  function-body nodes and on function arguments (``arg_attr``), and on top-level nodes when the
+  GraphDef is made with ``add_shapes=True``;
+- a live op's static shapes (live_graphs.py), for a tf.Graph or a traced function:
+  ``structure_graph_def`` computes each heavy op's work there and writes it as one integer
+  (``WORK_ATTR``), which costs far less than writing every op's shapes as protobufs.
 """
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 from tf_autopar.graph import heavy_ops as H
+from tf_autopar.graph.dims import Assumed, fill_unknown, proto_dims
 
 Shape = tuple[int, ...]  # fully known dimensions only
+Dims = Sequence[int]  # -1 = unknown
 #: A heavy op's work as computed by ``structure_graph_def`` from the live op (a private NodeDef
 #: attribute; -1 = unknown).
 WORK_ATTR = "_tf_autopar_work"
+
+
+class OpShapes(Protocol):
+    """Where an op's static shapes come from. A *ref* names one tensor: an input string of a
+    NodeDef, or a live tf.Tensor. Dims use -1 for an unknown size, None for an unknown rank."""
+
+    def input_refs(self, node: Any) -> Sequence[Any]:
+        """The op's data inputs, in order."""
+        ...
+
+    def output_dims(self, node: Any) -> Dims | None:
+        """The op's first output."""
+        ...
+
+    def dims(self, ref: Any) -> Dims | None: ...
+
+    def reshape_input(self, ref: Any) -> Any | None:
+        """The ref a Reshape that produces ``ref`` reads (its input 0), else None."""
+        ...
+
+
+def estimate(node: Any, shapes: OpShapes, assumed: Assumed | None) -> tuple[int | None, frozenset[str]]:
+    """(work of one run of ``node``, which kinds of unknown dimension were read as ``assumed``)
+    from its shapes; (None, ...) when unknown. ``node`` is the op's NodeDef (type and attributes)."""
+    refs = shapes.input_refs(node)
+    needed: set[str] = set()
+
+    def filled(raw: Dims | None) -> Shape | None:
+        if raw is None:
+            return None
+        dims, kinds = fill_unknown(raw, assumed)
+        if kinds:
+            needed.update(kinds)
+        return dims
+
+    def input_shape(i: int) -> Shape | None:
+        return filled(shapes.dims(refs[i])) if i < len(refs) else None
+
+    def input_elements(i: int) -> int | None:
+        """Through a Reshape whose own shape is partly computed: its input's elements."""
+        if i >= len(refs):
+            return None
+        raw = shapes.dims(refs[i])
+        if raw is None or min(raw, default=0) < 0:
+            through = shapes.reshape_input(refs[i])
+            if through is not None:
+                raw = shapes.dims(through)
+        dims = filled(raw)
+        return None if dims is None else math.prod(dims)
+
+    work = op_work(node, filled(shapes.output_dims(node)), input_shape, input_elements)
+    return work, frozenset(needed) if work is not None else frozenset()
+
+
+class NodeDefShapes:
+    """OpShapes of the nodes of one graph body, from their ``_output_shapes`` attributes (and
+    a function's argument shapes). Dims are read once per tensor: a weight or an activation
+    read by several heavy ops is parsed once."""
+
+    def __init__(self, index: Mapping[str, int], nodes: Sequence[Any],
+                 arg_shapes: Mapping[str, list[Any]] | None, function_format: bool) -> None:
+        self.index = index
+        self.nodes = nodes
+        self.arg_shapes = arg_shapes
+        self.function_format = function_format
+        self._dims: dict[str, Dims | None] = {}
+
+    @staticmethod
+    def input_refs(node: Any) -> list[str]:
+        return [s for s in node.input if s[:1] != "^"]
+
+    @staticmethod
+    def output_dims(node: Any) -> Dims | None:
+        recorded = node.attr.get("_output_shapes")  # one map look-up, not `in` then `[]`
+        if recorded is None:
+            return None
+        own = recorded.list.shape
+        return proto_dims(own[0]) if len(own) else None
+
+    def dims(self, ref: str) -> Dims | None:
+        try:
+            return self._dims[ref]
+        except KeyError:
+            pass
+        proto = self._shape_proto(ref)
+        found = self._dims[ref] = None if proto is None else proto_dims(proto)
+        return found
+
+    def reshape_input(self, ref: str) -> str | None:
+        k = self.index.get(ref.partition(":")[0])
+        if k is None:
+            return None
+        producer = self.nodes[k]
+        return producer.input[0] if producer.op == "Reshape" and producer.input else None
+
+    def _shape_proto(self, ref: str) -> Any:
+        name, _, rest = ref.partition(":")
+        k = self.index.get(name)
+        if k is None:
+            found = self.arg_shapes.get(name) if self.arg_shapes else None
+            return found[0] if found else None
+        recorded = self.nodes[k].attr.get("_output_shapes")
+        if recorded is None:
+            return None
+        shapes = recorded.list.shape
+        if len(shapes) == 1:
+            return shapes[0]
+        if not self.function_format:  # "name" or "name:port"
+            port = int(rest) if rest.isascii() and rest.isdigit() else 0  # "x:²" is no port
+            return shapes[port] if port < len(shapes) else None
+        return None  # "name:out_arg:i" of a multi-output op: its port needs the OpDef
 
 
 def output_shapes(node_or_attr_owner: Any) -> list[Any]:

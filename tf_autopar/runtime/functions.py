@@ -79,7 +79,7 @@ def on_trace(concrete_fn: Any) -> None:
         _seen[seen_key] = ("", "")  # claim it: analyse once even if traced from two threads
     maybe_fail("function")
     from tf_autopar.graph.dims import Assumed
-    from tf_autopar.graph.loaders import structure_graph_def
+    from tf_autopar.graph.live_graphs import structure_graph_def
 
     # live shapes (a None batch read as enable()'s batch), so that a function and the model it
     # was loaded from get the same plan

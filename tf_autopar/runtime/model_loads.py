@@ -4,7 +4,7 @@ Hooks: ``tf.saved_model.load``, ``keras.models.load_model`` / ``keras.saving.loa
 (.keras files) and ``keras.layers.TFSMLayer``. Each is wrapped so that, before the original
 runs, the model is planned:
 
-- A SavedModel's ``saved_model.pb`` is read with the protobuf classes only (graph/loaders.py),
+- A SavedModel's ``saved_model.pb`` is read with the protobuf classes only (graph/protobufs.py),
   which does not start TensorFlow's runtime; the unknown batch is read as enable()'s batch.
   A .keras file holds no graph: it is analysed once in a child process (its profile cached by
   path, size and mtime), since building it here would start the runtime.

@@ -113,7 +113,7 @@ def graph_profile(graph: Any) -> tuple[GraphProfile, float]:
     if hit is not None and hit[0] == version:
         return hit[1], 0.0
     t0 = time.perf_counter()
-    from tf_autopar.graph.loaders import structure_graph_def
+    from tf_autopar.graph.live_graphs import structure_graph_def
 
     graph_def = structure_graph_def(graph)  # serialising the graph is part of the cost we add
     export_ms = (time.perf_counter() - t0) * 1e3
