@@ -12,7 +12,7 @@ with its pools (they cannot change in a forked child). ``TF_AUTOPAR_EXAMPLE_DEFA
 ``enable()`` (TensorFlow's defaults, for A/B runs).
 
 Request body: ``{"inputs": {"name": [[...], ...]}}``, one entry per input of the serving signature
-(nested lists, batch first); ``{"inputs": [[...]]}`` for a one-input signature. Response:
+(nested lists, batch first, or a raw tensor: tensors.py); ``{"inputs": [[...]]}`` for a one-input signature. Response:
 ``{"outputs": {"name": [...]}}``.
 """
 from __future__ import annotations
@@ -31,6 +31,8 @@ else:
 import numpy as np
 from fastapi import FastAPI, HTTPException
 from pydantic import BaseModel
+
+from examples.serving.tensors import decode_inputs
 
 MODEL_VAR = "TF_AUTOPAR_EXAMPLE_MODEL"
 SERVED: dict[str, Any] = {}
@@ -63,19 +65,10 @@ app = FastAPI(lifespan=lifespan)
 
 
 def _inputs(body: PredictRequest) -> dict[str, np.ndarray]:
-    specs: dict[str, Any] = SERVED["specs"]
-    given = body.inputs if isinstance(body.inputs, dict) else (
-        {next(iter(specs)): body.inputs} if len(specs) == 1 else None)
-    if given is None:
-        raise HTTPException(422, f"the signature has {len(specs)} inputs ({', '.join(specs)}): send a dict by name")
-    missing, unknown = set(specs) - set(given), set(given) - set(specs)
-    if missing or unknown:
-        raise HTTPException(422, f"inputs must be exactly {sorted(specs)}; missing {sorted(missing)}, "
-                                 f"unknown {sorted(unknown)}")
     try:
-        return {k: np.asarray(v, dtype=specs[k]) for k, v in given.items()}
-    except (TypeError, ValueError) as exc:
-        raise HTTPException(422, f"inputs are not numeric arrays of the signature's types: {exc}") from None
+        return decode_inputs(body.inputs, SERVED["specs"])
+    except ValueError as exc:
+        raise HTTPException(422, str(exc)) from None
 
 
 @app.post("/predict")
@@ -103,6 +96,7 @@ async def status() -> dict[str, Any]:
                         bound_cpus=list(p.bound_cpus))
         info["served"] = [{"function": s.function, "calls": s.calls, "stopped": s.stopped,
                            "buckets": [{"batch": b.batch, "path": b.path, "served": b.served,
-                                        "pools": f"{b.inter_op}x{b.intra_op}", "reason": b.reason}
+                                        "pools": f"{b.inter_op}x{b.intra_op}", "reason": b.reason,
+                                        "tuning": b.tuning}
                                        for b in s.buckets]} for s in st.served]
     return info
