@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 ALLOCATORS = ("default", "jemalloc", "tcmalloc")
 
@@ -97,8 +98,12 @@ def main() -> int:
             rows.append(row)
             print(f"{name:14s} {a:9s} {row['median_ms']:8.2f} ms  x{row['speedup'][0]:.2f} "
                   f"[{row['speedup'][1]:.2f}-{row['speedup'][2]:.2f}]  RSS {row['peak_rss_mb']} MB")
+    from tf_autopar.graph import analyze  # the graph fingerprint allocator.MEASURED is keyed by
+
+    fingerprints = {name: analyze(str(Path(args.models_dir) / name), batch=1).fingerprint
+                    for name in args.models.split(",")}
     doc = {"processor": processor(), "cpus": len(os.sched_getaffinity(0)), "args": vars(args), "rows": rows,
-           "runs": runs}
+           "fingerprints": fingerprints, "runs": runs}
     if args.json:
         Path(args.json).write_text(json.dumps(doc, indent=1))
     return 0

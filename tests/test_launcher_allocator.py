@@ -32,12 +32,14 @@ def test_a_users_ld_preload_is_kept():
 
 
 def test_recommendation_only_where_measured_and_won_every_round():
-    table = {("cpu A", "dlrm"): ("jemalloc", 1.08, (1.03, 1.12)), ("cpu A", "bert"): ("tcmalloc", 1.02, (0.97, 1.05))}
-    rec = recommendation("cpu A", "dlrm", table)
+    table = {("cpu A", "f1"): ("dlrm", "jemalloc", 1.08, (1.03, 1.12)),
+             ("cpu A", "f2"): ("bert", "tcmalloc", 1.02, (0.97, 1.05))}
+    rec = recommendation("cpu A", "f1", table)
     assert rec is not None and rec.allocator == "jemalloc" and "--allocator jemalloc" in rec.text()
-    assert recommendation("cpu A", "bert", table) is None  # within the spread: not recommended
-    assert recommendation("cpu B", "dlrm", table) is None  # not measured on this processor
-    assert recommendation("cpu A", "unknown", table) is None
+    assert "dlrm" in rec.text() and "1.08x" in rec.text()
+    assert recommendation("cpu A", "f2", table) is None  # a round it lost: not recommended
+    assert recommendation("cpu B", "f1", table) is None  # not measured on this processor
+    assert recommendation("cpu A", "f3", table) is None
 
 
 def test_missing_library_is_a_clear_cli_error(monkeypatch, capsys):
@@ -58,3 +60,16 @@ def test_the_system_library_is_preloaded_into_the_command(name):
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     assert f"PRELOAD={path}" in out
+
+
+def test_run_with_a_model_recommends_only_what_was_measured_for_it(user_models, monkeypatch, capsys):
+    from tf_autopar.graph import analyze
+    from tf_autopar.topology import detect_topology
+
+    fingerprint = analyze(user_models["SM"], batch=1).fingerprint
+    cpu = detect_topology().cpu.model
+    assert main(["run", "--model", user_models["SM"], "--dry-run", "--", "true"]) == 0
+    assert "allocator:" not in capsys.readouterr().err  # nothing measured for it: nothing said
+    monkeypatch.setitem(allocator.MEASURED, (cpu, fingerprint), ("small", "jemalloc", 1.10, (1.05, 1.20)))
+    assert main(["run", "--model", user_models["SM"], "--dry-run", "--", "true"]) == 0
+    assert "allocator: jemalloc measured 1.10x [1.05-1.20] faster than glibc malloc on small" in capsys.readouterr().err

@@ -80,6 +80,10 @@ def run_command(args: argparse.Namespace) -> int:
             dataclasses.replace(spec, env_set={**spec.env_set, **preload}) for spec in launch.instances))
     if preload_note:
         launch = dataclasses.replace(launch, warnings=launch.warnings + (preload_note,))
+    hint = allocator.recommendation(topology.cpu.model, profile.fingerprint) if (
+        profile is not None and args.allocator == "default") else None
+    if hint is not None:
+        say("run", hint.text())
     n = len(launch.instances)
     if args.dry_run:
         if args.json:

@@ -7,8 +7,9 @@ it is missing the error names the package. A user's ``LD_PRELOAD`` is kept: the 
 first, the user's libraries after it; one already naming an allocator is kept as it is.
 
 Whether it helps is measured per model (benchmarks/bench_allocator.py, paired A/B in fresh
-processes): ``MEASURED`` holds what was measured, and ``recommendation`` recommends an allocator
-only for a model and processor it was measured on, only where it won beyond the spread.
+processes): ``MEASURED`` holds what was measured, keyed by processor and the model's graph
+fingerprint, and ``recommendation`` recommends an allocator only for a model and processor it was
+measured on, only where it won in every round. ``tf-autopar run --model M`` says so.
 """
 from __future__ import annotations
 
@@ -49,17 +50,18 @@ class Recommendation:
                 f"tf-autopar run --allocator {self.allocator} -- ...")
 
 
-#: (processor model name, model name) -> measured (allocator, median speedup, (min, max)); filled
-#: from benchmarks/results/allocator.json only where the allocator won in every round.
-MEASURED: dict[tuple[str, str], tuple[str, float, tuple[float, float]]] = {}
+#: (processor model name, graph fingerprint) -> measured (model, allocator, median speedup, (min, max));
+#: from benchmarks/results/allocator.json, only where the allocator won in every round.
+MEASURED: dict[tuple[str, str], tuple[str, str, float, tuple[float, float]]] = {}
 
 
-def recommendation(processor: str, model: str, table: Mapping | None = None) -> Recommendation | None:
-    """The allocator measured to help ``model`` on ``processor``, or None (not measured, or no gain)."""
-    entry = (MEASURED if table is None else table).get((processor, model))
+def recommendation(processor: str, fingerprint: str, table: Mapping | None = None) -> Recommendation | None:
+    """The allocator measured to help the model with ``fingerprint`` on ``processor``, or None
+    (not measured there, or it did not win in every round)."""
+    entry = (MEASURED if table is None else table).get((processor, fingerprint))
     if entry is None:
         return None
-    allocator, speedup, spread = entry
+    model, allocator, speedup, spread = entry
     return Recommendation(allocator, speedup, spread, model, processor) if spread[0] > 1.0 else None
 
 
