@@ -186,19 +186,21 @@ def claim_share(
         s = slice_for(topology, ranks.rank, ranks.size)
         return _from_slice(s, ranks.size, ranks.source, topology, f"rank {ranks.rank} of {ranks.size} from {ranks.source}")
 
-    if grant is None and count is None and ranks.rank is None:
-        grant = ray_grant.read_grant(env)
-    layout = None
-    if grant is not None and count is None and ranks.rank is None:
-        layout = ray_grant.grant_layout(grant.cpus, len(capacity_cores(topology)))
-        count = layout.count
+    layout, usable = None, len(capacity_cores(topology))
+    if count is None and ranks.rank is None:  # a Ray worker's grant, when no rank or count decides
+        grant = grant if grant is not None else ray_grant.read_grant(env)
+        if grant is not None:
+            layout = ray_grant.grant_layout(grant.cpus, usable)
+            count = layout.count
     n = count if count is not None else ranks.size
     if n is not None and layout is None:  # read from outside: bounded here, before any slot or slice depends on it
         n, message = bound_count(n, topology, f"count={n}" if count is not None else
                                  f"{ranks.source.removeprefix('env:')}={n}")
         _warn_count(message)
-    count_note = layout.note(grant.cpus, len(capacity_cores(topology))) if layout is not None and grant else (
-        "count given") if count is not None else (f"count from {ranks.source}" if n else "no count known")
+    if layout is not None and grant is not None:
+        count_note = layout.note(grant.cpus, usable)
+    else:
+        count_note = "count given" if count is not None else (f"count from {ranks.source}" if n else "no count known")
     root = lease_dir if lease_dir is not None else default_root(env)[0]
     directory = os.path.join(root, group_key(env, argv, topology.affinity))
     try:  # the root is checked as strictly when given as when it is the default
