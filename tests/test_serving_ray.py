@@ -45,7 +45,8 @@ def test_claim_share_with_a_grant_takes_disjoint_slots(tmp_path):
         assert "Ray granted 2 CPUs" in a.note
 
 
-def test_replicas_on_a_local_two_node_ray_cluster_plan_for_their_grant(tmp_path):
+def ray_child(tmp_path, *args: str) -> dict:
+    """Run tests/_ray_child.py (a local 2-node cluster) and return what it printed."""
     pytest.importorskip("ray", reason="ray is not installed (pip install '.[serve]')")
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("needs 2 CPUs")
@@ -53,11 +54,15 @@ def test_replicas_on_a_local_two_node_ray_cluster_plan_for_their_grant(tmp_path)
     lease.mkdir(mode=0o700)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TF_NUM_", "TF_AUTOPAR_INSTANCES", "RAY_"))}
     env["RAY_USAGE_STATS_ENABLED"] = "0"
-    proc = subprocess.run([sys.executable, str(HERE / "_ray_child.py"), str(lease)], env=env, capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run([sys.executable, str(HERE / "_ray_child.py"), str(lease), *args], env=env,
+                          capture_output=True, text=True, timeout=600)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, proc.stderr[-3000:]
-    out = json.loads(lines[-1][len("RESULT "):])
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def test_replicas_on_a_local_two_node_ray_cluster_plan_for_their_grant(tmp_path):
+    out = ray_child(tmp_path)
     whole, half = out["whole"], out["half"]
     assert len({r["node"] for r in whole + half}) == 2  # two Ray nodes
     for r in whole:  # num_cpus=1 on the 2-CPU node: one core each, disjoint, 1 x 1 threads
@@ -68,3 +73,16 @@ def test_replicas_on_a_local_two_node_ray_cluster_plan_for_their_grant(tmp_path)
         assert r["share"]["source"] == "ray" and r["planned"] == "1x1" and r["share"]["shared_with"] == 2, r
         assert "Ray granted 0.5 CPUs" in r["share"]["note"], r
     assert not set(half[0]["affinity"]) & set(half[1]["affinity"]), half  # lowest free slots: other cores
+
+
+@pytest.mark.slow
+def test_the_ray_serve_example_on_two_nodes_plans_each_replica_for_its_grant(tmp_path, user_models):
+    """The Ray Serve example (examples/serving/ray_serve_app.py), 2 nodes of 1 CPU, 4 replicas of
+    num_cpus=0.5: every replica plans 1 x 1 for its half CPU, two on each core."""
+    pytest.importorskip("ray.serve", reason="ray[serve] is not installed (pip install '.[serve]')")
+    replicas = ray_child(tmp_path, "serve", user_models["SM"])["replicas"]
+    assert len(replicas) == 4, replicas
+    for r in replicas:
+        assert r["share"]["source"] == "ray" and r["planned"] == "1x1" and len(r["affinity"]) == 1, r
+    cores = sorted(r["affinity"][0] for r in replicas)
+    assert cores[0] == cores[1] != cores[2] == cores[3], cores  # two replicas per core, both cores used
