@@ -69,6 +69,7 @@ def test_workers_take_disjoint_shares_served_and_a_killed_worker_takes_its_slot_
         assert code == 200 and len(out["outputs"]["output_0"][0]) == 10
 
 
+@pytest.mark.slow  # the fork without a count is in the default suite: tests/test_coordination_preload.py
 def test_preload_with_the_model_loaded_in_the_workers_keeps_disjoint_shares(user_models, env, tmp_path):
     """--preload: enable() and the TensorFlow import run in the master before the fork (the app
     loads its model in the lifespan, in each worker): the workers still split the host."""
