@@ -353,15 +353,18 @@ def main() -> int:
                     runs.append(dict(res, model=m, kind="ray", workers=4, quota=None, config=c, round=rnd))
                     print(f"round {rnd + 1} {m} ray 2 nodes x 2 replicas {c}: {res['throughput']:.1f} req/s "
                           f"p50 {res['p50_ms']:.1f} p99 {res['p99_ms']:.1f} ms", flush=True)
-    rows = summarize(runs)
-    print(table(rows))
-    doc = {"processor": processor(), "cpus": len(os.sched_getaffinity(0)), "python": platform.python_version(),
-           "args": {k: v for k, v in vars(args).items() if k != "wrk"}, "wall_s": time.time() - t_start,
-           "rows": rows, "runs": runs}
-    if args.json:
-        Path(args.json).write_text(json.dumps(doc, indent=1, default=str))
+        save(runs, args, t_start)  # after every round: a run cut short keeps its complete rounds
+    print(table(summarize(runs)))
     shutil.rmtree(tmp, ignore_errors=True)
     return 0
+
+
+def save(runs: list[dict], args: argparse.Namespace, t_start: float) -> None:
+    if args.json:
+        doc = {"processor": processor(), "cpus": len(os.sched_getaffinity(0)), "python": platform.python_version(),
+               "args": {k: v for k, v in vars(args).items() if k != "wrk"}, "wall_s": time.time() - t_start,
+               "rounds_done": 1 + max(r["round"] for r in runs), "rows": summarize(runs), "runs": runs}
+        Path(args.json).write_text(json.dumps(doc, indent=1, default=str))
 
 
 if __name__ == "__main__":
