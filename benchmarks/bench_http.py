@@ -150,7 +150,9 @@ def one_server(model_path: str, body: dict, lua: Path, workers: int, config: str
         res["warm_s"] = warm_s
         res["workers_seen"] = [{"affinity": s["affinity"], "planned": s.get("planned", "tf-default"),
                                 "paths": [b["path"] + (" " + b["pools"] if b["path"] == "frozen session" else "")
-                                          for x in s.get("served", []) for b in x["buckets"]]} for s in st.values()]
+                                          for x in s.get("served", []) for b in x["buckets"]],
+                                "tuning": [b.get("tuning", "") for x in s.get("served", []) for b in x["buckets"]]}
+                               for s in st.values()]
         return res
     finally:
         server.stop()
@@ -346,7 +348,8 @@ def main() -> int:
                         runs.append(dict(res, model=m, kind="gunicorn", workers=w, quota=q, config=c, round=rnd))
                         print(f"round {rnd + 1} {m} {w} workers quota {q or '-'} {c}: {res['throughput']:.1f} req/s "
                               f"p50 {res['p50_ms']:.1f} p99 {res['p99_ms']:.1f} ms; "
-                              f"{[s['planned'] + '@' + str(s['affinity']) for s in res['workers_seen']]}", flush=True)
+                              f"{[s['planned'] + '@' + str(s['affinity']) + ' ' + ','.join(s.get('paths', [])) for s in res['workers_seen']]}",
+                              flush=True)
             if args.ray:
                 for c in order:
                     res = one_ray(models[m], body, luas[m], c, args, tmp)
