@@ -1,7 +1,7 @@
 """The example FastAPI server (examples/serving/app.py) under real gunicorn with uvicorn workers:
 real processes, real sockets on 127.0.0.1, the workers' own /status.
 
-Skips (with the reason) where gunicorn, uvicorn or fastapi is missing: ``pip install '.[serve]'``.
+Plain `uvicorn --workers N` too. Skips (with the reason) where gunicorn, uvicorn or fastapi is missing: ``pip install '.[serve]'``.
 """
 from __future__ import annotations
 
@@ -122,3 +122,14 @@ def test_workers_under_a_real_cpu_quota_plan_for_the_quota(user_models, env, tmp
                 assert s["share"]["budget"] == 1 and s["planned"] == "1x1", s
                 assert s["share"]["shared_with"] == 2 and len(s["affinity"]) == 1, s["share"]
             assert len({tuple(s["affinity"]) for s in st.values()}) == 1  # the one core the quota pays for
+
+
+def test_plain_uvicorn_workers_take_disjoint_shares(user_models, env, tmp_path):
+    """`uvicorn --workers 2` (spawned workers, each importing the app): disjoint CPUs, no count."""
+    need_cpus(2)
+    with Server(user_models["SM"], 2, env=env, server="uvicorn", log_path=str(tmp_path / "server.log")) as server:
+        st = server.statuses(2)
+        assert disjoint(st), st
+        assert all(s["share"]["source"] == "rendezvous" and s["planned"].startswith("1x") for s in st.values()), st
+        code, out = server.request("POST", "/predict", BODY)
+        assert code == 200 and len(out["outputs"]["output_0"][0]) == 10
