@@ -42,6 +42,8 @@ setup(
         "tensorflow": ["tensorflow-cpu==2.21.0"],  # the build the bundled workloads and the figures use
         "plots": ["matplotlib>=3.8"],  # the PNG charts of `validate --plot` and `analyze --plot`
         "characterize": ["scipy>=1.11", "matplotlib>=3.8"],  # `tf-autopar characterize`: clustering, figures
+        # the serving example and its tests: FastAPI under gunicorn/uvicorn, Ray Serve on a local cluster
+        "serve": ["fastapi>=0.110", "uvicorn>=0.29", "gunicorn>=22", "ray[serve]>=2.40"],
         "test": ["pytest>=8", "hypothesis>=6.100", "matplotlib>=3.8", "scipy>=1.11"],  # the tests draw and cluster too
     },
     cmdclass={"build_py": build_py},

@@ -1,7 +1,8 @@
-"""`tf-autopar run [--mode M] [--instances N] [--cores LIST] [--log-dir DIR] [--dry-run] [--json] -- COMMAND ...`"""
+"""`tf-autopar run [--mode M] [--instances N] [--cores LIST] [--allocator A] [--log-dir DIR] [--dry-run] [--json] -- COMMAND ...`"""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -10,6 +11,7 @@ from tf_autopar.cli.numbers import count
 from tf_autopar.cli.notes import say
 from tf_autopar.cli.plan_cmd import (add_shape_arguments, add_size_argument, load_profile, measured_for,
                                      shape_options, workload_names)
+from tf_autopar.runtime import allocator
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -32,6 +34,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         "an enable() inside COMMAND plans the same")
     add_size_argument(p)
     add_shape_arguments(p)
+    p.add_argument("--allocator", choices=allocator.CHOICES, default="default",
+                   help="preload the system's jemalloc or tcmalloc into COMMAND (LD_PRELOAD; Debian packages "
+                        "libjemalloc2, libtcmalloc-minimal4); default: glibc malloc, nothing preloaded")
     p.add_argument("--log-dir", metavar="DIR", default=None,
                    help="write each instance's stdout and stderr to DIR/instance-I.log instead of this terminal")
     p.add_argument("--dry-run", action="store_true", help="print the plan and commands, start nothing")
@@ -55,6 +60,7 @@ def run_command(args: argparse.Namespace) -> int:
     if args.json and not args.dry_run:
         raise ValueError("--json prints the launch plan and needs --dry-run (a running COMMAND's output is its own); "
                          "use `tf-autopar run --dry-run --json -- COMMAND`")
+    preload, preload_note = allocator.allocator_env(args.allocator, os.environ)  # a missing library: before any work
     topology = detect_topology()
     if args.cores:
         topology = launcher.restrict_to_cores(topology, parse_cpulist(args.cores))
@@ -69,6 +75,15 @@ def run_command(args: argparse.Namespace) -> int:
         topology, command, mode=args.mode, instances=args.instances, environ=os.environ,
         numactl=launcher.find_numactl(), profile=profile, tuned=tuned, calibration=calibration,
     )
+    if preload and preload["LD_PRELOAD"] != os.environ.get("LD_PRELOAD"):
+        launch = dataclasses.replace(launch, instances=tuple(
+            dataclasses.replace(spec, env_set={**spec.env_set, **preload}) for spec in launch.instances))
+    if preload_note:
+        launch = dataclasses.replace(launch, warnings=launch.warnings + (preload_note,))
+    hint = allocator.recommendation(topology.cpu.model, profile.fingerprint) if (
+        profile is not None and args.allocator == "default") else None
+    if hint is not None:
+        say("run", hint.text())
     n = len(launch.instances)
     if args.dry_run:
         if args.json:

@@ -25,6 +25,8 @@ How the share is decided, first match wins:
    workers; once no worker holding a rank is left, the next one opens a fresh window. With the
    rendezvous off (0 s) the count is the number of slots held at claim time.
    Announce the count (TF_AUTOPAR_INSTANCES=N) for exact, wait-free, disjoint slices.
+   A Ray worker (ray_grant.py) that was granted CPUs: the grant is the budget and sets the
+   count of slots (``floor(usable cores / grant)``); the lease gives the slot (source "ray").
 5. the lease cannot be used (unwritable or corrupt directory): "even-split": no index, no
    pinning, a CPU budget of capacity // count (1 process when the count is unknown), and one
    warning. Never an exception.
@@ -42,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from tf_autopar import _warn
-from tf_autopar.coordination import rendezvous
+from tf_autopar.coordination import ray_grant, rendezvous
 from tf_autopar.coordination.lease import (
     Lease, LeaseError, acquire, default_root, group_key, lease_status, live_peers, pid_alive,
 )
@@ -153,12 +155,14 @@ def claim_share(
     count: int | None = None,
     argv: Sequence[str] | None = None,
     local_names: Sequence[str] | None = None,
+    grant: ray_grant.RayGrant | None = None,
 ) -> Share:
     """Decide this worker's share of the host (rules in the module docstring). Never raises on
     environment or lease trouble (warns once and falls back); ValueError on a bad ``count``.
 
     ``lease_dir``: the lease root (default TF_AUTOPAR_LEASE_DIR, else /dev/shm/tf_autopar-<uid>).
     ``count``: the number of workers, when the caller knows it (wins over the environment's count).
+    ``grant``: Ray's CPU grant (default: read from Ray inside a Ray worker, ray_grant.py).
     """
     if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
         raise ValueError(f"count must be a positive integer, got {count!r}")
@@ -182,12 +186,21 @@ def claim_share(
         s = slice_for(topology, ranks.rank, ranks.size)
         return _from_slice(s, ranks.size, ranks.source, topology, f"rank {ranks.rank} of {ranks.size} from {ranks.source}")
 
+    layout, usable = None, len(capacity_cores(topology))
+    if count is None and ranks.rank is None:  # a Ray worker's grant, when no rank or count decides
+        grant = grant if grant is not None else ray_grant.read_grant(env)
+        if grant is not None:
+            layout = ray_grant.grant_layout(grant.cpus, usable)
+            count = layout.count
     n = count if count is not None else ranks.size
-    if n is not None:  # read from outside: bounded here, before any slot or slice depends on it
+    if n is not None and layout is None:  # read from outside: bounded here, before any slot or slice depends on it
         n, message = bound_count(n, topology, f"count={n}" if count is not None else
                                  f"{ranks.source.removeprefix('env:')}={n}")
         _warn_count(message)
-    count_note = "count given" if count is not None else (f"count from {ranks.source}" if n else "no count known")
+    if layout is not None and grant is not None:
+        count_note = layout.note(grant.cpus, usable)
+    else:
+        count_note = "count given" if count is not None else (f"count from {ranks.source}" if n else "no count known")
     root = lease_dir if lease_dir is not None else default_root(env)[0]
     directory = os.path.join(root, group_key(env, argv, topology.affinity))
     try:  # the root is checked as strictly when given as when it is the default
@@ -233,14 +246,19 @@ def claim_share(
                 "WEB_CONCURRENCY) to the number of workers for disjoint slices."))
         s = slice_for(topology, k, n_seen)
         return _from_slice(s, n_seen, "lease", topology, note + f"; {n_seen} slots held at claim time", lease)
+    source = ray_grant.SOURCE if layout is not None else "lease"
     if n == 1 and k == 0:
-        return _whole(topology, "lease", 1, 0, note + "; the only worker", lease=lease)
+        return _whole(topology, source, 1, 0, note + "; the only worker", lease=lease,
+                      budget=layout.budget if layout is not None else None)
     if k >= n:  # more processes than announced: double up on slice k mod n, half its budget
         base = slice_for(topology, k % n, n)
         s = Slice(k, base.cpus, max(1, base.cores // 2) if base.shared_with == 1 else 1, base.shared_with + 1)
         note += f"; more processes than the count {n}: shares slice {k % n} with its holder"
-        return _from_slice(s, n, "lease", topology, note, lease)
-    return _from_slice(slice_for(topology, k, n), n, "lease", topology, note, lease)
+        return _from_slice(s, n, source, topology, note, lease)
+    s = slice_for(topology, k, n)
+    if layout is not None and s.cores > layout.budget:  # a fractional grant above 1: plan for its floor
+        s = s._replace(cores=layout.budget)
+    return _from_slice(s, n, source, topology, note, lease)
 
 
 def _size_text(ranks: Ranks) -> str:

@@ -96,11 +96,21 @@ def siblings_likely(proc: str = "/proc") -> bool:
 
 def alone(lease: Lease) -> bool:
     """No peer in the lease and no sibling of this executable: the whole host without waiting.
-    Recorded as worker 0 of 1, so a process arriving later is late (told), not a member."""
-    if live_peers(lease.directory, lease.fd) or siblings_likely():
+    Recorded as worker 0 of 1, so a process arriving later is late (told), not a member.
+
+    A slot handed over by this process's parent is never alone: the parent is a master that
+    released its slot to fork workers (gunicorn ``--preload``), and its next worker may not
+    have been forked yet when this one looks for siblings."""
+    if live_peers(lease.directory, lease.fd) or siblings_likely() or handed_by_parent(lease):
         return False
     lease.update(rank=0, cohort=1)
     return True
+
+
+def handed_by_parent(lease: Lease) -> bool:
+    """Whether the slot's previous holder is this process's parent (a forking master)."""
+    prev = lease.previous
+    return bool(prev) and prev.get("pid") == os.getppid()
 
 
 def window_s(env: Mapping[str, str]) -> float:

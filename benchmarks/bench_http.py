@@ -1,0 +1,374 @@
+#!/usr/bin/env python
+"""The example HTTP server (examples/serving/app.py) under real load: TensorFlow's default vs enable().
+
+gunicorn with uvicorn workers at 1, 2 and 4 workers, with and without a real cgroup CPU quota
+(``--quota 1.5``), each worker either with ``tf_autopar.enable()`` at the top of the app or
+without (``TF_AUTOPAR_EXAMPLE_DEFAULT=1``), on a vision model (MobileNetV2) and a recommender
+(DLRM) of benchmarks/user_models.py at batch 1. Load: ``wrk`` (installed with apt-get when
+missing and this runs as root), 2 connections per worker for ``--duration`` seconds, after a
+warm-up that, for enable(), lasts until every worker's fast path has switched (or kept the
+original path). Throughput and p50/p99 are wrk's.
+
+The solo ceiling (as bench_serving.py defines it): ONE worker bound to one core (enable(), so
+1 x 1 pools and the fast path: the best a worker does per CPU), its rate r1; the ceiling at N
+workers is r1 x usable CPUs (min(N, CPUs, quota)). Note on this 2-core host: wrk and gunicorn's
+master share the two cores with the workers; in the solo run wrk has the other core to itself.
+
+Ray (``--ray``): a local 2-node cluster (``ray.cluster_utils.Cluster``, 1 CPU per node), the
+Ray Serve example (examples/serving/ray_serve_app.py) with 4 replicas of ``num_cpus=0.5`` (2 per
+node), wrk against Serve's HTTP proxy; ceiling r1 x 2.
+
+Every configuration runs in fresh processes; rounds interleave the configurations (the order
+alternates per round). Reported: the median over rounds with [min, max], enable/default ratios,
+and the share of the solo ceiling.
+
+    python benchmarks/bench_http.py --rounds 2 --quota 1.5 --ray --json benchmarks/results/http.json
+    python benchmarks/bench_http.py --quick      # smoke run: 1 round, 1 and 2 workers, DLRM only
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from examples.serving.harness import Server, warm_until_served  # noqa: E402
+
+MODELS = ("mobilenet_v2", "dlrm")
+CONFIGS = ("default", "enable")
+LUA = """wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+wrk.body = io.open("%s"):read("*a")
+done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format('WRK {"requests": %%d, "duration_us": %%d, "p50_us": %%d, "p99_us": %%d, ' ..
+    '"errors": %%d, "non2xx": %%d}\\n', summary.requests, summary.duration, latency:percentile(50),
+    latency:percentile(99), e.connect + e.read + e.write + e.timeout, e.status))
+end
+"""
+
+
+def ensure_wrk() -> str:
+    """wrk from the system's packages (Debian: apt-get install wrk); installed here when root."""
+    path = shutil.which("wrk")
+    if path:
+        return path
+    if os.geteuid() == 0 and shutil.which("apt-get"):
+        subprocess.run(["apt-get", "install", "-y", "wrk"], check=False, capture_output=True)
+        path = shutil.which("wrk")
+    if not path:
+        raise SystemExit("wrk not found: install it (Debian/Ubuntu: apt-get install wrk)")
+    return path
+
+
+def processor() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor()
+
+
+def build_models(directory: Path) -> dict[str, str]:
+    missing = [m for m in MODELS if not (directory / m / "saved_model.pb").exists()]
+    if missing:
+        subprocess.run([sys.executable, str(ROOT / "benchmarks" / "user_models.py"), str(directory),
+                        "--only", ",".join(missing)], check=True)
+    return {m: str(directory / m) for m in MODELS}
+
+
+def request_body(model: str) -> dict:
+    from examples.serving.tensors import encode
+    from user_models import make_inputs
+
+    return {"inputs": {k: encode(v) for k, v in make_inputs(model, 1).items()}}
+
+
+def run_wrk(wrk: str, url: str, lua: Path, connections: int, duration: float) -> dict:
+    out = subprocess.run([wrk, "-t1", f"-c{connections}", f"-d{duration:g}s", "--timeout", "10s", "-s", str(lua), url],
+                         capture_output=True, text=True, timeout=duration + 60)
+    m = re.search(r"^WRK (\{.*\})$", out.stdout, re.M)
+    if not m:
+        raise RuntimeError(f"wrk printed no summary: {out.stdout[-1500:]} {out.stderr[-1500:]}")
+    r = json.loads(m.group(1))
+    return {"throughput": r["requests"] / (r["duration_us"] / 1e6), "p50_ms": r["p50_us"] / 1e3,
+            "p99_ms": r["p99_us"] / 1e3, "requests": r["requests"], "errors": r["errors"], "non2xx": r["non2xx"]}
+
+
+def clean_env(lease: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TF_NUM_", "OMP_", "KMP_"))}
+    for var in ("WEB_CONCURRENCY", "TF_AUTOPAR_INSTANCES", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "TF_AUTOPAR_DISABLE"):
+        env.pop(var, None)
+    env["TF_AUTOPAR_LEASE_DIR"] = str(lease)
+    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    return env
+
+
+def one_server(model_path: str, body: dict, lua: Path, workers: int, config: str, quota: float | None,
+               args: argparse.Namespace, tmp: Path, pin: bool = False) -> dict:
+    """Start the example server, warm it, load it with wrk, stop it; the row's figures."""
+    from tf_autopar.validation.cgroup import QuotaGroup, find_cpu_controller
+
+    lease = Path(tempfile.mkdtemp(prefix="lease_", dir=tmp))
+    env = clean_env(lease)
+    env["TF_AUTOPAR_CACHE_DIR"] = str(tmp / f"cache_{time.monotonic_ns()}")  # every start as a first start
+    env["TF_AUTOPAR_FAST_PATH_DIR"] = str(tmp / f"fast_{time.monotonic_ns()}")
+    group = QuotaGroup(find_cpu_controller(), quota, tag="http").create() if quota else None
+
+    def preexec() -> None:
+        if group is not None:
+            group.join()
+        if pin:
+            os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+
+    server = Server(model_path, workers, env=env, default=config == "default", preexec=preexec,
+                    log_path=str(tmp / "server.log"))
+    try:
+        server.start(timeout_s=300)
+        t0 = time.monotonic()
+        if config == "enable":
+            st = warm_until_served(server, body, timeout_s=args.warm_s)
+        else:  # the same amount of traffic before the measurement
+            for _ in range(args.warm_requests * workers):
+                server.request("POST", "/predict", body)
+            st = server.statuses(workers)
+        warm_s = time.monotonic() - t0
+        throttled0 = group.stat().nr_throttled if group else None
+        res = run_wrk(args.wrk, f"http://127.0.0.1:{server.port}/predict", lua, 2 * workers, args.duration)
+        res["nr_throttled"] = group.stat().nr_throttled - throttled0 if group else None
+        res["warm_s"] = warm_s
+        res["workers_seen"] = [{"affinity": s["affinity"], "planned": s.get("planned", "tf-default"),
+                                "paths": [b["path"] + (" " + b["pools"] if b["path"] == "frozen session" else "")
+                                          for x in s.get("served", []) for b in x["buckets"]],
+                                "tuning": [b.get("tuning", "") for x in s.get("served", []) for b in x["buckets"]]}
+                               for s in st.values()]
+        return res
+    finally:
+        server.stop()
+        if group is not None:
+            group.remove()
+        shutil.rmtree(lease, ignore_errors=True)
+
+
+# ------------------------------------------------------------------------------ Ray
+
+RAY_CHILD = r'''
+import json, os, sys, time
+import ray
+from ray import serve
+from ray.cluster_utils import Cluster
+sys.path.insert(0, ROOT)
+from examples.serving.ray_serve_app import SavedModelServer
+cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+cluster.add_node(num_cpus=1)
+env = {k: v for k, v in os.environ.items() if k in ("TF_AUTOPAR_LEASE_DIR", "TF_CPP_MIN_LOG_LEVEL",
+       "TF_AUTOPAR_CACHE_DIR", "TF_AUTOPAR_FAST_PATH_DIR")}
+ray.init(address=cluster.address, runtime_env={"env_vars": dict(env, PYTHONPATH=ROOT)})
+cluster.wait_for_nodes()
+serve.start(http_options={"host": "127.0.0.1", "port": PORT})
+app = SavedModelServer.options(num_replicas=4, ray_actor_options={"num_cpus": 0.5}).bind(MODEL, default=DEFAULT)
+serve.run(app, route_prefix="/predict")
+print("READY", flush=True)
+sys.stdin.readline()  # the parent says when to stop
+serve.shutdown(); ray.shutdown(); cluster.shutdown()
+'''
+
+
+def one_ray(model_path: str, body: dict, lua: Path, config: str, args: argparse.Namespace, tmp: Path) -> dict:
+    from examples.serving.harness import free_port
+    import http.client
+
+    port = free_port()
+    lease = Path(tempfile.mkdtemp(prefix="lease_", dir=tmp))
+    env = clean_env(lease)
+    env["TF_AUTOPAR_CACHE_DIR"] = str(tmp / f"cache_{time.monotonic_ns()}")
+    env["TF_AUTOPAR_FAST_PATH_DIR"] = str(tmp / f"fast_{time.monotonic_ns()}")
+    env["RAY_USAGE_STATS_ENABLED"] = "0"
+    code = (f"ROOT = {str(ROOT)!r}\nPORT = {port}\nMODEL = {model_path!r}\nDEFAULT = {config == 'default'}\n"
+            + RAY_CHILD)
+    log = open(tmp / "ray.log", "ab")
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=log, text=True, start_new_session=True)
+    try:
+        line = proc.stdout.readline()
+        if "READY" not in line:
+            raise RuntimeError(f"Ray Serve did not start: {line} {(tmp / 'ray.log').read_text()[-2000:]}")
+
+        def post(path: str, payload: dict | None) -> dict:
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+            c.request("POST", path, json.dumps(payload or {}), {"Content-Type": "application/json"})
+            r = c.getresponse()
+            data = r.read()
+            c.close()
+            if r.status != 200:
+                raise RuntimeError(f"{path}: {r.status} {data[:300]!r}")
+            return json.loads(data)
+
+        t0 = time.monotonic()
+        replicas: dict[int, dict] = {}
+        while time.monotonic() - t0 < args.warm_s:
+            for _ in range(16):
+                post("/predict", body)
+            for _ in range(8):
+                s = post("/predict/status", None)
+                replicas[s["pid"]] = s
+            paths = [[b["path"] for f in s.get("served", []) for b in f["buckets"]] for s in replicas.values()]
+            if len(replicas) >= 4 and (config == "default" or all(p and p[0] in ("frozen session", "original")
+                                                                   for p in paths)):
+                break
+        res = run_wrk(args.wrk, f"http://127.0.0.1:{port}/predict", lua, 8, args.duration)
+        res["warm_s"] = time.monotonic() - t0
+        res["workers_seen"] = [{"affinity": s["affinity"], "planned": s.get("planned", "tf-default"),
+                                "share": (s.get("share") or {}).get("note", "")} for s in replicas.values()]
+        return res
+    finally:
+        try:
+            proc.stdin.write("stop\n")
+            proc.stdin.flush()
+            proc.wait(60)
+        except Exception:
+            os.killpg(proc.pid, 9)
+            proc.wait(10)
+        log.close()
+        shutil.rmtree(lease, ignore_errors=True)
+
+
+# ------------------------------------------------------------------------------ report
+
+
+def med(values: list[float]) -> list[float]:
+    return [statistics.median(values), min(values), max(values)]
+
+
+def summarize(runs: list[dict]) -> list[dict]:
+    rows = []
+    cpus = len(os.sched_getaffinity(0))
+    keys = sorted({(r["model"], r["kind"], r["workers"], r["quota"] or 0.0) for r in runs if r["config"] != "solo"})
+    for model, kind, workers, quota in keys:
+        row: dict = {"model": model, "kind": kind, "workers": workers, "quota": quota or None}
+        for c in CONFIGS:
+            rs = [r for r in runs if (r["model"], r["kind"], r["workers"], r["quota"] or 0.0, r["config"]) ==
+                  (model, kind, workers, quota, c)]
+            if rs:
+                row[c] = {m: med([r[m] for r in rs]) for m in ("throughput", "p50_ms", "p99_ms")}
+                row[c]["rounds"] = len(rs)
+                row[c]["errors"] = sum(r["errors"] + r["non2xx"] for r in rs)
+        if "default" in row and "enable" in row:
+            pairs = [e["throughput"] / d["throughput"] for e in runs for d in runs
+                     if e["round"] == d["round"] and e["config"] == "enable" and d["config"] == "default"
+                     and (e["model"], e["kind"], e["workers"], e["quota"] or 0.0) == (model, kind, workers, quota)
+                     and (d["model"], d["kind"], d["workers"], d["quota"] or 0.0) == (model, kind, workers, quota)]
+            row["enable_vs_default"] = med(pairs)
+        solo = [r["throughput"] for r in runs if r["config"] == "solo" and r["model"] == model]
+        if solo:
+            usable = min(workers, cpus, quota or workers) if kind == "gunicorn" else min(cpus, 2)
+            r1 = statistics.median(solo)
+            row["ceiling"] = {"solo_rps": r1, "cpus": usable, "throughput": r1 * usable}
+            for c in CONFIGS:
+                if c in row:
+                    row[c]["of_ceiling"] = row[c]["throughput"][0] / row["ceiling"]["throughput"]
+        rows.append(row)
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    out = ["| server | model | workers | quota | default req/s | enable() req/s | enable/default | "
+           "default p50 / p99 ms | enable() p50 / p99 ms | ceiling req/s | enable() of ceiling |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
+
+    def cell(v: list[float], f: str = "{:.1f}") -> str:
+        return f"{f.format(v[0])} [{f.format(v[1])}-{f.format(v[2])}]"
+
+    def lat(x: dict | None) -> str:
+        return f"{x['p50_ms'][0]:.1f} / {x['p99_ms'][0]:.1f}" if x else "-"
+
+    for r in rows:
+        d, e, cl = r.get("default"), r.get("enable"), r.get("ceiling")
+        ratio = cell(r["enable_vs_default"], "{:.2f}") if "enable_vs_default" in r else "-"
+        ceiling = f"{cl['throughput']:.1f} ({cl['cpus']:g} x {cl['solo_rps']:.1f})" if cl else "-"
+        share = f"{e['of_ceiling']:.2f}" if e and "of_ceiling" in e else "-"
+        out.append(f"| {r['kind']} | {r['model']} | {r['workers']} | {r['quota'] or '-'} | "
+                   f"{cell(d['throughput']) if d else '-'} | {cell(e['throughput']) if e else '-'} | {ratio} | "
+                   f"{lat(d)} | {lat(e)} | {ceiling} | {share} |")
+    return "\n".join(out)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--models-dir", default="/tmp/tf_autopar_bench_http_models",
+                   help="where the SavedModels are built (once) and read")
+    p.add_argument("--models", default=",".join(MODELS))
+    p.add_argument("--workers", default="1,2,4")
+    p.add_argument("--quota", type=float, default=None, help="also run every row under this CPU quota (root)")
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--duration", type=float, default=5.0, help="seconds of wrk load per row")
+    p.add_argument("--warm-s", type=float, default=60.0, help="at most this long waiting for the fast path")
+    p.add_argument("--warm-requests", type=int, default=30, help="requests per worker warming the default")
+    p.add_argument("--ray", action="store_true", help="also the 2-node local Ray cluster")
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--json", default=None)
+    args = p.parse_args()
+    if args.quick:
+        args.models, args.workers, args.rounds, args.duration = "dlrm", "1,2", 1, 3.0
+    args.wrk = ensure_wrk()
+    models = build_models(Path(args.models_dir))
+    names = [m for m in args.models.split(",") if m]
+    workers = [int(w) for w in args.workers.split(",")]
+    quotas = [None] + ([args.quota] if args.quota else [])
+    tmp = Path(tempfile.mkdtemp(prefix="tf_autopar_bench_http_"))
+    luas = {}
+    for m in names:
+        (tmp / f"{m}.json").write_text(json.dumps(request_body(m)))
+        luas[m] = tmp / f"{m}.lua"
+        luas[m].write_text(LUA % (tmp / f"{m}.json"))
+    runs: list[dict] = []
+    t_start = time.time()
+    for rnd in range(args.rounds):
+        order = CONFIGS if rnd % 2 == 0 else CONFIGS[::-1]
+        for m in names:
+            body = json.loads((tmp / f"{m}.json").read_text())
+            res = one_server(models[m], body, luas[m], 1, "enable", None, args, tmp, pin=True)
+            runs.append(dict(res, model=m, kind="gunicorn", workers=1, quota=None, config="solo", round=rnd))
+            print(f"round {rnd + 1} {m} solo (1 worker on 1 core): {res['throughput']:.1f} req/s", flush=True)
+            for q in quotas:
+                for w in workers:
+                    for c in order:
+                        res = one_server(models[m], body, luas[m], w, c, q, args, tmp)
+                        runs.append(dict(res, model=m, kind="gunicorn", workers=w, quota=q, config=c, round=rnd))
+                        print(f"round {rnd + 1} {m} {w} workers quota {q or '-'} {c}: {res['throughput']:.1f} req/s "
+                              f"p50 {res['p50_ms']:.1f} p99 {res['p99_ms']:.1f} ms; "
+                              f"{[s['planned'] + '@' + str(s['affinity']) + ' ' + ','.join(s.get('paths', [])) for s in res['workers_seen']]}",
+                              flush=True)
+            if args.ray:
+                for c in order:
+                    res = one_ray(models[m], body, luas[m], c, args, tmp)
+                    runs.append(dict(res, model=m, kind="ray", workers=4, quota=None, config=c, round=rnd))
+                    print(f"round {rnd + 1} {m} ray 2 nodes x 2 replicas {c}: {res['throughput']:.1f} req/s "
+                          f"p50 {res['p50_ms']:.1f} p99 {res['p99_ms']:.1f} ms", flush=True)
+        save(runs, args, t_start)  # after every round: a run cut short keeps its complete rounds
+    print(table(summarize(runs)))
+    shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+def save(runs: list[dict], args: argparse.Namespace, t_start: float) -> None:
+    if args.json:
+        doc = {"processor": processor(), "cpus": len(os.sched_getaffinity(0)), "python": platform.python_version(),
+               "args": {k: v for k, v in vars(args).items() if k != "wrk"}, "wall_s": time.time() - t_start,
+               "rounds_done": 1 + max(r["round"] for r in runs), "rows": summarize(runs), "runs": runs}
+        Path(args.json).write_text(json.dumps(doc, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
