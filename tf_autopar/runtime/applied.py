@@ -107,12 +107,20 @@ class _Patch(_Step):
         return f"put back {getattr(self.owner, '__name__', self.owner)}.{self.name}"
 
     def undo(self) -> None:
-        if vars(self.owner).get(self.name) is not self.replacement:
+        if _own(self.owner, self.name) is not self.replacement:
             return  # someone replaced ours since: theirs stays (ours, inside it, passes through when disabled)
         if self.original is _ABSENT:
             delattr(self.owner, self.name)  # the class had inherited it
         else:
             setattr(self.owner, self.name, self.original)
+
+
+def _own(owner: Any, name: str) -> Any:
+    """``owner``'s own value for ``name``: a class's from its __dict__ (_ABSENT when inherited),
+    anything else's (a module, a module wrapper) as attribute access gives it."""
+    if isinstance(owner, type):
+        return vars(owner).get(name, _ABSENT)
+    return getattr(owner, name, _ABSENT)
 
 
 class _Entry(_Step):
@@ -262,7 +270,7 @@ class Applied:
     def patch(self, owner: Any, name: str, replacement: Any) -> Any:
         """Set ``owner.name`` to ``replacement``; returns what it replaced (the inherited value
         for a class that had none of its own)."""
-        original = vars(owner).get(name, _ABSENT)
+        original = _own(owner, name)
         current = getattr(owner, name)
         setattr(owner, name, replacement)
         self._steps.append(_Patch(owner, name, original, replacement))
