@@ -54,6 +54,8 @@ def install(record: Applied) -> None:
     original = session.BaseSession.__init__
 
     def __init__(self: Any, target: str = "", graph: Any = None, config: Any = None) -> None:
+        if STATE.applied is not record:  # left inside another library's wrapper by an earlier enable()
+            return original(self, target, graph, config)
         _patched_init(original, self, target, graph, config)
 
     __init__.__wrapped__ = original  # type: ignore[attr-defined]
