@@ -149,11 +149,14 @@ def snap():
 before = snap()
 st = tf_autopar.enable(width=1, cooperate=COOPERATE)
 during = snap()
+from tf_autopar.runtime.state import STATE
+binding = STATE.applied.binding()
+recorded = {"binding": binding and [sorted(m) for m in binding], "before": STATE.applied.env_before()}
 first = tf_autopar.disable()
 after = snap()
 tf_autopar.disable()
 twice = snap()
-report(before=before, during=during, after=after, twice=twice, applied=st.process.applied,
+report(before=before, during=during, after=after, twice=twice, applied=st.process.applied, recorded=recorded,
        kept=st.process.kept_user, bound=list(st.process.bound_cpus), enabled=first.enabled,
        warnings=list(tf_autopar.status().warnings))
 """
@@ -177,8 +180,10 @@ def test_enable_then_disable_without_tensorflow_leaves_the_process_as_it_was(tmp
     assert during["env"]["TF_NUM_INTRAOP_THREADS"] == "1"
     assert res["applied"]["TF_NUM_INTEROP_THREADS"] == "1" and during["env"]["TF_OVERRIDE_GLOBAL_THREADPOOL"] == "1"
     assert len(during["meta_path"]) == len(before["meta_path"]) + 1  # the hook waiting for `import tensorflow`
-    if cooperate:  # worker 0 of 2: bound to its half
+    if cooperate:  # worker 0 of 2: bound to its half; the record has the mask from before and the one set
         assert res["bound"] and during["mask"] == res["bound"] and len(during["mask"]) < len(before["mask"])
+        assert res["recorded"]["binding"] == [before["mask"], during["mask"]]
+    assert res["recorded"]["before"] == {k: None for k in res["applied"]}  # none was set before
     assert after == before  # ... and everything else exactly as it was
     assert res["twice"] == before and res["enabled"] is False
     assert res["warnings"] == []

@@ -226,7 +226,7 @@ class Applied:
             step.ours = frozenset(cpus)
         return True
 
-    def affinity(self) -> tuple[frozenset[int], frozenset[int]] | None:
+    def binding(self) -> tuple[frozenset[int], frozenset[int]] | None:
         """(mask before the first bind, mask bound), or None when never bound."""
         step = next((s for s in self._steps if isinstance(s, _Affinity)), None)
         return (step.before, step.ours) if step is not None else None

@@ -131,7 +131,8 @@ def _route(loaded: Any, path: Any, kind: str) -> None:
     try:
         from tf_autopar.runtime import fastpath
 
-        STATE.applied.on_restore("fast path", fastpath.unroute_all, "put the routed models back on their original path")
+        with STATE.lock:
+            STATE.applied.on_restore("fast path", fastpath.unroute_all, "put the routed models back on their original path")
         real = os.path.realpath(os.fspath(path))
         route = fastpath.route if kind == "SavedModel" else fastpath.route_keras
         route(loaded, os.fspath(path), _fingerprints.get(real))
