@@ -2,8 +2,8 @@
 
 Fresh processes, the trees interleaved round by round (the order alternating), each timing
 ``import tf_autopar; tf_autopar.enable()`` (and then disable()) with perf_counter, before any
-``import tensorflow``; a warmed plan cache and lease directory in a temporary directory, as on a
-second start. Reported per tree: median and p90 in ms, and the ratio of medians with its spread
+``import tensorflow``; a warmed plan cache and lease directory in a temporary directory and the
+modules compiled, as on a second start. Reported per tree: median and p90 in ms, and the ratio of medians with its spread
 (the ratio's range over rounds). Goal (docs/design.md, "Start-up cost"): enable() < 20 ms.
 
 Usage: python benchmarks/bench_enable_trees.py --trees OLD_DIR,NEW_DIR [--rounds N] [--json PATH]
@@ -50,6 +50,7 @@ def main() -> None:
         ap.error("--trees takes two directories that each hold a tf_autopar package")
     with tempfile.TemporaryDirectory() as tmp:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("TF_NUM_", "TF_OVERRIDE", "TF_AUTOPAR"))}
+        env.pop("PYTHONDONTWRITEBYTECODE", None)  # a real start reads compiled modules: the warm-up writes them
         env.update(TF_AUTOPAR_CACHE_DIR=os.path.join(tmp, "cache"), TF_AUTOPAR_LEASE_DIR=os.path.join(tmp, "lease"),
                    TF_AUTOPAR_RENDEZVOUS_S="0")
         os.mkdir(env["TF_AUTOPAR_LEASE_DIR"])
