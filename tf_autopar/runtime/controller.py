@@ -1,4 +1,7 @@
-"""The only module that reads or changes TensorFlow's runtime settings and ``os.environ``.
+"""What TensorFlow's runtime runs with, read without starting it; and the environment as the user set it.
+
+The changes enable() makes (variables, binding) go through its record (applied.py), which
+keeps what was there before; this module only reads.
 
 Facts this rests on (TF 2.21, checked by experiment):
 - TF_NUM_INTEROP_THREADS / TF_NUM_INTRAOP_THREADS are read when the runtime starts (the
@@ -19,18 +22,13 @@ import sys
 from typing import Mapping
 
 from tf_autopar._text import is_uint
-from tf_autopar.topology import affinity
+from tf_autopar.runtime.state import STATE
 
 OVERRIDE_VAR = "TF_OVERRIDE_GLOBAL_THREADPOOL"
 POOL_VARS = ("TF_NUM_INTEROP_THREADS", "TF_NUM_INTRAOP_THREADS")
 
-# variables tf_autopar set in this process -> the value set (to tell them from the user's)
-_SET_BY_US: dict[str, str] = {}
-# their values before we set them (None: unset), put back by restore_env()
-_BEFORE: dict[str, str | None] = {}
-# (mask before bind(), mask bind() set), for restore_affinity(); None: never bound
-_BOUND: tuple[frozenset[int], frozenset[int]] | None = None
-# value of OVERRIDE_VAR when the runtime started, as far as we know (None = unknown)
+# value of OVERRIDE_VAR when the runtime started, as far as we know (None = unknown); a fact
+# about TensorFlow's start, which disable() cannot undo, so not part of enable()'s record
 _override_at_start: bool | None = None
 
 
@@ -61,7 +59,7 @@ def user_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     in ``tf-autopar run`` (named in TF_AUTOPAR_LAUNCHER_VARS), so that enable() re-plans those
     for the model it finds instead of keeping them as the user's own."""
     env = dict(os.environ if environ is None else environ)
-    for key, value in _SET_BY_US.items():
+    for key, value in STATE.applied.ours().items():
         if env.get(key) == value:
             del env[key]
     for key in env.pop("TF_AUTOPAR_LAUNCHER_VARS", "").split(","):
@@ -81,38 +79,6 @@ def api_pools() -> tuple[int | None, int | None]:
     return getattr(ctx, "_inter_op_parallelism_threads", None), getattr(ctx, "_intra_op_parallelism_threads", None)
 
 
-def set_env(values: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
-    """Set variables the user has not set; returns (set, kept user values)."""
-    applied: dict[str, str] = {}
-    kept: dict[str, str] = {}
-    users = user_env()
-    for key, value in values.items():
-        if key in users:
-            kept[key] = users[key]
-            continue
-        _BEFORE.setdefault(key, os.environ.get(key))  # a launcher's value, re-planned here
-        os.environ[key] = value
-        _SET_BY_US[key] = value
-        applied[key] = value
-    return applied, kept
-
-
-def restore_env() -> list[str]:
-    """Put back the variables we set as they were before (unless someone changed them since);
-    returns their names."""
-    removed = []
-    for key, value in list(_SET_BY_US.items()):
-        before = _BEFORE.pop(key, None)
-        if os.environ.get(key) == value:
-            if before is None:
-                del os.environ[key]
-            else:
-                os.environ[key] = before
-            removed.append(key)
-        del _SET_BY_US[key]
-    return removed
-
-
 def note_start_settings() -> None:
     """Remember whether per-session intra-op pools are possible (called while not started)."""
     global _override_at_start
@@ -121,47 +87,10 @@ def note_start_settings() -> None:
 
 def per_session_intra() -> bool:
     """Whether each Session really gets its own intra-op pool."""
-    if _override_at_start is not None and (runtime_started() or _SET_BY_US.get(OVERRIDE_VAR)):
+    if _override_at_start is not None and (runtime_started() or STATE.applied.ours().get(OVERRIDE_VAR)):
         return _override_at_start
     # started before we looked: the variable's current value is our best evidence
     return os.environ.get(OVERRIDE_VAR, "") not in ("", "0", "false", "False")
-
-
-def bind(cpus: tuple[int, ...]) -> bool:
-    """Bind this process to ``cpus`` before TF starts (its pool threads inherit the mask)."""
-    global _BOUND
-    try:
-        before = frozenset(os.sched_getaffinity(0))
-        if before == set(cpus):
-            return False
-        affinity.set_affinity(cpus)
-    except (AttributeError, OSError, ValueError):
-        return False
-    if _BOUND is None:
-        _BOUND = (before, frozenset(cpus))
-    else:  # bound again (enable after enable): the first mask is the one to restore
-        _BOUND = (_BOUND[0], frozenset(cpus))
-    return True
-
-
-def restore_affinity() -> bool:
-    """Give every thread still on the mask bind() set the mask it had before; True if any moved.
-
-    Threads the program moved elsewhere since are left where they are."""
-    global _BOUND
-    if _BOUND is None:
-        return False
-    before, ours = _BOUND
-    _BOUND = None
-    moved = False
-    for tid in affinity.threads():
-        try:
-            if frozenset(os.sched_getaffinity(tid)) == ours:
-                affinity.set_affinity(before, (tid,))
-                moved = True
-        except (OSError, ValueError):  # a thread that just exited, or a cpuset that shrank
-            continue
-    return moved
 
 
 def bound_to(cpus: tuple[int, ...]) -> bool:

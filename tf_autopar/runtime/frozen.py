@@ -501,7 +501,17 @@ def optimize(
     fn_or_model: Any, *, mode: str = "latency", input_signature: Sequence[Any] | None = None,
     streams: int | None = None, signature: str | None = None,
 ) -> OptimizedFunction:
-    """A callable running ``fn_or_model``'s frozen inference graph in a session planned for it
-    (in throughput mode, one session per planned stream); see the module docstring."""
+    """A callable running the model's frozen inference graph in a session planned for it.
+
+    For when the process pools are already fixed and the model's plan differs (see status()).
+    Takes a Keras model (also from ``keras.models.load_model``), a SavedModel from
+    ``tf.saved_model.load`` (its ``serving_default``, or ``signature="name"``), a signature
+    ConcreteFunction, a tf.function or a callable; call the result as you would call the model
+    (signatures: inputs by keyword, dict of numpy out). Outputs match the model's traced call
+    (bit for bit for Keras models). Writes to the model's variables (assign, fit, restore) are
+    watched, and the next call re-freezes, so outputs are never stale; ``.refresh()`` for writes
+    the watch cannot see. ``mode="throughput"``: one session per planned stream (``streams`` to
+    choose how many); concurrent callers run on separate streams. Thread-safe.
+    """
     return OptimizedFunction(fn_or_model, mode=mode, input_signature=input_signature, streams=streams,
                              signature=signature)

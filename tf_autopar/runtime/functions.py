@@ -16,39 +16,31 @@ plan is written to the persistent cache so the next start of the same program ap
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tf_autopar.runtime import cache, controller, core, sessions
 from tf_autopar.runtime.safety import fail_open, maybe_fail, warn_once
 from tf_autopar.runtime.state import STATE
 
+if TYPE_CHECKING:
+    from tf_autopar.runtime.applied import Applied
+
 PATCH_NAME = "tf.function first trace (CONCRETE_FUNCTION_CALLBACKS)"
 _SKIP_PREFIXES = ("Dataset_", "__inference_Dataset")
 _seen: dict[tuple[str, int], tuple[str, str]] = {}  # (name, ops) -> key into STATE.functions
-_installed = False
 
 
-def installed() -> bool:
-    return _installed
-
-
-def install() -> None:
-    global _installed
+def install(record: Applied) -> None:
+    """Add the trace callback through ``record`` (which removes it at disable())."""
     from tensorflow.python.eager.polymorphic_function import transform
 
     if _callback not in transform.CONCRETE_FUNCTION_CALLBACKS:
-        transform.CONCRETE_FUNCTION_CALLBACKS.append(_callback)
-    _installed = True
+        record.add(transform.CONCRETE_FUNCTION_CALLBACKS, _callback, "remove the tf.function trace callback")
 
 
 def uninstall() -> None:
-    global _installed
-    if "tensorflow.python.eager.polymorphic_function.transform" in __import__("sys").modules:
-        from tensorflow.python.eager.polymorphic_function import transform
-
-        while _callback in transform.CONCRETE_FUNCTION_CALLBACKS:
-            transform.CONCRETE_FUNCTION_CALLBACKS.remove(_callback)
-    _installed = False
+    """Forget the functions seen, so that a later enable() analyses them afresh."""
+    reset_seen()
 
 
 def _callback(concrete_fn: Any) -> None:

@@ -27,12 +27,13 @@ import threading
 import weakref
 from typing import TYPE_CHECKING, Any, Sequence
 
-from tf_autopar.runtime import cache, controller, core
+from tf_autopar.runtime import cache, controller, core, pools
 from tf_autopar.runtime.safety import fail_open, maybe_fail, warn_once
 from tf_autopar.runtime.state import STATE
 
 if TYPE_CHECKING:
     from tf_autopar.graph.profile import GraphProfile
+    from tf_autopar.runtime.applied import Applied
 
 log = logging.getLogger("tf_autopar.runtime")
 
@@ -43,52 +44,35 @@ _KERAS_TARGETS = (("keras.src.saving.saving_api", "load_model"), ("keras.models"
                   ("keras.saving", "load_model"), ("keras.api.models", "load_model"),
                   ("keras.api.saving", "load_model"))
 _WRAPPED = "__tf_autopar_wrapped__"
-_patched: list[tuple[Any, str, Any]] = []  # (owner, attribute, original)
 _planned: set[str] = set()  # models already planned in this process (real paths)
 _fingerprints: dict[str, str] = {}  # real path -> the fingerprint its plan (and a tune) is keyed by
 _sources: "weakref.WeakKeyDictionary[Any, str]" = weakref.WeakKeyDictionary()  # loaded object -> fingerprint
-_installed = False
 _ours = threading.local()  # .active while before_load runs: its own loads of the model are not routed
 
 
-def installed() -> bool:
-    return _installed
-
-
-def install() -> None:
-    """Wrap the loaders of TensorFlow now and of Keras now or when it is imported."""
-    global _installed
+def install(record: Applied) -> None:
+    """Wrap the loaders of TensorFlow now, and of Keras if it is imported (else install_keras()
+    when it is), through ``record`` (which puts them back at disable())."""
     for module, attr in _TF_TARGETS:
-        _wrap(module, attr, "SavedModel")
+        _wrap(record, module, attr, "SavedModel")
     if "keras" in sys.modules:
-        install_keras()
-    _installed = True
+        install_keras(record)
 
 
-def install_keras() -> None:
+def install_keras(record: Applied) -> None:
     for module, attr in _KERAS_TARGETS:
-        _wrap(module, attr, "Keras")
+        _wrap(record, module, attr, "Keras")
     layer = getattr(sys.modules.get("keras.layers"), "TFSMLayer", None)
     if isinstance(layer, type):
-        _wrap_new(layer)
+        _wrap_new(record, layer)
 
 
 def uninstall() -> None:
-    global _installed
-    while _patched:
-        owner, attr, original = _patched.pop()
-        current = owner.__dict__.get(attr) if isinstance(owner, type) else getattr(owner, attr, None)
-        if current is None or getattr(current, _WRAPPED, "") is not original:
-            continue  # someone else replaced it since: leave theirs
-        if original is None:
-            delattr(owner, attr)  # the class had inherited it
-        else:
-            setattr(owner, attr, original)
+    """Forget the models planned, so that a later enable() plans them again."""
     _planned.clear()
-    _installed = False
 
 
-def _wrap(module_name: str, attr: str, kind: str) -> None:
+def _wrap(record: Applied, module_name: str, attr: str, kind: str) -> None:
     owner = sys.modules.get(module_name)
     original = getattr(owner, attr, None)
     if owner is None or original is None or hasattr(original, _WRAPPED):
@@ -109,11 +93,10 @@ def _wrap(module_name: str, attr: str, kind: str) -> None:
         return loaded
 
     setattr(load, _WRAPPED, original)
-    setattr(owner, attr, load)
-    _patched.append((owner, attr, original))
+    record.patch(owner, attr, load)
 
 
-def _wrap_new(cls: type) -> None:
+def _wrap_new(record: Applied, cls: type) -> None:
     """TFSMLayer: plan in ``__new__``, since constructing a Keras layer starts the runtime before
     its ``__init__`` loads the SavedModel (``__init__`` itself cannot be wrapped: Keras reads its
     signature for the layer's config)."""
@@ -126,8 +109,7 @@ def _wrap_new(cls: type) -> None:
         return super(cls, klass).__new__(klass, *args, **kwargs)  # type: ignore[misc]
 
     setattr(__new__, _WRAPPED, original)
-    cls.__new__ = __new__  # type: ignore[method-assign]
-    _patched.append((cls, "__new__", original))
+    record.patch(cls, "__new__", __new__)
 
 
 def before_load(path: Any, kind: str) -> None:
@@ -157,6 +139,8 @@ def _route(loaded: Any, path: Any, kind: str) -> None:
     try:
         from tf_autopar.runtime import fastpath
 
+        with STATE.lock:
+            STATE.applied.on_restore("fast path", fastpath.unroute_all, "put the routed models back on their original path")
         real = os.path.realpath(os.fspath(path))
         route = fastpath.route if kind == "SavedModel" else fastpath.route_keras
         route(loaded, os.fspath(path), _fingerprints.get(real))
@@ -195,15 +179,13 @@ def on_load(path: str) -> None:
                         program=cache.program_key())
         except Exception as exc:
             fail_open("write the plan cache", exc)
-    from tf_autopar import runtime
-
     STATE.process_profile = profile
     if not started:
-        runtime.apply_before_start(plan, source, STATE.share)
+        pools.apply_before_start(STATE.applied, plan, source)
         log.info("planned from %s before TensorFlow started: inter_op=%s intra_op=%s", path, plan.inter_op,
                  plan.intra_op)
     else:
-        runtime.report_late(plan, source)
+        pools.report_late(plan, source)
         running = controller.running_pools()
         if (plan.inter_op, plan.intra_op) != running:
             warn_once(

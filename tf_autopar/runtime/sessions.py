@@ -25,9 +25,9 @@ from tf_autopar.runtime.state import STATE
 
 if TYPE_CHECKING:
     from tf_autopar.graph.profile import GraphProfile
+    from tf_autopar.runtime.applied import Applied
     from tf_autopar.runtime.records import SessionRecord
 
-_original_init: Any = None
 _local = threading.local()  # .bypass: optimize() builds its own config
 _memo: "weakref.WeakKeyDictionary[Any, tuple[int, Any, float]]" = weakref.WeakKeyDictionary()
 PATCH_NAME = "tf.compat.v1.Session (BaseSession.__init__)"
@@ -47,38 +47,27 @@ def bypassed() -> bool:
     return bool(getattr(_local, "bypass", 0))
 
 
-def installed() -> bool:
-    return _original_init is not None
-
-
-def install() -> None:
-    global _original_init
-    if _original_init is not None:
-        return
+def install(record: Applied) -> None:
+    """Wrap ``BaseSession.__init__`` through ``record`` (which puts it back at disable())."""
     from tensorflow.python.client import session
 
-    _original_init = session.BaseSession.__init__
+    original = session.BaseSession.__init__
 
     def __init__(self: Any, target: str = "", graph: Any = None, config: Any = None) -> None:
-        _patched_init(self, target, graph, config)
+        if STATE.applied is not record:  # left inside another library's wrapper by an earlier enable()
+            return original(self, target, graph, config)
+        _patched_init(original, self, target, graph, config)
 
-    __init__.__wrapped__ = _original_init  # type: ignore[attr-defined]
-    __init__.__doc__ = _original_init.__doc__
-    session.BaseSession.__init__ = __init__
+    __init__.__wrapped__ = original  # type: ignore[attr-defined]
+    __init__.__doc__ = original.__doc__
+    record.patch(session.BaseSession, "__init__", __init__)
 
 
 def uninstall() -> None:
-    global _original_init
-    if _original_init is None:
-        return
-    from tensorflow.python.client import session
-
-    session.BaseSession.__init__ = _original_init
-    _original_init = None
+    """Nothing of its own to forget: the graph memo is keyed by graph and version, still right."""
 
 
-def _patched_init(self: Any, target: str, graph: Any, config: Any) -> None:
-    original = _original_init or _find_original()
+def _patched_init(original: Any, self: Any, target: str, graph: Any, config: Any) -> None:
     if getattr(_local, "bypass", 0) or not STATE.enabled:
         return original(self, target, graph, config)
     try:
@@ -97,13 +86,6 @@ def _patched_init(self: Any, target: str, graph: Any, config: Any) -> None:
         return original(self, target, graph, config)
     with STATE.lock:
         STATE.sessions.append(record)
-
-
-def _find_original() -> Any:
-    from tensorflow.python.client import session
-
-    init = session.BaseSession.__init__
-    return getattr(init, "__wrapped__", init)
 
 
 def graph_profile(graph: Any) -> tuple[GraphProfile, float]:

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tf_autopar import _warn
+from tf_autopar.runtime.applied import Applied
 
 if TYPE_CHECKING:
-    from tf_autopar.coordination import Share
     from tf_autopar.graph.profile import GraphProfile
     from tf_autopar.runtime.quota_watch import LimitsRecord
     from tf_autopar.runtime.records import FunctionRecord, ServedRecord, SessionRecord
@@ -213,12 +213,11 @@ class Registry:
         self.tune_live = False  # enable(tune_live=...): their per-session pools tuned on live calls
         self.batch: int | None = None  # what a model's None batch is read as (enable(batch=...))
         self.batch_given = False  # the user gave the batch (else it is assumed: graph/dims.py)
-        self.share: Share | None = None  # this process's share of the host, if it shares
+        self.applied = Applied()  # what enable() changed, undone by disable() (applied.py)
         self.process_profile: GraphProfile | None = None  # the profile the process pools were planned for (None: host only)
         self.process: ProcessRecord | None = None
         self.sessions: list[SessionRecord] = []
         self.functions: dict[tuple[str, str], FunctionRecord] = {}
-        self.patches: list[str] = []
         self.warnings: list[str] = _warn.ISSUED  # every tf_autopar warning of this process (_warn.py)
         self.warned_keys: set[str] = _warn.SEEN
         self.session_count = 0
@@ -236,7 +235,7 @@ class Registry:
                 sessions=tuple(self.sessions),
                 functions=tuple(self.functions.values()),
                 served=_served_records(),
-                patches=tuple(self.patches),
+                patches=tuple(self.applied.hook_names()),
                 warnings=tuple(self.warnings),
                 enable_ms=self.enable_ms,
                 disabled_by=self.disabled_by,

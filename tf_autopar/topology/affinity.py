@@ -1,8 +1,9 @@
 """Setting a CPU mask: the one place tf_autopar calls ``os.sched_setaffinity``.
 
-enable() binds its own process (runtime/controller.py), a cooperating worker binds to its share
-(coordination), and the launcher and the validation runner bind a child between fork and exec:
-all of them go through here, so what "bound" means (which threads, which errors) is one thing.
+enable() binds its own process (runtime/applied.py, which also puts the mask back), a
+cooperating worker binds to its share (coordination), and the launcher and the validation
+runner bind a child between fork and exec: all of them go through here, so what "bound" means
+(which threads, which errors) is one thing.
 """
 from __future__ import annotations
 
