@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from tf_autopar.tuning import live
+from tf_autopar.measure import live
 
 
 def _run(ratio: float, sigma: float, seed: int, load_noise: float = 0.0) -> live.PairedTrial:

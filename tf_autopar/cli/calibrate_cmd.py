@@ -12,7 +12,7 @@ import sys
 from typing import Any
 
 
-from tf_autopar.cli.numbers import count
+from tf_autopar._numbers import count
 
 
 def add_parser(subparsers: Any) -> None:

@@ -14,7 +14,7 @@ import sys
 from types import ModuleType
 from typing import Any, Sequence
 
-from tf_autopar.cli.numbers import count, seconds
+from tf_autopar._numbers import count, seconds
 from tf_autopar.graph.dims import MAX_BATCH
 from tf_autopar.characterization.classes import OP_CLASSES
 
@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
         classes=args.classes, progress=not args.no_progress,
     )
     if args.json:
-        from tf_autopar.characterization.run import result_json
+        from tf_autopar.characterization.report import result_json
 
         json.dump(result_json(result), sys.stdout, indent=2)
         print()

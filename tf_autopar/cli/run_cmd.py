@@ -6,7 +6,7 @@ import json
 import os
 import sys
 
-from tf_autopar.cli.numbers import count
+from tf_autopar._numbers import count
 from tf_autopar.cli.notes import say
 from tf_autopar.cli.plan_cmd import (add_shape_arguments, add_size_argument, load_profile, measured_for,
                                      shape_options, workload_names)

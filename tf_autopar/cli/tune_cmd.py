@@ -11,7 +11,7 @@ import json
 import sys
 from typing import Any
 
-from tf_autopar.cli.numbers import count, seconds
+from tf_autopar._numbers import count, seconds
 from tf_autopar.graph.dims import MAX_BATCH
 from tf_autopar.models.options import add_model_flags, from_args
 

@@ -16,6 +16,7 @@ import os
 import re
 from typing import Any, Mapping, Sequence
 
+from tf_autopar._model_path import looks_like_model
 from tf_autopar.graph import heavy_ops as H
 from tf_autopar.graph import named
 from tf_autopar.graph.analysis import analyze_function, analyze_graph_def
@@ -459,10 +460,6 @@ def _read_graph_file(path: str) -> Any:
 
 
 # --- paths and model names ----------------------------------------------------------------
-def _looks_like_path(s: str) -> bool:
-    return os.sep in s or s.startswith((".", "~")) or s.endswith((".pb", ".pbtxt", ".keras"))
-
-
 def _from_keras_file(path: str, include_gradients: bool, batch: int | None,
                      shapes: Mapping[str, Sequence[int]] | None) -> GraphProfile:
     """A .keras file: the model is rebuilt (a zip of config and weights holds no graph), so this
@@ -498,7 +495,7 @@ def _from_path_or_name(
         profile = analyze(proto, include_gradients=include_gradients, signature=signature, batch=batch,
                           input_shapes=shapes)
         return dataclasses.replace(profile, source=f"{profile.source} from {s}")
-    if not _looks_like_path(s):
+    if not looks_like_model(s):
         profile = _from_name(s, mode, size, include_gradients, batch)
         if profile is not None:
             return profile

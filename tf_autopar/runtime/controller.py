@@ -19,10 +19,11 @@ import sys
 from typing import Mapping
 
 from tf_autopar._text import is_uint
+import tf_autopar.planning.variables as variables
 from tf_autopar.topology import affinity
 
-OVERRIDE_VAR = "TF_OVERRIDE_GLOBAL_THREADPOOL"
-POOL_VARS = ("TF_NUM_INTEROP_THREADS", "TF_NUM_INTRAOP_THREADS")
+OVERRIDE_VAR = variables.OVERRIDE_GLOBAL_THREADPOOL
+POOL_VARS = variables.POOLS
 
 # variables tf_autopar set in this process -> the value set (to tell them from the user's)
 _SET_BY_US: dict[str, str] = {}
