@@ -15,6 +15,7 @@ from tf_autopar._model_path import looks_like_model
 from tf_autopar._numbers import count
 from tf_autopar.graph.dims import MAX_BATCH
 from tf_autopar.cli.notes import say
+from tf_autopar.planning.modes import INFERENCE_MODES
 from tf_autopar.planning import FORMATS, MODES, ThreadPlan, baseline_names, baseline_plan, plan
 from tf_autopar.topology.model import Topology
 
@@ -77,7 +78,7 @@ def shape_options(args: argparse.Namespace, mode: str = "latency") -> dict[str, 
     from tf_autopar.graph.dims import parse_input_shape, typical_batch
 
     batch = args.batch
-    if batch is not None or args.batching_file or mode in ("latency", "throughput"):
+    if batch is not None or args.batching_file or mode in INFERENCE_MODES:
         batch = typical_batch(mode, batch, args.batching_file)
     shapes = dict(parse_input_shape(t) for t in args.input_shape)
     return {"batch": batch, "input_shapes": shapes, "signature": args.signature,

@@ -98,4 +98,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run as the module the child functions import (this file as __main__ is a second copy whose
+    # ChildError they would not raise).
+    sys.exit(importlib.import_module(MODULE).main())

@@ -52,6 +52,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tf_autopar.planning.modes import INFERENCE_MODES
 from tf_autopar.runtime import cache, core, sessions, watch
 from tf_autopar.runtime import fastpath_rules as rules
 from tf_autopar.runtime.safety import fail_open, maybe_fail, warn_once
@@ -93,7 +94,7 @@ def live_wanted() -> bool:
 
 def wanted() -> bool:
     """The fast path is on: enabled, in an inference mode, not switched off by argument or variable."""
-    return STATE.enabled and STATE.fast_path and STATE.mode in ("latency", "throughput") and not switched_off()
+    return STATE.enabled and STATE.fast_path and STATE.mode in INFERENCE_MODES and not switched_off()
 
 
 # ------------------------------------------------------------------------------ routing
