@@ -40,7 +40,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tf_autopar.validation.cgroup import (  # noqa: E402  (after the path is set)
+from tf_autopar.measure.cgroup import (  # noqa: E402  (after the path is set)
     CgroupUnavailable, CpuStat, QuotaGroup, check_writable, find_cpu_controller,
 )
 

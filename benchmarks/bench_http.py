@@ -118,7 +118,7 @@ def clean_env(lease: Path) -> dict[str, str]:
 def one_server(model_path: str, body: dict, lua: Path, workers: int, config: str, quota: float | None,
                args: argparse.Namespace, tmp: Path, pin: bool = False) -> dict:
     """Start the example server, warm it, load it with wrk, stop it; the row's figures."""
-    from tf_autopar.validation.cgroup import QuotaGroup, find_cpu_controller
+    from tf_autopar.measure.cgroup import QuotaGroup, find_cpu_controller
 
     lease = Path(tempfile.mkdtemp(prefix="lease_", dir=tmp))
     env = clean_env(lease)

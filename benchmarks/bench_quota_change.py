@@ -38,7 +38,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from bench_fastpath import host  # noqa: E402  (after the path is set)
-from tf_autopar.validation.cgroup import (  # noqa: E402
+from tf_autopar.measure.cgroup import (  # noqa: E402
     CgroupUnavailable, QuotaGroup, check_writable, find_cpu_controller,
 )
 

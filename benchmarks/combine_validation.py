@@ -33,7 +33,7 @@ def replan(row: dict, config: str) -> dict:
     configs = row["configs"]
     if config not in configs or configs[config]["kind"] != "search":
         raise SystemExit(f"{row['workload']}: {config!r} is not a search configuration of its run")
-    out = subprocess.run([sys.executable, "-m", "tf_autopar.validation.plan_child", row["workload"], row["mode"],
+    out = subprocess.run([sys.executable, "-m", "tf_autopar.models.plan_child", row["workload"], row["mode"],
                           row["size"], "--batch", str(row["batch"])],
                          capture_output=True, text=True, check=True, cwd=ROOT)
     new_plan = json.loads(out.stdout.strip().splitlines()[-1])

@@ -31,8 +31,8 @@ sys.path.insert(0, os.path.dirname(HERE))
 from tf_autopar.graph.profile import GraphProfile  # noqa: E402
 from tf_autopar.planning import plan  # noqa: E402
 from tf_autopar.topology import detect_topology  # noqa: E402
-from tf_autopar.tuning.live import EARLY, MAX_PAIRS  # noqa: E402
-from tf_autopar.tuning.search import stream_neighbourhood  # noqa: E402
+from tf_autopar.measure.live import EARLY, MAX_PAIRS  # noqa: E402
+from tf_autopar.measure.search import stream_neighbourhood  # noqa: E402
 
 FIXTURES = os.path.join(os.path.dirname(HERE), "tests", "fixtures", "hosts")
 EQUAL_PAIRS = 40  # an equal candidate's mean pairs before it loses (synthetic streams, 8% noise)

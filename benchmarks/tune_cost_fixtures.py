@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 from tf_autopar.graph.profile import GraphProfile  # noqa: E402
 from tf_autopar.planning import plan  # noqa: E402
 from tf_autopar.topology import detect_topology  # noqa: E402
-from tf_autopar.tuning.search import neighbourhood, search  # noqa: E402
+from tf_autopar.measure.search import neighbourhood, search  # noqa: E402
 from tf_autopar.validation.space import search_space  # noqa: E402
 
 FIXTURES = os.path.join(os.path.dirname(HERE), "tests", "fixtures", "hosts")

@@ -11,7 +11,8 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from tf_autopar.validation.stats import geomean, median, paired_ratios  # noqa: E402  (pure, no TF)
+from tf_autopar.measure.stats import geomean, median, paired_ratios  # noqa: E402  (pure, no TF)
+from tf_autopar.planning import baselines  # noqa: E402
 
 
 def _ratio(c: dict | None) -> str:
@@ -32,7 +33,7 @@ def _opt(row: dict, s: dict) -> str:
     if not opt:
         return "-"
     cfg = row["configs"][opt]
-    label = {"tf-default": "default", "tf-recommended": "TF-rec.", "intel-recommended": "Intel-rec."}.get(opt, "")
+    label = next((b.label for b in baselines.BASELINES if b.name == opt), "")
     threads = f"{cfg['inter']}x{cfg['intra']}" if cfg.get("inter") else "2x2 (implicit)"
     return f"{threads}" + (f" ({label})" if label and cfg.get("inter") else "")
 

@@ -9,7 +9,7 @@ import pytest
 from tf_autopar.topology import detect_topology
 from tf_autopar.topology._fs import HostFS, Notes
 from tf_autopar.topology.cgroup import Hierarchy, cpu_hierarchies, process_groups
-from tf_autopar.validation.cgroup import CgroupUnavailable, CpuController, find_cpu_controller
+from tf_autopar.measure.cgroup import CgroupUnavailable, CpuController, find_cpu_controller
 
 V1_MOUNTS = (
     "/ /sys/fs/cgroup/systemd cgroup rw,xattr,name=systemd",

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tf_autopar.characterization import analysis, classes, report, run
+from tf_autopar.characterization import classes, report, run
 from tf_autopar.characterization.analysis import Run, analyze, cosine_matrix, similarity, summarize_payload
 from tf_autopar.characterization.classes import OP_CLASSES, class_times, classify, is_known, shares
 

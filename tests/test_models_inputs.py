@@ -154,7 +154,7 @@ def test_compare_names_are_checked():
 
 
 def test_openmp_settings_reach_the_child_environment():
-    from tf_autopar.validation.space import parse_config
+    from tf_autopar.measure.configs import parse_config
 
     c = parse_config("1x1x2:bt1", openmp=True)
     assert c.env_dict == {"TF_NUM_INTEROP_THREADS": "1", "TF_NUM_INTRAOP_THREADS": "1", "OMP_NUM_THREADS": "2",

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from tf_autopar.planning import BASELINES, FORMATS, ThreadPlan, baseline_plan, plan
+from tf_autopar.planning import FORMATS, ThreadPlan, baseline_names, baseline_plan, plan
 from tf_autopar.topology.cpulist import format_cpulist
 
 try:
@@ -25,7 +25,7 @@ def _all_plans():
         for name, t in hosts(runtime).items():
             for mode in ("latency", "throughput", "training"):
                 yield f"{runtime}-{name}-{mode}", plan(t, mode=mode, width=3, env={"KMP_HW_SUBSET": "1s"})
-            for b in BASELINES:
+            for b in baseline_names():
                 yield f"{runtime}-{name}-{b}", baseline_plan(b, t)
 
 

@@ -14,7 +14,7 @@ import tempfile
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tf_autopar.cli.numbers import MAX_SECONDS, MAX_STEPS, count, seconds
+from tf_autopar._numbers import MAX_SECONDS, MAX_STEPS, count, seconds
 from tf_autopar.coordination import rendezvous
 from tf_autopar.coordination.lease import MAX_SLOTS, _holds_slot, _slot_index
 from tf_autopar.coordination.ranks import COUNTS, PAIRS, detect_ranks

@@ -20,7 +20,7 @@ import time
 import pytest
 
 from _runtime_child import PRELUDE, ROOT
-from tf_autopar.validation.cgroup import CgroupUnavailable, QuotaGroup, check_writable, find_cpu_controller
+from tf_autopar.measure.cgroup import CgroupUnavailable, QuotaGroup, check_writable, find_cpu_controller
 
 pytestmark = pytest.mark.tf
 

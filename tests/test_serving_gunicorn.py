@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
-import time
 
 import pytest
 
@@ -16,7 +14,7 @@ for _name in ("gunicorn", "uvicorn", "fastapi"):
     pytest.importorskip(_name, reason=f"{_name} is not installed (pip install '.[serve]')")
 
 from examples.serving.harness import Server, served_paths, warm_until_served
-from tf_autopar.validation.cgroup import CgroupUnavailable, QuotaGroup, check_writable, find_cpu_controller
+from tf_autopar.measure.cgroup import CgroupUnavailable, QuotaGroup, check_writable, find_cpu_controller
 
 BODY = {"inputs": [[[[0.25, 0.5, 0.75]] * 32] * 32]}  # one 32x32x3 image: the small user model's input
 

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from tf_autopar.tuning import live
+from tf_autopar.measure import live
 
 
 def _run(ratio: float, sigma: float, seed: int, load_noise: float = 0.0) -> live.PairedTrial:
@@ -90,7 +90,7 @@ def test_verdicts_are_final(ratio):
 # ------------------------------------------------------------------ streams and the build priority
 
 def test_streams_are_tuned_as_streams_within_the_budget():
-    from tf_autopar.tuning.search import MAX_CANDIDATES, neighbourhood, stream_neighbourhood
+    from tf_autopar.measure.search import MAX_CANDIDATES, neighbourhood, stream_neighbourhood
 
     one = stream_neighbourhood(1, 2, 1, 2, 1)
     assert one == [(c.inter, c.intra, 1) for c in neighbourhood(1, 2, 2, 1)]  # one stream: the session's own

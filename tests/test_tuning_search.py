@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from tf_autopar.tuning.search import MAX_CANDIDATES, Candidate, neighbourhood, search
+from tf_autopar.measure.search import MAX_CANDIDATES, Candidate, neighbourhood, search
 
 C = Candidate
 

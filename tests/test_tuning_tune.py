@@ -19,7 +19,8 @@ from tf_autopar.runtime import cache
 # two rounds (a setting is stored only then). Which settings and when to stop: test_tuning_search.py.
 SMALL_SEARCH = """
 import functools, sys
-from tf_autopar.tuning import search, tuner
+from tf_autopar.measure import search
+from tf_autopar.tuning import tuner
 def plan_and_farthest(*args):
     every = search.neighbourhood(*args)
     return every[:1] + every[1:][-1:]

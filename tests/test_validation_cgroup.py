@@ -9,12 +9,12 @@ import sys
 import pytest
 
 from tf_autopar.validation import results
-from tf_autopar.validation.cgroup import (
+from tf_autopar.measure.cgroup import (
     CgroupUnavailable, CpuController, QuotaGroup, check_writable, find_cpu_controller, leftover_groups, parse_cpu_stat,
 )
 from tf_autopar.validation.harness import Harness, Options, RowSpec, fixed_plan_provider
-from tf_autopar.validation.runner import run_child
-from tf_autopar.validation.space import thread_config
+from tf_autopar.measure.runner import run_child
+from tf_autopar.measure.configs import thread_config
 
 from test_validation_harness import RUNNER
 from test_validation_stats import topo

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from tf_autopar.validation import results
-from tf_autopar.validation.cgroup import CgroupUnavailable, check_writable, find_cpu_controller, leftover_groups
+from tf_autopar.measure.cgroup import CgroupUnavailable, check_writable, find_cpu_controller, leftover_groups
 
 from test_validation_harness import STANDIN, alive, read_log
 

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from tf_autopar.validation import results
-from tf_autopar.validation.cgroup import CgroupUnavailable, check_writable, find_cpu_controller, leftover_groups
+from tf_autopar.measure.cgroup import CgroupUnavailable, check_writable, find_cpu_controller, leftover_groups
 
 pytestmark = pytest.mark.tf  # ~25 s on a quiet 2-core host (plan child + 3 fresh TF processes)
 

@@ -10,8 +10,8 @@ import pytest
 
 from tf_autopar.validation import report, results
 from tf_autopar.validation.harness import ChildPlanProvider, Harness, Options, RowSpec, fixed_plan_provider
-from tf_autopar.validation.runner import TRACKER
-from tf_autopar.validation.space import thread_config
+from tf_autopar.measure.runner import TRACKER
+from tf_autopar.measure.configs import thread_config
 
 from test_validation_stats import topo
 

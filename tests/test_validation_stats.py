@@ -8,9 +8,11 @@ import pytest
 
 from tf_autopar.planning import baseline_plan
 from tf_autopar.topology.model import Core, NumaNode, Topology
-from tf_autopar.validation import results, stats
+from tf_autopar.measure import stats
+from tf_autopar.validation import results
 from tf_autopar.validation.harness import distinct_slots
-from tf_autopar.validation.space import baseline_configs, config_from_plan, search_space, thread_config
+from tf_autopar.measure.configs import config_from_plan, thread_config
+from tf_autopar.validation.space import baseline_configs, search_space
 
 
 def topo(sockets: int = 1, cores_per_socket: int = 2, smt: int = 1, runtime: str = "eigen") -> Topology:

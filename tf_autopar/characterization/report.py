@@ -5,17 +5,19 @@ it stays useful where images do not render.
 """
 from __future__ import annotations
 
+import json
 import math
+import os
+import shutil
+import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from tf_autopar.characterization.analysis import GROUP_DISTANCE, MIN_CLASS_SHARE
 from tf_autopar.characterization.classes import OP_CLASSES, SHORT
 
 if TYPE_CHECKING:
     from tf_autopar.characterization.run import Result
-
-
 
 def _pct(x: float | None) -> str:
     return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x * 100:.0f}%"
@@ -78,7 +80,7 @@ def render(result: Result, images: Sequence[str] = ()) -> str:
         f"{len(result.runs)} runs, each in a fresh process ({len(ok)} ok, {len(result.failures)} failed); "
         f"wall time {result.wall_s:.0f} s.", "",
         "Kernel time is what the native tracer recorded (`tf_autopar.trace()`); shares are of the summed kernel "
-        f"time of one step at the largest intra-op count with one inter-op thread. Method and the comparison with "
+        "time of one step at the largest intra-op count with one inter-op thread. Method and the comparison with "
         "Fathom's published findings: docs/characterization.md in tf_autopar.", "",
     ]
     bd = a["breakdown"]
@@ -316,8 +318,6 @@ def write_files(result: Result, folder: Path) -> list[str]:
     import matplotlib
 
     matplotlib.use("Agg")
-    from tf_autopar.characterization.run import dumps
-
     images = []
     for name, fn in (("time_by_class.png", plot_time_by_class), ("train_vs_infer.png", plot_train_vs_infer),
                      ("scaling.png", plot_scaling), ("scaling_by_class.png", plot_scaling_by_class)):
@@ -333,10 +333,54 @@ def write_files(result: Result, folder: Path) -> list[str]:
 
 
 def write_all(result: Result, out_dir: Path) -> list[str]:
-    """Everything, published into ``out_dir`` at once (run.stage_and_publish)."""
-    from tf_autopar.characterization.run import stage_and_publish
-
+    """Everything, published into ``out_dir`` at once (stage_and_publish)."""
     return stage_and_publish(out_dir, lambda folder: write_files(result, folder))
 
 
-__all__ = ["render", "write_all", "write_files"]
+def result_json(result: Result) -> dict[str, Any]:
+    """characterize.json: settings, host, every run, and the analyses."""
+    a = result.analyses
+
+    def clean(x: Any) -> Any:
+        if isinstance(x, float):
+            return None if math.isnan(x) else x
+        if isinstance(x, dict):
+            return {str(k): clean(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return [clean(v) for v in x]
+        return x
+
+    return clean({
+        "settings": result.settings.to_dict(), "host": result.host, "wall_s": result.wall_s,
+        "breakdown": a["breakdown"],
+        "similarity": {m: sim.to_dict() for m, sim in a["similarity"].items()},
+        "train_vs_infer": a["train_vs_infer"], "scaling": a["scaling"], "inter_pools": a["inter_pools"],
+        "unknown_types": a["unknown_types"],
+        "runs": [r.to_dict() for r in result.runs],
+    })
+
+
+def stage_and_publish(out_dir: Path, write: Callable[[Path], list[str]]) -> list[str]:
+    """Write everything into a staging directory inside ``out_dir`` and move it in at the end, so
+    a failure leaves ``out_dir`` as it was (and removes it if this call created it)."""
+    created = not out_dir.exists()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".characterize-", dir=out_dir))
+    try:
+        names = write(staging)
+        for name in names:
+            os.replace(staging / name, out_dir / name)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        if created:
+            shutil.rmtree(out_dir, ignore_errors=True)
+        raise
+    shutil.rmtree(staging, ignore_errors=True)
+    return names
+
+
+def dumps(result: Result) -> str:
+    return json.dumps(result_json(result), indent=2)
+
+
+__all__ = ["dumps", "render", "result_json", "stage_and_publish", "write_all", "write_files"]

@@ -10,12 +10,9 @@ not import the workloads package.
 """
 from __future__ import annotations
 
-import json
 import logging
-import math
 import os
 import platform
-import shutil
 import sys
 import tempfile
 import time
@@ -25,6 +22,9 @@ from typing import Any, Callable, Sequence
 
 from tf_autopar.characterization.analysis import Run, analyze, summarize_payload
 from tf_autopar.characterization.classes import check_classes
+from tf_autopar.characterization.report import write_all
+from tf_autopar.measure.progress import Progress
+from tf_autopar.measure.runner import OK, clean_env, run_child
 
 log = logging.getLogger("tf_autopar.characterization")
 
@@ -191,8 +191,6 @@ def child_command(spec: Spec, s: Settings) -> list[str]:
 
 def child_env(spec: Spec) -> dict[str, str]:
     """The parent's environment without thread variables, plus this run's pools."""
-    from tf_autopar.validation.runner import clean_env
-
     env, _ = clean_env()
     env.update(TF_NUM_INTRAOP_THREADS=str(spec.intra), TF_NUM_INTEROP_THREADS=str(spec.inter),
                OMP_NUM_THREADS=str(spec.intra), TF_CPP_MIN_LOG_LEVEL=env.get("TF_CPP_MIN_LOG_LEVEL", "2"))
@@ -206,8 +204,6 @@ def _check_payload(payload: dict[str, Any]) -> None:
 
 def measure(spec: Spec, s: Settings) -> Run:
     """One child; its failure becomes a Run with ok=False and the reason."""
-    from tf_autopar.validation.runner import OK, run_child
-
     res = run_child(child_command(spec, s), child_env(spec), s.timeout_s, validate=_check_payload)
     if res.status != OK or res.payload is None:
         tail = res.stderr_tail.strip().splitlines()[-1:] if res.stderr_tail else []
@@ -247,9 +243,6 @@ def characterize(workloads: Sequence[str], out: str | os.PathLike[str], *, known
     """Measure, analyse and write the report into ``out``. Bad input raises ValueError (or
     PermissionError for ``out``) before anything runs; files appear in ``out`` only at the end,
     all together. ``known``: the valid workload names (the caller's catalogue)."""
-    from tf_autopar.characterization.report import write_all
-    from tf_autopar.validation.progress import Progress
-
     if budget is None:
         import tf_autopar
 
@@ -279,49 +272,3 @@ def characterize(workloads: Sequence[str], out: str | os.PathLike[str], *, known
     result = Result(settings=s, runs=runs, analyses=analyses, host=host_info(budget), wall_s=wall)
     result.files = write_all(result, out_dir)
     return result
-
-
-def result_json(result: Result) -> dict[str, Any]:
-    """characterize.json: settings, host, every run, and the analyses."""
-    a = result.analyses
-
-    def clean(x: Any) -> Any:
-        if isinstance(x, float):
-            return None if math.isnan(x) else x
-        if isinstance(x, dict):
-            return {str(k): clean(v) for k, v in x.items()}
-        if isinstance(x, (list, tuple)):
-            return [clean(v) for v in x]
-        return x
-
-    return clean({
-        "settings": result.settings.to_dict(), "host": result.host, "wall_s": result.wall_s,
-        "breakdown": a["breakdown"],
-        "similarity": {m: sim.to_dict() for m, sim in a["similarity"].items()},
-        "train_vs_infer": a["train_vs_infer"], "scaling": a["scaling"], "inter_pools": a["inter_pools"],
-        "unknown_types": a["unknown_types"],
-        "runs": [r.to_dict() for r in result.runs],
-    })
-
-
-def stage_and_publish(out_dir: Path, write: Callable[[Path], list[str]]) -> list[str]:
-    """Write everything into a staging directory inside ``out_dir`` and move it in at the end, so
-    a failure leaves ``out_dir`` as it was (and removes it if this call created it)."""
-    created = not out_dir.exists()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".characterize-", dir=out_dir))
-    try:
-        names = write(staging)
-        for name in names:
-            os.replace(staging / name, out_dir / name)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        if created:
-            shutil.rmtree(out_dir, ignore_errors=True)
-        raise
-    shutil.rmtree(staging, ignore_errors=True)
-    return names
-
-
-def dumps(result: Result) -> str:
-    return json.dumps(result_json(result), indent=2)

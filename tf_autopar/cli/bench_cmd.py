@@ -11,7 +11,7 @@ import json
 import sys
 from typing import Any
 
-from tf_autopar.cli.numbers import count, seconds
+from tf_autopar._numbers import count, seconds
 from tf_autopar.graph.dims import MAX_BATCH
 from tf_autopar._files import write_json_atomic
 from tf_autopar.models.options import add_model_flags
@@ -62,7 +62,7 @@ def add_parser(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from tf_autopar.models.bench import Bench, BenchOptions, parse_compare
     from tf_autopar.models.options import from_args
-    from tf_autopar.validation.progress import Progress
+    from tf_autopar.measure.progress import Progress
 
     options = BenchOptions(
         model=args.model, batch=args.batch, mode=args.mode, requests=args.requests, time_s=args.time,

@@ -11,8 +11,8 @@ import json
 from typing import Any
 
 
+from tf_autopar._numbers import count
 from tf_autopar.cli.notes import sayer
-from tf_autopar.cli.numbers import count
 
 
 def add_parser(subparsers: Any) -> None:

@@ -11,8 +11,8 @@ import os
 import sys
 from typing import Any
 
+from tf_autopar._numbers import count, seconds
 from tf_autopar.characterization.bundled import characterize
-from tf_autopar.cli.numbers import count, seconds
 from tf_autopar.graph.dims import MAX_BATCH
 from tf_autopar.characterization.classes import OP_CLASSES
 
@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
         classes=args.classes, progress=not args.no_progress,
     )
     if args.json:
-        from tf_autopar.characterization.run import result_json
+        from tf_autopar.characterization.report import result_json
 
         json.dump(result_json(result), sys.stdout, indent=2)
         print()

@@ -3,7 +3,7 @@
 The commands that measure (bench, tune, validate, characterize, calibrate, trace's children,
 the planning children of plan and analyze) run each child in its own session, so a terminal's
 Ctrl-C reaches only this process, and they clean up on KeyboardInterrupt: the running child's
-process group is killed and reaped (validation/runner.py), temporary directories are removed
+process group is killed and reaped (measure/runner.py), temporary directories are removed
 (``Bench.close``, the characterize staging directory), partial results are kept. A supervisor's
 SIGTERM (systemd, Kubernetes, ``kill``) must do the same, not end this process alone and leave
 its children running under pid 1 with their files behind: ``sigterm_interrupts`` raises

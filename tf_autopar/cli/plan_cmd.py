@@ -11,10 +11,12 @@ import logging
 import os
 from typing import TYPE_CHECKING, Any, Mapping
 
-from tf_autopar.cli.numbers import count
+from tf_autopar._model_path import looks_like_model
+from tf_autopar._numbers import count
 from tf_autopar.graph.dims import MAX_BATCH
 from tf_autopar.cli.notes import say
-from tf_autopar.planning import BASELINES, FORMATS, MODES, ThreadPlan, baseline_plan, plan
+from tf_autopar.planning.modes import INFERENCE_MODES
+from tf_autopar.planning import FORMATS, MODES, ThreadPlan, baseline_names, baseline_plan, plan
 from tf_autopar.topology.model import Topology
 
 if TYPE_CHECKING:  # the graph package is imported only when a model is analysed
@@ -45,7 +47,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--format", choices=FORMATS, default="text", help="output format (default text: the explanation)")
     p.add_argument("--json", action="store_true", help="same as --format json")
     p.add_argument("--root", default="/", help="read /sys and /proc under this directory (recorded fixtures)")
-    p.add_argument("--baseline", choices=BASELINES, default=None, help="print a published baseline instead")
+    p.add_argument("--baseline", choices=baseline_names(), default=None, help="print a published baseline instead")
     p.add_argument("--no-tuned", action="store_true", help="ignore what `tf-autopar tune` and `calibrate` measured on this host")
     p.set_defaults(func=run)
 
@@ -76,7 +78,7 @@ def shape_options(args: argparse.Namespace, mode: str = "latency") -> dict[str, 
     from tf_autopar.graph.dims import parse_input_shape, typical_batch
 
     batch = args.batch
-    if batch is not None or args.batching_file or mode in ("latency", "throughput"):
+    if batch is not None or args.batching_file or mode in INFERENCE_MODES:
         batch = typical_batch(mode, batch, args.batching_file)
     shapes = dict(parse_input_shape(t) for t in args.input_shape)
     return {"batch": batch, "input_shapes": shapes, "signature": args.signature,
@@ -99,7 +101,7 @@ def load_profile(model: str, mode: str = "latency", **options: Any) -> GraphProf
         from tf_autopar.graph.dims import for_unknown_batch  # as enable() without a batch
 
         return for_unknown_batch(analyze(model, **options))
-    if os.sep in model or model.endswith((".keras", ".pb", ".pbtxt")):
+    if looks_like_model(model):
         raise FileNotFoundError(f"no such file or directory: {model!r} (a SavedModel directory, .keras or graph file)")
     import tf_autopar_workloads as workloads
 

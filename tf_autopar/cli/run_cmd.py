@@ -7,8 +7,9 @@ import json
 import os
 import sys
 
-from tf_autopar.cli.numbers import count
+from tf_autopar._numbers import count
 from tf_autopar.cli.notes import say
+from tf_autopar.planning.modes import MODES
 from tf_autopar.cli.plan_cmd import (add_shape_arguments, add_size_argument, load_profile, measured_for,
                                      shape_options, workload_names)
 from tf_autopar.runtime import allocator
@@ -24,7 +25,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "the first failing child's. Each instance started is named on stderr with its CPUs and "
         "threads; several instances' output is prefixed [instance I] (or goes to --log-dir).",
     )
-    p.add_argument("--mode", choices=("latency", "throughput", "training"), default="latency")
+    p.add_argument("--mode", choices=MODES, default="latency")
     p.add_argument("--instances", type=count(10**15), default=None,
                    help="copies of COMMAND, each on disjoint CPUs (each gets TF_AUTOPAR_INSTANCE=0..N-1, e.g. to "
                         "pick its own port); throughput mode needs it to start more than one")

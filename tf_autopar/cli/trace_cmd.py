@@ -8,7 +8,8 @@ import os
 import sys
 from typing import Any
 
-from tf_autopar.cli.numbers import count
+from tf_autopar._model_path import looks_like_model
+from tf_autopar._numbers import count
 from tf_autopar.graph.dims import MAX_BATCH
 from tf_autopar.cli.notes import say
 from tf_autopar.models.options import add_model_flags, from_args
@@ -97,12 +98,6 @@ def _step_fn(built: Any, mode: str, path: str) -> tuple[Any, Any, Any]:
     return (lambda: fn(*xs).numpy()), None, built.graph_def("train")
 
 
-def _is_model(name: str) -> bool:
-    from tf_autopar.models.load import looks_like_model
-
-    return looks_like_model(name)
-
-
 def _workload_step(args: argparse.Namespace) -> tuple[Any, Any, Any, int]:
     if from_args(args).given:
         raise ValueError("--signature, --input-shape, --int-max and --inputs apply to model files (SavedModel "
@@ -142,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--batch must be a positive integer, got {args.batch}")
     import tf_autopar
 
-    model = _is_model(args.workload)
+    model = looks_like_model(args.workload)
     if not args.json:
         what = f"loading {args.workload}" if model else f"building workload {args.workload} at size {args.size}"
         say("trace", f"{what} (imports TensorFlow: a few seconds)")

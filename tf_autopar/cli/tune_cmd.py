@@ -12,8 +12,8 @@ import argparse
 import json
 from typing import Any
 
+from tf_autopar._numbers import count, seconds
 from tf_autopar.cli.notes import sayer
-from tf_autopar.cli.numbers import count, seconds
 from tf_autopar.graph.dims import MAX_BATCH
 from tf_autopar.models.options import add_model_flags, from_args
 

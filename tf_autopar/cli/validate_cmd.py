@@ -12,11 +12,12 @@ import shlex
 import sys
 from typing import Any
 
-from tf_autopar.cli.numbers import count, seconds
+from tf_autopar._model_path import looks_like_model
+from tf_autopar._numbers import count, seconds
 from tf_autopar.graph.dims import MAX_BATCH
 from tf_autopar import _plots
 from tf_autopar.models.options import add_model_flags
-from tf_autopar.validation.plan_child import ROW_MODES
+from tf_autopar.models.plan_child import ROW_MODES
 
 # --quick (the README default): a wide vision model with parallel branches (Inception v3,
 # inference at batch 1 and training), a wide recommender at batch 1 (Wide&Deep: the
@@ -106,10 +107,10 @@ def run(args: argparse.Namespace) -> int:
     from tf_autopar.validation import report
     from tf_autopar.validation.harness import DEFAULT_RUNNER, Harness, Options, fixed_plan_provider, make_rows
     from tf_autopar.validation.results import OURS
-    from tf_autopar.validation.space import parse_config
-    from tf_autopar.validation.progress import Progress
+    from tf_autopar.measure.configs import parse_config
+    from tf_autopar.measure.progress import Progress
 
-    from tf_autopar.models.load import looks_like_model, model_kind
+    from tf_autopar.models.load import model_kind
     from tf_autopar.models.options import from_args
     from tf_autopar.validation.harness import MODEL_ROW_MODES, make_model_rows
 

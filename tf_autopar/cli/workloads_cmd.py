@@ -1,9 +1,8 @@
 """`tf-autopar workloads list|run`: the bundled workloads and a per-step timer for them.
 
-``run --json`` prints only one JSON object on stdout (the validation harness parses it,
-running this command in fresh processes with TF_NUM_INTEROP_THREADS / TF_NUM_INTRAOP_THREADS
-set); TensorFlow's own logging goes to stderr and is quietened unless the user set
-TF_CPP_MIN_LOG_LEVEL.
+``run --json`` prints only one JSON object on stdout: the object the validation harness's
+workload runner (tf_autopar.models.child:steps, the same function) returns; TensorFlow's own
+logging goes to stderr and is quietened unless the user set TF_CPP_MIN_LOG_LEVEL.
 """
 from __future__ import annotations
 
@@ -11,13 +10,12 @@ import argparse
 import json
 import logging
 import os
-import sys
 from typing import Any
 
 from tf_autopar._text import table
-from tf_autopar.cli.numbers import count
-from tf_autopar.graph.dims import MAX_BATCH
 from tf_autopar.cli.notes import say
+from tf_autopar.measure.child import emit
+from tf_autopar.models.child import add_steps_flags, run_steps
 
 log = logging.getLogger("tf_autopar.cli")
 
@@ -34,15 +32,7 @@ def add_parser(subparsers: Any) -> None:
     lp.set_defaults(func=_list)
 
     rp = sub.add_parser("run", help="time a workload's steps (tf.function or TF1 Session path)")
-    rp.add_argument("name", help="workload name (see `tf-autopar workloads list`)")
-    rp.add_argument("--mode", choices=("infer", "train"), default="infer")
-    rp.add_argument("--batch", type=count(MAX_BATCH, "the largest batch tf-autopar synthesises inputs for"), default=None, help="batch size (default: the published one)")
-    rp.add_argument("--steps", type=count(), default=10, help="timed steps")
-    rp.add_argument("--warmup", type=count(), default=2, help="untimed steps first (tracing, allocation)")
-    rp.add_argument("--size", choices=("tiny", "paper"), default="tiny")
-    rp.add_argument("--path", choices=("function", "session"), default="function")
-    rp.add_argument("--seed", type=int, default=0)
-    rp.add_argument("--json", action="store_true", help="print only a JSON object on stdout")
+    add_steps_flags(rp)
     rp.set_defaults(func=_run)
 
 
@@ -112,12 +102,9 @@ def _list(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     _quiet_tf()
-    from tf_autopar_workloads import runner
-
-    result = runner.run(args.name, mode=args.mode, batch=args.batch, steps=args.steps, size=args.size,
-                        path=args.path, warmup=args.warmup, seed=args.seed)
+    result = run_steps(args)
     if args.json:
-        sys.stdout.write(json.dumps(result) + "\n")
+        emit(result)
         return 0
     ms = 1e3
     print(f"{result['workload']} {result['mode']} size={result['size']} batch={result['batch']} "

@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from tf_autopar._model_path import looks_like_model
 from tf_autopar.graph import named
 from tf_autopar.graph._gc import paused_gc
 from tf_autopar.graph.dims import Assumed, assumed_dims, describe_assumptions
@@ -134,10 +135,6 @@ def _from_saved_model_proto(sm: Any, signature: str | None, where: str, batch: i
 
 
 # --- paths and model names ----------------------------------------------------------------
-def _looks_like_path(s: str) -> bool:
-    return os.sep in s or s.startswith((".", "~")) or s.endswith((".pb", ".pbtxt", ".keras"))
-
-
 def _from_path_or_name(s: str, signature: str | None, mode: str, size: str, batch: int | None,
                        shapes: Shapes) -> Source:
     path = os.path.expanduser(s)
@@ -151,7 +148,7 @@ def _from_path_or_name(s: str, signature: str | None, mode: str, size: str, batc
     if os.path.isfile(path):
         found = source_of(read_graph_file(path), signature=signature, batch=batch, input_shapes=shapes)
         return dataclasses.replace(found, suffix=f" from {s}")
-    if not _looks_like_path(s):
+    if not looks_like_model(s):
         provider = named.find(s)  # see named.py: ``import tf_autopar_workloads`` registers the bundled workloads
         if provider is None:
             raise FileNotFoundError(named.not_a_model(s))

@@ -2,8 +2,8 @@
 
 Every configuration runs in a fresh process (TensorFlow fixes its pools at start), round
 robin (A B C A B C ...), so slow drift of a shared machine hits every configuration alike;
-speedups are medians of per-round paired ratios (validation/stats.py). The processes are
-started with validation/runner.py (own session, timeout, nothing left behind on Ctrl-C).
+speedups are medians of per-round paired ratios (measure/stats.py). The processes are
+started with measure/runner.py (own session, timeout, nothing left behind on Ctrl-C).
 
 Configurations:
 - ``default``: no thread variable at all (TensorFlow's default).
@@ -16,7 +16,7 @@ Configurations:
 - ``INTERxINTRA``: TF_NUM_INTEROP_THREADS / TF_NUM_INTRAOP_THREADS (and, on OpenMP builds,
   OMP_NUM_THREADS = MKL_NUM_THREADS = intra); ``INTERxINTRAxOMP`` sets the OpenMP threads
   apart from TF's intra-op pool, ``:btMS`` KMP_BLOCKTIME and ``:compact`` compact KMP_AFFINITY
-  (OpenMP builds only; validation/space.parse_config).
+  (OpenMP builds only; measure/configs.parse_config).
 
 Throughput mode runs the plan's instances as that many concurrent processes for *every*
 configuration (the plan's bound to its CPU lists, the others unbound, as a user would start
@@ -34,22 +34,25 @@ import math
 import os
 import shutil
 import signal
-import sys
 import tempfile
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+from tf_autopar._model_path import looks_like_model
+from tf_autopar.measure import stats
+from tf_autopar.measure.child import EXIT_BAD_INPUT
+from tf_autopar.measure.configs import parse_config
+from tf_autopar.measure.progress import Progress
+from tf_autopar.measure.runner import OK, TRACKER, ChildResult, check_step_payload, clean_env, run_child
+from tf_autopar.models.child import PREPARE_CHILD, RUN_CHILD
+from tf_autopar.models.load import model_kind
 from tf_autopar.models.options import ModelOptions
-from tf_autopar.validation import stats
-from tf_autopar.validation.progress import Progress
-from tf_autopar.validation.runner import OK, TRACKER, ChildResult, check_step_payload, clean_env, run_child
-from tf_autopar.validation.space import parse_config
+from tf_autopar.planning.modes import INFERENCE_MODES
 
 log = logging.getLogger("tf_autopar.models")
 
 SCHEMA_VERSION = 1
-CHILD: tuple[str, ...] = (sys.executable, "-m", "tf_autopar.models.child")
-MODES = ("latency", "throughput")
+MODES = INFERENCE_MODES  # a model file has no training step
 SPECIAL = ("default", "plan", "enable", "enable-cached")
 DEFAULT_COMPARE = ("default", "plan")
 DEFAULT_REQUESTS = 50
@@ -58,7 +61,6 @@ DEFAULT_ROUNDS = 3
 DEFAULT_TIMEOUT_S = 600.0
 PREPARE_TIMEOUT_S = 900.0
 BARRIER_TIMEOUT_S = 600.0
-ERROR_PREFIX = "tf-autopar: error: "  # child._fail
 
 
 @dataclass(frozen=True)
@@ -134,8 +136,6 @@ class BenchOptions:
         if not self.timeout_s > 0:
             raise ValueError(f"--timeout must be positive, got {self.timeout_s}")
         parse_compare(",".join(self.compare))
-        from tf_autopar.models.load import looks_like_model, model_kind
-
         if looks_like_model(self.model):
             model_kind(self.model)  # missing path, not a model: ValueError before any process starts
         else:
@@ -167,8 +167,6 @@ def _tail(text: str, n: int = 400) -> str:
 
 
 def _model_path(model: str) -> str:
-    from tf_autopar.models.load import looks_like_model
-
     return os.path.abspath(os.path.expanduser(model)) if looks_like_model(model) else model
 
 
@@ -176,7 +174,7 @@ class Bench:
     """One benchmark: prepare (describe + plan, in a child), then the interleaved rounds."""
 
     def __init__(self, options: BenchOptions, *, topology: Any = None, progress: Progress | None = None,
-                 child: Sequence[str] = CHILD) -> None:
+                 child: Sequence[str] = RUN_CHILD) -> None:
         options.check()
         self.options = options
         self.model = _model_path(options.model)
@@ -215,7 +213,7 @@ class Bench:
         """Describe the inputs and plan, in a child; ValueError with the child's message on bad input."""
         o = self.options
         self.prepared = prepare_in_child(self.model, batch=o.batch, plan_mode=o.mode, size=o.size, streams=o.streams,
-                                         model_options=o.model_options, env=self.env, child=self.child)
+                                         model_options=o.model_options, env=self.env)
         if self.progress is not None:
             self.progress.update("model loaded and planned")
         return self.prepared
@@ -324,7 +322,7 @@ class Bench:
 
     def _command(self, cfg: BenchConfig) -> list[str]:
         o = self.options
-        cmd = [*self.child, "run", self.model, "--mode", "infer", "--batch", str(o.batch), "--steps", str(o.steps),
+        cmd = [*self.child, self.model, "--mode", "infer", "--batch", str(o.batch), "--steps", str(o.steps),
                "--size", o.size, "--warmup", str(o.warmup), "--json"]
         if o.time_s is not None:
             cmd += ["--time", repr(o.time_s)]
@@ -397,7 +395,7 @@ class Bench:
 
 def prepare_in_child(model: str, *, batch: int, plan_mode: str = "latency", size: str = "tiny",
                      streams: int | None = None, model_options: ModelOptions | None = None,
-                     env: Mapping[str, str] | None = None, child: Sequence[str] = CHILD) -> dict[str, Any]:
+                     env: Mapping[str, str] | None = None, child: Sequence[str] = PREPARE_CHILD) -> dict[str, Any]:
     """``child prepare``: load ``model`` in a fresh process, check and describe its inputs, plan it.
 
     ValueError with the child's own message when the input is bad (missing or corrupt file,
@@ -406,25 +404,17 @@ def prepare_in_child(model: str, *, batch: int, plan_mode: str = "latency", size
     if env is None:
         env, _ = clean_env()
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    cmd = [*child, "prepare", model, "--batch", str(batch), "--plan-mode", plan_mode, "--size", size,
+    cmd = [*child, model, "--batch", str(batch), "--plan-mode", plan_mode, "--size", size,
            *(model_options or ModelOptions()).child_args()]
     if streams is not None:
         cmd += ["--streams", str(streams)]
     res = run_child(cmd, env, PREPARE_TIMEOUT_S)
     payload = res.payload
     if res.status != OK or payload is None or not payload.get("ok"):
-        if res.returncode == 2:  # the child's "bad input" exit: its message is the user's error
-            raise ValueError(_error_line(res.stderr_tail) or f"{model}: the model could not be prepared")
+        if res.returncode == EXIT_BAD_INPUT:  # the child's "bad input" exit: its message is the user's error
+            raise ValueError(res.reported or f"{model}: the model could not be prepared")
         raise RuntimeError(f"preparing {model} failed ({res.status}: {res.error}): {_tail(res.stderr_tail)}")
     return payload
-
-
-def _error_line(stderr: str) -> str | None:
-    """The message of the child's ``tf-autopar: error: ...`` line (child._fail)."""
-    for line in reversed((stderr or "").strip().splitlines()):
-        if line.startswith(ERROR_PREFIX):
-            return line[len(ERROR_PREFIX):].strip()
-    return None
 
 
 def _failed_run(rnd: int, seq: int, error: str) -> dict[str, Any]:

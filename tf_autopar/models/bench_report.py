@@ -9,7 +9,7 @@ from typing import Any, Mapping
 
 from tf_autopar._text import table
 from tf_autopar.validation.report import format_ratio
-from tf_autopar.validation.space import config_name
+from tf_autopar.measure.configs import config_name
 
 
 def _ms(x: float | None) -> str:

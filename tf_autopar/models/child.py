@@ -1,6 +1,8 @@
-"""The child processes of ``bench`` and ``validate`` for a user's model (or a bundled workload).
+"""The child functions of ``bench``, ``validate`` and ``tune`` for a user's model or a bundled workload.
 
-Two actions, each printing one JSON object on stdout (TensorFlow's logging goes to stderr):
+Each runs in a fresh process under measure/child.py's protocol (``python -m
+tf_autopar.measure.child tf_autopar.models.child:FUNCTION ARG ...``: one JSON object on stdout,
+or its error object; TensorFlow's logging goes to stderr):
 
 - ``run MODEL --mode infer --batch B --steps S --size SIZE --warmup W --json [--time T]
   [--enable MODE] [model flags]``: the ``workloads run`` contract (``step_times_s``, one
@@ -11,30 +13,37 @@ Two actions, each printing one JSON object on stdout (TensorFlow's logging goes 
   loop starts only when COUNT sibling processes have finished warming up (throughput mode:
   the streams must overlap to be summed).
 - ``prepare MODEL --batch B --plan-mode latency|throughput [model flags]``: load the model,
-  check and describe its inputs, analyse it and plan it; on bad input ``{"error": ...}``
-  and exit status 2, so the parent can report it before measuring anything.
+  check and describe its inputs, analyse it and plan it; on bad input the protocol's error
+  object and exit status 2, so the parent can report it before measuring anything.
+- ``steps WORKLOAD --mode infer|train --batch B --steps S --size SIZE --warmup W [--json]``: a
+  bundled workload's steps timed by its runner (what ``tf-autopar workloads run --json``
+  prints): the validation harness's runner for workload rows, and ``tune --mode training``'s.
 
 Run only in a fresh process: loading the model starts TensorFlow, which fixes its pools.
 """
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
 from typing import Any, Callable
 
-from tf_autopar.cli.numbers import count, seconds
+import tf_autopar.planning.variables as V
+from tf_autopar._model_path import looks_like_model
+from tf_autopar._numbers import count, seconds
 from tf_autopar.graph.dims import MAX_BATCH
+from tf_autopar.measure.child import ChildError, command
 from tf_autopar.models.options import add_model_flags, from_args
+from tf_autopar.planning.modes import INFERENCE_MODES, MODES
 from tf_autopar.runtime.openmp import openmp_state
 
 BARRIER_VAR = "TF_AUTOPAR_BENCH_BARRIER"
-EXIT_BAD_INPUT = 2
 EXIT_BARRIER = 3
-_SETTING_VARS = ("TF_NUM_INTEROP_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_OVERRIDE_GLOBAL_THREADPOOL")
-_SETTING_PREFIXES = ("OMP_", "KMP_", "MKL_")
+RUN, PREPARE, STEPS = (f"{__name__}:{f}" for f in ("run", "prepare", "steps"))
+RUN_CHILD = tuple(command(RUN))  # the command prefixes, for the parents
+PREPARE_CHILD = tuple(command(PREPARE))
+STEPS_CHILD = tuple(command(STEPS))
 
 
 def _affinity() -> list[int]:
@@ -66,7 +75,7 @@ def effective_settings() -> dict[str, Any]:
     inter/intra: the tf.config.threading value when set, else TF_NUM_* from the environment,
     else TensorFlow's own choice (the CPUs in the affinity mask).
     """
-    env = {k: v for k, v in os.environ.items() if k in _SETTING_VARS or k.startswith(_SETTING_PREFIXES)}
+    env = {k: v for k, v in os.environ.items() if V.is_thread_setting(k)}
     cpus = _affinity()
     api = (0, 0)
     if "tensorflow" in sys.modules:
@@ -76,7 +85,7 @@ def effective_settings() -> dict[str, Any]:
                tf.config.threading.get_intra_op_parallelism_threads())
     counts: list[int] = []
     sources: list[str] = []
-    for value, var in zip(api, _SETTING_VARS[:2]):
+    for value, var in zip(api, V.POOLS):
         text = env.get(var, "")
         if value:
             count, source = int(value), "tf.config.threading"
@@ -103,12 +112,12 @@ def _barrier() -> float:
     while True:
         names = os.listdir(directory)
         if "abort" in names:
-            raise SystemExit(_fail("a sibling stream failed before the timed loop", EXIT_BARRIER))
+            raise ChildError("a sibling stream failed before the timed loop", EXIT_BARRIER)
         if sum(n.startswith("ready-") for n in names) >= int(count):
             return time.monotonic() - t0
         if time.monotonic() - t0 > float(timeout):
-            raise SystemExit(_fail(f"only {sum(n.startswith('ready-') for n in names)} of {count} streams were "
-                                   f"ready after {timeout} s", EXIT_BARRIER))
+            raise ChildError(f"only {sum(n.startswith('ready-') for n in names)} of {count} streams were "
+                             f"ready after {timeout} s", EXIT_BARRIER)
         time.sleep(0.002)
 
 
@@ -136,19 +145,6 @@ def _summary(times: list[float]) -> dict[str, float]:
 
     p10, p50, p90, p99 = np.percentile(np.asarray(times, dtype=float), [10, 50, 90, 99])
     return {"median_s": float(p50), "p10_s": float(p10), "p90_s": float(p90), "p99_s": float(p99)}
-
-
-def _fail(message: str, code: int = EXIT_BAD_INPUT) -> int:
-    sys.stderr.write(f"tf-autopar: error: {message}\n")
-    sys.stdout.write(json.dumps({"error": message}) + "\n")
-    sys.stdout.flush()
-    return code
-
-
-def _is_model(name: str) -> bool:
-    from tf_autopar.models.load import looks_like_model
-
-    return looks_like_model(name)
 
 
 def _workload_step(name: str, size: str, batch: int) -> tuple[Callable[[], None], dict[str, Any]]:
@@ -183,8 +179,9 @@ def _until_served(step: Callable[[], Any]) -> float | None:
     return round(time.perf_counter() - t0, 3)
 
 
-def run(args: argparse.Namespace) -> int:
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+def run(argv: list[str]) -> dict[str, Any]:
+    """Time requests (the workloads-runner contract); see the module docstring."""
+    args = _run_parser().parse_args(argv)
     t_start = time.perf_counter()
     status = None
     cache_at_start = None
@@ -196,12 +193,12 @@ def run(args: argparse.Namespace) -> int:
 
         tf_autopar.enable(mode=args.enable)  # no model: the loader hooks (if any) see the load below
     if args.mode != "infer":
-        return _fail(f"a model file is measured for inference only (--mode infer), got --mode {args.mode}")
+        raise ChildError(f"a model file is measured for inference only (--mode infer), got --mode {args.mode}")
     if args.steps < 1 or args.warmup < 0 or args.batch < 1 or (args.time is not None and args.time <= 0):
-        return _fail("--steps and --batch must be positive, --warmup >= 0, --time > 0")
+        raise ChildError("--steps and --batch must be positive, --warmup >= 0, --time > 0")
     try:
         options = from_args(args)
-        if _is_model(args.model):
+        if looks_like_model(args.model):
             from tf_autopar.models.load import prepare_model
 
             prepared = prepare_model(args.model, args.batch, options)
@@ -209,10 +206,10 @@ def run(args: argparse.Namespace) -> int:
             info: dict[str, Any] = prepared.describe()
         else:
             if options.given:
-                return _fail("--signature/--input-shape/--int-max/--inputs apply to model files, not workloads")
+                raise ChildError("--signature/--input-shape/--int-max/--inputs apply to model files, not workloads")
             step, info = _workload_step(args.model, args.size, args.batch)
     except ValueError as exc:
-        return _fail(str(exc))
+        raise ChildError(str(exc)) from None
     load_s = time.perf_counter() - t_start
     switch_s = _until_served(step) if args.enable else None
     result = measure(step, args.warmup, args.steps, args.time)
@@ -236,13 +233,12 @@ def run(args: argparse.Namespace) -> int:
         payload["peak_rss_mb"] = peak_rss_mb()
     except ImportError:
         pass
-    sys.stdout.write(json.dumps(payload, default=str) + "\n")
-    return 0
+    return payload
 
 
-def prepare(args: argparse.Namespace) -> int:
+def prepare(argv: list[str]) -> dict[str, Any]:
     """Describe, check and plan (see the module docstring)."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    args = _prepare_parser().parse_args(argv)
     from tf_autopar.planning import plan
     from tf_autopar.topology import detect_topology
 
@@ -250,7 +246,7 @@ def prepare(args: argparse.Namespace) -> int:
         options = from_args(args)
         if args.batch < 1:
             raise ValueError(f"--batch must be a positive integer, got {args.batch}")
-        if _is_model(args.model):
+        if looks_like_model(args.model):
             from tf_autopar.models.load import prepare_model
 
             prepared = prepare_model(args.model, args.batch, options)
@@ -275,7 +271,7 @@ def prepare(args: argparse.Namespace) -> int:
                                 "source": "workload", "values": "the workload's synthetic batch"}
                                for i, a in enumerate(tf.nest.flatten(built.inputs))]}
     except ValueError as exc:
-        return _fail(str(exc))
+        raise ChildError(str(exc)) from None
     topology = detect_topology()
     # env={}: the plan under test must not inherit thread settings from the caller's shell. It is the
     # rule's plan with this host's calibration (what enable() applies before any tune).
@@ -288,14 +284,54 @@ def prepare(args: argparse.Namespace) -> int:
     out = {"ok": True, "tf_version": tf.__version__, **info, "profile": profile.to_dict(), "profile_note": note,
            "plan_mode": args.plan_mode, "plan": the_plan.to_dict(), "env": the_plan.to_env(),
            "explain": the_plan.explain(), "topology": topology.to_dict()}
-    sys.stdout.write(json.dumps(out, default=str) + "\n")
-    return 0
+    return out
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m tf_autopar.models.child")
-    sub = parser.add_subparsers(dest="action", required=True)
-    rp = sub.add_parser("run", help="time requests (the workloads-runner JSON contract)")
+def steps(argv: list[str]) -> dict[str, Any]:
+    """A bundled workload's steps, timed by its runner (``tf-autopar workloads run --json``'s object)."""
+    parser = argparse.ArgumentParser(prog=STEPS)
+    add_steps_flags(parser)
+    return run_steps(parser.parse_args(argv))
+
+
+def run_steps(args: argparse.Namespace) -> dict[str, Any]:
+    """``steps`` on parsed flags (also ``tf-autopar workloads run``); ChildError for an unknown name."""
+    import tf_autopar_workloads as workloads
+    from tf_autopar_workloads import runner
+
+    try:
+        workloads.module_path(args.name)  # ValueError listing the bundled names
+    except ValueError as exc:
+        raise ChildError(str(exc)) from None
+    return runner.run(args.name, mode=args.mode, batch=args.batch, steps=args.steps, size=args.size,
+                      path=args.path, warmup=args.warmup, seed=args.seed)
+
+
+def runner_args(workload: str, mode: str, batch: int, steps: int, size: str, warmup: int,
+                model: Any = None) -> list[str]:
+    """The runner contract's arguments (``run`` and ``steps`` here, or a stand-in runner);
+    ``model``: a model file's ModelOptions, whose input flags follow."""
+    args = [workload, "--mode", mode, "--batch", str(batch), "--steps", str(steps), "--size", size,
+            "--warmup", str(warmup), "--json"]
+    return args + (model.child_args() if model is not None else [])
+
+
+def add_steps_flags(parser: Any) -> None:
+    """The workloads runner's flags (``steps`` here, ``tf-autopar workloads run``)."""
+    parser.add_argument("name", help="workload name (see `tf-autopar workloads list`)")
+    parser.add_argument("--mode", choices=("infer", "train"), default="infer")
+    parser.add_argument("--batch", type=count(MAX_BATCH, "the largest batch tf-autopar synthesises inputs for"),
+                        default=None, help="batch size (default: the published one)")
+    parser.add_argument("--steps", type=count(), default=10, help="timed steps")
+    parser.add_argument("--warmup", type=count(), default=2, help="untimed steps first (tracing, allocation)")
+    parser.add_argument("--size", choices=("tiny", "paper"), default="tiny")
+    parser.add_argument("--path", choices=("function", "session"), default="function")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", action="store_true", help="print only a JSON object on stdout")
+
+
+def _run_parser() -> argparse.ArgumentParser:
+    rp = argparse.ArgumentParser(prog=RUN, description="time requests (the workloads-runner JSON contract)")
     rp.add_argument("model", help="SavedModel directory, .keras file or bundled workload name")
     rp.add_argument("--mode", default="infer")
     rp.add_argument("--batch", type=count(MAX_BATCH, "the largest batch tf-autopar synthesises inputs for"), default=1)
@@ -304,25 +340,18 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--warmup", type=count(), default=2)
     rp.add_argument("--size", default="tiny", help="bundled workloads only")
     rp.add_argument("--json", action="store_true", help="accepted for the runner contract; output is always JSON")
-    rp.add_argument("--enable", choices=("latency", "throughput", "training"), default=None,
+    rp.add_argument("--enable", choices=MODES, default=None,
                     help="call tf_autopar.enable(mode=...) first, with no model")
     add_model_flags(rp)
-    rp.set_defaults(func=run)
-    pp = sub.add_parser("prepare", help="describe the inputs and plan")
+    return rp
+
+
+def _prepare_parser() -> argparse.ArgumentParser:
+    pp = argparse.ArgumentParser(prog=PREPARE, description="describe the inputs and plan")
     pp.add_argument("model")
     pp.add_argument("--batch", type=count(MAX_BATCH, "the largest batch tf-autopar synthesises inputs for"), default=1)
-    pp.add_argument("--plan-mode", choices=("latency", "throughput"), default="latency")
+    pp.add_argument("--plan-mode", choices=INFERENCE_MODES, default=INFERENCE_MODES[0])
     pp.add_argument("--streams", type=count(4096), default=None)
     pp.add_argument("--size", default="tiny")
     add_model_flags(pp)
-    pp.set_defaults(func=prepare)
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return int(args.func(args) or 0)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return pp

@@ -1,8 +1,9 @@
 """Load a user's model (SavedModel directory or .keras file), describe its inputs, run one request.
 
 Meant for child processes: ``load()`` imports TensorFlow (and Keras for .keras files),
-which fixes the thread pools of the process that calls it. ``model_kind()`` and
-``looks_like_model()`` are pure, for the parents (bench, validate) that must not import TF.
+which fixes the thread pools of the process that calls it. ``model_kind()`` (and
+``tf_autopar._model_path.looks_like_model()``) are pure, for the parents (bench, validate) that
+must not import TF.
 
 - SavedModel: ``tf.saved_model.load(path).signatures[NAME]`` (default ``serving_default``):
   what a Python server calls. Inputs are the signature's keyword arguments.
@@ -28,11 +29,6 @@ log = logging.getLogger("tf_autopar.models")
 SAVEDMODEL, KERAS = "savedmodel", "keras"
 DEFAULT_SIGNATURE = "serving_default"
 KIND_TEXT = {SAVEDMODEL: "SavedModel", KERAS: "Keras file"}
-
-
-def looks_like_model(text: str) -> bool:
-    """Whether a CLI argument names a model file rather than a bundled workload."""
-    return os.path.exists(text) or os.sep in text or text.endswith((".keras", ".pb")) or text.startswith((".", "~"))
 
 
 def model_kind(path: str) -> str:

@@ -12,7 +12,7 @@ from typing import Any, Mapping, Sequence
 
 
 
-from tf_autopar.cli.numbers import count
+from tf_autopar._numbers import count
 
 
 def parse_input_shapes(items: Sequence[str] | None) -> dict[str, tuple[int, ...]]:

@@ -2,18 +2,22 @@
 recommendations), both returning a ThreadPlan that can explain and render itself."""
 from __future__ import annotations
 
-from tf_autopar.planning.baselines import BASELINES, baseline_plan
+from tf_autopar.planning.baselines import BASELINES, Baseline, baseline_plan
+from tf_autopar.planning.baselines import names as baseline_names
+from tf_autopar.planning.modes import MODES
 from tf_autopar.planning.plan import FORMATS, Setting, ThreadPlan
-from tf_autopar.planning.planner import MODES, plan
+from tf_autopar.planning.planner import plan
 from tf_autopar.planning.user_settings import UserSettings, read_user_settings
 
 __all__ = [
     "BASELINES",
+    "Baseline",
     "FORMATS",
     "MODES",
     "Setting",
     "ThreadPlan",
     "UserSettings",
+    "baseline_names",
     "baseline_plan",
     "plan",
     "read_user_settings",

@@ -13,22 +13,92 @@ because in practice they would override the baseline.
 """
 from __future__ import annotations
 
-from typing import Mapping
+from dataclasses import dataclass
+from typing import Callable, Mapping
 
+from tf_autopar.planning.modes import MODES, check_mode
 from tf_autopar.planning.plan import Setting, ThreadPlan
-from tf_autopar.planning.planner import KMP_AFFINITY, KMP_BLOCKTIME, MODES
+from tf_autopar.planning.planner import KMP_AFFINITY, KMP_BLOCKTIME
 from tf_autopar.planning.user_settings import read_user_settings
 from tf_autopar.topology.model import Topology
 
-BASELINES = ("tf-default", "tf-recommended", "intel-recommended")
+
+@dataclass(frozen=True)
+class Baseline:
+    """One published setting, as every reader needs it: validation's rows, its table and chart,
+    and the benchmark tables read these records, so a baseline is added here and only here."""
+
+    name: str  # the configuration's name in documents ("tf-default")
+    label: str  # short column label: the table's "vs LABEL", the chart's "over LABEL"
+    colour: str  # its bars in the validation chart
+    settings: Callable[["_Host"], "tuple[dict[str, Setting], dict]"]  # the plan's settings on a host
+
+
+@dataclass(frozen=True)
+class _Host:
+    """What the published recommendations read from the host (``baseline_plan`` computes it)."""
+
+    logical: int
+    physical: int
+    sockets: int
+    runtime: str
+
+
+def _tf_default(h: _Host) -> tuple[dict[str, Setting], dict]:
+    why = (f"0 = TensorFlow picks: {h.logical} threads (every CPU of the affinity mask, "
+           "hyperthreads counted, cgroup quota ignored)")
+    return ({"inter_op": Setting(0, "baseline", why), "intra_op": Setting(0, "baseline", why)},
+            {"inter_op": 0, "intra_op": 0, "usable_cpus": h.logical})
+
+
+def _sockets_by_cores(h: _Host) -> dict[str, Setting]:
+    return {"inter_op": Setting(h.sockets, "baseline", f"{h.sockets} socket(s): one inter-op thread per socket"),
+            "intra_op": Setting(h.physical, "baseline", f"{h.physical} physical cores in the affinity mask")}
+
+
+def _tf_recommended(h: _Host) -> tuple[dict[str, Setting], dict]:
+    return _sockets_by_cores(h), {"inter_op": h.sockets, "intra_op": h.physical, "usable_cpus": h.physical}
+
+
+def _intel_recommended(h: _Host) -> tuple[dict[str, Setting], dict]:
+    omp_why = "OMP_NUM_THREADS = MKL_NUM_THREADS = physical cores"
+    if h.runtime != "openmp":
+        omp_why += "; OpenMP variables only matter for OpenMP builds, this one is not (they change nothing)"
+    settings = _sockets_by_cores(h)
+    settings.update(
+        omp_threads=Setting(h.physical, "baseline", omp_why),
+        kmp_blocktime=Setting(KMP_BLOCKTIME, "baseline", "Intel: 0 or 1 ms (OpenMP's default is 200 ms)"),
+        kmp_affinity=Setting(KMP_AFFINITY, "baseline", "Intel: compact affinity, fine granularity"),
+    )
+    return settings, {"inter_op": h.sockets, "intra_op": h.physical, "omp_threads": h.physical,
+                      "kmp_blocktime": KMP_BLOCKTIME, "kmp_affinity": KMP_AFFINITY, "usable_cpus": h.physical}
+
+
+# The order is the report's column order.
+BASELINES: tuple[Baseline, ...] = (
+    Baseline("tf-default", "default", "#4c72b0", _tf_default),
+    Baseline("tf-recommended", "tf-rec", "#55a868", _tf_recommended),
+    Baseline("intel-recommended", "intel", "#c44e52", _intel_recommended),
+)
+
+
+def names() -> tuple[str, ...]:
+    """The baselines' names, in the report's order (read at call time: tests may add one)."""
+    return tuple(b.name for b in BASELINES)
+
+
+def get(name: str) -> Baseline:
+    """The record of baseline ``name``; ValueError naming the choices."""
+    for b in BASELINES:
+        if b.name == name:
+            return b
+    raise ValueError(f"unknown baseline {name!r}; choose from {', '.join(names())}")
 
 
 def baseline_plan(name: str, topology: Topology, env: Mapping[str, str] | None = None, mode: str = "latency") -> ThreadPlan:
     """The baseline ``name`` (one of BASELINES) on ``topology``; ``mode`` only labels the plan."""
-    if name not in BASELINES:
-        raise ValueError(f"unknown baseline {name!r}; choose from {', '.join(BASELINES)}")
-    if mode not in MODES:
-        raise ValueError(f"unknown mode {mode!r}; choose from {', '.join(MODES)}")
+    baseline = get(name)
+    check_mode(mode, MODES)
     cores = topology.planning_cores()
     physical = len(cores)
     sockets = max(1, len({c.socket for c in cores}))
@@ -46,31 +116,5 @@ def baseline_plan(name: str, topology: Topology, env: Mapping[str, str] | None =
     if user.raw:
         found = ", ".join(f"{k}={v}" for k, v in user.raw.items())
         facts.append(f"note: your environment sets {found}, which would override this baseline in practice")
-
-    if name == "tf-default":
-        why = (
-            f"0 = TensorFlow picks: {logical} threads (every CPU of the affinity mask, "
-            "hyperthreads counted, cgroup quota ignored)"
-        )
-        settings = {"inter_op": Setting(0, "baseline", why), "intra_op": Setting(0, "baseline", why)}
-        return ThreadPlan(name=name, mode=mode, inter_op=0, intra_op=0, settings=settings, facts=tuple(facts),
-                          runtime=runtime, usable_cpus=logical)
-
-    inter_why = f"{sockets} socket(s): one inter-op thread per socket"
-    intra_why = f"{physical} physical cores in the affinity mask"
-    settings = {"inter_op": Setting(sockets, "baseline", inter_why), "intra_op": Setting(physical, "baseline", intra_why)}
-    if name == "tf-recommended":
-        return ThreadPlan(name=name, mode=mode, inter_op=sockets, intra_op=physical, settings=settings,
-                          facts=tuple(facts), runtime=runtime, usable_cpus=physical)
-
-    omp_why = "OMP_NUM_THREADS = MKL_NUM_THREADS = physical cores"
-    if runtime != "openmp":
-        omp_why += "; OpenMP variables only matter for OpenMP builds, this one is not (they change nothing)"
-    settings.update(
-        omp_threads=Setting(physical, "baseline", omp_why),
-        kmp_blocktime=Setting(KMP_BLOCKTIME, "baseline", "Intel: 0 or 1 ms (OpenMP's default is 200 ms)"),
-        kmp_affinity=Setting(KMP_AFFINITY, "baseline", "Intel: compact affinity, fine granularity"),
-    )
-    return ThreadPlan(name=name, mode=mode, inter_op=sockets, intra_op=physical, omp_threads=physical,
-                      kmp_blocktime=KMP_BLOCKTIME, kmp_affinity=KMP_AFFINITY, settings=settings,
-                      facts=tuple(facts), runtime=runtime, usable_cpus=physical)
+    settings, fields = baseline.settings(_Host(logical, physical, sockets, runtime))
+    return ThreadPlan(name=name, mode=mode, settings=settings, facts=tuple(facts), runtime=runtime, **fields)

@@ -16,6 +16,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+import tf_autopar.planning.variables as V
 from tf_autopar.planning.user_settings import KNOBS
 from tf_autopar.topology.cpulist import format_cpulist
 
@@ -98,21 +99,21 @@ class ThreadPlan:
         """
         env: dict[str, str] = {}
         if self.inter_op > 0:
-            env["TF_NUM_INTEROP_THREADS"] = str(self.inter_op)
+            env[V.INTEROP] = str(self.inter_op)
         if self.intra_op > 0:
-            env["TF_NUM_INTRAOP_THREADS"] = str(self.intra_op)
+            env[V.INTRAOP] = str(self.intra_op)
         if self.omp_threads is not None:
-            env["OMP_NUM_THREADS"] = str(self.omp_threads)
+            env[V.OMP_THREADS] = str(self.omp_threads)
             mkl = self.mkl_threads if self.mkl_threads is not None else self.omp_threads
-            env["MKL_NUM_THREADS"] = str(mkl)
+            env[V.MKL_THREADS] = str(mkl)
             if self.kmp_blocktime is not None:
-                env["KMP_BLOCKTIME"] = str(self.kmp_blocktime)
+                env[V.KMP_BLOCKTIME] = str(self.kmp_blocktime)
             if self.kmp_affinity is not None:
-                env["KMP_AFFINITY"] = self.kmp_affinity
+                env[V.KMP_AFFINITY] = self.kmp_affinity
             if self.kmp_hw_subset is not None:
-                env["KMP_HW_SUBSET"] = self.kmp_hw_subset
+                env[V.KMP_HW_SUBSET] = self.kmp_hw_subset
         if self.override_global_threadpool is not None:
-            env["TF_OVERRIDE_GLOBAL_THREADPOOL"] = "1" if self.override_global_threadpool else "0"
+            env[V.OVERRIDE_GLOBAL_THREADPOOL] = "1" if self.override_global_threadpool else "0"
         env.update(self.user_settings)
         return env
 

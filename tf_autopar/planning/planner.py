@@ -55,6 +55,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, Mapping, NamedTuple
 
+from tf_autopar.planning.modes import MODES
 from tf_autopar.planning.plan import Setting, ThreadPlan, plural
 from tf_autopar.planning.user_settings import KNOBS, UserSettings, read_user_settings
 from tf_autopar.topology.cpulist import format_cpulist
@@ -65,7 +66,6 @@ if TYPE_CHECKING:  # the planner stays pure: no graph package (and its loaders) 
 
 log = logging.getLogger("tf_autopar.planning")
 
-MODES = ("latency", "throughput", "training")
 # Below this typical heavy-op size (multiply-adds), one intra-op thread beats all of them.
 # Fitted on the 2-core AMD EPYC host of docs/measurements.md's validation, batch 1, no quota: DeepQ (2.7 M) ran
 # 1.9x faster with one thread, Speech (1.0 M, two RNN directions) 1.6x faster at 2x1 than 2x2,

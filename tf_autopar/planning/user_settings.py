@@ -15,17 +15,18 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from tf_autopar._text import shown
+import tf_autopar.planning.variables as V
 
 # Plan field -> environment variable, in the order they are reported.
 KNOBS: dict[str, str] = {
-    "inter_op": "TF_NUM_INTEROP_THREADS",
-    "intra_op": "TF_NUM_INTRAOP_THREADS",
-    "omp_threads": "OMP_NUM_THREADS",
-    "mkl_threads": "MKL_NUM_THREADS",
-    "kmp_blocktime": "KMP_BLOCKTIME",
-    "kmp_affinity": "KMP_AFFINITY",
-    "kmp_hw_subset": "KMP_HW_SUBSET",
-    "override_global_threadpool": "TF_OVERRIDE_GLOBAL_THREADPOOL",
+    "inter_op": V.INTEROP,
+    "intra_op": V.INTRAOP,
+    "omp_threads": V.OMP_THREADS,
+    "mkl_threads": V.MKL_THREADS,
+    "kmp_blocktime": V.KMP_BLOCKTIME,
+    "kmp_affinity": V.KMP_AFFINITY,
+    "kmp_hw_subset": V.KMP_HW_SUBSET,
+    "override_global_threadpool": V.OVERRIDE_GLOBAL_THREADPOOL,
 }
 ENV_VARS: tuple[str, ...] = tuple(KNOBS.values())
 

@@ -22,10 +22,11 @@ import sys
 from typing import Mapping
 
 from tf_autopar._text import is_uint
+import tf_autopar.planning.variables as variables
 from tf_autopar.runtime.state import STATE
 
-OVERRIDE_VAR = "TF_OVERRIDE_GLOBAL_THREADPOOL"
-POOL_VARS = ("TF_NUM_INTEROP_THREADS", "TF_NUM_INTRAOP_THREADS")
+OVERRIDE_VAR = variables.OVERRIDE_GLOBAL_THREADPOOL
+POOL_VARS = variables.POOLS
 
 # value of OVERRIDE_VAR when the runtime started, as far as we know (None = unknown); a fact
 # about TensorFlow's start, which disable() cannot undo, so not part of enable()'s record

@@ -31,9 +31,9 @@ pools planned for it than called the usual way, beyond the best process-pool set
   process pools for the commonest batch and, where the frozen path won last time, builds it
   while the model loads, so the first call is served by it (verified again on that call's
   inputs, in the background).
-- Tuned live: once a bucket serves from its session, the plan's neighbours (tuning/search.py)
+- Tuned live: once a bucket serves from its session, the plan's neighbours (measure/search.py)
   are tried one at a time on live calls, every other call, each candidate call paired with the
-  incumbent call before it under the same load; tuning/live.py decides from the pairs. A winner
+  incumbent call before it under the same load; measure/live.py decides from the pairs. A winner
   replaces the incumbent; the result and its evidence are remembered for the next start. At most
   one candidate session beside the serving one; candidates are built on the builder thread.
   ``enable(tune_live=False)`` or ``TF_AUTOPAR_TUNE_LIVE=0`` turns it off.
@@ -52,6 +52,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tf_autopar.planning.modes import INFERENCE_MODES
 from tf_autopar.runtime import cache, core, fastpath_replan, quota_watch, sessions, watch
 from tf_autopar.runtime.lowprio import run_low
 from tf_autopar.runtime import fastpath_rules as rules
@@ -94,7 +95,7 @@ def live_wanted() -> bool:
 
 def wanted() -> bool:
     """The fast path is on: enabled, in an inference mode, not switched off by argument or variable."""
-    return STATE.enabled and STATE.fast_path and STATE.mode in ("latency", "throughput") and not switched_off()
+    return STATE.enabled and STATE.fast_path and STATE.mode in INFERENCE_MODES and not switched_off()
 
 
 # ------------------------------------------------------------------------------ routing
@@ -298,7 +299,7 @@ class _Trial:
     """A candidate session taking every other call of a bucket, and the evidence so far."""
 
     def __init__(self, key: tuple[int, int, int], pool: StreamPool) -> None:
-        from tf_autopar.tuning.live import PairedTrial, Pairer
+        from tf_autopar.measure.live import PairedTrial, Pairer
 
         self.key, self.pool = key, pool
         self.test, self.pairer = PairedTrial(), Pairer()
@@ -721,9 +722,9 @@ class ServedFunction:
         return fields["inter_op_parallelism_threads"], fields["intra_op_parallelism_threads"], max(1, plan.instances)
 
     def _candidates(self, plan: ThreadPlan, key: tuple[int, int, int]) -> list[tuple[int, int, int]]:
-        """The neighbours of ``key`` (tuning/search.py), itself left out: per-session pools in
+        """The neighbours of ``key`` (measure/search.py), itself left out: per-session pools in
         latency mode; in throughput mode the per-stream pools and the stream count too."""
-        from tf_autopar.tuning.search import stream_neighbourhood
+        from tf_autopar.measure.search import stream_neighbourhood
 
         budget = max(1, getattr(plan, "usable_cpus", 0) or key[0] * key[1] * key[2] or 1)
         width = max(1, int(self.max_width or 1))

@@ -56,6 +56,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Sequence
 
+from tf_autopar.planning.modes import MODES
 from tf_autopar.runtime import controller, core, sessions, watch
 from tf_autopar.runtime.streams import Retired, StreamPool
 from tf_autopar.runtime.safety import fail_open
@@ -82,7 +83,7 @@ class OptimizedFunction:
         self, target: Any, mode: str = "latency", input_signature: Sequence[Any] | None = None,
         streams: int | None = None, signature: str | None = None,
     ) -> None:
-        if mode not in ("latency", "throughput", "training"):
+        if mode not in MODES:
             raise ValueError(f"mode must be 'latency', 'throughput' or 'training', got {mode!r}")
         if streams is not None and (mode != "throughput" or isinstance(streams, bool)
                                     or not isinstance(streams, int) or streams < 1):

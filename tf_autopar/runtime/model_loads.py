@@ -244,28 +244,25 @@ def child_profile(target: str, key: str, use_cache: bool = True, preload: Sequen
                   **options: Any) -> GraphProfile:
     """``analyze(target, **options)`` in a child process (building a model here would start TF's
     runtime and fix the pools), cached under ``key`` in the plan cache. ``preload``: modules the
-    child imports first (the providers of registered model names, graph/named.py)."""
-    import json
-    import subprocess
-
+    child imports first (the providers of registered model names, graph/named.py). The child is
+    measure/'s (its protocol and process handling), imported here only when one is needed: the
+    hooks are installed at every program start, and a child is rare."""
     found = core.cached_profile(cache.lookup_profile(key)) if use_cache else None
     if found is not None:
         return found
-    code = (
-        "import importlib, json, sys; from tf_autopar.graph import analyze; "
-        "[importlib.import_module(m) for m in json.loads(sys.argv[3])]; "
-        "print(json.dumps(analyze(sys.argv[1], **json.loads(sys.argv[2])).to_dict()))"
-    )
+    from tf_autopar.measure.analysis import analysis_command
+    from tf_autopar.measure.runner import OK, run_child
+
     env = dict(controller.user_env())
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     log.info("analysing %s in a child process (once; cached afterwards)", target)
-    out = subprocess.run([sys.executable, "-c", code, target, json.dumps(options), json.dumps(list(preload))], env=env, capture_output=True,
-                         text=True, timeout=600)
-    if out.returncode != 0:
-        raise RuntimeError(f"analysing {target} failed: {out.stderr.strip().splitlines()[-1:]}")
-    profile = core.profile_from_dict(json.loads(out.stdout.strip().splitlines()[-1]))
+    res = run_child(analysis_command(target, options, preload), env, 600.0)
+    if res.status != OK or res.payload is None:
+        detail = res.reported or res.error or res.stderr_tail.strip().splitlines()[-1:]
+        raise RuntimeError(f"analysing {target} failed: {detail}")
+    profile = core.profile_from_dict(res.payload)
     if use_cache:
         cache.store_profile(key, core.profile_summary(profile))
     return profile

@@ -2,7 +2,7 @@
 
 Where the hierarchies are mounted is decided here only (hierarchy_mounts, from mountinfo):
 for this module's quota reader and, through cpu_hierarchies, for the quota groups
-``tf-autopar validate --cpu-quota`` creates (validation/cgroup.py), so that the groups land
+``tf-autopar validate --cpu-quota`` creates (measure/cgroup.py), so that the groups land
 in the hierarchy whose limits planning reads.
 
 Finding the groups: /proc/<self>/cgroup names the process's group in each hierarchy

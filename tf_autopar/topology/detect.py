@@ -4,7 +4,9 @@ from __future__ import annotations
 import logging
 import os
 
-from . import caches, cgroup, cpus
+import tf_autopar.topology.caches as caches
+import tf_autopar.topology.cgroup as cgroup
+import tf_autopar.topology.cpus as cpus
 from ._fs import HostFS, Notes
 from .cpuinfo import read_cpuinfo
 from .cpulist import format_cpulist

@@ -10,16 +10,19 @@ intra-op thread and with the whole budget, in interleaved rounds. The threshold 
 geometric middle between the largest size where one thread is not beaten (by ``MARGIN``) and
 the smallest size from which the budget wins at every larger size.
 
-Parent (``calibrate()``) never imports TensorFlow; ``python -m tf_autopar.tuning.calibrate``
-is the child.
+Parent (``calibrate()``) never imports TensorFlow; ``ladder`` is the child function (measure/child.py).
 """
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import math
-import sys
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping
+
+import tf_autopar.planning.variables as V
+from tf_autopar.measure.child import command
+from tf_autopar.measure.runner import OK, clean_env, run_child
+from tf_autopar.measure.stats import median
+from tf_autopar.runtime import cache
 
 CHANNELS = 64
 SIDES = (4, 6, 8, 11, 16, 23, 32, 45, 64)  # 3x3x64x64 convolutions: side^2 x 36,864 multiply-adds
@@ -68,8 +71,8 @@ def calibrate(rounds: int = 3, *, run: Callable[[int, int], Mapping[int, float] 
                 times[intra].setdefault(int(w), []).append(float(t))
             if progress is not None:
                 progress(f"round {r}/{rounds}, {intra} intra-op thread(s): {'ok' if got else 'failed'}")
-    one = {w: _median(ts) for w, ts in times[1].items()}
-    many = {w: _median(ts) for w, ts in times[budget].items()}
+    one = {w: median(ts) for w, ts in times[1].items()}
+    many = {w: median(ts) for w, ts in times[budget].items()}
     value, why = threshold(one, many)
     entry = {
         "small_op_work": value, "why": why, "date": _dt.date.today().isoformat(),
@@ -77,24 +80,14 @@ def calibrate(rounds: int = 3, *, run: Callable[[int, int], Mapping[int, float] 
         "per_op_s": {str(w): {"1": one.get(w), str(budget): many.get(w)} for w in sorted(set(one) | set(many))},
     }
     if store and value is not None:
-        from tf_autopar.runtime import cache
-
         cache.store_calibration(cache.host_key(topology), entry)
     return entry
 
 
-def _median(xs: Sequence[float]) -> float:
-    from tf_autopar.validation.stats import median
-
-    return median(xs)
-
-
 def _child_run(intra: int, rnd: int) -> Mapping[int, float] | None:
-    from tf_autopar.validation.runner import OK, clean_env, run_child
-
     env, _ = clean_env()
-    env.update(TF_NUM_INTEROP_THREADS="1", TF_NUM_INTRAOP_THREADS=str(intra), TF_CPP_MIN_LOG_LEVEL="3")
-    res = run_child([sys.executable, "-m", "tf_autopar.tuning.calibrate"], env, TIMEOUT_S)
+    env.update({V.INTEROP: "1", V.INTRAOP: str(intra), "TF_CPP_MIN_LOG_LEVEL": "3"})
+    res = run_child(command(f"{__name__}:ladder"), env, TIMEOUT_S)
     if res.status != OK or not res.payload:
         return None
     return {int(w): float(t) for w, t in res.payload["per_op_s"].items()}
@@ -129,5 +122,6 @@ def _measure_ladder(reps: int = 15, warmup: int = 3) -> dict[str, float]:
     return out
 
 
-if __name__ == "__main__":
-    print(json.dumps({"per_op_s": _measure_ladder()}))
+def ladder(args: list[str]) -> dict[str, Any]:
+    """The child function: seconds per convolution of the ladder, in this process's pools."""
+    return {"per_op_s": _measure_ladder()}

@@ -16,16 +16,26 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
+import tf_autopar.planning.variables as V
+from tf_autopar._model_path import looks_like_model
+from tf_autopar.measure import stats
+from tf_autopar.measure.configs import config_from_plan
+from tf_autopar.measure.runner import OK, check_step_payload, clean_env, run_child
+from tf_autopar.measure.search import Candidate, SearchResult, neighbourhood, search
 from tf_autopar.models.bench import Bench, BenchConfig, BenchOptions
+from tf_autopar.models.child import STEPS_CHILD, runner_args
 from tf_autopar.models.options import ModelOptions
-from tf_autopar.tuning.search import Candidate, SearchResult, neighbourhood, search
+from tf_autopar.models.plan_child import PLAN_CHILD, plan_args
+from tf_autopar.planning.modes import LATENCY, TRAINING
+from tf_autopar.runtime import cache
 
 log = logging.getLogger("tf_autopar.tuning")
 
 DEFAULT_BUDGET_S = 120.0
 MIN_BUDGET_S = 10.0  # below this no model compares two settings: each run starts TensorFlow afresh (seconds)
 MAX_BUDGET_S = 7 * 86400.0
-TUNE_MODES = ("latency", "training")
+TUNE_MODES = (LATENCY, TRAINING)
+PLAN_TIMEOUT_S = 600.0
 DEFAULT_REQUESTS = 20
 MIN_REQUESTS = 5
 
@@ -71,8 +81,8 @@ class TuneOutcome:
 def candidate_env(plan_env: Mapping[str, str], c: Candidate) -> dict[str, str]:
     """The plan's variables with ``c``'s pools (OpenMP/MKL teams: ``c.omp``, else the intra-op count)."""
     env = {str(k): str(v) for k, v in plan_env.items()}
-    env.update({"TF_NUM_INTEROP_THREADS": str(c.inter), "TF_NUM_INTRAOP_THREADS": str(c.intra)})
-    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    env.update({V.INTEROP: str(c.inter), V.INTRAOP: str(c.intra)})
+    for name in (V.OMP_THREADS, V.MKL_THREADS):
         if name in env or c.omp is not None:
             env[name] = str(c.omp if c.omp is not None else c.intra)
     return env
@@ -175,10 +185,7 @@ def tune(model: str, *, mode: str = "latency", batch: int | None = None, budget_
 def _tune_training(model: str, batch: int | None, budget_s: float, steps: int, warmup: int, size: str,
                    model_options: ModelOptions | None, store: bool, say: Callable[[str], None]) -> TuneOutcome:
     """Training steps of a bundled workload, through the workloads runner that ``validate`` uses."""
-    from tf_autopar.models.load import looks_like_model
     from tf_autopar.topology import detect_topology
-    from tf_autopar.validation import harness as h
-    from tf_autopar.validation.runner import OK, check_step_payload, clean_env, run_child
 
     if looks_like_model(model):
         raise ValueError(f"{model}: a SavedModel or .keras file is tuned for inference (--mode latency); "
@@ -187,29 +194,34 @@ def _tune_training(model: str, batch: int | None, budget_s: float, steps: int, w
         raise ValueError("--signature, --input-shape, --int-max and --inputs apply to model files, "
                          f"not to the bundled workload {model!r}")
     t0 = time.perf_counter()
-    row = h.make_rows([model], ["train"], size, {model: batch} if batch else None)[0]
+    if batch is None:
+        import tf_autopar_workloads as workloads  # the registry, only when the published batch is wanted
+
+        batch = int(workloads.get(model).default_batch)
     env, _ = clean_env()
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    ours, info = h.ChildPlanProvider()(row, env, None, None)
-    if ours is None:
-        raise ValueError(f"planning {model} failed: {info.get('error')} {info.get('stderr_tail', '')[-400:]}")
+    planned = run_child([*PLAN_CHILD, *plan_args(model, "train", size, batch)], env, PLAN_TIMEOUT_S)
+    if planned.status != OK or planned.payload is None:
+        raise ValueError(f"planning {model} failed: {planned.reported or planned.error} {planned.stderr_tail[-400:]}")
+    info = planned.payload
+    cpus = config_from_plan("plan", info, "plan").cpus
     prepare_s = time.perf_counter() - t0
     plan, profile = info["plan"], info.get("profile") or {}
     max_runs = _max_runs(budget_s, prepare_s, f"{plan['inter_op']}x{plan['intra_op']}")
-    options = h.Options(steps=steps, warmup=warmup, timeout_s=1800.0 if size == "paper" else 300.0)
-    cmd = h.runner_command(h.DEFAULT_RUNNER, row, options)
+    timeout_s = 1800.0 if size == "paper" else 300.0
+    cmd = [*STEPS_CHILD, *runner_args(model, "train", batch, steps, size, warmup)]
 
     def run(c: Candidate, rnd: int) -> float:
-        res = run_child(cmd, {**env, **candidate_env(info.get("env") or {}, c)}, options.timeout_s,
-                        cpus=ours.cpus, validate=check_step_payload)
-        if res.status != OK:
+        res = run_child(cmd, {**env, **candidate_env(info.get("env") or {}, c)}, timeout_s, cpus=cpus,
+                        validate=check_step_payload)
+        if res.status != OK or res.payload is None:
             return math.nan
-        return h.run_record(res, rnd, 0)["median_s"] or math.nan
+        return stats.median(float(t) for t in res.payload["step_times_s"])
 
     topology = detect_topology(cpu_details=True)
     rule, result = search_plan(plan, profile, int(plan.get("usable_cpus") or topology.cpu_budget), run, max_runs,
                                say)
-    return _finish(model, "training", "training", row.batch, rule, result, profile, topology, store, t0)
+    return _finish(model, TRAINING, TRAINING, batch, rule, result, profile, topology, store, t0)
 
 
 def _finish(model: str, mode: str, plan_mode: str, batch: int, rule: Candidate, result: SearchResult,
@@ -218,8 +230,6 @@ def _finish(model: str, mode: str, plan_mode: str, batch: int, rule: Candidate, 
     entry: dict[str, Any] = {}
     fingerprint = profile.get("fingerprint")
     if store and fingerprint and result.rounds >= 2:
-        from tf_autopar.runtime import cache
-
         entry = {"inter_op": result.best.inter, "intra_op": result.best.intra, "rule": rule.label,
                  **({"omp_threads": result.best.omp} if result.best.omp is not None else {}),
                  "speedup": round(result.speedup(), 3), "rounds": result.rounds, "runs": result.runs,

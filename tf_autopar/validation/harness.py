@@ -19,27 +19,29 @@ import dataclasses
 import datetime as _dt
 import logging
 import math
-import sys
+import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
+from tf_autopar.measure import stats
+from tf_autopar.measure.cgroup import CpuController, QuotaGroup, check_writable, find_cpu_controller
+from tf_autopar.measure.configs import Config, config_from_plan
+from tf_autopar.measure.progress import Progress
+from tf_autopar.measure.runner import OK, ChildResult, check_step_payload, clean_env, run_child
+from tf_autopar.measure.search import Candidate
+from tf_autopar.models.child import RUN_CHILD, STEPS_CHILD, runner_args
+from tf_autopar.models.options import ModelOptions
+from tf_autopar.models.plan_child import PLAN_CHILD, ROW_MODES, plan_args
 from tf_autopar.topology.model import Topology
-from tf_autopar.validation import results
-from tf_autopar.validation.cgroup import CpuController, QuotaGroup, check_writable, find_cpu_controller
-from tf_autopar.validation.plan_child import ROW_MODES
-from tf_autopar.validation.progress import Progress
-from tf_autopar.validation.runner import OK, ChildResult, check_step_payload, clean_env, run_child
-from tf_autopar.validation.space import Config, SearchSpace, baseline_configs, config_from_plan, search_space
-
-if TYPE_CHECKING:
-    from tf_autopar.models.options import ModelOptions
+from tf_autopar.tuning.tuner import candidate_env, search_plan
+import tf_autopar.validation.results as results
+from tf_autopar.validation.space import SearchSpace, baseline_configs, search_space
 
 log = logging.getLogger("tf_autopar.validation")
 
-DEFAULT_RUNNER: tuple[str, ...] = (sys.executable, "-m", "tf_autopar.cli.main", "workloads", "run")
-# A user's model file (SavedModel directory, .keras): same JSON contract, see tf_autopar/models/child.py.
-MODEL_RUNNER: tuple[str, ...] = (sys.executable, "-m", "tf_autopar.models.child", "run")
-PLAN_CHILD: tuple[str, ...] = (sys.executable, "-m", "tf_autopar.validation.plan_child")
+DEFAULT_RUNNER: tuple[str, ...] = STEPS_CHILD  # a bundled workload's rows: its runner (models/child.py:steps)
+# A user's model file (SavedModel directory, .keras): same JSON contract, models/child.py:run.
+MODEL_RUNNER: tuple[str, ...] = RUN_CHILD
 MODEL_ROW_MODES = ("infer1", "infer")  # a model file is validated for inference
 MODEL_SIZE = "model"  # the size column of a model file's rows (sizes are the bundled workloads')
 # Seconds per fresh process used for the up-front estimate (import TF ~2.5 s, build, steps);
@@ -53,7 +55,7 @@ class RowSpec:
     mode: str  # "infer1" (inference, batch 1), "infer" (published batch, or --batch), "train"
     batch: int
     size: str
-    model: "ModelOptions | None" = None  # set for a model file: its input flags (ModelOptions)
+    model: ModelOptions | None = None  # set for a model file: its input flags (ModelOptions)
 
     @property
     def key(self) -> str:
@@ -113,15 +115,11 @@ def make_rows(workload_names: Sequence[str], modes: Sequence[str], size: str,
 
 
 def make_model_rows(paths: Sequence[str], modes: Sequence[str] | None, batch: int | None,
-                    options: "ModelOptions | None" = None) -> list[RowSpec]:
+                    options: ModelOptions | None = None) -> list[RowSpec]:
     """Rows for users' model files: inference only; ``infer1`` at batch 1, ``infer`` at ``batch``.
 
     Without ``modes``: one row at ``batch`` (default 1). ValueError naming the problem.
     """
-    import os
-
-    from tf_autopar.models.options import ModelOptions
-
     if modes is None:
         modes = ["infer1"] if batch in (None, 1) else ["infer"]
     for m in modes:
@@ -145,9 +143,8 @@ def runner_command(runner: Sequence[str], row: RowSpec, options: Options) -> lis
     """
     if row.model is not None:
         runner = options.model_runner
-    cmd = [*runner, row.workload, "--mode", row.runner_mode, "--batch", str(row.batch),
-           "--steps", str(options.steps), "--size", row.size, "--warmup", str(options.warmup), "--json"]
-    return cmd + (row.model.child_args() if row.model is not None else [])
+    return [*runner, *runner_args(row.workload, row.runner_mode, row.batch, options.steps, row.size,
+                                  options.warmup, row.model)]
 
 
 # (row, child env, quota group or None, quota CPUs or None) -> (our Config or None, info for the report)
@@ -163,11 +160,7 @@ class ChildPlanProvider:
 
     def __call__(self, row: RowSpec, env: Mapping[str, str], group: QuotaGroup | None,
                  quota: float | None) -> tuple[Config | None, dict]:
-        cmd = [*self.command, row.workload, row.mode, row.size, "--batch", str(row.batch)]
-        if row.model is not None:
-            cmd += row.model.plan_args()
-        if quota is not None:
-            cmd += ["--quota", repr(quota)]
+        cmd = [*self.command, *plan_args(row.workload, row.mode, row.size, row.batch, row.model, quota)]
         res = run_child(cmd, env, self.timeout_s, group=group)
         if res.status != OK or res.payload is None:
             return None, {"status": res.status, "error": res.error, "stderr_tail": res.stderr_tail}
@@ -354,19 +347,17 @@ class Harness:
         """What ``tf-autopar tune`` would choose for this row, measured here with the row's own
         runner and settings (tuning/tuner.py's search), before the rounds; its runs and machine
         time are kept in ``row_doc["tune"]`` so the report can set them against the sweep's."""
-        from tf_autopar.tuning.tuner import candidate_env, search_plan
-
         runs: list[dict[str, Any]] = []
         tune_doc: dict[str, Any] = {"status": "failed", "runs": runs}
         row_doc["tune"] = tune_doc
 
-        def config(c: Any, name: str, kind: str) -> Config:
+        def config(c: Candidate, name: str, kind: str) -> Config:
             env = candidate_env(ours.env_dict, c)
             omp = c.omp if c.omp is not None else (c.intra if ours.omp else None)
             return Config(name, c.inter, c.intra, omp=omp, env=tuple(sorted(env.items())),
                           cpus=ours.cpus, kind=kind)
 
-        def run(c: Any, rnd: int) -> float:
+        def run(c: Candidate, rnd: int) -> float:
             rec = {"config": c.label, **self._run_one(cmd, config(c, c.label, "tune"), rnd)}
             runs.append(rec)
             self._tick(f"{row.key} tuning round {rnd} {c.label}: "
@@ -401,8 +392,6 @@ class Harness:
 
 def run_record(res: ChildResult, rnd: int, seq: int) -> dict[str, Any]:
     """One run as stored in the document (every raw step time kept)."""
-    from tf_autopar.validation import stats
-
     p = res.payload or {}
     times = [float(t) for t in p.get("step_times_s", [])] if res.status == OK else []
     rec: dict[str, Any] = {

@@ -8,11 +8,11 @@ from typing import Any, Mapping
 from tf_autopar import _plots
 from tf_autopar._files import write_text_atomic
 from tf_autopar._text import table
+from tf_autopar.measure.stats import BELOW_OPTIMUM
+from tf_autopar.planning import baselines
 from tf_autopar.validation.results import OURS, TUNED, canonical
-from tf_autopar.validation.space import BASELINES
-from tf_autopar.validation.stats import BELOW_OPTIMUM
 
-SHORT = {"tf-default": "vs default", "tf-recommended": "vs tf-rec", "intel-recommended": "vs intel"}
+OPTIMUM_COLOUR = "#8c8c8c"  # the chart's "ours / optimum" bars (each baseline's colour is in its record)
 
 
 def _ms(x: float | None) -> str:
@@ -63,7 +63,9 @@ def format_table(doc: Mapping[str, Any], details: bool = False) -> str:
     if doc.get("interrupted"):
         out.append("INTERRUPTED: partial results below")
     tuned_cols = any(row.get("tune") for row in doc["rows"])
-    header = ["workload", "mode", "batch", "ours", "ours ms (min-max)", *(SHORT[b] for b in BASELINES),
+    known = baselines.BASELINES
+    names = [b.name for b in known]
+    header = ["workload", "mode", "batch", "ours", "ours ms (min-max)", *(f"vs {b.label}" for b in known),
               "optimum", "ours/opt", *(["tuned", "tuned/opt", "tune cost"] if tuned_cols else []), ""]
     lines = []
     for row in doc["rows"]:
@@ -76,14 +78,14 @@ def format_table(doc: Mapping[str, Any], details: bool = False) -> str:
         else:
             ours_ms = "plan failed" if row.get("plan", {}).get("status") not in (None, "ok", "pending") else "-"
         cols = []
-        for b in BASELINES:
+        for b in names:
             if b in row["configs"] and OURS in row["configs"] and \
                     canonical(row["configs"], b) == canonical(row["configs"], OURS):
                 cols.append("1.00 (same)")
             else:
                 cols.append(format_ratio(s.get("speedup", {}).get(b)))
         opt = s.get("optimum")
-        opt_text = "-" if not opt else (opt if opt in BASELINES or opt == OURS else _threads(row, opt))
+        opt_text = "-" if not opt else (opt if opt in names or opt == OURS else _threads(row, opt))
         if opt and OURS in row["configs"] and canonical(row["configs"], OURS) == opt:
             opt_text = "ours"
         flag = f"< {BELOW_OPTIMUM:.2f}" if s.get("below_optimum") else ""
@@ -95,7 +97,7 @@ def format_table(doc: Mapping[str, Any], details: bool = False) -> str:
     geo = doc.get("geomean", {})
     g = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
     share = geo.get("tune_cost_share")
-    lines.append(["geomean", "", "", "", "", *(g(geo.get("speedup", {}).get(b)) for b in BASELINES), "",
+    lines.append(["geomean", "", "", "", "", *(g(geo.get("speedup", {}).get(b)) for b in names), "",
                   g(geo.get("ours_vs_optimum")),
                   *(["", g(geo.get("tuned_vs_optimum")), "-" if share is None else f"{share:.0%} of sweep"]
                     if tuned_cols else []), ""])
@@ -196,12 +198,12 @@ def plot(doc: Mapping[str, Any], path: str) -> None:
     """Grouped bars per row: our speedup over each baseline and our share of the optimum."""
     plt = _plots.pyplot()
     rows = [r for r in doc["rows"] if (r.get("summary") or {}).get("ours")]
-    series = [(SHORT[b].replace("vs ", "over "), b) for b in BASELINES] + [("ours / optimum", None)]
-    colors = ["#4c72b0", "#55a868", "#c44e52", "#8c8c8c"]
+    series = [(f"over {b.label}", b.name, b.colour) for b in baselines.BASELINES]
+    series.append(("ours / optimum", None, OPTIMUM_COLOUR))
     n = max(1, len(rows))
     fig, ax = plt.subplots(figsize=(max(7.0, 1.1 * n + 3.5), 4.2))
     width = 0.8 / len(series)
-    for k, (label, base) in enumerate(series):
+    for k, (label, base, colour) in enumerate(series):
         vals, lo, hi = [], [], []
         for r in rows:
             c = r["summary"]["ours_vs_optimum"] if base is None else r["summary"]["speedup"].get(base)
@@ -211,16 +213,17 @@ def plot(doc: Mapping[str, Any], path: str) -> None:
             lo.append(max(0.0, (v or 0) - p["q25"]) if v is not None and p.get("q25") is not None else 0.0)
             hi.append(max(0.0, p["q75"] - (v or 0)) if v is not None and p.get("q75") is not None else 0.0)
         xs = [i + (k - (len(series) - 1) / 2) * width for i in range(len(rows))]
-        ax.bar(xs, vals, width, label=label, color=colors[k], yerr=[lo, hi], capsize=2)
+        ax.bar(xs, vals, width, label=label, color=colour, yerr=[lo, hi], capsize=2)
     ax.axhline(1.0, color="black", linewidth=0.8)
-    ax.axhline(BELOW_OPTIMUM, color="#8c8c8c", linewidth=0.6, linestyle="--")
+    ax.axhline(BELOW_OPTIMUM, color=OPTIMUM_COLOUR, linewidth=0.6, linestyle="--")
     ax.set_xticks(range(len(rows)))
     ax.set_xticklabels([f"{r['workload']}\n{r['mode']} b{r['batch']}" for r in rows], fontsize=8)
     ax.set_ylabel("speedup of tf_autopar (x); share of optimum")
     fig.text(0.01, 0.01, "bars: median of per-round paired ratios; whiskers: their interquartile range",
              fontsize=7, color="#555555")
     geo = doc.get("geomean", {})
-    parts = [f"{SHORT[b]} {geo['speedup'][b]:.2f}" for b in BASELINES if geo.get("speedup", {}).get(b)]
+    parts = [f"vs {b.label} {geo['speedup'][b.name]:.2f}" for b in baselines.BASELINES
+             if geo.get("speedup", {}).get(b.name)]
     if geo.get("ours_vs_optimum"):
         parts.append(f"of optimum {geo['ours_vs_optimum']:.2f}")
     quota = doc.get("options", {}).get("cpu_quota")

@@ -22,8 +22,8 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
-from tf_autopar.validation import stats
-from tf_autopar.validation.space import BASELINES
+from tf_autopar.measure import stats
+from tf_autopar.planning import baselines
 
 SCHEMA_VERSION = 1
 OURS = "tf_autopar"
@@ -131,7 +131,7 @@ def summarize_row(row: Mapping[str, Any], logical_cpus: int, statistic: str = "m
         return summary
     summary["ours"] = OURS
     ours = medians[OURS]
-    for base in BASELINES:
+    for base in baselines.names():
         if base in configs and medians.get(base):
             summary["speedup"][base] = stats.Comparison.of(medians[base], ours).to_dict()
     if optimum is not None:
@@ -168,7 +168,7 @@ def tune_cost(row: Mapping[str, Any]) -> dict[str, Any]:
 def geomeans(rows: list[Mapping[str, Any]]) -> dict[str, Any]:
     """Geometric means over rows of the headline speedups and of our share of the optimum."""
     out: dict[str, Any] = {"speedup": {}, "rows": 0, "below_optimum": []}
-    for base in BASELINES:
+    for base in baselines.names():
         vals = [r["summary"]["speedup"][base]["value"] for r in rows
                 if r.get("summary") and base in r["summary"].get("speedup", {})]
         out["speedup"][base] = _none_nan(stats.geomean(v for v in vals if v is not None))

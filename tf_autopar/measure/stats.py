@@ -1,4 +1,4 @@
-"""Statistics for interleaved validation runs: pure functions on plain numbers.
+"""Statistics for interleaved measurements (validate, bench, tune): pure functions on plain numbers.
 
 Why paired ratios: every configuration runs once per round, rounds are interleaved
 (A B C ... A B C ...), so a ratio taken *within* a round compares runs that saw the same

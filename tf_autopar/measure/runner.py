@@ -1,4 +1,5 @@
-"""Run one configuration in a fresh process: environment, binding, quota group, timeout.
+"""Run one configuration in a fresh process: environment, binding, quota group, timeout (the
+parent's side of child.py's protocol).
 
 Why fresh processes: TensorFlow fixes its thread pools when its runtime starts, so a
 configuration can only be measured in a process that started with it. Each child runs in
@@ -22,11 +23,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
+from tf_autopar.measure.cgroup import QuotaGroup
+from tf_autopar.measure.configs import is_thread_var
 from tf_autopar.topology.affinity import set_affinity
-from tf_autopar.validation.cgroup import QuotaGroup
-from tf_autopar.validation.space import is_thread_var
 
-log = logging.getLogger("tf_autopar.validation")
+log = logging.getLogger("tf_autopar.measure")
 
 STDERR_TAIL = 2000
 OK, CRASH, TIMEOUT = "ok", "crash", "timeout"
@@ -42,6 +43,7 @@ class ChildResult:
     error: str = ""
     cpu_stat: dict[str, Any] | None = None  # the quota group's cpu.stat after the run
     pid: int | None = None
+    reported: str = ""  # a failed child's own message (child.py's error object), for the user
 
 
 @dataclass
@@ -92,6 +94,15 @@ def parse_payload(stdout: str) -> dict[str, Any]:
             if isinstance(obj, dict):
                 return obj
     raise ValueError("no JSON object on stdout" + (f" (got {text[-200:]!r})" if text else " (empty)"))
+
+
+def _reported(stdout: str | None) -> str:
+    """The message of a failed child's error object (child.fail), or ""."""
+    try:
+        obj = parse_payload(stdout or "")
+    except ValueError:
+        return ""
+    return str(obj.get("error") or "")
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -176,7 +187,8 @@ def run_child(
     if timed_out:
         return ChildResult(TIMEOUT, payload=None, error=f"killed after {timeout_s:g} s", **common)
     if proc.returncode != 0:
-        return ChildResult(CRASH, payload=None, error=f"exit status {proc.returncode}", **common)
+        return ChildResult(CRASH, payload=None, error=f"exit status {proc.returncode}", reported=_reported(stdout),
+                           **common)
     try:
         payload = parse_payload(stdout or "")
         if validate is not None:

@@ -56,8 +56,8 @@ def test_thread_variables_take_ascii_digits_only(text):
 
 def test_other_parsers_take_ascii_digits_only(tmp_path):
     from tf_autopar.graph.dims import read_batching_file
-    from tf_autopar.validation.cgroup import parse_cpu_stat
-    from tf_autopar.validation.space import parse_config
+    from tf_autopar.measure.cgroup import parse_cpu_stat
+    from tf_autopar.measure.configs import parse_config
 
     with pytest.raises(ValueError):
         parse_config("\u0662x1", openmp=False)
@@ -72,7 +72,7 @@ def test_other_parsers_take_ascii_digits_only(tmp_path):
 def test_clean_env_keeps_where_tf_autopar_reads_and_writes():
     """Every TF_AUTOPAR_* variable counted as a thread variable: bench and tune children read
     another plan cache and lease root than the user's."""
-    from tf_autopar.validation.runner import clean_env
+    from tf_autopar.measure.runner import clean_env
 
     env, removed = clean_env({"TF_AUTOPAR_CACHE_DIR": "/c", "TF_AUTOPAR_LEASE_DIR": "/l", "TF_AUTOPAR_LOG": "info",
                               "TF_AUTOPAR_INSTANCES": "2", "TF_NUM_INTRAOP_THREADS": "3", "OMP_NUM_THREADS": "1",

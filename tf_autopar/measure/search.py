@@ -27,8 +27,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
-from tf_autopar.validation.space import config_name
-from tf_autopar.validation.stats import median, paired_ratios
+from tf_autopar.measure.configs import config_name
+from tf_autopar.measure.stats import median, paired_ratios
 
 MAX_CANDIDATES = 12
 NOISE = 0.03  # a gap under this share of the plan's time is not worth a change

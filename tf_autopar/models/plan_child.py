@@ -1,4 +1,6 @@
-"""Compute tf_autopar's plan for one workload row, in a child process; prints one JSON object.
+"""Compute tf_autopar's plan for one row (a bundled workload or a model file, and a row mode), in
+a child process under measure/child.py's protocol; ``plan_args`` is the parents' side
+(``validate``'s harness and ``tune --mode training``).
 
 Why a child: the graph analysis needs TensorFlow and the harness never imports it (a
 harness with TF loaded would itself compete for the CPUs it measures). Under
@@ -13,36 +15,47 @@ threads for small ops, grows with it. WORKLOAD may also be a user's model file (
 directory or .keras file): it is loaded with tf_autopar.models and analysed at the row's
 batch and at the shapes its measured runs use (--input-shape, --inputs, --signature).
 
-Usage: python -m tf_autopar.validation.plan_child WORKLOAD ROW_MODE SIZE [--batch B] [--quota CPUS]
-       [--signature NAME] [--input-shape NAME=DIMS ...] [--inputs FILE.npz]
+Child: ``plan([WORKLOAD, ROW_MODE, SIZE, "--batch", B, "--quota", CPUS, model flags ...])``.
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
-import os
-import sys
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # the harness imports this module (ROW_MODES): the graph package stays in the child
+from tf_autopar._model_path import looks_like_model
+from tf_autopar._numbers import count
+from tf_autopar.graph.dims import MAX_BATCH
+from tf_autopar.measure.cgroup import MIN_QUOTA_US, PERIOD_US, CgroupUnavailable, find_cpu_controller
+from tf_autopar.measure.child import command
+from tf_autopar.models.options import ModelOptions, add_model_flags, from_args
+from tf_autopar.planning.modes import LATENCY, TRAINING
+
+if TYPE_CHECKING:  # the parents import this module (ROW_MODES, plan_args): the graph package stays in the child
     from tf_autopar.graph.profile import GraphProfile
     from tf_autopar.topology.model import Topology
 
 # Row modes -> (workloads runner mode, planner mode). Inference rows are one request at a
 # time in one process, so both inference rows are planned for latency.
-ROW_MODES = {"infer1": ("infer", "latency"), "infer": ("infer", "latency"), "train": ("train", "training")}
+ROW_MODES = {"infer1": ("infer", LATENCY), "infer": ("infer", LATENCY), "train": ("train", TRAINING)}
+PLAN = f"{__name__}:plan"
+PLAN_CHILD = tuple(command(PLAN))  # the command prefix, for the parents
 
 
-from tf_autopar.cli.numbers import count
-from tf_autopar.graph.dims import MAX_BATCH
+def plan_args(workload: str, row_mode: str, size: str, batch: int, model: ModelOptions | None = None,
+              quota: float | None = None) -> list[str]:
+    """The arguments of the child that plans this row (``model``: a model file's input flags)."""
+    args = [workload, row_mode, size, "--batch", str(batch)]
+    if model is not None:
+        args += model.plan_args()
+    if quota is not None:
+        args += ["--quota", repr(quota)]
+    return args
 
 
 def _with_quota(topology: Topology, cpus: float) -> Topology:
     from tf_autopar.topology import cpu_budget
     from tf_autopar.topology.model import CpuQuota
-
-    from tf_autopar.validation.cgroup import MIN_QUOTA_US, PERIOD_US, CgroupUnavailable, find_cpu_controller
 
     try:
         version = find_cpu_controller().version
@@ -56,8 +69,6 @@ def _with_quota(topology: Topology, cpus: float) -> Topology:
 
 def _profile(workload: str, runner_mode: str, size: str, batch: int | None, model_options: Any) -> tuple[GraphProfile, dict]:
     """The row's GraphProfile, and what the report should know about a model file's inputs."""
-    from tf_autopar.models.load import looks_like_model
-
     if looks_like_model(workload):
         from tf_autopar.models.load import prepare_model
 
@@ -75,7 +86,7 @@ def compute(workload: str, row_mode: str, size: str, quota: float | None, batch:
     if row_mode not in ROW_MODES:
         raise ValueError(f"unknown row mode {row_mode!r}; choose from {', '.join(ROW_MODES)}")
     runner_mode, plan_mode = ROW_MODES[row_mode]
-    from tf_autopar.planning import plan
+    from tf_autopar.planning import plan as make_plan
     from tf_autopar.topology import detect_topology
 
     topology = detect_topology()
@@ -95,7 +106,7 @@ def compute(workload: str, row_mode: str, size: str, quota: float | None, batch:
     # env={}: the plan under test must not inherit thread settings from the harness's shell.
     from tf_autopar.runtime.core import calibration_for
 
-    the_plan = plan(topology, profile, plan_mode, env={}, calibration=calibration_for(topology))
+    the_plan = make_plan(topology, profile, plan_mode, env={}, calibration=calibration_for(topology))
     return {
         "workload": workload,
         "row_mode": row_mode,
@@ -110,22 +121,14 @@ def compute(workload: str, row_mode: str, size: str, quota: float | None, batch:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tf_autopar.validation.plan_child")
+def plan(argv: list[str]) -> dict:
+    """The child function (see the module docstring)."""
+    parser = argparse.ArgumentParser(prog=PLAN)
     parser.add_argument("workload")
     parser.add_argument("row_mode", choices=sorted(ROW_MODES))
     parser.add_argument("size")
     parser.add_argument("--quota", type=float, default=None)
     parser.add_argument("--batch", type=count(MAX_BATCH, "the largest batch tf-autopar synthesises inputs for"), default=None, help="default: 1 for infer1, else the published batch")
-    from tf_autopar.models.options import add_model_flags, from_args
-
     add_model_flags(parser)  # a model file's rows only
     args = parser.parse_args(argv)
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    out = compute(args.workload, args.row_mode, args.size, args.quota, args.batch, from_args(args))
-    sys.stdout.write(json.dumps(out, default=str) + "\n")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return compute(args.workload, args.row_mode, args.size, args.quota, args.batch, from_args(args))

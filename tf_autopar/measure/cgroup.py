@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from tf_autopar.topology import cgroup as topology_cgroup
 from tf_autopar.topology._fs import HostFS
 
-log = logging.getLogger("tf_autopar.validation")
+log = logging.getLogger("tf_autopar.measure")
 
 PERIOD_US = 100_000
 MIN_QUOTA_US = 1_000  # the kernel's lower bound for cfs_quota_us / cpu.max

@@ -1,0 +1,85 @@
+"""The package's shape: no import cycles (module or package level), and the names said once.
+
+Counted with benchmarks/house_metrics.py, the script the architecture's figures come from, so
+the test and the figures agree on what a cycle is (every import, in functions too; not under
+``if TYPE_CHECKING``).
+"""
+from __future__ import annotations
+
+import importlib.util
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location("house_metrics", ROOT / "benchmarks" / "house_metrics.py")
+house = importlib.util.module_from_spec(_spec)
+sys.modules["house_metrics"] = house  # its dataclasses look their module up
+_spec.loader.exec_module(house)
+
+# Packages whose inner cycles are being removed by work under way (issue 29): runtime/ (one
+# owner of applied state) and graph/ (cut by role). A cycle that leaves its package, or one in
+# any other package, fails now; a listed package found clean fails too, so the entry goes.
+PENDING = {"tf_autopar.graph", "tf_autopar.runtime"}
+
+
+@pytest.fixture(scope="module")
+def metrics():
+    return house.measure(ROOT)
+
+
+def test_no_package_import_cycle(metrics):
+    assert metrics.package_cycles == [], metrics.package_cycles
+
+
+def test_no_module_import_cycle_outside_the_packages_being_rebuilt(metrics):
+    def inside(cycle: list[str]) -> str | None:
+        packages = {house.package_of(m) for m in cycle}
+        return packages.pop() if len(packages) == 1 and packages <= PENDING else None
+
+    unexpected = [c for c in metrics.file_cycles if inside(c) is None]
+    assert unexpected == [], unexpected
+    stale = PENDING - {inside(c) for c in metrics.file_cycles}
+    assert not stale, f"no cycle left in {sorted(stale)}: remove them from PENDING in this test"
+
+
+def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
+    for rel, text in {"tf_autopar/__init__.py": "", **files}.items():
+        path = tmp_path / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    return tmp_path
+
+
+def test_the_counter_sees_cycles_hidden_in_functions_and_ignores_type_checking(tmp_path):
+    root = _tree(tmp_path, {
+        "tf_autopar/a/__init__.py": "",
+        "tf_autopar/a/one.py": "from tf_autopar.b.two import f\n",
+        "tf_autopar/b/__init__.py": "",
+        "tf_autopar/b/two.py": "def f():\n    from tf_autopar.a import one\n",
+        "tf_autopar/c/__init__.py": "",
+        "tf_autopar/c/three.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from tf_autopar.a import one\n",
+        "tf_autopar/a/four.py": "import tf_autopar.c.three\n",
+    })
+    m = house.measure(root)
+    assert m.file_cycles == [["tf_autopar.a.one", "tf_autopar.b.two"]]
+    assert m.package_cycles == [["tf_autopar.a", "tf_autopar.b"]]
+
+
+def test_a_package_face_importing_its_module_that_imports_the_face_is_a_cycle(tmp_path):
+    root = _tree(tmp_path, {
+        "tf_autopar/p/__init__.py": "from tf_autopar.p.core import x\n",
+        "tf_autopar/p/core.py": "from tf_autopar.p import helpers\nx = 1\n",
+        "tf_autopar/p/helpers.py": "",
+    })
+    assert house.measure(root).file_cycles == [["tf_autopar.p", "tf_autopar.p.core"]]
+
+
+def test_each_shared_name_is_spelt_in_one_module(metrics):
+    assert metrics.modules_naming_a_baseline == ["tf_autopar/planning/baselines.py"]
+    assert metrics.modules_naming_a_thread_variable == ["tf_autopar/planning/variables.py"]
+    # the modes: planning/modes.py (by name, not as a literal list), and runtime/__init__.py's
+    # own copy until the runtime's face is rebuilt (issue 29, item 2)
+    assert set(metrics.modules_defining_the_modes) <= {"tf_autopar/runtime/__init__.py"}
