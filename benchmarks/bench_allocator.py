@@ -11,6 +11,7 @@ range. An allocator is worth recommending for a model only where every round's r
 
     python benchmarks/bench_allocator.py --models-dir /tmp/models --rounds 3 --json benchmarks/results/allocator.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,16 +45,40 @@ def child(model_dir: str, name: str, seconds: float) -> None:
         [v.numpy() for v in fn(**inputs).values()]
         lat.append(time.perf_counter() - t0)
     rss = int(Path("/proc/self/status").read_text().split("VmHWM:")[1].split()[0]) // 1024
-    print("RESULT " + json.dumps({"median_ms": float(np.median(lat)) * 1e3, "calls": len(lat), "peak_rss_mb": rss,
-                                  "ld_preload": os.environ.get("LD_PRELOAD", "")}), flush=True)
+    print(
+        "RESULT "
+        + json.dumps(
+            {
+                "median_ms": float(np.median(lat)) * 1e3,
+                "calls": len(lat),
+                "peak_rss_mb": rss,
+                "ld_preload": os.environ.get("LD_PRELOAD", ""),
+            }
+        ),
+        flush=True,
+    )
 
 
 def one(model_dir: str, name: str, allocator: str, seconds: float) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TF_NUM_", "LD_PRELOAD"))}
     env.update(PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2")
-    cmd = [sys.executable, "-m", "tf_autopar.cli.main", "run", "--allocator", allocator, "--",
-           sys.executable, str(Path(__file__).resolve()), "--child", name, "--model-dir", model_dir,
-           "--seconds", str(seconds)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "tf_autopar.cli.main",
+        "run",
+        "--allocator",
+        allocator,
+        "--",
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--child",
+        name,
+        "--model-dir",
+        model_dir,
+        "--seconds",
+        str(seconds),
+    ]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")]
     if out.returncode != 0 or not lines:
@@ -78,32 +103,48 @@ def main() -> int:
 
     runs = []
     for r in range(args.rounds):
-        order = ALLOCATORS[r % 3:] + ALLOCATORS[:r % 3]
+        order = ALLOCATORS[r % 3 :] + ALLOCATORS[: r % 3]
         for name in args.models.split(","):
             for a in order:
                 res = one(str(Path(args.models_dir) / name), name, a, args.seconds)
                 runs.append(dict(res, model=name, allocator=a, round=r))
-                print(f"round {r + 1} {name} {a}: {res['median_ms']:.2f} ms ({res['calls']} calls, "
-                      f"peak RSS {res['peak_rss_mb']} MB)", flush=True)
+                print(
+                    f"round {r + 1} {name} {a}: {res['median_ms']:.2f} ms ({res['calls']} calls, "
+                    f"peak RSS {res['peak_rss_mb']} MB)",
+                    flush=True,
+                )
     rows = []
     for name in args.models.split(","):
         base = {x["round"]: x["median_ms"] for x in runs if x["model"] == name and x["allocator"] == "default"}
         for a in ALLOCATORS:
             mine = {x["round"]: x for x in runs if x["model"] == name and x["allocator"] == a}
             ratios = [base[k] / mine[k]["median_ms"] for k in mine]
-            row = {"model": name, "allocator": a, "median_ms": statistics.median(x["median_ms"] for x in mine.values()),
-                   "peak_rss_mb": statistics.median(x["peak_rss_mb"] for x in mine.values()),
-                   "speedup": [statistics.median(ratios), min(ratios), max(ratios)],
-                   "wins_every_round": a != "default" and min(ratios) > 1.0}
+            row = {
+                "model": name,
+                "allocator": a,
+                "median_ms": statistics.median(x["median_ms"] for x in mine.values()),
+                "peak_rss_mb": statistics.median(x["peak_rss_mb"] for x in mine.values()),
+                "speedup": [statistics.median(ratios), min(ratios), max(ratios)],
+                "wins_every_round": a != "default" and min(ratios) > 1.0,
+            }
             rows.append(row)
-            print(f"{name:14s} {a:9s} {row['median_ms']:8.2f} ms  x{row['speedup'][0]:.2f} "
-                  f"[{row['speedup'][1]:.2f}-{row['speedup'][2]:.2f}]  RSS {row['peak_rss_mb']} MB")
+            print(
+                f"{name:14s} {a:9s} {row['median_ms']:8.2f} ms  x{row['speedup'][0]:.2f} "
+                f"[{row['speedup'][1]:.2f}-{row['speedup'][2]:.2f}]  RSS {row['peak_rss_mb']} MB"
+            )
     from tf_autopar.graph import analyze  # the graph fingerprint allocator.MEASURED is keyed by
 
-    fingerprints = {name: analyze(str(Path(args.models_dir) / name), batch=1).fingerprint
-                    for name in args.models.split(",")}
-    doc = {"processor": processor(), "cpus": len(os.sched_getaffinity(0)), "args": vars(args), "rows": rows,
-           "fingerprints": fingerprints, "runs": runs}
+    fingerprints = {
+        name: analyze(str(Path(args.models_dir) / name), batch=1).fingerprint for name in args.models.split(",")
+    }
+    doc = {
+        "processor": processor(),
+        "cpus": len(os.sched_getaffinity(0)),
+        "args": vars(args),
+        "rows": rows,
+        "fingerprints": fingerprints,
+        "runs": runs,
+    }
     if args.json:
         Path(args.json).write_text(json.dumps(doc, indent=1))
     return 0

@@ -10,6 +10,7 @@ against the single caller's.
 
     python benchmarks/bench_concurrency.py /work/user_models --out benchmarks/results/concurrency.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,7 +23,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from bench_fastpath import host  # noqa: E402
 
-CHILD = r'''
+CHILD = r"""
 import json, sys, threading, time
 sys.path.insert(0, sys.argv[4])
 import tf_autopar
@@ -59,7 +60,7 @@ for label, fn in paths.items():
 st = [b.path for s in tf_autopar.status().served if s.function == "signatures['serving_default']" for b in s.buckets]
 out["fast_path_state"] = st
 print("RESULT " + json.dumps(out), flush=True)
-'''
+"""
 
 
 def main() -> int:
@@ -71,13 +72,22 @@ def main() -> int:
     args = ap.parse_args()
     data = {"host": host(), "models": {}}
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TF_NUM_", "TF_OVERRIDE", "TF_AUTOPAR"))}
-    env.update(TF_CPP_MIN_LOG_LEVEL="3",
-               PYTHONPATH=os.pathsep.join(p for p in (os.path.dirname(HERE), env.get("PYTHONPATH", "")) if p))
+    env.update(
+        TF_CPP_MIN_LOG_LEVEL="3",
+        PYTHONPATH=os.pathsep.join(p for p in (os.path.dirname(HERE), env.get("PYTHONPATH", "")) if p),
+    )
     for name in args.only.split(","):
-        proc = subprocess.run([sys.executable, "-c", CHILD, os.path.join(args.model_dir, name), name,
-                               str(args.seconds), HERE], env=env, capture_output=True, text=True, timeout=900)
-        res = next((json.loads(line[7:]) for line in proc.stdout.splitlines() if line.startswith("RESULT ")),
-                   {"error": proc.stderr[-1500:]})
+        proc = subprocess.run(
+            [sys.executable, "-c", CHILD, os.path.join(args.model_dir, name), name, str(args.seconds), HERE],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        res = next(
+            (json.loads(line[7:]) for line in proc.stdout.splitlines() if line.startswith("RESULT ")),
+            {"error": proc.stderr[-1500:]},
+        )
         data["models"][name] = res
         with open(args.out, "w", encoding="utf-8") as fh:
             json.dump(data, fh, indent=1)
@@ -91,8 +101,10 @@ def main() -> int:
         for label, r in res.items():
             if label == "fast_path_state":
                 continue
-            print(f"| {name} | {label} | {r['single_rate']:.0f} | {r['rate']:.0f} | {min(r['counts'])}-{max(r['counts'])} | "
-                  f"{r['lowest_share']:.2f} |")
+            print(
+                f"| {name} | {label} | {r['single_rate']:.0f} | {r['rate']:.0f} | {min(r['counts'])}-{max(r['counts'])} | "
+                f"{r['lowest_share']:.2f} |"
+            )
     return 0
 
 

@@ -15,6 +15,7 @@
 
 Usage: python benchmarks/bench_enable.py [--rounds N] [--workloads a,b] [--size tiny|paper] [--parts start,sessions] [--quick] [--json]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -115,8 +116,13 @@ def session_cost(names: list[str], size: str, reps: int, cache_dir: str) -> dict
     env = _env(cache_dir)
     result = {}
     for name in names:
-        out = subprocess.run([sys.executable, "-c", SESSION_SCRIPT, name, size, str(reps)], env=env,
-                             capture_output=True, text=True, timeout=1800)
+        out = subprocess.run(
+            [sys.executable, "-c", SESSION_SCRIPT, name, size, str(reps)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
         line = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
         if out.returncode != 0 or not line:
             result[name] = {"error": (out.stderr.strip().splitlines() or ["?"])[-1]}
@@ -124,7 +130,10 @@ def session_cost(names: list[str], size: str, reps: int, cache_dir: str) -> dict
         d = json.loads(line[-1][7:])
         a, c, f = (statistics.median(d[k]) for k in ("analysis_ms", "ctor_ms", "first_run_ms"))
         result[name] = {
-            "nodes": d["nodes"], "analysis_ms": round(a, 2), "ctor_ms": round(c, 2), "ctor_first_run_ms": round(f, 1),
+            "nodes": d["nodes"],
+            "analysis_ms": round(a, 2),
+            "ctor_ms": round(c, 2),
+            "ctor_first_run_ms": round(f, 1),
             "analysis_pct_of_ctor": round(100 * a / c, 1) if c else None,
             "analysis_pct_of_ctor_first_run": round(100 * a / f, 2) if f else None,
         }
@@ -150,23 +159,29 @@ def main() -> int:
         rounds, reps, names = 2, 2, names[:2] if not args.workloads else names
     with tempfile.TemporaryDirectory(prefix="bench_enable_") as cache_dir:
         parts = set(args.parts.split(","))
-        report = {"start": start_cost(rounds, cache_dir) if "start" in parts else {},
-                  "sessions": session_cost(names, args.size, reps, cache_dir) if "sessions" in parts else {}}
+        report = {
+            "start": start_cost(rounds, cache_dir) if "start" in parts else {},
+            "sessions": session_cost(names, args.size, reps, cache_dir) if "sessions" in parts else {},
+        }
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
     print("(a) start cost (ms)")
     for name, r in report["start"].items():
-        print(f"  {name:10s} process {r['wall_median_ms']:8.1f} (+{r['wall_minus_tf_ms']:6.1f} vs tf)  "
-              f"enable() median {r['enable_median_ms']:6.2f} p90 {r['enable_p90_ms']:6.2f}  [{r['rounds']} rounds]")
+        print(
+            f"  {name:10s} process {r['wall_median_ms']:8.1f} (+{r['wall_minus_tf_ms']:6.1f} vs tf)  "
+            f"enable() median {r['enable_median_ms']:6.2f} p90 {r['enable_p90_ms']:6.2f}  [{r['rounds']} rounds]"
+        )
     print(f"(b) analysis per session creation ({args.size})")
     for name, r in report["sessions"].items():
         if "error" in r:
             print(f"  {name:14s} error: {r['error']}")
             continue
-        print(f"  {name:14s} {r['nodes']:6d} nodes  analysis {r['analysis_ms']:7.2f} ms  ctor {r['ctor_ms']:7.2f} ms "
-              f"({r['analysis_pct_of_ctor']}%)  ctor+first run {r['ctor_first_run_ms']:8.1f} ms "
-              f"({r['analysis_pct_of_ctor_first_run']}%)")
+        print(
+            f"  {name:14s} {r['nodes']:6d} nodes  analysis {r['analysis_ms']:7.2f} ms  ctor {r['ctor_ms']:7.2f} ms "
+            f"({r['analysis_pct_of_ctor']}%)  ctor+first run {r['ctor_first_run_ms']:8.1f} ms "
+            f"({r['analysis_pct_of_ctor_first_run']}%)"
+        )
     return 0
 
 

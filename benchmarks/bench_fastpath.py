@@ -23,6 +23,7 @@ fixed wall time. Configurations:
     python benchmarks/bench_fastpath.py /work/user_models --out benchmarks/results/fastpath.json
     python benchmarks/bench_fastpath.py --summarise benchmarks/results/fastpath.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,7 +45,7 @@ PAIRS = ("1x1", "1x2", "2x1", "2x2")
 
 # ------------------------------------------------------------------------------ the child (a server)
 
-CHILD = r'''
+CHILD = r"""
 import json, os, resource, sys, time
 cfg, path, name, batch, seconds = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5])
 sys.path.insert(0, sys.argv[6])
@@ -108,13 +109,16 @@ if cfg.startswith("enable"):
                       for s in st.served if s.function == "signatures['serving_default']" for b in s.buckets]
     out["process"] = [st.process.planned_inter, st.process.planned_intra] if st.process else None
 print("RESULT " + json.dumps(out), flush=True)
-'''
+"""
 
 
 def run_child(cfg: str, model_dir: str, name: str, batch: int, seconds: float, cache: str) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TF_NUM_", "TF_OVERRIDE", "TF_AUTOPAR"))}
-    env.update(TF_CPP_MIN_LOG_LEVEL="3", TF_AUTOPAR_CACHE_DIR=cache,
-               PYTHONPATH=os.pathsep.join(p for p in (os.path.dirname(HERE), env.get("PYTHONPATH", "")) if p))
+    env.update(
+        TF_CPP_MIN_LOG_LEVEL="3",
+        TF_AUTOPAR_CACHE_DIR=cache,
+        PYTHONPATH=os.pathsep.join(p for p in (os.path.dirname(HERE), env.get("PYTHONPATH", "")) if p),
+    )
     extra: list[str] = []
     if cfg.startswith("pools:"):
         inter, intra = cfg.split(":")[1].split("x")
@@ -122,7 +126,18 @@ def run_child(cfg: str, model_dir: str, name: str, batch: int, seconds: float, c
     if cfg == "frozen-sweep":
         env["TF_OVERRIDE_GLOBAL_THREADPOOL"] = "1"
         extra = [",".join(PAIRS)]
-    cmd = [sys.executable, "-c", CHILD, cfg, os.path.join(model_dir, name), name, str(batch), str(seconds), HERE, *extra]
+    cmd = [
+        sys.executable,
+        "-c",
+        CHILD,
+        cfg,
+        os.path.join(model_dir, name),
+        name,
+        str(batch),
+        str(seconds),
+        HERE,
+        *extra,
+    ]
     t0 = time.time()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     for line in proc.stdout.splitlines():
@@ -142,10 +157,14 @@ def host() -> dict:
         pass
     import importlib.metadata as md
 
-    tf_version = next((md.version(d) for d in ("tensorflow-cpu", "tensorflow", "intel-tensorflow")
-                       if _has(md, d)), "?")
-    return {"cpu_model": cpu, "cpus": len(os.sched_getaffinity(0)), "tf_version": tf_version,
-            "python": platform.python_version(), "date": time.strftime("%Y-%m-%d %H:%M")}
+    tf_version = next((md.version(d) for d in ("tensorflow-cpu", "tensorflow", "intel-tensorflow") if _has(md, d)), "?")
+    return {
+        "cpu_model": cpu,
+        "cpus": len(os.sched_getaffinity(0)),
+        "tf_version": tf_version,
+        "python": platform.python_version(),
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+    }
 
 
 def _has(md, dist: str) -> bool:
@@ -170,8 +189,8 @@ def steady_ms(run: dict) -> float:
     if run["config"].startswith("enable") and run.get("frozen"):
         fast = [t for t, f in zip(times, run["frozen"]) if f]
         if len(fast) >= 3:
-            return statistics.median(fast[len(fast) // 2:])
-    return statistics.median(times[len(times) // 2:]) if times else float("nan")
+            return statistics.median(fast[len(fast) // 2 :])
+    return statistics.median(times[len(times) // 2 :]) if times else float("nan")
 
 
 def window(run: dict, seconds: float) -> tuple[float, float]:
@@ -213,7 +232,9 @@ def row_summary(row: dict, window_s: float) -> dict:
         out["frozen_best"] = [best, ms[best]]
         out["frozen_sweep"] = ms
     if e:
-        out["plan"] = [f"{b['inter_op']}x{b['intra_op']}" for b in e[0].get("buckets", []) if b["path"] == "frozen session"]
+        out["plan"] = [
+            f"{b['inter_op']}x{b['intra_op']}" for b in e[0].get("buckets", []) if b["path"] == "frozen session"
+        ]
         out["paths"] = [b["path"] + (f" ({b['reason']})" if b["reason"] else "") for b in e[0].get("buckets", [])]
         out["switch_s"] = _median([switch_s(r) for r in e])
         out["rss_mb"] = [_median([r["peak_rss_mb"] for r in d]), _median([r["peak_rss_mb"] for r in e])]
@@ -245,41 +266,50 @@ def merge_sweeps(data: dict, earlier: dict) -> None:
 def summarise(data: dict) -> str:
     rows = [row_summary(r, data.get("window_s", 30.0)) for r in data["rows"]]
     h = data["host"]
-    lines = [f"processor: {h['cpu_model']} ({h['cpus']} CPUs); TensorFlow {h['tf_version']}; {h['date']}",
-             "steady ms = median of the second half of a run's requests (enable(): of the frozen session's); "
-             "speedup = default / enable() per round, median [range]; noise = |default / default-again - 1|",
-             "",
-             "| model | batch | default ms | noise | best process pools ms | enable() ms (frozen, plan) | "
-             "frozen best ms | enable() vs default | switch s | first 30 s p50/p99 default | "
-             "first 30 s p50/p99 enable() | 2nd start 1st call frozen (ms vs default) | peak RSS MB default/enable() |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"processor: {h['cpu_model']} ({h['cpus']} CPUs); TensorFlow {h['tf_version']}; {h['date']}",
+        "steady ms = median of the second half of a run's requests (enable(): of the frozen session's); "
+        "speedup = default / enable() per round, median [range]; noise = |default / default-again - 1|",
+        "",
+        "| model | batch | default ms | noise | best process pools ms | enable() ms (frozen, plan) | "
+        "frozen best ms | enable() vs default | switch s | first 30 s p50/p99 default | "
+        "first 30 s p50/p99 enable() | 2nd start 1st call frozen (ms vs default) | peak RSS MB default/enable() |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     logs = []
     for r in rows:
         pb = r.get("pools_best", ["-", float("nan")])
         fb = r.get("frozen_best", ["-", float("nan")])
         rng = r.get("speedup_range") or [float("nan")] * 2
         wd, we = r.get("window_default", [float("nan")] * 2), r.get("window_enable", [float("nan")] * 2)
-        second = ("yes" if r.get("second_first_frozen") else "no") + \
-            f" ({r.get('second_first_ms', float('nan')):.1f} vs {r.get('default_first_ms', float('nan')):.1f})"
+        second = (
+            "yes" if r.get("second_first_frozen") else "no"
+        ) + f" ({r.get('second_first_ms', float('nan')):.1f} vs {r.get('default_first_ms', float('nan')):.1f})"
         lines.append(
             f"| {r['model']} | {r['batch']} | {r['default_ms']:.2f} | {100 * r['noise']:.0f}% | {pb[1]:.2f} ({pb[0]}) | "
             f"{r['enable_ms']:.2f} ({','.join(r.get('plan') or ['-'])}) | {fb[1]:.2f} ({fb[0]}) | "
             f"{r['speedup']:.2f}x [{rng[0]:.2f}-{rng[1]:.2f}] | {r.get('switch_s', float('nan')):.1f} | "
             f"{wd[0]:.1f}/{wd[1]:.1f} | {we[0]:.1f}/{we[1]:.1f} | {second} | "
-            f"{r.get('rss_mb', [0, 0])[0]:.0f}/{r.get('rss_mb', [0, 0])[1]:.0f} |")
+            f"{r.get('rss_mb', [0, 0])[0]:.0f}/{r.get('rss_mb', [0, 0])[1]:.0f} |"
+        )
         if any("original" in p for p in r.get("paths", [])):
             logs.append(f"{r['model']} batch {r['batch']}: " + "; ".join(r["paths"]))
     sp = [r["speedup"] for r in rows if r["speedup"] > 0 and not math.isnan(r["speedup"])]
     if sp:
         geo = math.exp(sum(math.log(x) for x in sp) / len(sp))
-        lines += ["", f"geometric mean of enable() vs default over {len(sp)} rows: {geo:.2f}x; "
-                      f"lowest {min(sp):.2f}x; rows slower than default beyond their noise: "
-                      f"{sum(1 for r in rows if r['speedup'] < 1 - max(r['noise'], 0.02))}"]
+        lines += [
+            "",
+            f"geometric mean of enable() vs default over {len(sp)} rows: {geo:.2f}x; "
+            f"lowest {min(sp):.2f}x; rows slower than default beyond their noise: "
+            f"{sum(1 for r in rows if r['speedup'] < 1 - max(r['noise'], 0.02))}",
+        ]
         fb = [(r["default_ms"] / r["frozen_best"][1]) for r in rows if "frozen_best" in r]
         pb = [(r["default_ms"] / r["pools_best"][1]) for r in rows if "pools_best" in r]
         if fb and pb:
-            lines.append(f"geometric mean, default / best process pools: {math.exp(sum(map(math.log, pb)) / len(pb)):.2f}x;"
-                         f" default / frozen best: {math.exp(sum(map(math.log, fb)) / len(fb)):.2f}x")
+            lines.append(
+                f"geometric mean, default / best process pools: {math.exp(sum(map(math.log, pb)) / len(pb)):.2f}x;"
+                f" default / frozen best: {math.exp(sum(map(math.log, fb)) / len(fb)):.2f}x"
+            )
     if logs:
         lines += ["", "rows kept on the original path:"] + [f"- {x}" for x in logs]
     return "\n".join(lines)
@@ -293,13 +323,21 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--seconds", type=float, default=12.0, help="traffic per default / pools process")
     ap.add_argument("--window", type=float, default=30.0, help="enable()'s first start runs this long")
-    ap.add_argument("--sweep", choices=("first", "every", "none"), default="first",
-                    help="process pools and frozen sweep: in the first round (default), every round or never")
+    ap.add_argument(
+        "--sweep",
+        choices=("first", "every", "none"),
+        default="first",
+        help="process pools and frozen sweep: in the first round (default), every round or never",
+    )
     ap.add_argument("--out", default=os.path.join(HERE, "results", "fastpath.json"))
     ap.add_argument("--summarise", metavar="JSON")
-    ap.add_argument("--sweep-from", metavar="JSON", default=None,
-                    help="with --summarise: take the process-pool and frozen sweeps of each row from this earlier "
-                         "run (same host and models; a run with --sweep none measures only default and enable())")
+    ap.add_argument(
+        "--sweep-from",
+        metavar="JSON",
+        default=None,
+        help="with --summarise: take the process-pool and frozen sweeps of each row from this earlier "
+        "run (same host and models; a run with --sweep none measures only default and enable())",
+    )
     args = ap.parse_args()
     if args.summarise:
         with open(args.summarise, encoding="utf-8") as fh:
@@ -326,13 +364,17 @@ def main() -> int:
                     seconds = args.window if cfg == "enable" else args.seconds
                     results[cfg] = run_child(cfg, args.model_dir, row["model"], row["batch"], seconds, cache)
                     if "error" in results[cfg]:
-                        print(f"  {row['model']} b{row['batch']} {cfg}: ERROR {results[cfg]['error'][-300:]}",
-                              flush=True)
+                        print(
+                            f"  {row['model']} b{row['batch']} {cfg}: ERROR {results[cfg]['error'][-300:]}", flush=True
+                        )
                 row["rounds"].append(results)
             s = row_summary(row, args.window)
-            print(f"round {rnd + 1} {row['model']} b{row['batch']}: default {s['default_ms']:.2f} ms, enable "
-                  f"{s['enable_ms']:.2f} ms ({s['speedup']:.2f}x), paths {s.get('paths')}, "
-                  f"{time.time() - t0:.0f} s", flush=True)
+            print(
+                f"round {rnd + 1} {row['model']} b{row['batch']}: default {s['default_ms']:.2f} ms, enable "
+                f"{s['enable_ms']:.2f} ms ({s['speedup']:.2f}x), paths {s.get('paths')}, "
+                f"{time.time() - t0:.0f} s",
+                flush=True,
+            )
             data["wall_s"] = round(time.time() - t0, 1)
             with open(args.out, "w", encoding="utf-8") as fh:
                 json.dump(data, fh)

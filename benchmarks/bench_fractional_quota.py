@@ -23,6 +23,7 @@ The result decides FRACTIONAL_QUOTA_EXTRA_THREAD: if the extra thread (1x2, 2x2 
 beats floor (1x1) by more than the spread between rounds in both latency and throughput, switch
 it on and record the run in benchmarks/results/ and docs/design.md.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,14 +42,18 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from tf_autopar.measure.cgroup import (  # noqa: E402  (after the path is set)
-    CgroupUnavailable, CpuStat, QuotaGroup, check_writable, find_cpu_controller,
+    CgroupUnavailable,
+    CpuStat,
+    QuotaGroup,
+    check_writable,
+    find_cpu_controller,
 )
 
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "fractional_quota.json"
 
 # The child: builds the model, warms up, says "start", waits for the parent's cpu.stat snapshot,
 # times requests for the given seconds, says "end" (the parent snapshots again), then prints JSON.
-CHILD = r'''
+CHILD = r"""
 import json, os, sys, time
 cfg = json.loads(sys.argv[1])
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -104,7 +109,7 @@ print("RESULT " + json.dumps({"step_times_s": times, "loop_s": loop,
                   "cpu_s": (cpu1.user + cpu1.system) - (cpu0.user + cpu0.system), "affinity": sorted(os.sched_getaffinity(0)),
                   "inter_op_threads_running": comm.count("tf_Compute"), "threads": len(comm),
                   "tf_version": tf.__version__}), flush=True)
-'''
+"""
 
 
 def parse_config(text: str) -> tuple[int, int]:
@@ -117,26 +122,50 @@ def parse_config(text: str) -> tuple[int, int]:
 def stat_delta(before: CpuStat, after: CpuStat) -> dict[str, Any]:
     periods = after.nr_periods - before.nr_periods
     throttled = after.nr_throttled - before.nr_throttled
-    return {"nr_periods": periods, "nr_throttled": throttled,
-            "throttled_us": after.throttled_us - before.throttled_us,
-            "throttled_fraction": throttled / periods if periods else None}
+    return {
+        "nr_periods": periods,
+        "nr_throttled": throttled,
+        "throttled_us": after.throttled_us - before.throttled_us,
+        "throttled_fraction": throttled / periods if periods else None,
+    }
 
 
 def run_one(controller: Any, args: argparse.Namespace, config: tuple[int, int], tag: str) -> dict[str, Any]:
     """One fresh process at ``config`` inside its own quota group; its timed loop and cpu.stat."""
     inter, intra = config
-    env = dict(os.environ, TF_NUM_INTEROP_THREADS=str(inter), TF_NUM_INTRAOP_THREADS=str(intra),
-               TF_CPP_MIN_LOG_LEVEL="2", TF_AUTOPAR_DISABLE="1")
+    env = dict(
+        os.environ,
+        TF_NUM_INTEROP_THREADS=str(inter),
+        TF_NUM_INTRAOP_THREADS=str(intra),
+        TF_CPP_MIN_LOG_LEVEL="2",
+        TF_AUTOPAR_DISABLE="1",
+    )
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
-    cfg = {"model": args.model, "size": args.size, "depth": args.depth, "branches": args.branches,
-           "workload_size": args.workload_size, "warmup": args.warmup, "seconds": args.seconds}
+    cfg = {
+        "model": args.model,
+        "size": args.size,
+        "depth": args.depth,
+        "branches": args.branches,
+        "workload_size": args.workload_size,
+        "warmup": args.warmup,
+        "seconds": args.seconds,
+    }
     with QuotaGroup(controller, args.quota, tag) as group:
         if args.shares:
-            name, value = ("cpu.shares", str(args.shares)) if controller.version == 1 else ("cpu.weight", str(args.shares))
+            name, value = (
+                ("cpu.shares", str(args.shares)) if controller.version == 1 else ("cpu.weight", str(args.shares))
+            )
             Path(group.path, name).write_text(value)
         started = time.monotonic()
-        child = subprocess.Popen([sys.executable, "-c", CHILD, json.dumps(cfg)], env=env, preexec_fn=group.join,
-                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        child = subprocess.Popen(
+            [sys.executable, "-c", CHILD, json.dumps(cfg)],
+            env=env,
+            preexec_fn=group.join,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
             line = child.stdout.readline()
             while line and line.strip() != "start":  # lines the model printed while it was built
@@ -156,17 +185,23 @@ def run_one(controller: Any, args: argparse.Namespace, config: tuple[int, int], 
             child.wait()
             raise
         whole = group.stat()
-    found = [ln[len("RESULT "):] for ln in out.splitlines() if ln.startswith("RESULT ")]
+    found = [ln[len("RESULT ") :] for ln in out.splitlines() if ln.startswith("RESULT ")]
     if child.returncode != 0 or line.strip() != "end" or not found:
         return {"config": f"{inter}x{intra}", "error": (out[-500:] + err)[-2000:], "returncode": child.returncode}
     result = json.loads(found[-1])
     times = result.pop("step_times_s")
     return {
-        "config": f"{inter}x{intra}", "requests": len(times), "median_s": statistics.median(times),
-        "p90_s": sorted(times)[int(0.9 * (len(times) - 1))], "throughput_rps": len(times) / result["loop_s"],
-        "timed": stat_delta(before, after), "whole_process": whole.to_dict() | {"raw": None},
-        "cpu_ms_per_request": result["cpu_s"] * 1e3 / max(1, len(times)), "load_after": os.getloadavg()[0],
-        "wall_s": time.monotonic() - started, **result,
+        "config": f"{inter}x{intra}",
+        "requests": len(times),
+        "median_s": statistics.median(times),
+        "p90_s": sorted(times)[int(0.9 * (len(times) - 1))],
+        "throughput_rps": len(times) / result["loop_s"],
+        "timed": stat_delta(before, after),
+        "whole_process": whole.to_dict() | {"raw": None},
+        "cpu_ms_per_request": result["cpu_s"] * 1e3 / max(1, len(times)),
+        "load_after": os.getloadavg()[0],
+        "wall_s": time.monotonic() - started,
+        **result,
     }
 
 
@@ -206,8 +241,11 @@ def summarise(runs: list[dict[str, Any]], configs: list[str]) -> dict[str, Any]:
             "nr_throttled": spread([m["timed"]["nr_throttled"] for m in mine]),
             "throttled_fraction": spread(fractions) if fractions else None,
         }
-        paired = [(rd[name]["median_s"] / rd[base]["median_s"], rd[name]["throughput_rps"] / rd[base]["throughput_rps"])
-                  for rd in by_round.values() if name in rd and base in rd]
+        paired = [
+            (rd[name]["median_s"] / rd[base]["median_s"], rd[name]["throughput_rps"] / rd[base]["throughput_rps"])
+            for rd in by_round.values()
+            if name in rd and base in rd
+        ]
         if paired and name != base:
             row[f"latency_vs_{base}"] = spread([p[0] for p in paired])
             row[f"throughput_vs_{base}"] = spread([p[1] for p in paired])
@@ -218,8 +256,10 @@ def summarise(runs: list[dict[str, Any]], configs: list[str]) -> dict[str, Any]:
 def print_table(table: dict[str, Any], configs: list[str], quota: float) -> None:
     base = configs[0]
     print(f"\n{quota:g}-CPU quota: median over rounds (range)")
-    print(f"{'config':7s} {'latency ms':>22s} {'requests/s':>22s} {'throttled periods':>22s} "
-          f"{'lat/' + base:>17s} {'thr/' + base:>17s}")
+    print(
+        f"{'config':7s} {'latency ms':>22s} {'requests/s':>22s} {'throttled periods':>22s} "
+        f"{'lat/' + base:>17s} {'thr/' + base:>17s}"
+    )
     for name in configs:
         row = table[name]
         if not row.get("rounds"):
@@ -229,16 +269,21 @@ def print_table(table: dict[str, Any], configs: list[str], quota: float) -> None
         def cell(s: dict[str, float] | None, fmt: str) -> str:
             return "-" if s is None else f"{s['median']:{fmt}} ({s['min']:{fmt}}-{s['max']:{fmt}})"
 
-        print(f"{name:7s} {cell(row['median_ms'], '.2f'):>22s} {cell(row['throughput_rps'], '.1f'):>22s} "
-              f"{cell(row['throttled_fraction'], '.0%'):>22s} {cell(row.get(f'latency_vs_{base}'), '.2f'):>17s} "
-              f"{cell(row.get(f'throughput_vs_{base}'), '.2f'):>17s}")
+        print(
+            f"{name:7s} {cell(row['median_ms'], '.2f'):>22s} {cell(row['throughput_rps'], '.1f'):>22s} "
+            f"{cell(row['throttled_fraction'], '.0%'):>22s} {cell(row.get(f'latency_vs_{base}'), '.2f'):>17s} "
+            f"{cell(row.get(f'throughput_vs_{base}'), '.2f'):>17s}"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quota", type=float, default=1.5, help="CPUs (quota / period), e.g. 1.5 or 2.5")
-    p.add_argument("--configs", default="1x1,1x2,2x1,2x2",
-                   help="INTERxINTRA thread settings; the first is the baseline of the paired ratios")
+    p.add_argument(
+        "--configs",
+        default="1x1,1x2,2x1,2x2",
+        help="INTERxINTRA thread settings; the first is the baseline of the paired ratios",
+    )
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--seconds", type=float, default=20.0, help="timed loop per process")
     p.add_argument("--warmup", type=int, default=5, help="untimed requests after the model is built")
@@ -263,8 +308,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench_fractional_quota: {exc}", file=sys.stderr)
         return 2
     names = [f"{i}x{j}" for i, j in configs]
-    print(f"{cpu_model()}; cgroup v{controller.version} at {controller.path}; quota {args.quota:g} CPUs; CPUs "
-          f"{sorted(os.sched_getaffinity(0))}; {args.rounds} rounds x {len(configs)} configs x {args.seconds:g} s")
+    print(
+        f"{cpu_model()}; cgroup v{controller.version} at {controller.path}; quota {args.quota:g} CPUs; CPUs "
+        f"{sorted(os.sched_getaffinity(0))}; {args.rounds} rounds x {len(configs)} configs x {args.seconds:g} s"
+    )
     runs: list[dict[str, Any]] = []
     started = time.time()
     # a background run ignores SIGINT: SIGTERM also stops it and keeps what was measured
@@ -272,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     load_before = os.getloadavg()[0]
     try:
         for r in range(args.rounds):
-            order = configs[r % len(configs):] + configs[: r % len(configs)]  # rotate: no config always first
+            order = configs[r % len(configs) :] + configs[: r % len(configs)]  # rotate: no config always first
             for config in order:
                 result = run_one(controller, args, config, "fracq")
                 result["round"] = r
@@ -281,19 +328,29 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"round {r} {result['config']}: FAILED {result['error'][-300:]}", file=sys.stderr)
                 else:
                     t = result["timed"]
-                    print(f"round {r} {result['config']}: median {result['median_s'] * 1e3:.2f} ms, "
-                          f"{result['throughput_rps']:.1f} req/s, throttled {t['nr_throttled']}/{t['nr_periods']} "
-                          f"periods", flush=True)
+                    print(
+                        f"round {r} {result['config']}: median {result['median_s'] * 1e3:.2f} ms, "
+                        f"{result['throughput_rps']:.1f} req/s, throttled {t['nr_throttled']}/{t['nr_periods']} "
+                        f"periods",
+                        flush=True,
+                    )
     except KeyboardInterrupt:
         print("interrupted: writing what was measured", file=sys.stderr)
     table = summarise(runs, names)
     print_table(table, names, args.quota)
     doc = {
-        "benchmark": "bench_fractional_quota", "date": time.strftime("%Y-%m-%d", time.localtime(started)),
-        "host": {"cpu_model": cpu_model(), "cpus": sorted(os.sched_getaffinity(0)), "machine": platform.machine(),
-                 "cgroup_version": controller.version, "load_before": load_before},
+        "benchmark": "bench_fractional_quota",
+        "date": time.strftime("%Y-%m-%d", time.localtime(started)),
+        "host": {
+            "cpu_model": cpu_model(),
+            "cpus": sorted(os.sched_getaffinity(0)),
+            "machine": platform.machine(),
+            "cgroup_version": controller.version,
+            "load_before": load_before,
+        },
         "options": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-        "summary": table, "runs": runs,
+        "summary": table,
+        "runs": runs,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=1) + "\n")

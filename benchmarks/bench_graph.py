@@ -20,6 +20,7 @@ Graphs are built directly as protobuf NodeDefs (TensorFlow's proto classes; no o
 Prints median / min / max over --repeats runs (after one warm-up), text or --json.
 Run on a quiet machine for final figures: python benchmarks/bench_graph.py [--quick] [--json]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -191,24 +192,36 @@ def training_measurement(rounds: int, steps: int) -> dict:
         @tf.function(input_signature=[tf.TensorSpec(x.shape), tf.TensorSpec(y.shape)])
         def step(x, y):
             with tf.GradientTape() as tape:
-                loss = tf.reduce_mean((model(x, training=True) - y) ** 2)
-            grads = tape.gradient(loss, model.trainable_variables)
-            opt.apply_gradients(zip(grads, model.trainable_variables))
+                loss = tf.reduce_mean((model(x, training=True) - y) ** 2)  # noqa: B023
+            grads = tape.gradient(loss, model.trainable_variables)  # noqa: B023
+            opt.apply_gradients(zip(grads, model.trainable_variables))  # noqa: B023
             return loss
 
         with_g, without = analyze(step), analyze(step, include_gradients=False)
         out[kind] = {
-            "with_gradients": {"heavy": with_g.heavy_ops, "depth": with_g.depth,
-                               "avg_width": with_g.avg_width, "max_width": with_g.max_width},
-            "forward_only": {"heavy": without.heavy_ops, "depth": without.depth,
-                             "avg_width": without.avg_width, "max_width": without.max_width},
+            "with_gradients": {
+                "heavy": with_g.heavy_ops,
+                "depth": with_g.depth,
+                "avg_width": with_g.avg_width,
+                "max_width": with_g.max_width,
+            },
+            "forward_only": {
+                "heavy": without.heavy_ops,
+                "depth": without.depth,
+                "avg_width": without.avg_width,
+                "max_width": without.max_width,
+            },
             "step_s": {f"{p}x{t}": [] for p, t in splits},
         }
     for _ in range(rounds):
         for kind in out:
             for p, t in splits:
-                r = subprocess.run([sys.executable, "-c", TRAIN_CHILD, str(p), str(t), kind, str(steps), here],
-                                   capture_output=True, text=True, timeout=600)
+                r = subprocess.run(
+                    [sys.executable, "-c", TRAIN_CHILD, str(p), str(t), kind, str(steps), here],
+                    capture_output=True,
+                    text=True,
+                    timeout=600,
+                )
                 if r.returncode != 0:
                     raise RuntimeError(r.stderr[-2000:])
                 out[kind]["step_s"][f"{p}x{t}"].append(json.loads(r.stdout.strip().splitlines()[-1])["median_s"])
@@ -259,7 +272,9 @@ def live_graph_def(n: int, seed: int = 0):
         elif r < 0.45:
             nd = g.node.add(name=f"n{i}", op="BiasAdd", input=[a, "bias"])
         elif r < 0.7:
-            nd = g.node.add(name=f"n{i}", op="AddV2", input=[a, names[rng.randrange(max(0, len(names) - 64), len(names))]])
+            nd = g.node.add(
+                name=f"n{i}", op="AddV2", input=[a, names[rng.randrange(max(0, len(names) - 64), len(names))]]
+            )
         else:
             nd = g.node.add(name=f"n{i}", op="Relu", input=[a])
         if rng.random() < 0.05:
@@ -304,10 +319,21 @@ def live_child(kind: str, path: str, code: str) -> dict:
             t0 = time.perf_counter()
             obj.as_graph_def(add_shapes=shapes)
             export["as_graph_def_add_shapes_s" if shapes else "as_graph_def_s"] = time.perf_counter() - t0
-    return {"wall_s": wall, "cpu_s": cpu, **export, "code": os.path.dirname(os.path.dirname(os.path.dirname(tf_autopar.graph.__file__))),
-            "profile": {"nodes": p.nodes, "heavy_ops": p.heavy_ops, "depth": p.depth, "avg_width": p.avg_width,
-                        "max_width": p.max_width, "typical_op_work": p.typical_op_work,
-                        "fingerprint": p.fingerprint}}
+    return {
+        "wall_s": wall,
+        "cpu_s": cpu,
+        **export,
+        "code": os.path.dirname(os.path.dirname(os.path.dirname(tf_autopar.graph.__file__))),
+        "profile": {
+            "nodes": p.nodes,
+            "heavy_ops": p.heavy_ops,
+            "depth": p.depth,
+            "avg_width": p.avg_width,
+            "max_width": p.max_width,
+            "typical_op_work": p.typical_op_work,
+            "fingerprint": p.fingerprint,
+        },
+    }
 
 
 def _spread(values: list) -> dict:
@@ -324,13 +350,19 @@ def live_measurement(sizes: list, rounds: int, codes: dict) -> dict:
     files = {}
     for n in sizes:  # the graph once per size: imported by TensorFlow to infer every shape
         plain, shaped = os.path.join(tmp, f"plain{n}.pb"), os.path.join(tmp, f"shapes{n}.pb")
-        script = ("import sys; sys.path.insert(0, sys.argv[1]); import tensorflow as tf; from bench_graph import "
-                  "live_graph_def; gd = live_graph_def(int(sys.argv[2])); g = tf.Graph()\n"
-                  "with g.as_default(): tf.graph_util.import_graph_def(gd, name='')\n"
-                  "open(sys.argv[3], 'wb').write(g.as_graph_def().SerializeToString())\n"
-                  "open(sys.argv[4], 'wb').write(g.as_graph_def(add_shapes=True).SerializeToString())")
-        subprocess.run([sys.executable, "-c", script, os.path.dirname(here), str(n), plain, shaped], check=True,
-                       capture_output=True, timeout=1800)
+        script = (
+            "import sys; sys.path.insert(0, sys.argv[1]); import tensorflow as tf; from bench_graph import "
+            "live_graph_def; gd = live_graph_def(int(sys.argv[2])); g = tf.Graph()\n"
+            "with g.as_default(): tf.graph_util.import_graph_def(gd, name='')\n"
+            "open(sys.argv[3], 'wb').write(g.as_graph_def().SerializeToString())\n"
+            "open(sys.argv[4], 'wb').write(g.as_graph_def(add_shapes=True).SerializeToString())"
+        )
+        subprocess.run(
+            [sys.executable, "-c", script, os.path.dirname(here), str(n), plain, shaped],
+            check=True,
+            capture_output=True,
+            timeout=1800,
+        )
         files[n] = {"tf.Graph": plain, "GraphDef": shaped}
     runs: dict = {str(n): {c: {k: [] for k in LIVE_KINDS} for c in codes} for n in sizes}
     profiles: dict = {}
@@ -338,8 +370,12 @@ def live_measurement(sizes: list, rounds: int, codes: dict) -> dict:
     for r in range(rounds):
         shift = r % len(order)
         for n, c, k in order[shift:] + order[:shift]:  # rotate, so no configuration always runs first
-            out = subprocess.run([sys.executable, here, "--live-child", k, files[n][k], codes[c]],
-                                 capture_output=True, text=True, timeout=1800)
+            out = subprocess.run(
+                [sys.executable, here, "--live-child", k, files[n][k], codes[c]],
+                capture_output=True,
+                text=True,
+                timeout=1800,
+            )
             if out.returncode != 0:
                 raise RuntimeError(out.stderr[-2000:])
             rec = json.loads(out.stdout.strip().splitlines()[-1])
@@ -351,8 +387,10 @@ def live_measurement(sizes: list, rounds: int, codes: dict) -> dict:
         summary[n] = {}
         for c in codes:
             by = runs[n][c]
-            summary[n][c] = {k: {"wall_s": _spread([x["wall_s"] for x in by[k]]),
-                                 "cpu_s": _spread([x["cpu_s"] for x in by[k]])} for k in LIVE_KINDS}
+            summary[n][c] = {
+                k: {"wall_s": _spread([x["wall_s"] for x in by[k]]), "cpu_s": _spread([x["cpu_s"] for x in by[k]])}
+                for k in LIVE_KINDS
+            }
             for key in ("as_graph_def_s", "as_graph_def_add_shapes_s"):
                 summary[n][c][f"tf.Graph {key[:-2]}"] = _spread([x[key] for x in by["tf.Graph"]])
             paired = [g["wall_s"] / d["wall_s"] for g, d in zip(by["tf.Graph"], by["GraphDef"])]
@@ -360,10 +398,18 @@ def live_measurement(sizes: list, rounds: int, codes: dict) -> dict:
         if "before" in codes:
             summary[n]["after / before wall, paired per round"] = {
                 k: _spread([a["wall_s"] / b["wall_s"] for a, b in zip(runs[n]["after"][k], runs[n]["before"][k])])
-                for k in LIVE_KINDS}
+                for k in LIVE_KINDS
+            }
     same = {n: len({json.dumps(p, sort_keys=True) for p in by.values()}) == 1 for n, by in profiles.items()}
-    return {"goal": "100,000 ops in under 1 s", "codes": codes, "rounds": rounds, "summary": summary,
-            "profiles": profiles, "profiles_identical": same, "runs": runs}
+    return {
+        "goal": "100,000 ops in under 1 s",
+        "codes": codes,
+        "rounds": rounds,
+        "summary": summary,
+        "profiles": profiles,
+        "profiles_identical": same,
+        "runs": runs,
+    }
 
 
 def host() -> dict:
@@ -386,8 +432,13 @@ def timed(fn, repeats: int) -> dict:
         fn()
         times.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
-    return {"median_s": statistics.median(times), "min_s": min(times), "max_s": max(times),
-            "cpu_median_s": statistics.median(cpu), "repeats": repeats}
+    return {
+        "median_s": statistics.median(times),
+        "min_s": min(times),
+        "max_s": max(times),
+        "cpu_median_s": statistics.median(cpu),
+        "repeats": repeats,
+    }
 
 
 def main(argv=None) -> int:
@@ -397,12 +448,18 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--quick", action="store_true", help="10,000 nodes, 3 repeats (a smoke run)")
     ap.add_argument("--naive", action="store_true", help="also time an unmemoised DFS on 10..18 diamonds")
-    ap.add_argument("--training", action="store_true",
-                    help="instead: widths with/without gradient ops vs measured step time per inter x intra split")
+    ap.add_argument(
+        "--training",
+        action="store_true",
+        help="instead: widths with/without gradient ops vs measured step time per inter x intra split",
+    )
     ap.add_argument("--rounds", type=int, default=3, help="--training, --live: interleaved rounds")
     ap.add_argument("--steps", type=int, default=20, help="--training: timed steps per run")
-    ap.add_argument("--live", action="store_true",
-                    help="instead: analyze() of a live tf.Graph vs the same graph as a GraphDef, fresh processes")
+    ap.add_argument(
+        "--live",
+        action="store_true",
+        help="instead: analyze() of a live tf.Graph vs the same graph as a GraphDef, fresh processes",
+    )
     ap.add_argument("--sizes", default="60000,100000", help="--live: graph sizes in ops")
     ap.add_argument("--before", metavar="DIR", help="--live: also time the tf_autopar of this checkout")
     ap.add_argument("--live-child", nargs=3, metavar=("KIND", "FILE", "CODE"), help=argparse.SUPPRESS)
@@ -425,8 +482,10 @@ def main(argv=None) -> int:
                 for c in codes:
                     for k in LIVE_KINDS:
                         w = by[c][k]["wall_s"]
-                        print(f"{int(n):,} ops, {c}, {k}: median {w['median'] * 1e3:.0f} ms "
-                              f"[{w['min'] * 1e3:.0f}-{w['max'] * 1e3:.0f}], cpu {by[c][k]['cpu_s']['median'] * 1e3:.0f} ms")
+                        print(
+                            f"{int(n):,} ops, {c}, {k}: median {w['median'] * 1e3:.0f} ms "
+                            f"[{w['min'] * 1e3:.0f}-{w['max'] * 1e3:.0f}], cpu {by[c][k]['cpu_s']['median'] * 1e3:.0f} ms"
+                        )
                     ratio = by[c]["tf.Graph / GraphDef wall, paired per round"]
                     print(f"  {c}: tf.Graph / GraphDef {ratio['median']:.2f}x [{ratio['min']:.2f}-{ratio['max']:.2f}]")
             print(f"profiles identical across codes and kinds: {result['profiles_identical']}")
@@ -450,8 +509,13 @@ def main(argv=None) -> int:
     g = synthetic_graph(args.nodes)
     p = analyze_graph_def(g)
     results["synthetic"] = {
-        "graph_nodes": args.nodes, "ops_analysed": p.nodes, "heavy_ops": p.heavy_ops, "depth": p.depth,
-        "avg_width": p.avg_width, "max_width": p.max_width, **timed(lambda: analyze_graph_def(g), args.repeats),
+        "graph_nodes": args.nodes,
+        "ops_analysed": p.nodes,
+        "heavy_ops": p.heavy_ops,
+        "depth": p.depth,
+        "avg_width": p.avg_width,
+        "max_width": p.max_width,
+        **timed(lambda: analyze_graph_def(g), args.repeats),
     }
     parse_bytes = g.SerializeToString()
     from tensorflow.core.framework import graph_pb2
@@ -465,7 +529,9 @@ def main(argv=None) -> int:
     d = diamond_graph(args.diamonds)
     p = analyze_graph_def(d)
     results["diamonds"] = {
-        "diamonds": args.diamonds, "heavy_ops": p.heavy_ops, "depth": p.depth,
+        "diamonds": args.diamonds,
+        "heavy_ops": p.heavy_ops,
+        "depth": p.depth,
         **timed(lambda: analyze_graph_def(d), args.repeats * 3),
     }
     if args.naive:
@@ -479,13 +545,17 @@ def main(argv=None) -> int:
         print(json.dumps(results, indent=2))
     else:
         s, w, dm = results["synthetic"], results["synthetic_with_parse"], results["diamonds"]
-        print(f"synthetic {s['graph_nodes']} nodes ({s['ops_analysed']} ops with function bodies, "
-              f"{s['heavy_ops']} heavy, depth {s['depth']}, widths {s['avg_width']}/{s['max_width']}): "
-              f"median {s['median_s'] * 1e3:.0f} ms, min {s['min_s'] * 1e3:.0f} ms, max {s['max_s'] * 1e3:.0f} ms, "
-              f"cpu median {s['cpu_median_s'] * 1e3:.0f} ms (goal < 1000 ms)")
+        print(
+            f"synthetic {s['graph_nodes']} nodes ({s['ops_analysed']} ops with function bodies, "
+            f"{s['heavy_ops']} heavy, depth {s['depth']}, widths {s['avg_width']}/{s['max_width']}): "
+            f"median {s['median_s'] * 1e3:.0f} ms, min {s['min_s'] * 1e3:.0f} ms, max {s['max_s'] * 1e3:.0f} ms, "
+            f"cpu median {s['cpu_median_s'] * 1e3:.0f} ms (goal < 1000 ms)"
+        )
         print(f"  including protobuf parsing: median {w['median_s'] * 1e3:.0f} ms, min {w['min_s'] * 1e3:.0f} ms")
-        print(f"chain of {dm['diamonds']} diamonds (depth {dm['depth']}): median {dm['median_s'] * 1e3:.2f} ms, "
-              f"min {dm['min_s'] * 1e3:.2f} ms (goal: milliseconds)")
+        print(
+            f"chain of {dm['diamonds']} diamonds (depth {dm['depth']}): median {dm['median_s'] * 1e3:.2f} ms, "
+            f"min {dm['min_s'] * 1e3:.2f} ms (goal: milliseconds)"
+        )
         for k, t in results.get("naive_dfs_s_by_diamonds", {}).items():
             print(f"  unmemoised DFS, {k} diamonds: {t * 1e3:.0f} ms")
     return 0

@@ -25,6 +25,7 @@ and the share of the solo ceiling.
     python benchmarks/bench_http.py --rounds 2 --quota 1.5 --ray --json benchmarks/results/http.json
     python benchmarks/bench_http.py --quick      # smoke run: 1 round, 1 and 2 workers, DLRM only
 """
+
 from __future__ import annotations
 
 import argparse
@@ -83,8 +84,10 @@ def processor() -> str:
 def build_models(directory: Path) -> dict[str, str]:
     missing = [m for m in MODELS if not (directory / m / "saved_model.pb").exists()]
     if missing:
-        subprocess.run([sys.executable, str(ROOT / "benchmarks" / "user_models.py"), str(directory),
-                        "--only", ",".join(missing)], check=True)
+        subprocess.run(
+            [sys.executable, str(ROOT / "benchmarks" / "user_models.py"), str(directory), "--only", ",".join(missing)],
+            check=True,
+        )
     return {m: str(directory / m) for m in MODELS}
 
 
@@ -96,14 +99,24 @@ def request_body(model: str) -> dict:
 
 
 def run_wrk(wrk: str, url: str, lua: Path, connections: int, duration: float) -> dict:
-    out = subprocess.run([wrk, "-t1", f"-c{connections}", f"-d{duration:g}s", "--timeout", "10s", "-s", str(lua), url],
-                         capture_output=True, text=True, timeout=duration + 60)
+    out = subprocess.run(
+        [wrk, "-t1", f"-c{connections}", f"-d{duration:g}s", "--timeout", "10s", "-s", str(lua), url],
+        capture_output=True,
+        text=True,
+        timeout=duration + 60,
+    )
     m = re.search(r"^WRK (\{.*\})$", out.stdout, re.M)
     if not m:
         raise RuntimeError(f"wrk printed no summary: {out.stdout[-1500:]} {out.stderr[-1500:]}")
     r = json.loads(m.group(1))
-    return {"throughput": r["requests"] / (r["duration_us"] / 1e6), "p50_ms": r["p50_us"] / 1e3,
-            "p99_ms": r["p99_us"] / 1e3, "requests": r["requests"], "errors": r["errors"], "non2xx": r["non2xx"]}
+    return {
+        "throughput": r["requests"] / (r["duration_us"] / 1e6),
+        "p50_ms": r["p50_us"] / 1e3,
+        "p99_ms": r["p99_us"] / 1e3,
+        "requests": r["requests"],
+        "errors": r["errors"],
+        "non2xx": r["non2xx"],
+    }
 
 
 def clean_env(lease: Path) -> dict[str, str]:
@@ -115,8 +128,17 @@ def clean_env(lease: Path) -> dict[str, str]:
     return env
 
 
-def one_server(model_path: str, body: dict, lua: Path, workers: int, config: str, quota: float | None,
-               args: argparse.Namespace, tmp: Path, pin: bool = False) -> dict:
+def one_server(
+    model_path: str,
+    body: dict,
+    lua: Path,
+    workers: int,
+    config: str,
+    quota: float | None,
+    args: argparse.Namespace,
+    tmp: Path,
+    pin: bool = False,
+) -> dict:
     """Start the example server, warm it, load it with wrk, stop it; the row's figures."""
     from tf_autopar.measure.cgroup import QuotaGroup, find_cpu_controller
 
@@ -132,8 +154,9 @@ def one_server(model_path: str, body: dict, lua: Path, workers: int, config: str
         if pin:
             os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 
-    server = Server(model_path, workers, env=env, default=config == "default", preexec=preexec,
-                    log_path=str(tmp / "server.log"))
+    server = Server(
+        model_path, workers, env=env, default=config == "default", preexec=preexec, log_path=str(tmp / "server.log")
+    )
     try:
         server.start(timeout_s=300)
         t0 = time.monotonic()
@@ -148,11 +171,19 @@ def one_server(model_path: str, body: dict, lua: Path, workers: int, config: str
         res = run_wrk(args.wrk, f"http://127.0.0.1:{server.port}/predict", lua, 2 * workers, args.duration)
         res["nr_throttled"] = group.stat().nr_throttled - throttled0 if group else None
         res["warm_s"] = warm_s
-        res["workers_seen"] = [{"affinity": s["affinity"], "planned": s.get("planned", "tf-default"),
-                                "paths": [b["path"] + (" " + b["pools"] if b["path"] == "frozen session" else "")
-                                          for x in s.get("served", []) for b in x["buckets"]],
-                                "tuning": [b.get("tuning", "") for x in s.get("served", []) for b in x["buckets"]]}
-                               for s in st.values()]
+        res["workers_seen"] = [
+            {
+                "affinity": s["affinity"],
+                "planned": s.get("planned", "tf-default"),
+                "paths": [
+                    b["path"] + (" " + b["pools"] if b["path"] == "frozen session" else "")
+                    for x in s.get("served", [])
+                    for b in x["buckets"]
+                ],
+                "tuning": [b.get("tuning", "") for x in s.get("served", []) for b in x["buckets"]],
+            }
+            for s in st.values()
+        ]
         return res
     finally:
         server.stop()
@@ -163,7 +194,7 @@ def one_server(model_path: str, body: dict, lua: Path, workers: int, config: str
 
 # ------------------------------------------------------------------------------ Ray
 
-RAY_CHILD = r'''
+RAY_CHILD = r"""
 import json, os, sys, time
 import ray
 from ray import serve
@@ -182,7 +213,7 @@ serve.run(app, route_prefix="/predict")
 print("READY", flush=True)
 sys.stdin.readline()  # the parent says when to stop
 serve.shutdown(); ray.shutdown(); cluster.shutdown()
-'''
+"""
 
 
 def one_ray(model_path: str, body: dict, lua: Path, config: str, args: argparse.Namespace, tmp: Path) -> dict:
@@ -195,11 +226,17 @@ def one_ray(model_path: str, body: dict, lua: Path, config: str, args: argparse.
     env["TF_AUTOPAR_CACHE_DIR"] = str(tmp / f"cache_{time.monotonic_ns()}")
     env["TF_AUTOPAR_FAST_PATH_DIR"] = str(tmp / f"fast_{time.monotonic_ns()}")
     env["RAY_USAGE_STATS_ENABLED"] = "0"
-    code = (f"ROOT = {str(ROOT)!r}\nPORT = {port}\nMODEL = {model_path!r}\nDEFAULT = {config == 'default'}\n"
-            + RAY_CHILD)
+    code = f"ROOT = {str(ROOT)!r}\nPORT = {port}\nMODEL = {model_path!r}\nDEFAULT = {config == 'default'}\n" + RAY_CHILD
     log = open(tmp / "ray.log", "ab")
-    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=log, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=log,
+        text=True,
+        start_new_session=True,
+    )
     try:
         line = proc.stdout.readline()
         if "READY" not in line:
@@ -224,13 +261,20 @@ def one_ray(model_path: str, body: dict, lua: Path, config: str, args: argparse.
                 s = post("/predict/status", None)
                 replicas[s["pid"]] = s
             paths = [[b["path"] for f in s.get("served", []) for b in f["buckets"]] for s in replicas.values()]
-            if len(replicas) >= 4 and (config == "default" or all(p and p[0] in ("frozen session", "original")
-                                                                   for p in paths)):
+            if len(replicas) >= 4 and (
+                config == "default" or all(p and p[0] in ("frozen session", "original") for p in paths)
+            ):
                 break
         res = run_wrk(args.wrk, f"http://127.0.0.1:{port}/predict", lua, 8, args.duration)
         res["warm_s"] = time.monotonic() - t0
-        res["workers_seen"] = [{"affinity": s["affinity"], "planned": s.get("planned", "tf-default"),
-                                "share": (s.get("share") or {}).get("note", "")} for s in replicas.values()]
+        res["workers_seen"] = [
+            {
+                "affinity": s["affinity"],
+                "planned": s.get("planned", "tf-default"),
+                "share": (s.get("share") or {}).get("note", ""),
+            }
+            for s in replicas.values()
+        ]
         return res
     finally:
         try:
@@ -258,17 +302,27 @@ def summarize(runs: list[dict]) -> list[dict]:
     for model, kind, workers, quota in keys:
         row: dict = {"model": model, "kind": kind, "workers": workers, "quota": quota or None}
         for c in CONFIGS:
-            rs = [r for r in runs if (r["model"], r["kind"], r["workers"], r["quota"] or 0.0, r["config"]) ==
-                  (model, kind, workers, quota, c)]
+            rs = [
+                r
+                for r in runs
+                if (r["model"], r["kind"], r["workers"], r["quota"] or 0.0, r["config"])
+                == (model, kind, workers, quota, c)
+            ]
             if rs:
                 row[c] = {m: med([r[m] for r in rs]) for m in ("throughput", "p50_ms", "p99_ms")}
                 row[c]["rounds"] = len(rs)
                 row[c]["errors"] = sum(r["errors"] + r["non2xx"] for r in rs)
         if "default" in row and "enable" in row:
-            pairs = [e["throughput"] / d["throughput"] for e in runs for d in runs
-                     if e["round"] == d["round"] and e["config"] == "enable" and d["config"] == "default"
-                     and (e["model"], e["kind"], e["workers"], e["quota"] or 0.0) == (model, kind, workers, quota)
-                     and (d["model"], d["kind"], d["workers"], d["quota"] or 0.0) == (model, kind, workers, quota)]
+            pairs = [
+                e["throughput"] / d["throughput"]
+                for e in runs
+                for d in runs
+                if e["round"] == d["round"]
+                and e["config"] == "enable"
+                and d["config"] == "default"
+                and (e["model"], e["kind"], e["workers"], e["quota"] or 0.0) == (model, kind, workers, quota)
+                and (d["model"], d["kind"], d["workers"], d["quota"] or 0.0) == (model, kind, workers, quota)
+            ]
             row["enable_vs_default"] = med(pairs)
         solo = [r["throughput"] for r in runs if r["config"] == "solo" and r["model"] == model]
         if solo:
@@ -283,9 +337,11 @@ def summarize(runs: list[dict]) -> list[dict]:
 
 
 def table(rows: list[dict]) -> str:
-    out = ["| server | model | workers | quota | default req/s | enable() req/s | enable/default | "
-           "default p50 / p99 ms | enable() p50 / p99 ms | ceiling req/s | enable() of ceiling |",
-           "|---|---|---|---|---|---|---|---|---|---|---|"]
+    out = [
+        "| server | model | workers | quota | default req/s | enable() req/s | enable/default | "
+        "default p50 / p99 ms | enable() p50 / p99 ms | ceiling req/s | enable() of ceiling |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
 
     def cell(v: list[float], f: str = "{:.1f}") -> str:
         return f"{f.format(v[0])} [{f.format(v[1])}-{f.format(v[2])}]"
@@ -298,16 +354,21 @@ def table(rows: list[dict]) -> str:
         ratio = cell(r["enable_vs_default"], "{:.2f}") if "enable_vs_default" in r else "-"
         ceiling = f"{cl['throughput']:.1f} ({cl['cpus']:g} x {cl['solo_rps']:.1f})" if cl else "-"
         share = f"{e['of_ceiling']:.2f}" if e and "of_ceiling" in e else "-"
-        out.append(f"| {r['kind']} | {r['model']} | {r['workers']} | {r['quota'] or '-'} | "
-                   f"{cell(d['throughput']) if d else '-'} | {cell(e['throughput']) if e else '-'} | {ratio} | "
-                   f"{lat(d)} | {lat(e)} | {ceiling} | {share} |")
+        out.append(
+            f"| {r['kind']} | {r['model']} | {r['workers']} | {r['quota'] or '-'} | "
+            f"{cell(d['throughput']) if d else '-'} | {cell(e['throughput']) if e else '-'} | {ratio} | "
+            f"{lat(d)} | {lat(e)} | {ceiling} | {share} |"
+        )
     return "\n".join(out)
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--models-dir", default="/tmp/tf_autopar_bench_http_models",
-                   help="where the SavedModels are built (once) and read")
+    p.add_argument(
+        "--models-dir",
+        default="/tmp/tf_autopar_bench_http_models",
+        help="where the SavedModels are built (once) and read",
+    )
     p.add_argument("--models", default=",".join(MODELS))
     p.add_argument("--workers", default="1,2,4")
     p.add_argument("--quota", type=float, default=None, help="also run every row under this CPU quota (root)")
@@ -346,16 +407,21 @@ def main() -> int:
                     for c in order:
                         res = one_server(models[m], body, luas[m], w, c, q, args, tmp)
                         runs.append(dict(res, model=m, kind="gunicorn", workers=w, quota=q, config=c, round=rnd))
-                        print(f"round {rnd + 1} {m} {w} workers quota {q or '-'} {c}: {res['throughput']:.1f} req/s "
-                              f"p50 {res['p50_ms']:.1f} p99 {res['p99_ms']:.1f} ms; "
-                              f"{[s['planned'] + '@' + str(s['affinity']) + ' ' + ','.join(s.get('paths', [])) for s in res['workers_seen']]}",
-                              flush=True)
+                        print(
+                            f"round {rnd + 1} {m} {w} workers quota {q or '-'} {c}: {res['throughput']:.1f} req/s "
+                            f"p50 {res['p50_ms']:.1f} p99 {res['p99_ms']:.1f} ms; "
+                            f"{[s['planned'] + '@' + str(s['affinity']) + ' ' + ','.join(s.get('paths', [])) for s in res['workers_seen']]}",
+                            flush=True,
+                        )
             if args.ray:
                 for c in order:
                     res = one_ray(models[m], body, luas[m], c, args, tmp)
                     runs.append(dict(res, model=m, kind="ray", workers=4, quota=None, config=c, round=rnd))
-                    print(f"round {rnd + 1} {m} ray 2 nodes x 2 replicas {c}: {res['throughput']:.1f} req/s "
-                          f"p50 {res['p50_ms']:.1f} p99 {res['p99_ms']:.1f} ms", flush=True)
+                    print(
+                        f"round {rnd + 1} {m} ray 2 nodes x 2 replicas {c}: {res['throughput']:.1f} req/s "
+                        f"p50 {res['p50_ms']:.1f} p99 {res['p99_ms']:.1f} ms",
+                        flush=True,
+                    )
         save(runs, args, t_start)  # after every round: a run cut short keeps its complete rounds
     print(table(summarize(runs)))
     shutil.rmtree(tmp, ignore_errors=True)
@@ -364,9 +430,16 @@ def main() -> int:
 
 def save(runs: list[dict], args: argparse.Namespace, t_start: float) -> None:
     if args.json:
-        doc = {"processor": processor(), "cpus": len(os.sched_getaffinity(0)), "python": platform.python_version(),
-               "args": {k: v for k, v in vars(args).items() if k != "wrk"}, "wall_s": time.time() - t_start,
-               "rounds_done": 1 + max(r["round"] for r in runs), "rows": summarize(runs), "runs": runs}
+        doc = {
+            "processor": processor(),
+            "cpus": len(os.sched_getaffinity(0)),
+            "python": platform.python_version(),
+            "args": {k: v for k, v in vars(args).items() if k != "wrk"},
+            "wall_s": time.time() - t_start,
+            "rounds_done": 1 + max(r["round"] for r in runs),
+            "rows": summarize(runs),
+            "runs": runs,
+        }
         Path(args.json).write_text(json.dumps(doc, indent=1, default=str))
 
 

@@ -19,6 +19,7 @@ Per SavedModel of benchmarks/user_models.py and batch, fresh processes, one afte
     python benchmarks/bench_live.py /work/user_models --out benchmarks/results/live.json
     python benchmarks/bench_live.py --summarise benchmarks/results/live.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,7 +36,7 @@ sys.path.insert(0, HERE)
 from bench_fastpath import PAIRS, host, run_child  # noqa: E402
 from user_models import SERVING  # noqa: E402
 
-LIVE = r'''
+LIVE = r"""
 import json, sys, time
 path, name, batch, limit = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
 sys.path.insert(0, sys.argv[5])
@@ -71,16 +72,24 @@ print("RESULT " + json.dumps(dict(times_ms=[x * 1e3 for x in times], stamps_s=st
       key=[b.inter_op, b.intra_op] if b and b.path == "frozen session" else None, path=b.path if b else None,
       tuning=b.tuning if b else "", loaded_key=loaded_key,
       first_frozen=bool(b) and b.served > 0 and phases[0] != "original", status=tf_autopar.status().text())), flush=True)
-'''
+"""
 
 
 def run_live(model_dir: str, name: str, batch: int, limit: float, cache: str, extra: dict | None = None) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TF_NUM_", "TF_OVERRIDE", "TF_AUTOPAR"))}
     env.update(extra or {})
-    env.update(TF_CPP_MIN_LOG_LEVEL="3", TF_AUTOPAR_CACHE_DIR=cache,
-               PYTHONPATH=os.pathsep.join(p for p in (os.path.dirname(HERE), env.get("PYTHONPATH", "")) if p))
-    proc = subprocess.run([sys.executable, "-c", LIVE, os.path.join(model_dir, name), name, str(batch), str(limit), HERE],
-                          env=env, capture_output=True, text=True, timeout=900)
+    env.update(
+        TF_CPP_MIN_LOG_LEVEL="3",
+        TF_AUTOPAR_CACHE_DIR=cache,
+        PYTHONPATH=os.pathsep.join(p for p in (os.path.dirname(HERE), env.get("PYTHONPATH", "")) if p),
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", LIVE, os.path.join(model_dir, name), name, str(batch), str(limit), HERE],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT "):
             return json.loads(line[7:])
@@ -93,7 +102,12 @@ def _p(xs: list[float], q: float) -> float:
 
 
 def row_summary(row: dict) -> dict:
-    live, default, sweep, second = row.get("live", {}), row.get("default", {}), row.get("sweep", {}), row.get("second", {})
+    live, default, sweep, second = (
+        row.get("live", {}),
+        row.get("default", {}),
+        row.get("sweep", {}),
+        row.get("second", {}),
+    )
     out = {"model": row["model"], "batch": row["batch"]}
     if "error" in live or "error" in sweep:
         out["error"] = (live.get("error") or sweep.get("error") or "")[-300:]
@@ -115,8 +129,14 @@ def row_summary(row: dict) -> dict:
     ms = sweep["sweep_ms"]
     best = min(ms, key=ms.get)
     chosen = f"{live['key'][0]}x{live['key'][1]}" if live.get("key") else "original path"
-    out.update(best=best, best_ms=ms[best], chosen=chosen, chosen_ms=ms.get(chosen, float("nan")),
-               share=ms[best] / ms[chosen] if chosen in ms else float("nan"), tuning=live.get("tuning", ""))
+    out.update(
+        best=best,
+        best_ms=ms[best],
+        chosen=chosen,
+        chosen_ms=ms.get(chosen, float("nan")),
+        share=ms[best] / ms[chosen] if chosen in ms else float("nan"),
+        tuning=live.get("tuning", ""),
+    )
     out["second_key"] = second.get("loaded_key")
     out["second_first_frozen"] = second.get("first_frozen")
     return out
@@ -124,20 +144,25 @@ def row_summary(row: dict) -> dict:
 
 def summarise(data: dict) -> str:
     h = data["host"]
-    lines = [f"processor: {h['cpu_model']} ({h['cpus']} CPUs); TensorFlow {h['tf_version']}; {h['date']}",
-             "share = the in-process sweep's best time / its time for the setting live tuning chose (same process)",
-             "", "| model | batch | tuned after s | p99 while tuning ms | default p99 ms | chosen | best in sweep | "
-                 "share of best | 2nd start serves | 2nd start 1st call frozen |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"processor: {h['cpu_model']} ({h['cpus']} CPUs); TensorFlow {h['tf_version']}; {h['date']}",
+        "share = the in-process sweep's best time / its time for the setting live tuning chose (same process)",
+        "",
+        "| model | batch | tuned after s | p99 while tuning ms | default p99 ms | chosen | best in sweep | "
+        "share of best | 2nd start serves | 2nd start 1st call frozen |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in (row_summary(x) for x in data["rows"]):
         if "error" in r:
             lines.append(f"| {r['model']} | {r['batch']} | error: {r['error'][:80]} | | | | | | | |")
             continue
         done = f"{r['done_s']:.1f}" if r.get("done_s") is not None else "not within the limit"
         second = f"{r['second_key'][0]}x{r['second_key'][1]}" if r.get("second_key") else "-"
-        lines.append(f"| {r['model']} | {r['batch']} | {done} | {r['p99_tuning']:.1f} | {r['p99_default']:.1f} | "
-                     f"{r['chosen']} ({r['chosen_ms']:.2f} ms) | {r['best']} ({r['best_ms']:.2f} ms) | {r['share']:.2f} | "
-                     f"{second} | {'yes' if r.get('second_first_frozen') else 'no'} |")
+        lines.append(
+            f"| {r['model']} | {r['batch']} | {done} | {r['p99_tuning']:.1f} | {r['p99_default']:.1f} | "
+            f"{r['chosen']} ({r['chosen_ms']:.2f} ms) | {r['best']} ({r['best_ms']:.2f} ms) | {r['share']:.2f} | "
+            f"{second} | {'yes' if r.get('second_first_frozen') else 'no'} |"
+        )
     return "\n".join(lines)
 
 
@@ -168,8 +193,9 @@ def main() -> int:
                 row["live"] = run_live(args.model_dir, name, row["batch"], args.limit, cache)
                 if args.nice_ab:
                     with tempfile.TemporaryDirectory(prefix="tfa_live0_") as cache0:
-                        row["live_nice0"] = run_live(args.model_dir, name, row["batch"], args.limit, cache0,
-                                                     {"TF_AUTOPAR_BUILD_NICE": "0"})
+                        row["live_nice0"] = run_live(
+                            args.model_dir, name, row["batch"], args.limit, cache0, {"TF_AUTOPAR_BUILD_NICE": "0"}
+                        )
                 row["default"] = run_child("default", args.model_dir, name, row["batch"], args.seconds, cache)
                 row["sweep"] = run_child("frozen-sweep", args.model_dir, name, row["batch"], args.seconds, cache)
                 row["second"] = run_live(args.model_dir, name, row["batch"], 3.0, cache)

@@ -18,6 +18,7 @@ Run it with the OpenMP build's interpreter (a second virtual environment):
 
 The models are built once with TF 2.21 by benchmarks/user_models.py (SavedModels load on 2.14).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,8 +51,11 @@ def top_swept(path: str, n: int) -> dict[tuple[str, int], list[str]]:
         rows = json.load(fh)["rows"]
     out = {}
     for data in rows:
-        med = {c: statistics.median(_round_medians(data, c).values()) for c in data["configs"]
-               if c not in ("default", "plan") and _round_medians(data, c)}
+        med = {
+            c: statistics.median(_round_medians(data, c).values())
+            for c in data["configs"]
+            if c not in ("default", "plan") and _round_medians(data, c)
+        }
         out[(data["row"]["model"], data["row"]["batch"])] = sorted(med, key=med.get)[:n]
     return out
 
@@ -60,9 +64,23 @@ def plan_threads(model_dir: str, name: str, batch: int) -> str:
     """The plan's INTERxINTRAxOMP for one row, from `tf-autopar plan` (this interpreter's build)."""
     import subprocess
 
-    out = subprocess.run([sys.executable, "-m", "tf_autopar.cli.main", "plan", os.path.join(model_dir, name),
-                          "--batch", str(batch), "--format", "json"], capture_output=True, text=True, timeout=600,
-                         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tf_autopar.cli.main",
+            "plan",
+            os.path.join(model_dir, name),
+            "--batch",
+            str(batch),
+            "--format",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+    )
     if out.returncode != 0:
         raise SystemExit(f"planning {name} at batch {batch} failed: {out.stderr.strip()[-500:]}")
     plan = json.loads(out.stdout)
@@ -77,8 +95,7 @@ def effects(rows: list[dict]) -> str:
     """What each dimension is worth per row: the geometric mean, over every pair of swept settings
     that differ in that dimension only, of the median per-round ratio of their times (>1: the
     second value is slower)."""
-    dims = (("TF intra-op 2 / 1", 1, "1", "2"), ("OpenMP threads 1 / 2", 2, "2", "1"),
-            ("inter-op 2 / 1", 0, "1", "2"))
+    dims = (("TF intra-op 2 / 1", 1, "1", "2"), ("OpenMP threads 1 / 2", 2, "2", "1"), ("inter-op 2 / 1", 0, "1", "2"))
     head = "| model | batch | " + " | ".join(d[0] for d in dims) + " | compact / none | best swept |"
     lines = [head, "|" + "---|" * (4 + len(dims))]
     for data in rows:
@@ -86,10 +103,10 @@ def effects(rows: list[dict]) -> str:
         rm = {c: v for c, v in rm.items() if v}
 
         def ratio(a: str, b: str) -> float | None:
-            if a not in rm or b not in rm:
+            if a not in rm or b not in rm:  # noqa: B023
                 return None
-            common = sorted(set(rm[a]) & set(rm[b]))
-            return statistics.median(rm[b][r] / rm[a][r] for r in common) if common else None
+            common = sorted(set(rm[a]) & set(rm[b]))  # noqa: B023
+            return statistics.median(rm[b][r] / rm[a][r] for r in common) if common else None  # noqa: B023
 
         cells = []
         for _, pos, base, other in dims:
@@ -131,18 +148,24 @@ def summarise(rows: list[dict]) -> str:
             continue
         best = swept[0]
         plan_env = data["configs"]["plan"].get("env") or {}
-        setting = "x".join(plan_env.get(k, "-") for k in ("TF_NUM_INTEROP_THREADS", "TF_NUM_INTRAOP_THREADS",
-                                                          "OMP_NUM_THREADS"))
+        setting = "x".join(
+            plan_env.get(k, "-") for k in ("TF_NUM_INTEROP_THREADS", "TF_NUM_INTRAOP_THREADS", "OMP_NUM_THREADS")
+        )
         if "KMP_BLOCKTIME" in plan_env:
             setting += f":bt{plan_env['KMP_BLOCKTIME']}"
         if "KMP_AFFINITY" in plan_env:
             setting += ":compact" if "compact" in plan_env["KMP_AFFINITY"] else f":{plan_env['KMP_AFFINITY']}"
-        share, dshare, vs = _paired(data, best, "plan"), _paired(data, best, "default"), _paired(data, "default", "plan")
+        share, dshare, vs = (
+            _paired(data, best, "plan"),
+            _paired(data, best, "default"),
+            _paired(data, "default", "plan"),
+        )
         fmt = "{:.2f} [{:.2f}-{:.2f}]"
         lines.append(
             f"| {data['row']['model']} | {data['row']['batch']} | {med['default']:.1f} | {med['plan']:.1f} ({setting}) "
             f"| {med[best]:.1f} ({best}) | {med[swept[1]]:.1f} ({swept[1]}) | {fmt.format(*share)} "
-            f"| {fmt.format(*dshare)} | {fmt.format(*vs)} |")
+            f"| {fmt.format(*dshare)} | {fmt.format(*vs)} |"
+        )
     return "\n".join(lines)
 
 
@@ -154,23 +177,42 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--requests", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--extra", choices=("compact", "bt1"), default="compact",
-                    help="the variable each setting is also run with (default compact KMP_AFFINITY)")
+    ap.add_argument(
+        "--extra",
+        choices=("compact", "bt1"),
+        default="compact",
+        help="the variable each setting is also run with (default compact KMP_AFFINITY)",
+    )
     ap.add_argument("--configs", default=None, help="comma-separated bench configurations instead of the sweep")
-    ap.add_argument("--with-copy", action="store_true",
-                    help="with --best-from: also run an explicit copy of the plan's settings (the same environment, "
-                         "a separate configuration), which shows how far two runs of one setting differ")
-    ap.add_argument("--ab", choices=("affinity", "blocktime"), default=None,
-                    help="per row, only the plan's threads, in two settings: 'affinity': KMP_BLOCKTIME=1 without "
-                         "and with compact KMP_AFFINITY; 'blocktime': compact affinity with KMP_BLOCKTIME left to "
-                         "the build and set to 1 ms")
-    ap.add_argument("--best-from", metavar="JSON", default=None,
-                    help="a confirmation run: default, the plan and the --top fastest settings of this earlier sweep")
+    ap.add_argument(
+        "--with-copy",
+        action="store_true",
+        help="with --best-from: also run an explicit copy of the plan's settings (the same environment, "
+        "a separate configuration), which shows how far two runs of one setting differ",
+    )
+    ap.add_argument(
+        "--ab",
+        choices=("affinity", "blocktime"),
+        default=None,
+        help="per row, only the plan's threads, in two settings: 'affinity': KMP_BLOCKTIME=1 without "
+        "and with compact KMP_AFFINITY; 'blocktime': compact affinity with KMP_BLOCKTIME left to "
+        "the build and set to 1 ms",
+    )
+    ap.add_argument(
+        "--best-from",
+        metavar="JSON",
+        default=None,
+        help="a confirmation run: default, the plan and the --top fastest settings of this earlier sweep",
+    )
     ap.add_argument("--top", type=int, default=3)
     ap.add_argument("--out", default=os.path.join(HERE, "results", "openmp.json"))
     ap.add_argument("--summarise", metavar="JSON", default=None, help="print the table of a finished run")
-    ap.add_argument("--effects", metavar="JSON", default=None,
-                    help="print what each dimension is worth per row, from a finished sweep")
+    ap.add_argument(
+        "--effects",
+        metavar="JSON",
+        default=None,
+        help="print what each dimension is worth per row, from a finished sweep",
+    )
     args = ap.parse_args()
     for path, table in ((args.effects, effects), (args.summarise, summarise)):
         if path:  # a finished run: print its table
@@ -179,8 +221,11 @@ def main() -> int:
             return 0
     if not (args.model_dir and os.path.isdir(args.model_dir)):
         ap.error("give the directory written by benchmarks/user_models.py")
-    configs = (tuple(args.configs.split(",")) if args.configs
-               else ("default", "plan") + sweep(len(os.sched_getaffinity(0)), args.extra))
+    configs = (
+        tuple(args.configs.split(","))
+        if args.configs
+        else ("default", "plan") + sweep(len(os.sched_getaffinity(0)), args.extra)
+    )
     best = top_swept(args.best_from, args.top) if args.best_from else {}
     rows: list[dict] = []
     t0 = time.time()
@@ -192,12 +237,16 @@ def main() -> int:
             if args.with_copy:
                 row_configs += (threads + ":bt1:compact",)
             if args.ab:
-                row_configs = ((f"{threads}:bt1", f"{threads}:bt1:compact") if args.ab == "affinity" else
-                               (f"{threads}:compact", f"{threads}:bt1:compact"))
+                row_configs = (
+                    (f"{threads}:bt1", f"{threads}:bt1:compact")
+                    if args.ab == "affinity"
+                    else (f"{threads}:compact", f"{threads}:bt1:compact")
+                )
             rows.append(run_row(args.model_dir, name, batch, args.rounds, args.requests, args.warmup, row_configs))
             with open(args.out, "w", encoding="utf-8") as fh:  # after every row: a stopped run keeps its rows
-                json.dump({"rows": rows, "wall_s": round(time.time() - t0, 1), "command": " ".join(sys.argv)},
-                          fh, indent=1)
+                json.dump(
+                    {"rows": rows, "wall_s": round(time.time() - t0, 1), "command": " ".join(sys.argv)}, fh, indent=1
+                )
     print(summarise(rows))
     return 0
 

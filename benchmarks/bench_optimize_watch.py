@@ -12,6 +12,7 @@ Measured in one process, hooks on and off in interleaved rounds (median of per-r
 
     python benchmarks/bench_optimize_watch.py [--rounds 7] [--json benchmarks/results/optimize_watch.json]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,10 +44,12 @@ def isolated_hooks(tf, watch, handle) -> dict[str, float]:
     res = {}
     for label, written in (("read_only", ()), ("writes_unwatched", (3,))):
         watch._writes_of[Fn.name] = written  # the function writes its 4th argument (not a watched one)
-        res[f"hook_fn_{label}_us"] = round(per_call_us(lambda: wrapped_fn(fn, *args), 100000)
-                                           - per_call_us(lambda: noop(fn, *args), 100000), 3)
-    res["hook_write_unwatched_us"] = round(per_call_us(lambda: wrapped_write(handle, 1.0), 100000)
-                                           - per_call_us(lambda: noop(handle, 1.0), 100000), 3)
+        res[f"hook_fn_{label}_us"] = round(
+            per_call_us(lambda: wrapped_fn(fn, *args), 100000) - per_call_us(lambda: noop(fn, *args), 100000), 3
+        )
+    res["hook_write_unwatched_us"] = round(
+        per_call_us(lambda: wrapped_write(handle, 1.0), 100000) - per_call_us(lambda: noop(handle, 1.0), 100000), 3
+    )
     return res
 
 
@@ -77,9 +80,19 @@ def main() -> None:
     step(tf.ones([64]))
     value = tf.ones([64])
 
-    rows: dict[str, list[float]] = {k: [] for k in (
-        "call_us", "check_us", "fn_hooks_on_us", "fn_hooks_off_us", "assign_hooks_on_us", "assign_hooks_off_us")}
+    rows: dict[str, list[float]] = {
+        k: []
+        for k in (
+            "call_us",
+            "check_us",
+            "fn_hooks_on_us",
+            "fn_hooks_off_us",
+            "assign_hooks_on_us",
+            "assign_hooks_off_us",
+        )
+    }
     t_in = tf.ones([64])
+
     def hooks_on() -> None:
         assert watch.installed()
         rows["fn_hooks_on_us"].append(per_call_us(lambda: step(t_in), 2000))
@@ -96,7 +109,7 @@ def main() -> None:
     for i in range(args.rounds):
         rows["call_us"].append(per_call_us(lambda: fast(x), 300))
         rows["check_us"].append(per_call_us(lambda: compiled.generation == w.generation, 200000))
-        for measure in ((hooks_on, hooks_off) if i % 2 == 0 else (hooks_off, hooks_on)):  # order alternates
+        for measure in (hooks_on, hooks_off) if i % 2 == 0 else (hooks_off, hooks_on):  # order alternates
             measure()
     refresh_ms = []
     for _ in range(args.rounds):

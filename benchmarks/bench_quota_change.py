@@ -19,6 +19,7 @@ the original path (mismatches). Needs root (or a writable delegated controller);
     sudo python benchmarks/bench_quota_change.py                 # 3 rounds
     sudo python benchmarks/bench_quota_change.py --rounds 1 --window 3 --out /tmp/q.json   # smoke run
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,7 +40,10 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from bench_fastpath import host  # noqa: E402  (after the path is set)
 from tf_autopar.measure.cgroup import (  # noqa: E402
-    CgroupUnavailable, QuotaGroup, check_writable, find_cpu_controller,
+    CgroupUnavailable,
+    QuotaGroup,
+    check_writable,
+    find_cpu_controller,
 )
 
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "quota_change.json"
@@ -48,7 +52,7 @@ DEFAULT_OUT = REPO / "benchmarks" / "results" / "quota_change.json"
 # through the load hook, served at batch 64 by one client thread that keeps (start, seconds, ok).
 # Commands on stdin: "mark" (print the time and the calls so far), "wait" (print when the served
 # pools change), "stop" (print every call's record and status()).
-CHILD = r'''
+CHILD = r"""
 import json, sys, threading, time, numpy as np
 import tf_autopar
 tf_autopar.enable(tune_live=False)
@@ -110,7 +114,7 @@ thread.join()
 st = tf_autopar.status()
 print("RESULT " + json.dumps({"calls": calls, "errors": errors, "text": st.text(),
                               "process": [st.process.planned_inter, st.process.planned_intra]}), flush=True)
-'''
+"""
 
 
 class Server:
@@ -118,11 +122,21 @@ class Server:
 
     def __init__(self, group: QuotaGroup, model_dir: str) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("TF_NUM_", "TF_OVERRIDE", "TF_AUTOPAR"))}
-        env.update(PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="2", TF_AUTOPAR_CACHE_DIR=model_dir + "_cache",
-                   TF_AUTOPAR_LEASE_DIR=model_dir + "_lease")
-        self.proc = subprocess.Popen([sys.executable, "-c", CHILD, model_dir], env=env, text=True,
-                                     preexec_fn=group.join, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE)
+        env.update(
+            PYTHONPATH=str(REPO),
+            TF_CPP_MIN_LOG_LEVEL="2",
+            TF_AUTOPAR_CACHE_DIR=model_dir + "_cache",
+            TF_AUTOPAR_LEASE_DIR=model_dir + "_lease",
+        )
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", CHILD, model_dir],
+            env=env,
+            text=True,
+            preexec_fn=group.join,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         self.lines: queue.Queue[str] = queue.Queue()
         threading.Thread(target=lambda: [self.lines.put(ln) for ln in self.proc.stdout], daemon=True).start()
 
@@ -143,8 +157,9 @@ class Server:
 
 def set_quota(group: QuotaGroup, cpus: float) -> None:
     quota = int(cpus * group.period_us)
-    name, value = ("cpu.cfs_quota_us", str(quota)) if group.controller.version == 1 else (
-        "cpu.max", f"{quota} {group.period_us}")
+    name, value = (
+        ("cpu.cfs_quota_us", str(quota)) if group.controller.version == 1 else ("cpu.max", f"{quota} {group.period_us}")
+    )
     Path(group.path, name).write_text(value)
 
 
@@ -161,8 +176,11 @@ def latency(calls: list[list[Any]], start: float, end: float) -> dict[str, Any]:
     times = sorted(c[1] for c in calls if start <= c[0] < end)
     if not times:
         return {"calls": 0}
-    return {"calls": len(times), "median_ms": statistics.median(times) * 1e3,
-            "p99_ms": times[min(len(times) - 1, int(0.99 * len(times)))] * 1e3}
+    return {
+        "calls": len(times),
+        "median_ms": statistics.median(times) * 1e3,
+        "p99_ms": times[min(len(times) - 1, int(0.99 * len(times)))] * 1e3,
+    }
 
 
 def throttled(before: Any, after: Any) -> dict[str, Any]:
@@ -198,9 +216,15 @@ def run_server(controller: Any, changed: bool, args: argparse.Namespace, tag: st
                 server.proc.kill()
                 server.proc.wait()
     calls = res["calls"]
-    out.update(latency_before=latency(calls, t_before - args.before, t_before), latency_after=latency(calls, start, end),
-               calls=len(calls), errors=len(res["errors"]), mismatches=sum(1 for c in calls if not c[2]),
-               process_pools=res["process"], status_lines=[ln for ln in res["text"].splitlines() if "CPU limits" in ln])
+    out.update(
+        latency_before=latency(calls, t_before - args.before, t_before),
+        latency_after=latency(calls, start, end),
+        calls=len(calls),
+        errors=len(res["errors"]),
+        mismatches=sum(1 for c in calls if not c[2]),
+        process_pools=res["process"],
+        status_lines=[ln for ln in res["text"].splitlines() if "CPU limits" in ln],
+    )
     return out
 
 
@@ -226,35 +250,53 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{machine['cpu_model']}; cgroup v{controller.version}; {args.rounds} rounds", flush=True)
     runs = []
     for r in range(args.rounds):
-        for changed in ((True, False) if r % 2 == 0 else (False, True)):
+        for changed in (True, False) if r % 2 == 0 else (False, True):
             res = run_server(controller, changed, args, f"qc{r}{int(changed)}")
             res["round"] = r
             runs.append(res)
             t = res["throttled_after"]
-            print(f"round {r} {res['server']}: pools {res['pools_at_start']}"
-                  + (f" -> {res['pools_after']} in {res['follow_s']:.2f} s, back to {res['pools_back']} in "
-                     f"{res['grow_s']:.2f} s" if changed else "")
-                  + f"; throttled {t['nr_throttled']}/{t['nr_periods']} after; median "
-                  f"{res['latency_before'].get('median_ms', 0):.1f} -> {res['latency_after'].get('median_ms', 0):.1f} ms;"
-                  f" {res['calls']} calls, {res['errors']} errors, {res['mismatches']} mismatches", flush=True)
+            print(
+                f"round {r} {res['server']}: pools {res['pools_at_start']}"
+                + (
+                    f" -> {res['pools_after']} in {res['follow_s']:.2f} s, back to {res['pools_back']} in "
+                    f"{res['grow_s']:.2f} s"
+                    if changed
+                    else ""
+                )
+                + f"; throttled {t['nr_throttled']}/{t['nr_periods']} after; median "
+                f"{res['latency_before'].get('median_ms', 0):.1f} -> {res['latency_after'].get('median_ms', 0):.1f} ms;"
+                f" {res['calls']} calls, {res['errors']} errors, {res['mismatches']} mismatches",
+                flush=True,
+            )
     summary: dict[str, Any] = {}
     for name in ("changed", "started at 1"):
         mine = [r for r in runs if r["server"] == name]
         summary[name] = {
-            "throttled_fraction_after": spread([r["throttled_after"]["fraction"] for r in mine
-                                                if r["throttled_after"]["fraction"] is not None]),
-            "median_ms_before": spread([r["latency_before"]["median_ms"] for r in mine if r["latency_before"]["calls"]]),
+            "throttled_fraction_after": spread(
+                [r["throttled_after"]["fraction"] for r in mine if r["throttled_after"]["fraction"] is not None]
+            ),
+            "median_ms_before": spread(
+                [r["latency_before"]["median_ms"] for r in mine if r["latency_before"]["calls"]]
+            ),
             "median_ms_after": spread([r["latency_after"]["median_ms"] for r in mine if r["latency_after"]["calls"]]),
             "p99_ms_after": spread([r["latency_after"]["p99_ms"] for r in mine if r["latency_after"]["calls"]]),
-            "dropped": sum(r["errors"] for r in mine), "mismatches": sum(r["mismatches"] for r in mine),
+            "dropped": sum(r["errors"] for r in mine),
+            "mismatches": sum(r["mismatches"] for r in mine),
         }
         if name == "changed":
             summary[name]["follow_s"] = spread([r["follow_s"] for r in mine])
             summary[name]["grow_s"] = spread([r["grow_s"] for r in mine])
     print(json.dumps(summary, indent=1))
-    doc = {"benchmark": "bench_quota_change", "host": machine, "cgroup_version": controller.version,
-           "load_before": load_before, "load_after": os.getloadavg()[0], "options": {k: str(v) for k, v in vars(args).items()},
-           "summary": summary, "runs": runs}
+    doc = {
+        "benchmark": "bench_quota_change",
+        "host": machine,
+        "cgroup_version": controller.version,
+        "load_before": load_before,
+        "load_after": os.getloadavg()[0],
+        "options": {k: str(v) for k, v in vars(args).items()},
+        "summary": summary,
+        "runs": runs,
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=1) + "\n")
     print(f"wrote {args.out}")

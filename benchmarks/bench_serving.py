@@ -32,6 +32,7 @@ median over rounds with [min, max]; and enable/default ratios (goal: >= 1.2x thr
     python benchmarks/bench_serving.py --cpu-quota 1.5          # also under a 1.5-CPU quota
     python benchmarks/bench_serving.py --quick                  # smoke run: tiny size, few requests
 """
+
 from __future__ import annotations
 
 import argparse
@@ -160,8 +161,16 @@ def run_group(config: str, n: int, quota_cpus: float | None, args: argparse.Name
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    for var in ("TF_NUM_INTEROP_THREADS", "TF_NUM_INTRAOP_THREADS", "OMP_NUM_THREADS", "LOCAL_RANK",
-                "LOCAL_WORLD_SIZE", "TF_CONFIG", "WEB_CONCURRENCY", "TF_AUTOPAR_INSTANCE"):
+    for var in (
+        "TF_NUM_INTEROP_THREADS",
+        "TF_NUM_INTRAOP_THREADS",
+        "OMP_NUM_THREADS",
+        "LOCAL_RANK",
+        "LOCAL_WORLD_SIZE",
+        "TF_CONFIG",
+        "WEB_CONCURRENCY",
+        "TF_AUTOPAR_INSTANCE",
+    ):
         env.pop(var, None)
     env["TF_AUTOPAR_INSTANCES"] = str(n)  # what a server's worker count tells each worker
     env["TF_AUTOPAR_LEASE_DIR"] = str(tmp / "lease")
@@ -169,12 +178,36 @@ def run_group(config: str, n: int, quota_cpus: float | None, args: argparse.Name
     quota = Quota(quota_cpus) if quota_cpus else None
     procs: list[subprocess.Popen] = []
     try:
-        for i in range(n):
-            cmd = [sys.executable, str(Path(__file__).resolve()), "--serve", "--config", config, "--via", args.via,
-                   "--workload", args.workload, "--size", args.size, "--requests", str(args.requests),
-                   "--warmup", str(args.warmup), "--go", str(go)]
-            procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                          preexec_fn=quota.enter if quota else None))
+        for i in range(n):  # noqa: B007
+            cmd = [
+                sys.executable,
+                str(Path(__file__).resolve()),
+                "--serve",
+                "--config",
+                config,
+                "--via",
+                args.via,
+                "--workload",
+                args.workload,
+                "--size",
+                args.size,
+                "--requests",
+                str(args.requests),
+                "--warmup",
+                str(args.warmup),
+                "--go",
+                str(go),
+            ]
+            procs.append(
+                subprocess.Popen(
+                    cmd,
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                    preexec_fn=quota.enter if quota else None,
+                )
+            )
         sel = selectors.DefaultSelector()
         for p in procs:
             sel.register(p.stdout, selectors.EVENT_READ, p)
@@ -212,11 +245,14 @@ def run_group(config: str, n: int, quota_cpus: float | None, args: argparse.Name
     lat = np.concatenate([r["latencies"] for r in results])
     span = max(r["end"] for r in results) - min(r["start"] for r in results)
     return {
-        "config": config, "procs": n, "quota": quota_cpus, "throughput": len(lat) / span,
-        "p50_ms": float(np.percentile(lat, 50) * 1e3), "p99_ms": float(np.percentile(lat, 99) * 1e3),
+        "config": config,
+        "procs": n,
+        "quota": quota_cpus,
+        "throughput": len(lat) / span,
+        "p50_ms": float(np.percentile(lat, 50) * 1e3),
+        "p99_ms": float(np.percentile(lat, 99) * 1e3),
         "nr_throttled": throttled,
-        "servers": [{k: r.get(k) for k in ("pid", "share", "plan", "bound", "affinity", "mean_s")}
-                    for r in results],
+        "servers": [{k: r.get(k) for k in ("pid", "share", "plan", "bound", "affinity", "mean_s")} for r in results],
     }
 
 
@@ -235,8 +271,10 @@ def summarize(runs: list[dict]) -> list[dict]:
     rows = []
     keys = sorted({(r["procs"], r["quota"] or 0.0) for r in runs if r["config"] != REFERENCE})
     for procs, quota in keys:
-        by = {c: [r for r in runs if r["procs"] == procs and (r["quota"] or 0.0) == quota and r["config"] == c]
-              for c in CONFIGS}
+        by = {
+            c: [r for r in runs if r["procs"] == procs and (r["quota"] or 0.0) == quota and r["config"] == c]
+            for c in CONFIGS
+        }
         row = {"procs": procs, "quota": quota or None}
         for c, rs in by.items():
             if not rs:
@@ -244,7 +282,9 @@ def summarize(runs: list[dict]) -> list[dict]:
             row[c] = {m: med([r[m] for r in rs]) for m in ("throughput", "p50_ms", "p99_ms")}
             if rs[0]["nr_throttled"] is not None:
                 row[c]["nr_throttled"] = med([r["nr_throttled"] for r in rs])
-            row[c]["plans"] = sorted({str(s.get("plan") or "tf-default") + "@" + str(s.get("affinity")) for s in rs[0]["servers"]})
+            row[c]["plans"] = sorted(
+                {str(s.get("plan") or "tf-default") + "@" + str(s.get("affinity")) for s in rs[0]["servers"]}
+            )
         solo = [r["servers"][0]["mean_s"] for r in runs if r["config"] == REFERENCE]
         if solo:
             usable = min(procs, _cpus(), quota or procs)
@@ -268,8 +308,10 @@ def markdown(rows: list[dict]) -> str:
     def cell(t: tuple[float, float, float], fmt: str = "{:.1f}") -> str:
         return f"{fmt.format(t[0])} [{fmt.format(t[1])}-{fmt.format(t[2])}]"
 
-    out = ["| procs | quota | config | total req/s | of ceiling | p50 ms | p99 ms | throttled periods | plan@cpus |",
-           "|---|---|---|---|---|---|---|---|---|"]
+    out = [
+        "| procs | quota | config | total req/s | of ceiling | p50 ms | p99 ms | throttled periods | plan@cpus |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for row in rows:
         for c in CONFIGS:
             if c not in row:
@@ -277,16 +319,22 @@ def markdown(rows: list[dict]) -> str:
             r = row[c]
             thr = cell(r["nr_throttled"], "{:.0f}") if "nr_throttled" in r else "-"
             ceiling = f"{r['of_ceiling']:.2f}" if "of_ceiling" in r else "-"
-            out.append(f"| {row['procs']} | {row['quota'] or '-'} | {c} | {cell(r['throughput'], '{:.2f}')} | {ceiling} | "
-                       f"{cell(r['p50_ms'])} | {cell(r['p99_ms'])} | {thr} | {', '.join(r['plans'])} |")
+            out.append(
+                f"| {row['procs']} | {row['quota'] or '-'} | {c} | {cell(r['throughput'], '{:.2f}')} | {ceiling} | "
+                f"{cell(r['p50_ms'])} | {cell(r['p99_ms'])} | {thr} | {', '.join(r['plans'])} |"
+            )
         if "ratio" in row:
             q = row["ratio"]
-            out.append(f"| {row['procs']} | {row['quota'] or '-'} | **enable/default** | **{q['throughput']:.2f}x** | | "
-                       f"{q['p50']:.2f}x | {q['p99']:.2f}x | | |")
+            out.append(
+                f"| {row['procs']} | {row['quota'] or '-'} | **enable/default** | **{q['throughput']:.2f}x** | | "
+                f"{q['p50']:.2f}x | {q['p99']:.2f}x | | |"
+            )
         if "ceiling" in row:
             cl = row["ceiling"]
-            out.append(f"| {row['procs']} | {row['quota'] or '-'} | ceiling ({cl['cpus']:g} CPU / solo {cl['t1_ms']:.1f} ms) | "
-                       f"{cl['throughput']:.2f} | 1.00 | | | | |")
+            out.append(
+                f"| {row['procs']} | {row['quota'] or '-'} | ceiling ({cl['cpus']:g} CPU / solo {cl['t1_ms']:.1f} ms) | "
+                f"{cl['throughput']:.2f} | 1.00 | | | | |"
+            )
     return "\n".join(out)
 
 
@@ -322,26 +370,43 @@ def main(argv: list[str] | None = None) -> int:
         if not args.no_ceiling:
             res = run_group(REFERENCE, 1, None, args)
             runs.append(res)
-            print(f"round {r + 1}/{args.rounds} solo (1 server, 1 core, 1x1) {res['servers'][0]['mean_s'] * 1e3:.1f} ms "
-                  "per request", file=sys.stderr, flush=True)
+            print(
+                f"round {r + 1}/{args.rounds} solo (1 server, 1 core, 1x1) {res['servers'][0]['mean_s'] * 1e3:.1f} ms "
+                "per request",
+                file=sys.stderr,
+                flush=True,
+            )
         for n in counts:
             for q in quotas:
                 for c in order:
                     res = run_group(c, n, q, args)
                     runs.append(res)
-                    print(f"round {r + 1}/{args.rounds} procs={n} quota={q or '-'} {c:8s} "
-                          f"{res['throughput']:.2f} req/s p50 {res['p50_ms']:.1f} ms p99 {res['p99_ms']:.1f} ms"
-                          + (f" throttled {res['nr_throttled']}" if q else ""), file=sys.stderr, flush=True)
+                    print(
+                        f"round {r + 1}/{args.rounds} procs={n} quota={q or '-'} {c:8s} "
+                        f"{res['throughput']:.2f} req/s p50 {res['p50_ms']:.1f} ms p99 {res['p99_ms']:.1f} ms"
+                        + (f" throttled {res['nr_throttled']}" if q else ""),
+                        file=sys.stderr,
+                        flush=True,
+                    )
     rows = summarize(runs)
-    meta = {"host": platform.node(), "cpus": sorted(os.sched_getaffinity(0)), "workload": args.workload,
-            "size": args.size, "requests": args.requests, "rounds": args.rounds, "via": args.via}
+    meta = {
+        "host": platform.node(),
+        "cpus": sorted(os.sched_getaffinity(0)),
+        "workload": args.workload,
+        "size": args.size,
+        "requests": args.requests,
+        "rounds": args.rounds,
+        "via": args.via,
+    }
     if args.out:
         Path(args.out).write_text(json.dumps({"meta": meta, "summary": rows, "runs": runs}, indent=1))
     if args.json:
         print(json.dumps({"meta": meta, "summary": rows, "runs": runs}, indent=1))
     else:
-        print(f"{args.workload} ({args.size}, batch 1), {args.requests} requests per server, "
-              f"median [min-max] of {args.rounds} round(s); CPUs {meta['cpus']}")
+        print(
+            f"{args.workload} ({args.size}, batch 1), {args.requests} requests per server, "
+            f"median [min-max] of {args.rounds} round(s); CPUs {meta['cpus']}"
+        )
         print(markdown(rows))
     return 0
 

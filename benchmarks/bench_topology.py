@@ -16,6 +16,7 @@ Prints median / p90 / min in ms per row. Usage:
   python benchmarks/bench_topology.py --root tests/fixtures/hosts/epyc-4numa-64c   # 128 CPUs
   python benchmarks/bench_topology.py --quick --json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,8 +51,14 @@ def _env(cache_dir: str | None = None) -> dict[str, str]:
 
 
 def fresh_process(root: str, cache_dir: str | None = None) -> dict:
-    out = subprocess.run([sys.executable, "-c", CHILD, root], env=_env(cache_dir), capture_output=True,
-                         text=True, timeout=300, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, root],
+        env=_env(cache_dir),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

@@ -37,6 +37,7 @@ Usage:
   python benchmarks/bench_tracing.py --workloads resnet50 --rounds 3 --json out.json
   python benchmarks/bench_tracing.py --paired-only --rounds 3 --steps 10 --json out.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -114,9 +115,14 @@ def child(spec: dict) -> dict:
             measure()
         t0 = time.perf_counter()
         hs = t.heavy_share()
-        out.update(backend=t.backend, stop_s=t.collect_s, analysis_s=time.perf_counter() - t0,
-                   heavy_per_step_s=hs.heavy_s / steps, op_per_step_s=hs.op_s / steps,
-                   n_events=len(t.op_table()))
+        out.update(
+            backend=t.backend,
+            stop_s=t.collect_s,
+            analysis_s=time.perf_counter() - t0,
+            heavy_per_step_s=hs.heavy_s / steps,
+            op_per_step_s=hs.op_s / steps,
+            n_events=len(t.op_table()),
+        )
     elif cfg == "profiler":
         from tf_autopar.tracing._profiler import parse_xspace
         from tf_autopar.tracing.model import heavy_share, op_table
@@ -134,9 +140,13 @@ def child(spec: dict) -> dict:
         chunk = parse_xspace(open(files[0], "rb").read(), origin)
         table = op_table([chunk], 0, 2**62)
         hs = heavy_share(table, 0.0, classify)
-        out.update(analysis_s=time.perf_counter() - t0, heavy_per_step_s=hs.heavy_s / steps,
-                   op_per_step_s=hs.op_s / steps, n_events=len(table),
-                   xplane_bytes=os.path.getsize(files[0]))
+        out.update(
+            analysis_s=time.perf_counter() - t0,
+            heavy_per_step_s=hs.heavy_s / steps,
+            op_per_step_s=hs.op_s / steps,
+            n_events=len(table),
+            xplane_bytes=os.path.getsize(files[0]),
+        )
     elif cfg == "paired":
         # One fresh process alternating windows: none, ours, tf.profiler (order rotated), so
         # process-to-process speed differences (large on shared machines) cancel out. Gives a
@@ -152,7 +162,7 @@ def child(spec: dict) -> dict:
         heavy: dict = {"ours": [], "profiler": []}
         order = list(per)
         for k in range(spec.get("paired_windows", 6)):
-            for c in order[k % 3:] + order[:k % 3]:
+            for c in order[k % 3 :] + order[: k % 3]:
                 times.clear()
                 w0 = time.perf_counter()
                 if c == "none":
@@ -181,11 +191,18 @@ def child(spec: dict) -> dict:
             paired_median_s={c: float(np.median(v)) for c, v in per.items()},
             paired_overhead={c: float(np.median(v)) / base - 1 for c, v in per.items() if c != "none"},
             window_s=windows,
-            window_overhead={c: float(np.median(v)) / float(np.median(windows["none"])) - 1
-                             for c, v in windows.items() if c != "none"},
-            ours_heavy_per_step_s=heavy["ours"], profiler_heavy_per_step_s=heavy["profiler"],
-            fidelity_ratio=(float(np.median(heavy["ours"]) / np.median(heavy["profiler"]))
-                            if np.median(heavy["profiler"]) > 0 else None),
+            window_overhead={
+                c: float(np.median(v)) / float(np.median(windows["none"])) - 1
+                for c, v in windows.items()
+                if c != "none"
+            },
+            ours_heavy_per_step_s=heavy["ours"],
+            profiler_heavy_per_step_s=heavy["profiler"],
+            fidelity_ratio=(
+                float(np.median(heavy["ours"]) / np.median(heavy["profiler"]))
+                if np.median(heavy["profiler"]) > 0
+                else None
+            ),
         )
     elif cfg == "full_trace":
         if sess is None:
@@ -196,8 +213,9 @@ def child(spec: dict) -> dict:
         for _ in range(steps):
             md = tf.compat.v1.RunMetadata()
             t0 = time.perf_counter()
-            sess.session.run(sess.output_names, dict(zip(sess.input_names, built._flat_inputs)),
-                             options=opts, run_metadata=md)
+            sess.session.run(
+                sess.output_names, dict(zip(sess.input_names, built._flat_inputs)), options=opts, run_metadata=md
+            )
             times.append(time.perf_counter() - t0)
             mds.append(md)
         t0 = time.perf_counter()
@@ -218,8 +236,13 @@ def run_child(spec: dict, timeout: float) -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    proc = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)], capture_output=True,
-                          text=True, timeout=timeout, env=env)
+    proc = subprocess.run(
+        [sys.executable, __file__, "--child", json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"child {spec} failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -272,7 +295,8 @@ def render(summary: dict, configs: list[str], meta: dict) -> str:
         f"path={meta['path']} size={meta['size']} rounds={meta['rounds']} steps={meta['steps']} "
         f"(overhead: median over rounds of each process's median step vs that round's `none`; [min..max])",
         "",
-        "| workload | step (none) | " + " | ".join(f"{c} overhead" for c in configs if c != "none")
+        "| workload | step (none) | "
+        + " | ".join(f"{c} overhead" for c in configs if c != "none")
         + " | ours stop | tf.profiler stop | heavy ms/step ours / profiler / FULL_TRACE | heavy-op agreement |",
         "|---|---|" + "---|" * (len([c for c in configs if c != "none"]) + 4),
     ]
@@ -290,8 +314,10 @@ def render(summary: dict, configs: list[str], meta: dict) -> str:
             if c == "none":
                 continue
             e = ws.get(c)
-            cells.append("-" if not e else f"{pct(e['overhead_median'])} [{pct(e['overhead_min'])}..{pct(e['overhead_max'])}]")
-        stop = lambda c: f"{ws[c]['stop_s'] * 1e3:.1f} ms" if c in ws and "stop_s" in ws[c] else "-"  # noqa: E731
+            cells.append(
+                "-" if not e else f"{pct(e['overhead_median'])} [{pct(e['overhead_min'])}..{pct(e['overhead_max'])}]"
+            )
+        stop = lambda c: f"{ws[c]['stop_s'] * 1e3:.1f} ms" if c in ws and "stop_s" in ws[c] else "-"  # noqa: B023, E731
         cells += [stop("ours"), stop("profiler")]
         hv = [ws.get(c, {}).get("heavy_per_step_s") for c in ("ours", "profiler", "full_trace")]
         cells.append(" / ".join("-" if v is None else f"{v * 1e3:.2f}" for v in hv))
@@ -325,12 +351,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--timeout", type=float, default=1800, help="per child process, seconds")
     p.add_argument("--ours-backend", default="auto", choices=("auto", "native", "profiler"))
-    p.add_argument("--paired-only", action="store_true",
-                   help="only the paired processes (per-step and whole-window overheads, fidelity)")
-    p.add_argument("--no-paired", dest="paired", action="store_false",
-                   help="skip the per-round paired process (alternating none/ours/tf.profiler windows)")
-    p.add_argument("--quick", action="store_true",
-                   help="check it runs: tiny sizes, 2 rounds, 3 steps, autoenc+resnet50 (overrides those options)")
+    p.add_argument(
+        "--paired-only",
+        action="store_true",
+        help="only the paired processes (per-step and whole-window overheads, fidelity)",
+    )
+    p.add_argument(
+        "--no-paired",
+        dest="paired",
+        action="store_false",
+        help="skip the per-round paired process (alternating none/ours/tf.profiler windows)",
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="check it runs: tiny sizes, 2 rounds, 3 steps, autoenc+resnet50 (overrides those options)",
+    )
     p.add_argument("--json", metavar="OUT", help="write raw results and the summary here")
     args = p.parse_args(argv)
     if args.child:
@@ -352,12 +388,22 @@ def main(argv: list[str] | None = None) -> int:
         configs.remove("full_trace")
     # Build the native tracer once up front so no measured child pays for the compile.
     if "ours" in configs and args.ours_backend != "profiler":
-        subprocess.run([sys.executable, "-m", "tf_autopar.tracing.build"], cwd=REPO, check=False,
-                       env={**os.environ, "PYTHONPATH": str(REPO)})
+        subprocess.run(
+            [sys.executable, "-m", "tf_autopar.tracing.build"],
+            cwd=REPO,
+            check=False,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
     results: list[dict] = []
     t_start = time.time()
-    meta = {"path": args.path, "size": args.size, "rounds": args.rounds, "steps": args.steps,
-            "batch": args.batch, "warmup": args.warmup}
+    meta = {
+        "path": args.path,
+        "size": args.size,
+        "rounds": args.rounds,
+        "steps": args.steps,
+        "batch": args.batch,
+        "warmup": args.warmup,
+    }
 
     def save(partial: bool) -> None:  # after every run, so an interrupted benchmark keeps its data
         if args.json:
@@ -369,27 +415,50 @@ def main(argv: list[str] | None = None) -> int:
     for rnd in range(args.rounds):
         for wi, w in enumerate(workloads):
             k = (rnd + wi) % len(configs)
-            for c in ([] if args.paired_only else configs[k:] + configs[:k]):  # rotate the order every round
-                spec = {"workload": w, "config": c, "round": rnd, "size": args.size, "batch": args.batch,
-                        "steps": args.steps, "warmup": args.warmup, "path": args.path,
-                        "ours_backend": args.ours_backend}
+            for c in [] if args.paired_only else configs[k:] + configs[:k]:  # rotate the order every round
+                spec = {
+                    "workload": w,
+                    "config": c,
+                    "round": rnd,
+                    "size": args.size,
+                    "batch": args.batch,
+                    "steps": args.steps,
+                    "warmup": args.warmup,
+                    "path": args.path,
+                    "ours_backend": args.ours_backend,
+                }
                 r = run_child(spec, args.timeout)
                 results.append(r)
                 save(partial=True)
-                print(f"[{time.time() - t_start:7.1f}s] round {rnd} {w:>14} {c:>10}: "
-                      f"{r.get('median_s', float('nan')) * 1e3:9.2f} ms/step"
-                      + (f"  stop {r['stop_s'] * 1e3:.1f} ms" if "stop_s" in r else ""), file=sys.stderr)
+                print(
+                    f"[{time.time() - t_start:7.1f}s] round {rnd} {w:>14} {c:>10}: "
+                    f"{r.get('median_s', float('nan')) * 1e3:9.2f} ms/step"
+                    + (f"  stop {r['stop_s'] * 1e3:.1f} ms" if "stop_s" in r else ""),
+                    file=sys.stderr,
+                )
             if args.paired and "ours" in configs:
-                spec = {"workload": w, "config": "paired", "round": rnd, "size": args.size, "batch": args.batch,
-                        "steps": max(3, args.steps // 2), "warmup": args.warmup, "path": args.path,
-                        "ours_backend": args.ours_backend, "paired_windows": 6}
+                spec = {
+                    "workload": w,
+                    "config": "paired",
+                    "round": rnd,
+                    "size": args.size,
+                    "batch": args.batch,
+                    "steps": max(3, args.steps // 2),
+                    "warmup": args.warmup,
+                    "path": args.path,
+                    "ours_backend": args.ours_backend,
+                    "paired_windows": 6,
+                }
                 r = run_child(spec, args.timeout)
                 results.append(r)
                 save(partial=True)
                 po = r.get("paired_overhead", {})
-                print(f"[{time.time() - t_start:7.1f}s] round {rnd} {w:>14}     paired: ours {po.get('ours', 0):+.1%} "
-                      f"profiler {po.get('profiler', 0):+.1%}, heavy ours/profiler "
-                      f"{r.get('fidelity_ratio') or float('nan'):.3f}", file=sys.stderr)
+                print(
+                    f"[{time.time() - t_start:7.1f}s] round {rnd} {w:>14}     paired: ours {po.get('ours', 0):+.1%} "
+                    f"profiler {po.get('profiler', 0):+.1%}, heavy ours/profiler "
+                    f"{r.get('fidelity_ratio') or float('nan'):.3f}",
+                    file=sys.stderr,
+                )
     print(render(summarize(results, workloads, configs), configs, meta))
     save(partial=False)
     return 0

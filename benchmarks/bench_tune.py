@@ -9,6 +9,7 @@ Usage:
   python benchmarks/bench_tune.py /work/user_models --sweep benchmarks/results/user_models_rule.json \
       --rows bert_encoder:1,lstm_classifier:32 --out benchmarks/results/tune_user_models.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,25 +50,52 @@ def main() -> int:
     for item in args.rows.split(","):
         name, batch = item.split(":")
         cache = tempfile.mkdtemp(prefix="tune-bench-")
-        cmd = [sys.executable, "-m", "tf_autopar.cli.main", "tune", os.path.join(args.model_dir, name),
-               "--batch", batch, "--budget", str(args.budget), "--dry-run", "--json"]
-        out = subprocess.run(cmd, capture_output=True, text=True,
-                             env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "TF_AUTOPAR_CACHE_DIR": cache})
+        cmd = [
+            sys.executable,
+            "-m",
+            "tf_autopar.cli.main",
+            "tune",
+            os.path.join(args.model_dir, name),
+            "--batch",
+            batch,
+            "--budget",
+            str(args.budget),
+            "--dry-run",
+            "--json",
+        ]
+        out = subprocess.run(
+            cmd,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "TF_AUTOPAR_CACHE_DIR": cache},
+        )
         if out.returncode != 0:
             print(f"{item}: tune failed: {out.stderr[-1500:]}", file=sys.stderr)
             continue
         tuned = json.loads(out.stdout)
         ref = sweep[(name, int(batch))]
         best = min(ref["medians_s"], key=ref["medians_s"].get)
-        row = {"model": name, "batch": int(batch), "rule": tuned["rule"], "tuned": tuned["tuned"],
-               "tune_seconds": tuned["seconds"], "tune_runs": tuned["search"]["runs"],
-               "sweep_best": best, "tuned_share_of_best_in_sweep": ref["medians_s"][best] / ref["medians_s"][tuned["tuned"]],
-               "rule_share_of_best_in_sweep": ref["medians_s"][best] / ref["medians_s"][tuned["rule"]],
-               "sweep_wall_s": round(ref["sweep_wall_s"], 1), "search": tuned["search"], "host": tuned["host"]}
+        row = {
+            "model": name,
+            "batch": int(batch),
+            "rule": tuned["rule"],
+            "tuned": tuned["tuned"],
+            "tune_seconds": tuned["seconds"],
+            "tune_runs": tuned["search"]["runs"],
+            "sweep_best": best,
+            "tuned_share_of_best_in_sweep": ref["medians_s"][best] / ref["medians_s"][tuned["tuned"]],
+            "rule_share_of_best_in_sweep": ref["medians_s"][best] / ref["medians_s"][tuned["rule"]],
+            "sweep_wall_s": round(ref["sweep_wall_s"], 1),
+            "search": tuned["search"],
+            "host": tuned["host"],
+        }
         results.append(row)
-        print(f"{name} batch {batch}: rule {row['rule']} ({row['rule_share_of_best_in_sweep']:.2f} of the sweep's best "
-              f"{best}), tuned {row['tuned']} ({row['tuned_share_of_best_in_sweep']:.2f}); tune {row['tune_seconds']:.0f} s "
-              f"in {row['tune_runs']} runs vs sweep {row['sweep_wall_s']:.0f} s", flush=True)
+        print(
+            f"{name} batch {batch}: rule {row['rule']} ({row['rule_share_of_best_in_sweep']:.2f} of the sweep's best "
+            f"{best}), tuned {row['tuned']} ({row['tuned_share_of_best_in_sweep']:.2f}); tune {row['tune_seconds']:.0f} s "
+            f"in {row['tune_runs']} runs vs sweep {row['sweep_wall_s']:.0f} s",
+            flush=True,
+        )
         with open(args.out, "w", encoding="utf-8") as fh:
             json.dump({"rows": results, "command": " ".join(sys.argv)}, fh, indent=1)
     return 0

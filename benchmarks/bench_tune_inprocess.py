@@ -10,6 +10,7 @@ reported side by side, not compared for equality.
 
     python benchmarks/bench_tune_inprocess.py /work/models --only mobilenet_v2,dlrm --rounds 1
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,10 +32,24 @@ KINDS = {"in-process": [], "process-pools": ["--process-pools"]}
 def run_tune(model: str, kind: str, budget: float) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TF_NUM_", "TF_OVERRIDE", "TF_AUTOPAR"))}
     with tempfile.TemporaryDirectory(prefix="tfa_tune_") as cache:
-        env.update(TF_CPP_MIN_LOG_LEVEL="3", TF_AUTOPAR_CACHE_DIR=cache,
-                   PYTHONPATH=os.pathsep.join(p for p in (os.path.dirname(HERE), env.get("PYTHONPATH", "")) if p))
-        cmd = [sys.executable, "-m", "tf_autopar.cli.main", "tune", model, "--batch", "1", "--budget", str(budget),
-               "--json", *KINDS[kind]]
+        env.update(
+            TF_CPP_MIN_LOG_LEVEL="3",
+            TF_AUTOPAR_CACHE_DIR=cache,
+            PYTHONPATH=os.pathsep.join(p for p in (os.path.dirname(HERE), env.get("PYTHONPATH", "")) if p),
+        )
+        cmd = [
+            sys.executable,
+            "-m",
+            "tf_autopar.cli.main",
+            "tune",
+            model,
+            "--batch",
+            "1",
+            "--budget",
+            str(budget),
+            "--json",
+            *KINDS[kind],
+        ]
         t0 = time.perf_counter()
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=budget + 900)
         wall = time.perf_counter() - t0
@@ -62,8 +77,10 @@ def main() -> int:
                 res = run_tune(os.path.join(args.model_dir, name), kind, args.budget)
                 res["round"] = rnd
                 row["runs"].append(res)
-                print(f"{name} {kind}: {res.get('wall_s')} s, chose {res.get('chosen')} {res.get('error', '')[-200:]}",
-                      flush=True)
+                print(
+                    f"{name} {kind}: {res.get('wall_s')} s, chose {res.get('chosen')} {res.get('error', '')[-200:]}",
+                    flush=True,
+                )
         walls = {k: [r["wall_s"] for r in row["runs"] if r["kind"] == k and "error" not in r] for k in KINDS}
         row["median_wall_s"] = {k: statistics.median(v) if v else None for k, v in walls.items()}
         data["rows"].append(row)
@@ -73,8 +90,10 @@ def main() -> int:
         m = row["median_wall_s"]
         ratio = (m["process-pools"] / m["in-process"]) if m["in-process"] and m["process-pools"] else float("nan")
         chosen = {r["kind"]: r.get("chosen") for r in row["runs"]}
-        print(f"| {row['model']} | {m['in-process']} | {m['process-pools']} | {ratio:.2f}x | "
-              f"{chosen.get('in-process')} | {chosen.get('process-pools')} |")
+        print(
+            f"| {row['model']} | {m['in-process']} | {m['process-pools']} | {ratio:.2f}x | "
+            f"{chosen.get('in-process')} | {chosen.get('process-pools')} |"
+        )
     return 0
 
 

@@ -13,6 +13,7 @@ Usage:
   python benchmarks/bench_user_models.py /work/user_models --out benchmarks/results/user_models.json
   python benchmarks/bench_user_models.py --summarise benchmarks/results/user_models.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,13 +33,31 @@ PAIRS = ("1x1", "1x2", "2x1", "2x2")  # every (inter, intra) pair of a 2-CPU hos
 CONFIGS = ("default", "plan", "enable", "enable-cached") + PAIRS
 
 
-def run_row(model_dir: str, name: str, batch: int, rounds: int, requests: int, warmup: int,
-            configs: tuple[str, ...] = CONFIGS) -> dict:
+def run_row(
+    model_dir: str, name: str, batch: int, rounds: int, requests: int, warmup: int, configs: tuple[str, ...] = CONFIGS
+) -> dict:
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as fh:
         out = fh.name
-    cmd = [sys.executable, "-m", "tf_autopar.cli.main", "bench", os.path.join(model_dir, name), "--batch", str(batch),
-           "--compare", ",".join(configs), "--rounds", str(rounds), "--requests", str(requests),
-           "--warmup", str(warmup), "--json-out", out, "--no-progress"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "tf_autopar.cli.main",
+        "bench",
+        os.path.join(model_dir, name),
+        "--batch",
+        str(batch),
+        "--compare",
+        ",".join(configs),
+        "--rounds",
+        str(rounds),
+        "--requests",
+        str(requests),
+        "--warmup",
+        str(warmup),
+        "--json-out",
+        out,
+        "--no-progress",
+    ]
     t0 = time.time()
     proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
     if proc.returncode != 0:
@@ -62,8 +81,9 @@ def _round_medians(data: dict, config: str) -> dict[int, float]:
 
 def config_medians_ms(data: dict) -> dict[str, float]:
     """config -> median over rounds of its per-round median latency, in ms (configs that ran)."""
-    return {c: statistics.median(_round_medians(data, c).values()) * 1e3 for c in data["configs"]
-            if _round_medians(data, c)}
+    return {
+        c: statistics.median(_round_medians(data, c).values()) * 1e3 for c in data["configs"] if _round_medians(data, c)
+    }
 
 
 def _paired(data: dict, num: str, den: str) -> tuple[float, float, float]:
@@ -100,10 +120,14 @@ def summarise(rows: list[dict]) -> str:
     for data in rows:
         med = config_medians_ms(data)
         if not any(c in med for c in PAIRS) or "plan" not in med:
-            lines.append(f"| {data['row']['model']} | {data['row']['batch']} | {med.get('default', 0):.1f} | - | "
-                         f"{med.get('enable', 0):.1f} | {med.get('enable-cached', 0):.1f} | - | - | - | "
-                         + " | ".join("{:.2f} [{:.2f}-{:.2f}]".format(*_paired(data, "default", c))
-                                      for c in ("enable", "enable-cached")) + " |")
+            lines.append(
+                f"| {data['row']['model']} | {data['row']['batch']} | {med.get('default', 0):.1f} | - | "
+                f"{med.get('enable', 0):.1f} | {med.get('enable-cached', 0):.1f} | - | - | - | "
+                + " | ".join(
+                    "{:.2f} [{:.2f}-{:.2f}]".format(*_paired(data, "default", c)) for c in ("enable", "enable-cached")
+                )
+                + " |"
+            )
             continue
         best = min((c for c in PAIRS if c in med), key=lambda c: med[c])
         share = _paired(data, best, "plan")
@@ -130,11 +154,18 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--out", default=os.path.join(HERE, "results", "user_models.json"))
     ap.add_argument("--summarise", metavar="JSON", default=None, help="print the table of a finished run")
-    ap.add_argument("--configs", default=None, help="comma-separated bench configurations instead (e.g. "
-                    "default,enable,enable-cached)")
-    ap.add_argument("--best-from", metavar="JSON", default=None,
-                    help="a shorter confirmation run: default, plan, enable(), and only the pair that was fastest "
-                         "for the row in this earlier full run (instead of every pair)")
+    ap.add_argument(
+        "--configs",
+        default=None,
+        help="comma-separated bench configurations instead (e.g. default,enable,enable-cached)",
+    )
+    ap.add_argument(
+        "--best-from",
+        metavar="JSON",
+        default=None,
+        help="a shorter confirmation run: default, plan, enable(), and only the pair that was fastest "
+        "for the row in this earlier full run (instead of every pair)",
+    )
     args = ap.parse_args()
     if args.summarise:
         with open(args.summarise, encoding="utf-8") as fh:
@@ -156,8 +187,9 @@ def main() -> int:
                 configs = ("default", "plan", "enable", "enable-cached", best[(name, batch)])
             rows.append(run_row(args.model_dir, name, batch, args.rounds, args.requests, args.warmup, configs))
             with open(args.out, "w", encoding="utf-8") as fh:  # after every row: a stopped run keeps its rows
-                json.dump({"rows": rows, "wall_s": round(time.time() - t0, 1),
-                           "command": " ".join(sys.argv)}, fh, indent=1)
+                json.dump(
+                    {"rows": rows, "wall_s": round(time.time() - t0, 1), "command": " ".join(sys.argv)}, fh, indent=1
+                )
     print(summarise(rows))
     return 0
 

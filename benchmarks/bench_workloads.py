@@ -13,6 +13,7 @@ largest peak RSS.
     python benchmarks/bench_workloads.py                       # all 15, paper size
     python benchmarks/bench_workloads.py --workloads autoenc,deepq --steps 3 --rounds 1
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,18 +32,55 @@ sys.path.insert(0, str(ROOT))
 
 def configurations(workload: str, default_batch: int, args: argparse.Namespace) -> list[dict]:
     return [
-        {"workload": workload, "label": "infer b1", "mode": "infer", "batch": 1, "steps": args.steps, "warmup": args.warmup},
-        {"workload": workload, "label": f"infer b{default_batch}", "mode": "infer", "batch": default_batch,
-         "steps": args.steps, "warmup": args.warmup},
-        {"workload": workload, "label": f"train b{default_batch}", "mode": "train", "batch": default_batch,
-         "steps": args.train_steps, "warmup": 1},
+        {
+            "workload": workload,
+            "label": "infer b1",
+            "mode": "infer",
+            "batch": 1,
+            "steps": args.steps,
+            "warmup": args.warmup,
+        },
+        {
+            "workload": workload,
+            "label": f"infer b{default_batch}",
+            "mode": "infer",
+            "batch": default_batch,
+            "steps": args.steps,
+            "warmup": args.warmup,
+        },
+        {
+            "workload": workload,
+            "label": f"train b{default_batch}",
+            "mode": "train",
+            "batch": default_batch,
+            "steps": args.train_steps,
+            "warmup": 1,
+        },
     ]
 
 
 def run_one(cfg: dict, args: argparse.Namespace) -> dict:
-    cmd = [sys.executable, "-m", "tf_autopar.cli.main", "workloads", "run", cfg["workload"], "--mode", cfg["mode"],
-           "--batch", str(cfg["batch"]), "--steps", str(cfg["steps"]), "--warmup", str(cfg["warmup"]),
-           "--size", args.size, "--path", args.path, "--json"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "tf_autopar.cli.main",
+        "workloads",
+        "run",
+        cfg["workload"],
+        "--mode",
+        cfg["mode"],
+        "--batch",
+        str(cfg["batch"]),
+        "--steps",
+        str(cfg["steps"]),
+        "--warmup",
+        str(cfg["warmup"]),
+        "--size",
+        args.size,
+        "--path",
+        args.path,
+        "--json",
+    ]
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -90,8 +128,10 @@ def markdown(rows: list[dict]) -> str:
         if "error" in a:
             lines.append(f"| {r['workload']} | {r['label']} | error: {a['error'][:60]} | | |")
         else:
-            lines.append(f"| {r['workload']} | {r['label']} | {fmt_time(a['median_s'])} | "
-                         f"{fmt_time(a['p10_s'])} - {fmt_time(a['p90_s'])} | {a['peak_rss_mb']:.0f} MiB |")
+            lines.append(
+                f"| {r['workload']} | {r['label']} | {fmt_time(a['median_s'])} | "
+                f"{fmt_time(a['p10_s'])} - {fmt_time(a['p90_s'])} | {a['peak_rss_mb']:.0f} MiB |"
+            )
     return "\n".join(lines)
 
 
@@ -121,8 +161,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[round {rnd + 1}/{args.rounds}] {cfg['workload']} {cfg['label']}: {status}", file=sys.stderr)
     rows = [{**cfg, "result": aggregate(runs[i]), "runs": runs[i]} for i, cfg in enumerate(cfgs)]
     report = {
-        "host": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version(),
-        "size": args.size, "path": args.path, "rounds": args.rounds,
+        "host": platform.node(),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "size": args.size,
+        "path": args.path,
+        "rounds": args.rounds,
         "env": {k: os.environ[k] for k in ("TF_NUM_INTEROP_THREADS", "TF_NUM_INTRAOP_THREADS") if k in os.environ},
         "rows": rows,
     }

@@ -12,6 +12,7 @@ row records ``replanned_from``.
 
     python benchmarks/combine_validation.py OUT.json RUN.json [RUN.json ...] [--replan speech=2x1]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,9 +34,22 @@ def replan(row: dict, config: str) -> dict:
     configs = row["configs"]
     if config not in configs or configs[config]["kind"] != "search":
         raise SystemExit(f"{row['workload']}: {config!r} is not a search configuration of its run")
-    out = subprocess.run([sys.executable, "-m", "tf_autopar.models.plan_child", row["workload"], row["mode"],
-                          row["size"], "--batch", str(row["batch"])],
-                         capture_output=True, text=True, check=True, cwd=ROOT)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tf_autopar.models.plan_child",
+            row["workload"],
+            row["mode"],
+            row["size"],
+            "--batch",
+            str(row["batch"]),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    )
     new_plan = json.loads(out.stdout.strip().splitlines()[-1])
     got = f"{new_plan['plan']['inter_op']}x{new_plan['plan']['intra_op']}"
     if got != config:
@@ -45,13 +59,21 @@ def replan(row: dict, config: str) -> dict:
     ours, measured = configs["tf_autopar"], configs[canonical]
     if configs[old].get("same_as") == "tf_autopar":  # the old plan's runs become its search config's
         configs[old] = {**configs[old], "same_as": None, "runs": ours["runs"]}
-    configs["tf_autopar"] = {**ours, "inter": measured["inter"], "intra": measured["intra"], "env": measured["env"],
-                             "same_as": None, "runs": measured["runs"]}
+    configs["tf_autopar"] = {
+        **ours,
+        "inter": measured["inter"],
+        "intra": measured["intra"],
+        "env": measured["env"],
+        "same_as": None,
+        "runs": measured["runs"],
+    }
     for name, c in configs.items():  # everything that pointed at the measured config now points at ours
         if name != "tf_autopar" and (name == canonical or c.get("same_as") == canonical):
             configs[name] = {**c, "same_as": "tf_autopar", "runs": []}
-    row["plan"] = {"status": "ok", **{k: new_plan[k] for k in ("plan_mode", "plan", "env", "explain", "profile",
-                                                                 "quota_source")}}
+    row["plan"] = {
+        "status": "ok",
+        **{k: new_plan[k] for k in ("plan_mode", "plan", "env", "explain", "profile", "quota_source")},
+    }
     row["replanned_from"] = old
     return row
 
@@ -78,10 +100,18 @@ def main(argv: list[str] | None = None) -> int:
     assert doc is not None
     stat = results.statistic_for(doc["options"].get("cpu_quota"))
     rounds = {s["file"]: s["options"]["rounds"] for s in sources}
-    complete = all(len(c["runs"]) >= rounds.get(r.get("source", ""), 0)
-                   for r in rows.values() for c in r["configs"].values() if not c.get("same_as"))
-    merged = {**doc, "rows": sorted(rows.values(), key=lambda r: (r["workload"], r["mode"])),
-              "sources": sources, "interrupted": not complete}
+    complete = all(
+        len(c["runs"]) >= rounds.get(r.get("source", ""), 0)
+        for r in rows.values()
+        for c in r["configs"].values()
+        if not c.get("same_as")
+    )
+    merged = {
+        **doc,
+        "rows": sorted(rows.values(), key=lambda r: (r["workload"], r["mode"])),
+        "sources": sources,
+        "interrupted": not complete,
+    }
     for row in merged["rows"]:
         row["summary"] = results.summarize_row(row, doc["host"].get("logical_cpus", 2), stat)
     merged["geomean"] = results.geomeans(merged["rows"])
@@ -89,8 +119,10 @@ def main(argv: list[str] | None = None) -> int:
     report.write_json(merged, args.out)
     report.plot(merged, str(Path(args.out).with_suffix(".png")))
     print(report.format_table(merged))
-    print("rows merged from: " + "; ".join(
-        f"{s['file']} ({s['options']['rounds']} rounds x {s['options']['steps']} steps)" for s in sources))
+    print(
+        "rows merged from: "
+        + "; ".join(f"{s['file']} ({s['options']['rounds']} rounds x {s['options']['steps']} steps)" for s in sources)
+    )
     return 0
 
 

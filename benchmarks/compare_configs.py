@@ -9,6 +9,7 @@ slower. docs/measurements.md uses it to show that TensorFlow's implicit default 
 
     python benchmarks/compare_configs.py benchmarks/results/validate_paper_*.json --a tf-default --b 2x2
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,8 +24,9 @@ def paired_ratios(row: dict, a: str, b: str) -> list[float]:
     configs = row["configs"]
     if a not in configs or b not in configs or configs[a].get("same_as") or configs[b].get("same_as"):
         return []
-    by_round = {name: {r["round"]: r["median_s"] for r in configs[name]["runs"] if r.get("median_s")}
-                for name in (a, b)}
+    by_round = {
+        name: {r["round"]: r["median_s"] for r in configs[name]["runs"] if r.get("median_s")} for name in (a, b)
+    }
     return [by_round[b][k] / by_round[a][k] for k in by_round[a] if k in by_round[b]]
 
 
@@ -42,14 +44,18 @@ def main(argv: list[str] | None = None) -> int:
             if ratios:
                 m = statistics.median(ratios)
                 medians.append(m)
-                print(f"{Path(path).name:45s} {row['workload']:13s} {row['mode']:7s} {args.b}/{args.a} {m:.3f} "
-                      f"({min(ratios):.3f}-{max(ratios):.3f}, {len(ratios)} rounds)")
+                print(
+                    f"{Path(path).name:45s} {row['workload']:13s} {row['mode']:7s} {args.b}/{args.a} {m:.3f} "
+                    f"({min(ratios):.3f}-{max(ratios):.3f}, {len(ratios)} rounds)"
+                )
     if not medians:
         print("no row measured both configurations")
         return 1
     geo = math.exp(statistics.fmean(math.log(m) for m in medians))
-    print(f"{len(medians)} rows: geometric mean {geo:.3f}; {args.b} slower in {sum(m > 1 for m in medians)}; "
-          f"per-row medians {min(medians):.2f}-{max(medians):.2f}")
+    print(
+        f"{len(medians)} rows: geometric mean {geo:.3f}; {args.b} slower in {sum(m > 1 for m in medians)}; "
+        f"per-row medians {min(medians):.2f}-{max(medians):.2f}"
+    )
     return 0
 
 

@@ -11,6 +11,7 @@ changed (which ops disappear or fuse when the variables are constants and grappl
     python benchmarks/fastpath_ops.py /work/user_models --out benchmarks/results/fastpath_ops.json
     python benchmarks/fastpath_ops.py --summarise benchmarks/results/fastpath_ops.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,7 +26,7 @@ sys.path.insert(0, HERE)
 from bench_fastpath import host  # noqa: E402
 from user_models import SERVING  # noqa: E402
 
-CHILD = r'''
+CHILD = r"""
 import json, os, sys, time, statistics
 sys.path.insert(0, sys.argv[4])
 import numpy as np, tensorflow as tf, tf_autopar
@@ -52,15 +53,23 @@ for label, run in paths.items():
     out[label] = {"wall_ms": statistics.median(walls) * 1e3, "kernels": sum(v[0] for v in types.values()),
                   "kernel_ms": sum(v[1] for v in types.values()), "types": types, "backend": t.backend}
 print("RESULT " + json.dumps(out), flush=True)
-'''
+"""
 
 
 def run_model(model_dir: str, name: str, calls: int) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TF_NUM_", "TF_AUTOPAR"))}
-    env.update(TF_CPP_MIN_LOG_LEVEL="3", TF_OVERRIDE_GLOBAL_THREADPOOL="1",
-               PYTHONPATH=os.pathsep.join(p for p in (os.path.dirname(HERE), env.get("PYTHONPATH", "")) if p))
-    proc = subprocess.run([sys.executable, "-c", CHILD, os.path.join(model_dir, name), name, str(calls), HERE],
-                          env=env, capture_output=True, text=True, timeout=900)
+    env.update(
+        TF_CPP_MIN_LOG_LEVEL="3",
+        TF_OVERRIDE_GLOBAL_THREADPOOL="1",
+        PYTHONPATH=os.pathsep.join(p for p in (os.path.dirname(HERE), env.get("PYTHONPATH", "")) if p),
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, os.path.join(model_dir, name), name, str(calls), HERE],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT "):
             return json.loads(line[7:])
@@ -68,10 +77,13 @@ def run_model(model_dir: str, name: str, calls: int) -> dict:
 
 
 def summarise(data: dict) -> str:
-    lines = [f"processor: {data.get('cpu_model', '?')}; batch 1; per call, median wall and traced kernels",
-             "", "| model | eager: kernels / kernel ms / wall ms | frozen: kernels / kernel ms / wall ms | "
-                 "gone or folded (count per call, eager -> frozen) | new in the frozen graph |",
-             "|---|---|---|---|---|"]
+    lines = [
+        f"processor: {data.get('cpu_model', '?')}; batch 1; per call, median wall and traced kernels",
+        "",
+        "| model | eager: kernels / kernel ms / wall ms | frozen: kernels / kernel ms / wall ms | "
+        "gone or folded (count per call, eager -> frozen) | new in the frozen graph |",
+        "|---|---|---|---|---|",
+    ]
     for name, res in data["models"].items():
         if "error" in res:
             lines.append(f"| {name} | error | | | |")
@@ -83,9 +95,11 @@ def summarise(data: dict) -> str:
             if a - b >= 1:
                 changed.append(f"{op} {a:.0f}->{b:.0f}")
         new = [f"{op} {f['types'][op][0]:.0f}" for op in f["types"] if op not in e["types"]]
-        lines.append(f"| {name} | {e['kernels']:.0f} / {e['kernel_ms']:.2f} / {e['wall_ms']:.2f} | "
-                     f"{f['kernels']:.0f} / {f['kernel_ms']:.2f} / {f['wall_ms']:.2f} | {', '.join(changed[:6])} | "
-                     f"{', '.join(new[:4])} |")
+        lines.append(
+            f"| {name} | {e['kernels']:.0f} / {e['kernel_ms']:.2f} / {e['wall_ms']:.2f} | "
+            f"{f['kernels']:.0f} / {f['kernel_ms']:.2f} / {f['wall_ms']:.2f} | {', '.join(changed[:6])} | "
+            f"{', '.join(new[:4])} |"
+        )
     return "\n".join(lines)
 
 

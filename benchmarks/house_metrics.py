@@ -14,6 +14,7 @@ the house issue quote, measured the same way before and after a refactor.
     python benchmarks/house_metrics.py                 # this checkout
     python benchmarks/house_metrics.py --root DIR --out benchmarks/results/house.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,8 +29,14 @@ from pathlib import Path
 
 BASELINE_NAMES = ("tf-recommended", "intel-recommended")
 MODES = ("latency", "throughput")
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "TF_NUM_INTEROP_THREADS",
-                    "TF_NUM_INTRAOP_THREADS", "KMP_BLOCKTIME", "KMP_AFFINITY")
+THREAD_VARIABLES = (
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "TF_NUM_INTEROP_THREADS",
+    "TF_NUM_INTRAOP_THREADS",
+    "KMP_BLOCKTIME",
+    "KMP_AFFINITY",
+)
 
 
 @dataclass
@@ -59,11 +66,13 @@ def module_name(path: Path, root: Path) -> str:
 def _is_type_checking(node: ast.If) -> bool:
     test = node.test
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def _imports(tree: ast.AST):
     """(node, inside_a_function) for every import, skipping TYPE_CHECKING blocks."""
+
     def walk(node: ast.AST, in_function: bool):
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.If) and _is_type_checking(child):
@@ -86,8 +95,7 @@ def _imports(tree: ast.AST):
 
 
 def _targets(node: ast.Import | ast.ImportFrom, here: str, is_package: bool, known: set[str]) -> set[str]:
-    """The tf_autopar modules an import statement loads (a ``from p import m`` of a submodule
-    loads p.m)."""
+    """The tf_autopar modules an import statement depends on."""
     names: set[str] = set()
     if isinstance(node, ast.Import):
         for alias in node.names:
@@ -98,11 +106,13 @@ def _targets(node: ast.Import | ast.ImportFrom, here: str, is_package: bool, kno
             parts = here.split(".")
             if not is_package:
                 parts = parts[:-1]
-            parts = parts[:len(parts) - (node.level - 1)]
+            parts = parts[: len(parts) - (node.level - 1)]
             base = ".".join(parts + ([base] if base else []))
-        names.add(base)
         for alias in node.names:
-            names.add(f"{base}.{alias.name}")
+            # ``from p import m`` of a submodule loads p.m (p's __init__ runs first for any
+            # submodule, which is no cycle); of a name defined in p, p itself.
+            sub = f"{base}.{alias.name}"
+            names.add(sub if sub in known else base)
     out = set()
     for name in names:
         while name and name not in known:
@@ -237,8 +247,12 @@ def measure(root: Path) -> Metrics:
 def duplicate_pairs(folder: Path) -> int | None:
     if shutil.which("duplicates") is None:
         return None
-    out = subprocess.run(["duplicates", "--repo", str(folder), "--most", "1", "--seconds", "120"],
-                         capture_output=True, text=True, check=False).stdout
+    out = subprocess.run(
+        ["duplicates", "--repo", str(folder), "--most", "1", "--seconds", "120"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
     if out.startswith("no duplicates"):
         return 0
     found = re.search(r"(\d+) pairs?", out)
@@ -262,8 +276,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"largest module: {m.largest_module[0]} ({m.largest_module[1]} lines)")
     print(f"largest function: {m.largest_function[0]} ({m.largest_function[1]} lines)")
     print(f"longest line: {m.longest_line[0]} ({m.longest_line[1]} characters)")
-    print(f"modules naming a baseline: {len(m.modules_naming_a_baseline)}; defining the modes: "
-          f"{len(m.modules_defining_the_modes)}; naming a thread variable: {len(m.modules_naming_a_thread_variable)}")
+    print(
+        f"modules naming a baseline: {len(m.modules_naming_a_baseline)}; defining the modes: "
+        f"{len(m.modules_defining_the_modes)}; naming a thread variable: {len(m.modules_naming_a_thread_variable)}"
+    )
     print(f"duplicates pairs in tf_autopar/: {m.duplicate_pairs if m.duplicate_pairs is not None else 'n/a'}")
     if args.out:
         args.out.write_text(json.dumps(asdict(m), indent=1) + "\n", encoding="utf-8")

@@ -18,6 +18,7 @@ equal candidate, measured on synthetic streams at 8% noise, is dropped after 40 
 
 Usage: python benchmarks/live_cost_fixtures.py [--call-ms 10] [--build-s 1] [--json OUT]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,8 +46,9 @@ def rows(call_ms: float, build_s: float) -> list[dict]:
             continue
         t = detect_topology(os.path.join(FIXTURES, name))
         for width in (1, 3):
-            profile = GraphProfile(heavy_ops=60, depth=60 // width, avg_width=width, max_width=width,
-                                   typical_op_work=50_000_000)
+            profile = GraphProfile(
+                heavy_ops=60, depth=60 // width, avg_width=width, max_width=width, typical_op_work=50_000_000
+            )
             for mode in ("latency", "throughput"):
                 p = plan(t, profile, mode, env={})
                 streams = max(1, p.instances) if mode == "throughput" else 1
@@ -55,13 +57,21 @@ def rows(call_ms: float, build_s: float) -> list[dict]:
                 n = len(cands)
 
                 def seconds(pairs: int) -> float:
-                    return n * (2 * pairs * call_ms / 1e3 + build_s)
+                    return n * (2 * pairs * call_ms / 1e3 + build_s)  # noqa: B023
 
-                out.append({"host": name, "logical_cpus": t.logical_cpus, "width": width, "mode": mode,
-                            "setting": f"{key[0]}x{key[1]}" + (f" x{key[2]} streams" if key[2] > 1 else ""),
-                            "candidates": n, "seconds_all_dropped_early": round(seconds(EARLY), 1),
-                            "seconds_all_equal": round(seconds(EQUAL_PAIRS), 1),
-                            "seconds_worst": round(seconds(MAX_PAIRS), 1)})
+                out.append(
+                    {
+                        "host": name,
+                        "logical_cpus": t.logical_cpus,
+                        "width": width,
+                        "mode": mode,
+                        "setting": f"{key[0]}x{key[1]}" + (f" x{key[2]} streams" if key[2] > 1 else ""),
+                        "candidates": n,
+                        "seconds_all_dropped_early": round(seconds(EARLY), 1),
+                        "seconds_all_equal": round(seconds(EQUAL_PAIRS), 1),
+                        "seconds_worst": round(seconds(MAX_PAIRS), 1),
+                    }
+                )
     return out
 
 
@@ -76,12 +86,24 @@ def main() -> int:
     print("| host | CPUs | width | mode | plan's setting | candidates | all dropped early s | all equal s | worst s |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in table:
-        print(f"| {r['host']} | {r['logical_cpus']} | {r['width']} | {r['mode']} | {r['setting']} | {r['candidates']} | "
-              f"{r['seconds_all_dropped_early']} | {r['seconds_all_equal']} | {r['seconds_worst']} |")
+        print(
+            f"| {r['host']} | {r['logical_cpus']} | {r['width']} | {r['mode']} | {r['setting']} | {r['candidates']} | "
+            f"{r['seconds_all_dropped_early']} | {r['seconds_all_equal']} | {r['seconds_worst']} |"
+        )
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump({"call_ms": args.call_ms, "build_s": args.build_s, "early_pairs": EARLY,
-                       "equal_pairs": EQUAL_PAIRS, "max_pairs": MAX_PAIRS, "rows": table}, fh, indent=1)
+            json.dump(
+                {
+                    "call_ms": args.call_ms,
+                    "build_s": args.build_s,
+                    "early_pairs": EARLY,
+                    "equal_pairs": EQUAL_PAIRS,
+                    "max_pairs": MAX_PAIRS,
+                    "rows": table,
+                },
+                fh,
+                indent=1,
+            )
     return 0
 
 

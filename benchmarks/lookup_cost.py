@@ -16,6 +16,7 @@ so the cost per element and per multiply-add are slopes between two sizes of the
 
     python benchmarks/lookup_cost.py --out benchmarks/results/lookup_cost.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,7 +28,7 @@ import subprocess
 import sys
 import time
 
-CHILD = r'''
+CHILD = r"""
 import json, sys, time
 import numpy as np
 import tensorflow as tf
@@ -50,7 +51,7 @@ for m, k, n in spec["matmuls"]:
     s = timed(lambda: f().numpy(), spec["repeats"])
     out[f"matmul {m}x{k}x{n}"] = {"s": s, "macs": m * k * n, "ns_per_mac": s / (m * k * n) * 1e9}
 print(json.dumps({"tf": tf.__version__, "results": out}))
-'''
+"""
 
 
 def cpu_name() -> str:
@@ -79,17 +80,25 @@ def main() -> int:
     ap.add_argument("--processes", type=int, default=3, help="fresh processes (medians are taken over them)")
     ap.add_argument("--out", help="write the JSON here")
     args = ap.parse_args()
-    spec = {"repeats": args.repeats,
-            "gathers": [[1000, 32, 2048], [100000, 32, 2048], [100000, 32, 16384], [30522, 256, 2048]],
-            "matmuls": [[2048, 512, 256], [2048, 256, 32], [16, 256, 1024]]}
+    spec = {
+        "repeats": args.repeats,
+        "gathers": [[1000, 32, 2048], [100000, 32, 2048], [100000, 32, 16384], [30522, 256, 2048]],
+        "matmuls": [[2048, 512, 256], [2048, 256, 32], [16, 256, 1024]],
+    }
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TF_NUM_", "OMP_", "MKL_", "KMP_"))}
-    env.update(TF_NUM_INTRAOP_THREADS="1", TF_NUM_INTEROP_THREADS="1", OMP_NUM_THREADS="1",
-               MKL_NUM_THREADS="1", TF_CPP_MIN_LOG_LEVEL="2")
+    env.update(
+        TF_NUM_INTRAOP_THREADS="1",
+        TF_NUM_INTEROP_THREADS="1",
+        OMP_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+        TF_CPP_MIN_LOG_LEVEL="2",
+    )
     runs = []
     t0 = time.time()
     for _ in range(args.processes):
-        out = subprocess.run([sys.executable, "-c", CHILD, json.dumps(spec)], env=env, capture_output=True,
-                             text=True, timeout=600)
+        out = subprocess.run(
+            [sys.executable, "-c", CHILD, json.dumps(spec)], env=env, capture_output=True, text=True, timeout=600
+        )
         if out.returncode != 0:
             print(out.stderr[-2000:], file=sys.stderr)
             return 1
@@ -103,18 +112,28 @@ def main() -> int:
     per_element = _slope(runs, "gather 100000x32 rows 2048", "gather 100000x32 rows 16384", "elements")
     per_mac = _slope(runs, "matmul 2048x256x32", "matmul 2048x512x256", "macs")
     ratios = sorted(e / m for e, m in zip(per_element, per_mac))
-    result = {"cpu": cpu_name(), "tf": runs[0]["tf"], "python": platform.python_version(),
-              "threads": "1 TF intra-op, 1 inter-op, 1 OpenMP", "processes": args.processes,
-              "repeats": args.repeats, "wall_s": round(time.time() - t0, 1), "kernels": summary,
-              "ns_per_element": sorted(per_element), "ns_per_mac": sorted(per_mac),
-              "element_to_mac": {"median": ratios[len(ratios) // 2], "min": ratios[0], "max": ratios[-1]}}
+    result = {
+        "cpu": cpu_name(),
+        "tf": runs[0]["tf"],
+        "python": platform.python_version(),
+        "threads": "1 TF intra-op, 1 inter-op, 1 OpenMP",
+        "processes": args.processes,
+        "repeats": args.repeats,
+        "wall_s": round(time.time() - t0, 1),
+        "kernels": summary,
+        "ns_per_element": sorted(per_element),
+        "ns_per_mac": sorted(per_mac),
+        "element_to_mac": {"median": ratios[len(ratios) // 2], "min": ratios[0], "max": ratios[-1]},
+    }
     for name, v in summary.items():
         key = "ns_per_element" if name.startswith("gather") else "ns_per_mac"
         print(f"{name:32s} {v[key]:8.4f} {key} with the call's fixed cost [{v['min']:.4f}-{v['max']:.4f}]")
     ratio = result["element_to_mac"]
-    print(f"slopes: {statistics.median(per_element):.3f} ns per element read, {statistics.median(per_mac):.4f} ns per "
-          f"multiply-add: one element costs {ratio['median']:.0f} multiply-adds [{ratio['min']:.0f}-{ratio['max']:.0f} "
-          f"over {len(runs)} processes] ({result['cpu']}, TF {result['tf']})")
+    print(
+        f"slopes: {statistics.median(per_element):.3f} ns per element read, {statistics.median(per_mac):.4f} ns per "
+        f"multiply-add: one element costs {ratio['median']:.0f} multiply-adds [{ratio['min']:.0f}-{ratio['max']:.0f} "
+        f"over {len(runs)} processes] ({result['cpu']}, TF {result['tf']})"
+    )
     if args.out:
         with open(args.out, "w") as fh:
             json.dump(result, fh, indent=1)

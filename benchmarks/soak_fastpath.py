@@ -14,6 +14,7 @@ shares one lease directory and one temporary directory of the soak's own. At the
 
     python benchmarks/soak_fastpath.py /work/user_models/mobilenet_v2 --minutes 10 --json benchmarks/results/soak_fastpath.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,7 +30,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-SERVER = r'''
+SERVER = r"""
 import json, sys, threading, time
 import tf_autopar
 tf_autopar.enable()
@@ -58,14 +59,14 @@ st = tf_autopar.status()
 print("RESULT " + json.dumps(dict(counts=counts, errors=errors[:10], n_errors=len(errors),
       paths=[b.path for s in st.served for b in s.buckets], tuning=[b.tuning for s in st.served for b in s.buckets])),
       flush=True)
-'''
+"""
 
-ALONE = r'''
+ALONE = r"""
 import json, tf_autopar
 st = tf_autopar.enable()
 share = st.process.share if st.process else None
 print("RESULT " + json.dumps(dict(share=share)), flush=True)
-'''
+"""
 
 
 def main() -> int:
@@ -81,17 +82,31 @@ def main() -> int:
     for d in (lease, tmp, cache):
         os.makedirs(d)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TF_NUM_", "TF_OVERRIDE", "TF_AUTOPAR"))}
-    env.update(TF_CPP_MIN_LOG_LEVEL="3", TF_AUTOPAR_LEASE_DIR=lease, TF_AUTOPAR_CACHE_DIR=cache, TMPDIR=tmp,
-               PYTHONPATH=os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH", "")) if p))
+    env.update(
+        TF_CPP_MIN_LOG_LEVEL="3",
+        TF_AUTOPAR_LEASE_DIR=lease,
+        TF_AUTOPAR_CACHE_DIR=cache,
+        TMPDIR=tmp,
+        PYTHONPATH=os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH", "")) if p),
+    )
     seconds = args.minutes * 60
-    server = subprocess.Popen([sys.executable, "-c", SERVER, args.model, str(seconds)], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    server = subprocess.Popen(
+        [sys.executable, "-c", SERVER, args.model, str(seconds)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     tunes = []
     t0 = time.monotonic()
     while server.poll() is None and time.monotonic() - t0 < seconds:
-        tune = subprocess.Popen([sys.executable, "-m", "tf_autopar.cli.main", "tune", args.model, "--batch", "1",
-                                 "--budget", "60"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                text=True)
+        tune = subprocess.Popen(
+            [sys.executable, "-m", "tf_autopar.cli.main", "tune", args.model, "--batch", "1", "--budget", "60"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         delay = rng.uniform(1, 8)
         try:
             tune.wait(delay)
@@ -106,18 +121,26 @@ def main() -> int:
             rc = "hung (killed after 60 s)"
         tunes.append({"after_s": round(delay, 1), "sigterm": killed, "rc": rc})
     out, err = server.communicate(timeout=seconds + 600)
-    result = next((json.loads(line[7:]) for line in out.splitlines() if line.startswith("RESULT ")),
-                  {"error": err[-2000:]})
+    result = next(
+        (json.loads(line[7:]) for line in out.splitlines() if line.startswith("RESULT ")), {"error": err[-2000:]}
+    )
     time.sleep(1)
     left = subprocess.run(["pgrep", "-af", work], capture_output=True, text=True).stdout.split("\n")
     left = [line for line in left if line.strip() and "pgrep" not in line]
     files = sorted(glob.glob(os.path.join(tmp, "**", "tf_autopar_bench_*"), recursive=True))
     alone = subprocess.run([sys.executable, "-c", ALONE], env=env, capture_output=True, text=True, timeout=120)
     share = next((json.loads(line[7:]) for line in alone.stdout.splitlines() if line.startswith("RESULT ")), {})
-    report = {"minutes": args.minutes, "server": result, "tunes": len(tunes),
-              "sigterms": sum(1 for t in tunes if t["sigterm"]),
-              "exit_codes": sorted({str(t["rc"]) for t in tunes}), "processes_left": left, "temp_files_left": files,
-              "fresh_process_share": share.get("share"), "work_dir": work}
+    report = {
+        "minutes": args.minutes,
+        "server": result,
+        "tunes": len(tunes),
+        "sigterms": sum(1 for t in tunes if t["sigterm"]),
+        "exit_codes": sorted({str(t["rc"]) for t in tunes}),
+        "processes_left": left,
+        "temp_files_left": files,
+        "fresh_process_share": share.get("share"),
+        "work_dir": work,
+    }
     print(json.dumps(report, indent=1))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:

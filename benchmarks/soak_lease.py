@@ -19,6 +19,7 @@ distinct texts and the most any one process printed.
 Usage: nice -n 19 python benchmarks/soak_lease.py [--workers 8] [--cycles 50] [--modes count,no-count]
        [--kill 0.3] [--hold 0.3] [--cores 8] [--window 1] [--json out.json]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,7 +38,7 @@ from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-WORKER = r'''
+WORKER = r"""
 import json, os, sys
 from tf_autopar.coordination import claim_share
 from tf_autopar.topology.model import Core, NumaNode, Topology
@@ -47,7 +48,7 @@ topo = Topology(host_cpus=n, affinity=tuple(range(n)), cores=tuple(Core(0, i, (i
 share = claim_share(topo)
 print(json.dumps({**share.to_dict(), "pid": os.getpid()}), flush=True)
 sys.stdin.read()
-'''
+"""
 
 
 class Soak:
@@ -58,8 +59,16 @@ class Soak:
         self.lock = threading.Lock()
         self.live: dict[int, tuple[subprocess.Popen, set[int], bool, dict]] = {}  # lane -> (worker, CPUs, late, share)
         self.examples: list[list[dict[str, Any]]] = []  # the first few silent overlaps, both shares
-        self.stats = {"cycles": 0, "kills": 0, "clean_stops": 0, "hangs": 0, "overlaps": 0, "silent_overlaps": 0,
-                      "late": 0, "crashes": 0}
+        self.stats = {
+            "cycles": 0,
+            "kills": 0,
+            "clean_stops": 0,
+            "hangs": 0,
+            "overlaps": 0,
+            "silent_overlaps": 0,
+            "late": 0,
+            "crashes": 0,
+        }
         self.warnings: dict[str, int] = {}
         self.most_warnings_per_process = 0
 
@@ -68,8 +77,14 @@ class Soak:
 
         drop = {x for pair in PAIRS for x in pair} | set(COUNTS)
         env = {k: v for k, v in os.environ.items() if k not in drop and not k.startswith("TF_AUTOPAR")}
-        env.update({"PYTHONPATH": ROOT, "TF_AUTOPAR_LEASE_DIR": self.lease_dir, "TF_AUTOPAR_GROUP": "soak",
-                    "TF_AUTOPAR_RENDEZVOUS_S": str(self.args.window)})
+        env.update(
+            {
+                "PYTHONPATH": ROOT,
+                "TF_AUTOPAR_LEASE_DIR": self.lease_dir,
+                "TF_AUTOPAR_GROUP": "soak",
+                "TF_AUTOPAR_RENDEZVOUS_S": str(self.args.window),
+            }
+        )
         if self.mode == "count":
             env["TF_AUTOPAR_INSTANCES"] = str(self.args.workers)
         return env
@@ -78,8 +93,14 @@ class Soak:
         rng = random.Random(seed)
         env = self.env()
         for _ in range(self.args.cycles):
-            p = subprocess.Popen([sys.executable, "-c", WORKER, str(self.args.cores)], stdin=subprocess.PIPE,
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+            p = subprocess.Popen(
+                [sys.executable, "-c", WORKER, str(self.args.cores)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=env,
+            )
             share = self._read_share(p)
             if share is None:
                 with self.lock:
@@ -144,17 +165,27 @@ class Soak:
 
     def run(self) -> dict[str, Any]:
         t0 = time.monotonic()
-        threads = [threading.Thread(target=self.lane, args=(i, self.args.seed * 1000 + i)) for i in range(self.args.workers)]
+        threads = [
+            threading.Thread(target=self.lane, args=(i, self.args.seed * 1000 + i)) for i in range(self.args.workers)
+        ]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
         from tf_autopar.coordination.lease import lease_status
 
-        leaked = sum(1 for d in os.listdir(self.lease_dir) for s in lease_status(os.path.join(self.lease_dir, d))
-                     if s["held"])
-        return {"mode": self.mode, **self.stats, "leaked_slots": leaked, "seconds": round(time.monotonic() - t0, 1),
-                "warning_kinds": self.warnings, "silent_overlap_examples": self.examples, "most_warnings_per_process": self.most_warnings_per_process}
+        leaked = sum(
+            1 for d in os.listdir(self.lease_dir) for s in lease_status(os.path.join(self.lease_dir, d)) if s["held"]
+        )
+        return {
+            "mode": self.mode,
+            **self.stats,
+            "leaked_slots": leaked,
+            "seconds": round(time.monotonic() - t0, 1),
+            "warning_kinds": self.warnings,
+            "silent_overlap_examples": self.examples,
+            "most_warnings_per_process": self.most_warnings_per_process,
+        }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -180,11 +211,14 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(tmp, ignore_errors=True)
         results.append(r)
         kinds = "; ".join(f"{n}x {k!r}" for k, n in r["warning_kinds"].items()) or "none"
-        print(f"{mode:9s} {args.workers} workers x {args.cycles} cycles: {r['cycles']} shares, {r['kills']} kill -9, "
-              f"{r['clean_stops']} clean stops, {r['hangs']} hangs, {r['crashes']} crashes, {r['late']} late, "
-              f"{r['overlaps']} overlaps among live workers ({r['silent_overlaps']} not involving a late worker), "
-              f"{r['leaked_slots']} leaked slots, {r['seconds']} s; warnings: {kinds} "
-              f"(at most {r['most_warnings_per_process']} per process)", flush=True)
+        print(
+            f"{mode:9s} {args.workers} workers x {args.cycles} cycles: {r['cycles']} shares, {r['kills']} kill -9, "
+            f"{r['clean_stops']} clean stops, {r['hangs']} hangs, {r['crashes']} crashes, {r['late']} late, "
+            f"{r['overlaps']} overlaps among live workers ({r['silent_overlaps']} not involving a late worker), "
+            f"{r['leaked_slots']} leaked slots, {r['seconds']} s; warnings: {kinds} "
+            f"(at most {r['most_warnings_per_process']} per process)",
+            flush=True,
+        )
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": vars(args), "results": results}, f, indent=1)

@@ -8,6 +8,7 @@ runs on that host (its search space x 5 rounds, the paper-size default).
 
 Usage: python benchmarks/tune_cost_fixtures.py [--json OUT]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,17 +48,27 @@ def rows() -> list[dict]:
         t = detect_topology(os.path.join(FIXTURES, name))
         space = search_space(t)
         for width in (1, 3):
-            profile = GraphProfile(heavy_ops=60, depth=60 // width, avg_width=width, max_width=width,
-                                   typical_op_work=50_000_000)
+            profile = GraphProfile(
+                heavy_ops=60, depth=60 // width, avg_width=width, max_width=width, typical_op_work=50_000_000
+            )
             p = plan(t, profile, "latency", env={})
             cands = neighbourhood(p.inter_op, p.intra_op, p.usable_cpus, width)
             runs = worst_case_runs(cands) if len(cands) > 1 else 0
             sweep_runs = len(space.configs) * SWEEP_ROUNDS
-            out.append({"host": name, "logical_cpus": t.logical_cpus, "width": width,
-                        "plan": f"{p.inter_op}x{p.intra_op}", "candidates": len(cands),
-                        "tune_runs_worst": runs, "sweep_configs": len(space.configs),
-                        "exhaustive_configs": space.full_size, "sweep_runs": sweep_runs,
-                        "share_of_sweep": runs / sweep_runs})
+            out.append(
+                {
+                    "host": name,
+                    "logical_cpus": t.logical_cpus,
+                    "width": width,
+                    "plan": f"{p.inter_op}x{p.intra_op}",
+                    "candidates": len(cands),
+                    "tune_runs_worst": runs,
+                    "sweep_configs": len(space.configs),
+                    "exhaustive_configs": space.full_size,
+                    "sweep_runs": sweep_runs,
+                    "share_of_sweep": runs / sweep_runs,
+                }
+            )
     return out
 
 
@@ -66,12 +77,16 @@ def main() -> int:
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     table = rows()
-    print("| host | CPUs | width | plan | candidates | tune runs (worst) | sweep configs (of all) | sweep runs | tune/sweep |")
+    print(
+        "| host | CPUs | width | plan | candidates | tune runs (worst) | sweep configs (of all) | sweep runs | tune/sweep |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for r in table:
-        print(f"| {r['host']} | {r['logical_cpus']} | {r['width']} | {r['plan']} | {r['candidates']} | "
-              f"{r['tune_runs_worst']} | {r['sweep_configs']} (of {r['exhaustive_configs']}) | {r['sweep_runs']} | "
-              f"{r['share_of_sweep']:.1%} |")
+        print(
+            f"| {r['host']} | {r['logical_cpus']} | {r['width']} | {r['plan']} | {r['candidates']} | "
+            f"{r['tune_runs_worst']} | {r['sweep_configs']} (of {r['exhaustive_configs']}) | {r['sweep_runs']} | "
+            f"{r['share_of_sweep']:.1%} |"
+        )
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump({"sweep_rounds": SWEEP_ROUNDS, "rows": table}, fh, indent=1)

@@ -3,6 +3,7 @@ setting and the optimum side by side, with the tuning's cost against the sweep's
 
 Usage: python benchmarks/tuned_table.py RESULT.json [RESULT.json ...]
 """
+
 from __future__ import annotations
 
 import json
@@ -43,8 +44,10 @@ def _name(workload: str) -> str:
 
 
 def table(doc: dict) -> str:
-    lines = ["| model | mode | batch | rule's plan | plan/opt | tuned | tuned/opt | optimum | tune: runs, machine time | share of the sweep's time |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| model | mode | batch | rule's plan | plan/opt | tuned | tuned/opt | optimum | tune: runs, machine time | share of the sweep's time |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     geo_plan, geo_tuned, tune_s, sweep_s = [], [], 0.0, 0.0
     for row in doc["rows"]:
         s = row.get("summary") or {}
@@ -60,22 +63,32 @@ def table(doc: dict) -> str:
         stopped = ((row.get("tune") or {}).get("search") or {}).get("stopped", "")
         how = stopped.split(":")[0] if stopped else (row.get("tune") or {}).get("status", "-")
         share = cost.get("share")
-        lines.append(f"| {_name(row['workload'])} | {row['mode']} | {row['batch']} | {_threads(row, 'tf_autopar')} | "
-                     f"{_ratio(s.get('ours_vs_optimum'))} | {_threads(row, 'tuned')} ({how}) | "
-                     f"{_ratio(s.get('tuned_vs_optimum'))} | {_opt(row, s)} | {cost.get('runs', '-')}, "
-                     f"{cost.get('wall_s', 0):.0f} s | {'-' if share is None else f'{share:.0%}'} |")
-    lines.append(f"| geomean | | | | {geomean(geo_plan):.3f} | | {geomean(geo_tuned):.3f} | | {tune_s:.0f} s | "
-                 f"{tune_s / sweep_s:.0%} |" if sweep_s else "| geomean | | | | | | | | | |")
+        lines.append(
+            f"| {_name(row['workload'])} | {row['mode']} | {row['batch']} | {_threads(row, 'tf_autopar')} | "
+            f"{_ratio(s.get('ours_vs_optimum'))} | {_threads(row, 'tuned')} ({how}) | "
+            f"{_ratio(s.get('tuned_vs_optimum'))} | {_opt(row, s)} | {cost.get('runs', '-')}, "
+            f"{cost.get('wall_s', 0):.0f} s | {'-' if share is None else f'{share:.0%}'} |"
+        )
+    lines.append(
+        f"| geomean | | | | {geomean(geo_plan):.3f} | | {geomean(geo_tuned):.3f} | | {tune_s:.0f} s | "
+        f"{tune_s / sweep_s:.0%} |"
+        if sweep_s
+        else "| geomean | | | | | | | | | |"
+    )
     host = doc.get("host", {}).get("cpu", {})
     lines.append("")
-    for label, rows in (("bundled workloads", [r for r in doc["rows"] if "/" not in r["workload"]]),
-                        ("model files (not bundled)", [r for r in doc["rows"] if "/" in r["workload"]])):
+    for label, rows in (
+        ("bundled workloads", [r for r in doc["rows"] if "/" not in r["workload"]]),
+        ("model files (not bundled)", [r for r in doc["rows"] if "/" in r["workload"]]),
+    ):
         if not rows:
             continue
         plan = [v for r in rows if (v := ((r.get("summary") or {}).get("ours_vs_optimum") or {}).get("value"))]
         tuned = [v for r in rows if (v := ((r.get("summary") or {}).get("tuned_vs_optimum") or {}).get("value"))]
-        lines.append(f"- {label}, {len(rows)} rows: plan/opt geomean {geomean(plan):.3f} ({sum(x < 0.97 for x in plan)} "
-                     f"below 0.97), tuned/opt {geomean(tuned):.3f} ({sum(x < 0.97 for x in tuned)} below 0.97)")
+        lines.append(
+            f"- {label}, {len(rows)} rows: plan/opt geomean {geomean(plan):.3f} ({sum(x < 0.97 for x in plan)} "
+            f"below 0.97), tuned/opt {geomean(tuned):.3f} ({sum(x < 0.97 for x in tuned)} below 0.97)"
+        )
     lines.append(f"- processor: {host.get('model', '?')}; started {doc.get('started')}, finished {doc.get('finished')}")
     return "\n".join(lines)
 
@@ -110,15 +123,19 @@ def ceiling(doc: dict) -> str:
         ws.append(w)
         tv = ((row.get("summary") or {}).get("tuned_vs_optimum") or {}).get("value")
         if tv is not None and tv < 0.97:
-            lines.append(f"  - {_name(row['workload'])} {row['mode']}: tuned/opt {tv:.2f}; the same setting twice: {w:.2f}")
+            lines.append(
+                f"  - {_name(row['workload'])} {row['mode']}: tuned/opt {tv:.2f}; the same setting twice: {w:.2f}"
+            )
     if not ws:
         return "no row measured TensorFlow's implicit default and an explicit 2x2 side by side"
     g = geomean(ws)
     below = sum(w < 0.97 for w in ws)
-    head = (f"- the same setting measured twice (implicit default against explicit 2x2), {_rows(len(ws))}: the "
-            f"worse reads at {g:.3f} of the better (geomean), {_rows(below)} below 0.97, lowest {min(ws):.2f}; a "
-            f"tuner that always chose the best setting would be expected to show about {math.sqrt(g):.3f} "
-            f"(geomean) and about {below / 2:g} rows below 0.97")
+    head = (
+        f"- the same setting measured twice (implicit default against explicit 2x2), {_rows(len(ws))}: the "
+        f"worse reads at {g:.3f} of the better (geomean), {_rows(below)} below 0.97, lowest {min(ws):.2f}; a "
+        f"tuner that always chose the best setting would be expected to show about {math.sqrt(g):.3f} "
+        f"(geomean) and about {below / 2:g} rows below 0.97"
+    )
     return "\n".join([head] + (["- rows where the tuned setting read below 0.97:"] + lines if lines else []))
 
 

@@ -31,6 +31,7 @@ The module is importable without TensorFlow (the benchmark driver imports ``SERV
 ``INPUTS`` and ``make_inputs``); TensorFlow and Keras are imported inside functions.
 Model files are large (xception 88 MB, dlrm 76 MB): write them outside the repository.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,8 +43,17 @@ from pathlib import Path
 SEED = 1234
 
 #: Models in build order.
-MODELS = ("mobilenet_v2", "nasnet_mobile", "efficientnet_b0", "xception",
-          "dlrm", "bert_encoder", "lstm_classifier", "youtube_dnn", "dcn_v2")
+MODELS = (
+    "mobilenet_v2",
+    "nasnet_mobile",
+    "efficientnet_b0",
+    "xception",
+    "dlrm",
+    "bert_encoder",
+    "lstm_classifier",
+    "youtube_dnn",
+    "dcn_v2",
+)
 
 # DLRM sizes (Criteo Terabyte/Kaggle shape, scaled): 13 dense features, 26 categorical ones.
 DLRM_DENSE = 13
@@ -60,8 +70,9 @@ YT_HISTORY, YT_VIDEOS, YT_TOKENS, YT_VOCAB, YT_GEOS, YT_DIM = 50, 100_000, 20, 5
 DCN_DIM = 16  # DCN-V2 on the Criteo shape: DLRM's tables, 16-wide
 
 #: The Criteo-shaped inputs of DLRM and DCN-V2: 13 dense features and 26 ids, one per table.
-_CRITEO_INPUTS = ([("dense_features", "float32", (DLRM_DENSE,), None)]
-                  + [(f"cat_{i:02d}", "int64", (), rows) for i, rows in enumerate(DLRM_TABLES)])
+_CRITEO_INPUTS = [("dense_features", "float32", (DLRM_DENSE,), None)] + [
+    (f"cat_{i:02d}", "int64", (), rows) for i, rows in enumerate(DLRM_TABLES)
+]
 
 #: Signature inputs per model: (name, dtype, shape without the batch dimension, exclusive
 #: upper bound of the values for integer ids or None for floats). Pure Python, no TF.
@@ -71,12 +82,14 @@ INPUTS: dict[str, list[tuple[str, str, tuple[int, ...], int | None]]] = {
     "efficientnet_b0": [("images", "float32", (224, 224, 3), None)],
     "xception": [("images", "float32", (299, 299, 3), None)],
     "dlrm": _CRITEO_INPUTS,
-    "bert_encoder": [("input_ids", "int32", (BERT_SEQ,), BERT_VOCAB),
-                     ("attention_mask", "int32", (BERT_SEQ,), 2)],
+    "bert_encoder": [("input_ids", "int32", (BERT_SEQ,), BERT_VOCAB), ("attention_mask", "int32", (BERT_SEQ,), 2)],
     "lstm_classifier": [("input_ids", "int32", (LSTM_SEQ,), LSTM_VOCAB)],
-    "youtube_dnn": [("watch_history", "int32", (YT_HISTORY,), YT_VIDEOS),
-                    ("search_tokens", "int32", (YT_TOKENS,), YT_VOCAB),
-                    ("geo", "int32", (), YT_GEOS), ("user_features", "float32", (4,), None)],
+    "youtube_dnn": [
+        ("watch_history", "int32", (YT_HISTORY,), YT_VIDEOS),
+        ("search_tokens", "int32", (YT_TOKENS,), YT_VOCAB),
+        ("geo", "int32", (), YT_GEOS),
+        ("user_features", "float32", (4,), None),
+    ],
     "dcn_v2": _CRITEO_INPUTS,
 }
 #: Output key of single-output models (default "probabilities").
@@ -116,6 +129,7 @@ def make_inputs(name: str, batch: int, seed: int = 0) -> dict:
     signature input name (floats ~ N(0,1); ids uniform below the table/vocabulary size;
     attention masks with a random valid length >= 1)."""
     import numpy as np
+
     rng = np.random.default_rng(seed)
     out = {}
     for inp, dtype, shape, high in INPUTS[name]:
@@ -135,6 +149,7 @@ def make_inputs(name: str, batch: int, seed: int = 0) -> dict:
 
 def _vision(name: str):
     import keras
+
     apps = {
         "mobilenet_v2": (keras.applications.MobileNetV2, 224),
         "nasnet_mobile": (keras.applications.NASNetMobile, 224),
@@ -142,8 +157,7 @@ def _vision(name: str):
         "xception": (keras.applications.Xception, 299),
     }
     ctor, size = apps[name]
-    return ctor(weights=None, input_shape=(size, size, 3), include_top=True, classes=1000,
-                name=name)
+    return ctor(weights=None, input_shape=(size, size, 3), include_top=True, classes=1000, name=name)
 
 
 def _dlrm():
@@ -152,19 +166,22 @@ def _dlrm():
     concatenated with the bottom MLP's output, top MLP, sigmoid click probability."""
     import keras
     from keras import layers, ops
+
     dense_in = keras.Input((DLRM_DENSE,), name="dense_features")
     cat_in = [keras.Input((), dtype="int64", name=f"cat_{i:02d}") for i in range(len(DLRM_TABLES))]
     x = dense_in
     for units in (512, 256):
         x = layers.Dense(units, activation="relu")(x)
     bottom = layers.Dense(DLRM_DIM, activation="relu", name="bottom_out")(x)
-    embs = [layers.Embedding(rows, DLRM_DIM, name=f"table_{i:02d}")(c)
-            for i, (rows, c) in enumerate(zip(DLRM_TABLES, cat_in))]
+    embs = [
+        layers.Embedding(rows, DLRM_DIM, name=f"table_{i:02d}")(c)
+        for i, (rows, c) in enumerate(zip(DLRM_TABLES, cat_in))
+    ]
     n = len(embs) + 1
-    z = ops.stack([bottom] + embs, axis=1)                              # [B, 27, D]
-    dots = ops.matmul(z, ops.transpose(z, (0, 2, 1)))                   # [B, 27, 27]
+    z = ops.stack([bottom] + embs, axis=1)  # [B, 27, D]
+    dots = ops.matmul(z, ops.transpose(z, (0, 2, 1)))  # [B, 27, 27]
     flat = ops.reshape(dots, (-1, n * n))
-    tril = [i * n + j for i in range(n) for j in range(i)]              # 351 pairs
+    tril = [i * n + j for i in range(n) for j in range(i)]  # 351 pairs
     inter = ops.take(flat, ops.convert_to_tensor(tril, dtype="int32"), axis=1)
     x = layers.Concatenate()([bottom, inter])
     for units in (512, 256):
@@ -181,6 +198,7 @@ def _youtube_dnn():
     that a nearest-neighbour index is queried with."""
     import keras
     from keras import layers, ops
+
     hist = keras.Input((YT_HISTORY,), dtype="int32", name="watch_history")
     tokens = keras.Input((YT_TOKENS,), dtype="int32", name="search_tokens")
     geo = keras.Input((), dtype="int32", name="geo")
@@ -192,8 +210,9 @@ def _youtube_dnn():
     for units in (1024, 512):
         x = layers.Dense(units, activation="relu")(x)
     out = layers.Dense(256, activation="relu", name="user_embedding")(x)
-    return keras.Model({"watch_history": hist, "search_tokens": tokens, "geo": geo, "user_features": dense},
-                       out, name="youtube_dnn")
+    return keras.Model(
+        {"watch_history": hist, "search_tokens": tokens, "geo": geo, "user_features": dense}, out, name="youtube_dnn"
+    )
 
 
 def _dcn_v2():
@@ -202,10 +221,13 @@ def _dcn_v2():
     ReLU tower 512-256 and a sigmoid click probability."""
     import keras
     from keras import layers
+
     dense_in = keras.Input((DLRM_DENSE,), name="dense_features")
     cat_in = [keras.Input((), dtype="int64", name=f"cat_{i:02d}") for i in range(len(DLRM_TABLES))]
-    embs = [layers.Embedding(rows, DCN_DIM, name=f"table_{i:02d}")(c)
-            for i, (rows, c) in enumerate(zip(DLRM_TABLES, cat_in))]
+    embs = [
+        layers.Embedding(rows, DCN_DIM, name=f"table_{i:02d}")(c)
+        for i, (rows, c) in enumerate(zip(DLRM_TABLES, cat_in))
+    ]
     x0 = layers.Concatenate()([dense_in] + embs)
     x = x0
     width = DLRM_DENSE + DCN_DIM * len(DLRM_TABLES)
@@ -223,29 +245,33 @@ def _bert_encoder():
     ids (cumsum of ones) so that the .keras file needs no custom objects."""
     import keras
     from keras import layers, ops
+
     ids = keras.Input((BERT_SEQ,), dtype="int32", name="input_ids")
     mask = keras.Input((BERT_SEQ,), dtype="int32", name="attention_mask")
     pos = ops.cumsum(ops.ones_like(ids), axis=1) - 1
     x = layers.Embedding(BERT_VOCAB, BERT_HIDDEN, name="word_embeddings")(ids)
     x = x + layers.Embedding(BERT_SEQ, BERT_HIDDEN, name="position_embeddings")(pos)
     x = layers.LayerNormalization(epsilon=1e-12, name="embeddings_ln")(x)
-    att_mask = ops.expand_dims(ops.cast(mask, "bool"), 1)               # [B, 1, S]
+    att_mask = ops.expand_dims(ops.cast(mask, "bool"), 1)  # [B, 1, S]
     for i in range(BERT_LAYERS):
-        a = layers.MultiHeadAttention(BERT_HEADS, BERT_HIDDEN // BERT_HEADS,
-                                      name=f"layer_{i}_attention")(x, x, attention_mask=att_mask)
+        a = layers.MultiHeadAttention(BERT_HEADS, BERT_HIDDEN // BERT_HEADS, name=f"layer_{i}_attention")(
+            x, x, attention_mask=att_mask
+        )
         x = layers.LayerNormalization(epsilon=1e-12, name=f"layer_{i}_attention_ln")(x + a)
         h = layers.Dense(BERT_FFN, activation="gelu", name=f"layer_{i}_intermediate")(x)
         h = layers.Dense(BERT_HIDDEN, name=f"layer_{i}_output")(h)
         x = layers.LayerNormalization(epsilon=1e-12, name=f"layer_{i}_output_ln")(x + h)
     cls = x[:, 0, :]
     pooled = layers.Dense(BERT_HIDDEN, activation="tanh", name="pooler")(cls)
-    return keras.Model({"input_ids": ids, "attention_mask": mask},
-                       {"sequence_output": x, "pooled_output": pooled}, name="bert_encoder")
+    return keras.Model(
+        {"input_ids": ids, "attention_mask": mask}, {"sequence_output": x, "pooled_output": pooled}, name="bert_encoder"
+    )
 
 
 def _lstm_classifier():
     import keras
     from keras import layers
+
     ids = keras.Input((LSTM_SEQ,), dtype="int32", name="input_ids")
     x = layers.Embedding(LSTM_VOCAB, LSTM_EMBED)(ids)
     x = layers.LSTM(LSTM_UNITS, return_sequences=True)(x)
@@ -257,11 +283,17 @@ def _lstm_classifier():
 def build(name: str):
     """The Keras model NAME, built with fixed seeds and random weights."""
     import keras
+
     keras.utils.set_random_seed(SEED)
     if name in ("mobilenet_v2", "nasnet_mobile", "efficientnet_b0", "xception"):
         return _vision(name)
-    return {"dlrm": _dlrm, "bert_encoder": _bert_encoder, "lstm_classifier": _lstm_classifier,
-            "youtube_dnn": _youtube_dnn, "dcn_v2": _dcn_v2}[name]()
+    return {
+        "dlrm": _dlrm,
+        "bert_encoder": _bert_encoder,
+        "lstm_classifier": _lstm_classifier,
+        "youtube_dnn": _youtube_dnn,
+        "dcn_v2": _dcn_v2,
+    }[name]()
 
 
 # ------------------------------------------------------------------------------ export
@@ -272,8 +304,10 @@ def _serving_function(name: str, model, batch: int | None = None):
     spec names; outputs are a dict (single-output models: OUTPUT_KEYS, else 'probabilities').
     BATCH fixes the batch dimension (for counting MACs with static shapes only)."""
     import tensorflow as tf
-    specs = [tf.TensorSpec((batch,) + tuple(shape), tf.as_dtype(dtype), name=inp)
-             for inp, dtype, shape, _ in INPUTS[name]]
+
+    specs = [
+        tf.TensorSpec((batch,) + tuple(shape), tf.as_dtype(dtype), name=inp) for inp, dtype, shape, _ in INPUTS[name]
+    ]
     names = [s.name for s in specs]
     single = len(specs) == 1 and not isinstance(model.input, dict)
     out_key = OUTPUT_KEYS.get(name, "probabilities")
@@ -305,13 +339,16 @@ def signature_of(path: Path, key: str = "serving_default"):
     saved_model_cli shows them: [(name, dtype, dims)] with -1 for unknown dimensions."""
     from tensorflow.core.protobuf import saved_model_pb2
     from tensorflow.python.framework import dtypes
+
     sm = saved_model_pb2.SavedModel()
     sm.ParseFromString((Path(path) / "saved_model.pb").read_bytes())
     sig = sm.meta_graphs[0].signature_def[key]
 
     def rows(m):
-        return [(k, dtypes.as_dtype(v.dtype).name, tuple(d.size for d in v.tensor_shape.dim))
-                for k, v in sorted(m.items())]
+        return [
+            (k, dtypes.as_dtype(v.dtype).name, tuple(d.size for d in v.tensor_shape.dim)) for k, v in sorted(m.items())
+        ]
+
     return rows(sig.inputs), rows(sig.outputs)
 
 
@@ -354,6 +391,7 @@ def _static_int(t):
     """A scalar's static value; also through Max/Min of a constant (Keras' RNN loop bound)."""
     import numpy as np
     import tensorflow as tf
+
     v = tf.get_static_value(t)
     if v is None and t.op.type in ("Max", "Min"):
         x = tf.get_static_value(t.op.inputs[0])
@@ -395,7 +433,7 @@ def graph_macs(graph) -> int | None:
                 trips = _static_int(op.inputs[1])
                 sub = graph_macs(body) if body is not None else None
                 if sub is None or trips is None or trips < 0:
-                    if sub:           # heavy work inside a loop of unknown length
+                    if sub:  # heavy work inside a loop of unknown length
                         return None
                     continue
                 total += sub * int(trips)
@@ -414,8 +452,7 @@ def graph_macs(graph) -> int | None:
 
 
 def _fmt_inputs(rows) -> str:
-    return ", ".join(f"{n}:{d}[{','.join('None' if s < 0 else str(s) for s in dims)}]"
-                     for n, d, dims in rows)
+    return ", ".join(f"{n}:{d}[{','.join('None' if s < 0 else str(s) for s in dims)}]" for n, d, dims in rows)
 
 
 def _fmt_inputs_compact(rows) -> str:
@@ -432,6 +469,7 @@ def _fmt_inputs_compact(rows) -> str:
 
 def cmd_build(outdir: Path, names, keras_too: bool) -> int:
     import tensorflow as tf  # noqa: F401  (import time excluded from build times)
+
     outdir.mkdir(parents=True, exist_ok=True)
     rows, bad = [], []
     for name in names:
@@ -447,17 +485,30 @@ def cmd_build(outdir: Path, names, keras_too: bool) -> int:
         macs = graph_macs(_serving_function(name, model, batch=1).get_concrete_function().graph)
         t_macs = time.perf_counter() - t1
         ins, outs = signature_of(path)
-        problems = [f"{n}: batch dim {dims[0] if dims else 'scalar'}" for n, _, dims in ins
-                    if not dims or dims[0] != -1]
+        problems = [
+            f"{n}: batch dim {dims[0] if dims else 'scalar'}" for n, _, dims in ins if not dims or dims[0] != -1
+        ]
         expected = sorted(i[0] for i in INPUTS[name])
         if [n for n, _, _ in ins] != expected:
             problems.append(f"input names {[n for n, _, _ in ins]} != {expected}")
         if problems:
             bad.append((name, problems))
-        rows.append((name, model.count_params(), _fmt_inputs_compact(ins),
-                     ", ".join(n for n, _, _ in outs), macs, t_build, t_save))
-        print(f"saved {path}{' and ' + name + '.keras' if keras_too else ''} "
-              f"(build {t_build:.1f} s, save {t_save:.1f} s, MAC count {t_macs:.1f} s)", flush=True)
+        rows.append(
+            (
+                name,
+                model.count_params(),
+                _fmt_inputs_compact(ins),
+                ", ".join(n for n, _, _ in outs),
+                macs,
+                t_build,
+                t_save,
+            )
+        )
+        print(
+            f"saved {path}{' and ' + name + '.keras' if keras_too else ''} "
+            f"(build {t_build:.1f} s, save {t_save:.1f} s, MAC count {t_macs:.1f} s)",
+            flush=True,
+        )
     print()
     print(f"{'name':16} {'params':>11} {'MACs/example':>13} {'build s':>7} {'save s':>6}  inputs -> outputs")
     for name, params, ins, outs, macs, tb, ts in rows:
@@ -473,6 +524,7 @@ def cmd_check(outdir: Path, names, calls: int, keras_too: bool) -> int:
     and the serving batch, print the median ms per request (default threads)."""
     import statistics
     import tensorflow as tf
+
     failed = 0
     print(f"{'name':16} {'load s':>6} {'b1 ms':>8} {'serving':>7} {'ms':>8}  outputs")
     for name in names:
@@ -494,10 +546,13 @@ def cmd_check(outdir: Path, names, calls: int, keras_too: bool) -> int:
                 print(f"  {name}: output batch mismatch at batch {batch}: {shapes}")
                 failed += 1
             res.append((statistics.median(times), shapes))
-        print(f"{name:16} {t_load:>6.1f} {res[0][0]:>8.1f} {SERVING[name]['serving']:>7} "
-              f"{res[1][0]:>8.1f}  {res[1][1]}", flush=True)
+        print(
+            f"{name:16} {t_load:>6.1f} {res[0][0]:>8.1f} {SERVING[name]['serving']:>7} {res[1][0]:>8.1f}  {res[1][1]}",
+            flush=True,
+        )
         if keras_too:
             import keras
+
             km = keras.models.load_model(str(outdir / f"{name}.keras"))
             feed = make_inputs(name, SERVING[name]["batch1"])
             x = feed[INPUTS[name][0][0]] if len(INPUTS[name]) == 1 else feed
@@ -508,13 +563,17 @@ def cmd_check(outdir: Path, names, calls: int, keras_too: bool) -> int:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("outdir", type=Path, help="directory for OUTDIR/NAME/ SavedModels (outside the repo)")
     ap.add_argument("--only", default="", help=f"comma-separated subset of {','.join(MODELS)}")
     ap.add_argument("--keras", action="store_true", help="also save (with --check: load) OUTDIR/NAME.keras")
-    ap.add_argument("--check", action="store_true",
-                    help="do not build: load the saved models and time batch 1 and the serving batch")
+    ap.add_argument(
+        "--check",
+        action="store_true",
+        help="do not build: load the saved models and time batch 1 and the serving batch",
+    )
     ap.add_argument("--calls", type=int, default=5, help="timed calls per batch with --check")
     args = ap.parse_args(argv)
     names = [n for n in args.only.split(",") if n] or list(MODELS)

@@ -2,6 +2,7 @@
 (ray.cluster_utils.Cluster, as Ray's own tests do), actors calling tf_autopar.enable(), their
 shares printed as one JSON line. argv: LEASE_DIR [serve MODEL]: with "serve", the Ray Serve example
 (examples/serving/ray_serve_app.py) with 2 replicas of num_cpus=0.5 per node, asked over HTTP."""
+
 from __future__ import annotations
 
 import json
@@ -21,9 +22,14 @@ class Replica:
 
         st = tf_autopar.enable()
         p = st.process
-        return {"pid": os.getpid(), "node": ray.get_runtime_context().get_node_id(),
-                "affinity": sorted(os.sched_getaffinity(0)), "share": p.share,
-                "planned": f"{p.planned_inter}x{p.planned_intra}", "omp": os.environ.get("OMP_NUM_THREADS")}
+        return {
+            "pid": os.getpid(),
+            "node": ray.get_runtime_context().get_node_id(),
+            "affinity": sorted(os.sched_getaffinity(0)),
+            "share": p.share,
+            "planned": f"{p.planned_inter}x{p.planned_intra}",
+            "omp": os.environ.get("OMP_NUM_THREADS"),
+        }
 
 
 def serve_example(model: str) -> dict:
@@ -38,8 +44,10 @@ def serve_example(model: str) -> dict:
 
     port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
-    serve.run(SavedModelServer.options(num_replicas=4, ray_actor_options={"num_cpus": 0.5}).bind(model),
-              route_prefix="/predict")
+    serve.run(
+        SavedModelServer.options(num_replicas=4, ray_actor_options={"num_cpus": 0.5}).bind(model),
+        route_prefix="/predict",
+    )
     seen: dict[int, dict] = {}
     for _ in range(200):
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
@@ -59,8 +67,12 @@ def main() -> None:
         cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
         cluster.add_node(num_cpus=1)
         try:
-            ray.init(address=cluster.address, runtime_env={"env_vars": {
-                "PYTHONPATH": ROOT, "TF_AUTOPAR_LEASE_DIR": lease, "TF_CPP_MIN_LOG_LEVEL": "2"}})
+            ray.init(
+                address=cluster.address,
+                runtime_env={
+                    "env_vars": {"PYTHONPATH": ROOT, "TF_AUTOPAR_LEASE_DIR": lease, "TF_CPP_MIN_LOG_LEVEL": "2"}
+                },
+            )
             cluster.wait_for_nodes()
             print("RESULT " + json.dumps(serve_example(sys.argv[3])), flush=True)
         finally:
@@ -70,8 +82,10 @@ def main() -> None:
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "resources": {"first": 4}})
     cluster.add_node(num_cpus=1, resources={"second": 4})
     try:
-        ray.init(address=cluster.address, runtime_env={"env_vars": {
-            "PYTHONPATH": ROOT, "TF_AUTOPAR_LEASE_DIR": lease, "TF_CPP_MIN_LOG_LEVEL": "2"}})
+        ray.init(
+            address=cluster.address,
+            runtime_env={"env_vars": {"PYTHONPATH": ROOT, "TF_AUTOPAR_LEASE_DIR": lease, "TF_CPP_MIN_LOG_LEVEL": "2"}},
+        )
         cluster.wait_for_nodes()
         whole = [Replica.options(num_cpus=1, resources={"first": 1}).remote() for _ in range(2)]
         half = [Replica.options(num_cpus=0.5, resources={"second": 1}).remote() for _ in range(2)]

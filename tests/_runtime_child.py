@@ -1,4 +1,5 @@
 """Helpers for runtime tests: run a script in a fresh Python process, read what really happened."""
+
 from __future__ import annotations
 
 import json
@@ -46,10 +47,19 @@ def report(**kw):
 '''
 
 
-def run_child(script: str, env: dict[str, str] | None = None, timeout: float = 240, args: list[str] | None = None,
-              path: str | None = None) -> tuple[dict, str, int]:
+def run_child(
+    script: str,
+    env: dict[str, str] | None = None,
+    timeout: float = 240,
+    args: list[str] | None = None,
+    path: str | None = None,
+) -> tuple[dict, str, int]:
     """Run ``script`` in a fresh interpreter; returns (the RESULT dict, stderr, exit code)."""
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("TF_NUM_", "TF_OVERRIDE", "TF_AUTOPAR", "OMP_", "KMP_"))}
+    full_env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("TF_NUM_", "TF_OVERRIDE", "TF_AUTOPAR", "OMP_", "KMP_"))
+    }
     full_env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p)
     full_env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     lease_dir = tempfile.mkdtemp(prefix="tfa_lease_")  # children of other tests are not co-workers
@@ -69,7 +79,7 @@ def run_child(script: str, env: dict[str, str] | None = None, timeout: float = 2
     result = {}
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT "):
-            result = json.loads(line[len("RESULT "):])
+            result = json.loads(line[len("RESULT ") :])
     return result, proc.stderr, proc.returncode
 
 

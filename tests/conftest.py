@@ -1,6 +1,7 @@
 """Fixtures shared by the test files: the recorded host trees (tests/fixtures/hosts) and their
 generator (tests/fixtures/make_hosts.py), so a test reads a host as ``host_root("skylake-2s-24c-48t")``
 or writes a changed copy with ``host_variant("garbled", files={...})``."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -48,6 +49,7 @@ def make_hosts() -> ModuleType:
 @pytest.fixture(scope="session")
 def host_root() -> Callable[[str], str]:
     """The root directory of a recorded host tree, by name (what detect_topology(root) reads)."""
+
     def root(name: str) -> str:
         path = os.path.join(HOSTS, name)
         assert os.path.isdir(path), f"no recorded host {name!r} in {HOSTS}"
@@ -60,6 +62,7 @@ def host_root() -> Callable[[str], str]:
 def host_variant(make_hosts: ModuleType, tmp_path) -> Callable[..., str]:
     """A copy of a recorded host with some spec fields changed, written under tmp_path; its root.
     ``files`` are merged into the host's own unless ``merge_files=False``."""
+
     def variant(base: str, *, merge_files: bool = True, **changes: object) -> str:
         host = make_hosts.HOSTS[base]
         if "files" in changes and merge_files:
@@ -74,6 +77,7 @@ def need_tool() -> Callable[..., str]:
     """The path of the first of some tools found on PATH. None found fails the test rather than
     skipping it: the README asks for g++ (which brings gcc and binutils), so a missing tool is a
     broken setup whose tests would otherwise pass unseen."""
+
     def need(*names: str) -> str:
         for name in names:
             path = shutil.which(name)
@@ -90,8 +94,14 @@ def standin_log(tmp_path, monkeypatch):
     every fault switch off and thread variables set that no configuration may inherit."""
     path = tmp_path / "runs.jsonl"
     monkeypatch.setenv("STANDIN_LOG", str(path))
-    for var in ("STANDIN_CRASH", "STANDIN_HANG", "STANDIN_HANG_ALL", "STANDIN_HANG_AFTER", "STANDIN_BADJSON",
-                "STANDIN_FAST"):
+    for var in (
+        "STANDIN_CRASH",
+        "STANDIN_HANG",
+        "STANDIN_HANG_ALL",
+        "STANDIN_HANG_AFTER",
+        "STANDIN_BADJSON",
+        "STANDIN_FAST",
+    ):
         monkeypatch.delenv(var, raising=False)
     # a thread setting in the harness's own environment must not leak into any configuration
     monkeypatch.setenv("TF_NUM_INTRAOP_THREADS", "7")

@@ -1,5 +1,6 @@
 """One cgroup discovery: the topology reader (the quota planning sees) and validate --cpu-quota
 (where it creates quota groups) find the cpu controller at the same place, on recorded trees."""
+
 from __future__ import annotations
 
 import os
@@ -39,7 +40,9 @@ def test_v1_recorded_host(host_root):
 
 
 def test_v2_container(host_variant):
-    root = host_variant("container-v2-quota-2.5", files={"/sys/fs/cgroup/cgroup.controllers": "cpuset cpu io memory pids\n"})
+    root = host_variant(
+        "container-v2-quota-2.5", files={"/sys/fs/cgroup/cgroup.controllers": "cpuset cpu io memory pids\n"}
+    )
     controller, topo = answers(root)
     assert controller == CpuController(2, at(root, "/sys/fs/cgroup"))
     assert topo == {(2, controller.path)}
@@ -57,7 +60,8 @@ def test_hybrid_recorded_from_this_machine(host_root):
 @pytest.mark.parametrize("unified", ["", "hugetlb\n"])
 def test_hybrid_unified_without_cpu(unified, host_variant):
     root = host_variant(
-        "cgroup-v1-host", proc_cgroup=V1_CGROUP + "0::/batch.slice\n",
+        "cgroup-v1-host",
+        proc_cgroup=V1_CGROUP + "0::/batch.slice\n",
         mounts=V1_MOUNTS + ("/ /sys/fs/cgroup/unified cgroup2 rw",),
         files={"/sys/fs/cgroup/unified/cgroup.controllers": unified},
     )
@@ -70,10 +74,13 @@ def test_hybrid_unified_without_cpu(unified, host_variant):
 def test_hybrid_with_cpu_on_unified(host_variant):
     """cpu bound to the v2 side of a hybrid host: quota groups and the quota read are both v2."""
     root = host_variant(
-        "cgroup-v1-host", proc_cgroup="11:cpuset:/\n1:name=systemd:/job\n0::/job\n",
+        "cgroup-v1-host",
+        proc_cgroup="11:cpuset:/\n1:name=systemd:/job\n0::/job\n",
         mounts=(V1_MOUNTS[0], V1_MOUNTS[2], "/ /sys/fs/cgroup/unified cgroup2 rw"),
-        files={"/sys/fs/cgroup/unified/cgroup.controllers": "cpu pids\n",
-               "/sys/fs/cgroup/unified/job/cpu.max": "150000 100000\n"},
+        files={
+            "/sys/fs/cgroup/unified/cgroup.controllers": "cpu pids\n",
+            "/sys/fs/cgroup/unified/job/cpu.max": "150000 100000\n",
+        },
         merge_files=False,
     )
     controller, topo = answers(root)
@@ -85,7 +92,9 @@ def test_hybrid_with_cpu_on_unified(host_variant):
 
 def test_v1_mounted_elsewhere_is_found_by_both(host_variant):
     root = host_variant(
-        "cgroup-v1-host", mounts=("/ /cgroup/cpu,cpuacct cgroup rw,cpu,cpuacct",), proc_cgroup="4:cpu,cpuacct:/\n",
+        "cgroup-v1-host",
+        mounts=("/ /cgroup/cpu,cpuacct cgroup rw,cpu,cpuacct",),
+        proc_cgroup="4:cpu,cpuacct:/\n",
         files={"/cgroup/cpu,cpuacct/cpu.cfs_quota_us": "200000\n", "/cgroup/cpu,cpuacct/cpu.cfs_period_us": "100000\n"},
         merge_files=False,
     )

@@ -1,5 +1,6 @@
 """`tf-autopar characterize`: the op-class table, the analyses and the report without TensorFlow;
 bad input refused before anything runs; one small end-to-end run in fresh processes (marked tf)."""
+
 from __future__ import annotations
 
 import json
@@ -22,6 +23,7 @@ KNOWN = ["autoenc", "memnet", "vgg", "seq2seq"]
 
 # --- the op-class table ------------------------------------------------------------------------
 
+
 def test_every_type_is_in_one_class_only():
     seen: dict[str, str] = {}
     for cls, src in classes._TABLE_SRC.items():
@@ -31,22 +33,42 @@ def test_every_type_is_in_one_class_only():
             seen[t] = cls
 
 
-@pytest.mark.parametrize("op_type, cls", [
-    ("Conv2D", classes.CONVOLUTION), ("_FusedConv2D", classes.CONVOLUTION),
-    ("Conv2DBackpropFilter", classes.CONVOLUTION), ("_MklNativeConv2D", classes.CONVOLUTION),
-    ("MatMul", classes.MATMUL), ("_FusedMatMul", classes.MATMUL), ("Einsum", classes.MATMUL),
-    ("BatchMatMulV2", classes.MATMUL), ("eager/MatMul", classes.MATMUL),
-    ("AddV2", classes.ELEMENTWISE), ("ReluGrad", classes.ELEMENTWISE), ("SelectV2", classes.ELEMENTWISE),
-    ("Sum", classes.REDUCTION), ("FusedBatchNormV3", classes.REDUCTION), ("MaxPoolGrad", classes.REDUCTION),
-    ("SoftmaxGrad", classes.REDUCTION), ("BiasAddGrad", classes.REDUCTION),
-    ("GatherV2", classes.EMBEDDING), ("ResourceGather", classes.EMBEDDING), ("UnsortedSegmentSum", classes.EMBEDDING),
-    ("ConcatV2", classes.DATA_MOVEMENT), ("StridedSliceGrad", classes.DATA_MOVEMENT),
-    ("TensorListGetItem", classes.DATA_MOVEMENT), ("Transpose", classes.DATA_MOVEMENT),
-    ("LSTMBlockCell", classes.RECURRENT), ("BlockLSTMGradV2", classes.RECURRENT),
-    ("ResourceApplyAdam", classes.OPTIMIZER), ("ResourceSparseApplyAdagradV2", classes.OPTIMIZER),
-    ("AssignSubVariableOp", classes.OPTIMIZER),
-    ("StatelessRandomNormalV2", classes.OTHER), ("IteratorGetNext", classes.OTHER),
-])
+@pytest.mark.parametrize(
+    "op_type, cls",
+    [
+        ("Conv2D", classes.CONVOLUTION),
+        ("_FusedConv2D", classes.CONVOLUTION),
+        ("Conv2DBackpropFilter", classes.CONVOLUTION),
+        ("_MklNativeConv2D", classes.CONVOLUTION),
+        ("MatMul", classes.MATMUL),
+        ("_FusedMatMul", classes.MATMUL),
+        ("Einsum", classes.MATMUL),
+        ("BatchMatMulV2", classes.MATMUL),
+        ("eager/MatMul", classes.MATMUL),
+        ("AddV2", classes.ELEMENTWISE),
+        ("ReluGrad", classes.ELEMENTWISE),
+        ("SelectV2", classes.ELEMENTWISE),
+        ("Sum", classes.REDUCTION),
+        ("FusedBatchNormV3", classes.REDUCTION),
+        ("MaxPoolGrad", classes.REDUCTION),
+        ("SoftmaxGrad", classes.REDUCTION),
+        ("BiasAddGrad", classes.REDUCTION),
+        ("GatherV2", classes.EMBEDDING),
+        ("ResourceGather", classes.EMBEDDING),
+        ("UnsortedSegmentSum", classes.EMBEDDING),
+        ("ConcatV2", classes.DATA_MOVEMENT),
+        ("StridedSliceGrad", classes.DATA_MOVEMENT),
+        ("TensorListGetItem", classes.DATA_MOVEMENT),
+        ("Transpose", classes.DATA_MOVEMENT),
+        ("LSTMBlockCell", classes.RECURRENT),
+        ("BlockLSTMGradV2", classes.RECURRENT),
+        ("ResourceApplyAdam", classes.OPTIMIZER),
+        ("ResourceSparseApplyAdagradV2", classes.OPTIMIZER),
+        ("AssignSubVariableOp", classes.OPTIMIZER),
+        ("StatelessRandomNormalV2", classes.OTHER),
+        ("IteratorGetNext", classes.OTHER),
+    ],
+)
 def test_classify(op_type, cls):
     assert classify(op_type) == cls
     assert is_known(op_type)
@@ -63,8 +85,12 @@ def test_unknown_types_go_to_other_and_are_named():
 def test_agrees_with_the_heavy_op_table():
     from tf_autopar.graph.heavy_ops import HEAVY_OP_TYPES
 
-    expect = {"convolution": classes.CONVOLUTION, "matmul": classes.MATMUL, "embedding": classes.EMBEDDING,
-              "recurrent": classes.RECURRENT}
+    expect = {
+        "convolution": classes.CONVOLUTION,
+        "matmul": classes.MATMUL,
+        "embedding": classes.EMBEDDING,
+        "recurrent": classes.RECURRENT,
+    }
     for t, heavy in HEAVY_OP_TYPES.items():
         assert classify(t) == expect[heavy], t
 
@@ -75,11 +101,14 @@ def test_check_classes():
         classes.check_classes(["conv", "bogus"])
 
 
-@pytest.mark.parametrize("types", [
-    {"Conv2D": 3.0, "Relu": 1.0, "MaxPool": 0.5},
-    {"MatMul": 1e-4, "Softmax": 3e-5, "GatherV2": 2e-5, "Weird": 1e-6},
-    {"Foo": 1.0},
-])
+@pytest.mark.parametrize(
+    "types",
+    [
+        {"Conv2D": 3.0, "Relu": 1.0, "MaxPool": 0.5},
+        {"MatMul": 1e-4, "Softmax": 3e-5, "GatherV2": 2e-5, "Weird": 1e-6},
+        {"Foo": 1.0},
+    ],
+)
 def test_class_shares_sum_to_one(types):
     s = shares(class_times(types)[0])
     assert math.isclose(sum(s.values()), 1.0, rel_tol=1e-12)
@@ -87,6 +116,7 @@ def test_class_shares_sum_to_one(types):
 
 
 # --- similarity --------------------------------------------------------------------------------
+
 
 def test_cosine_matrix_symmetric_with_unit_diagonal():
     rng = np.random.default_rng(0)
@@ -108,12 +138,14 @@ def _profile(**kw: float) -> dict[str, float]:
 
 
 def test_similarity_groups_and_nearest():
-    sim = similarity({
-        "vgg": _profile(CONVOLUTION=0.8, ELEMENTWISE=0.1, REDUCTION=0.1),
-        "alexnet": _profile(CONVOLUTION=0.7, MATMUL=0.1, ELEMENTWISE=0.1, REDUCTION=0.1),
-        "memnet": _profile(MATMUL=0.5, ELEMENTWISE=0.3, EMBEDDING=0.2),
-        "seq2seq": _profile(MATMUL=0.6, ELEMENTWISE=0.3, DATA_MOVEMENT=0.1),
-    })
+    sim = similarity(
+        {
+            "vgg": _profile(CONVOLUTION=0.8, ELEMENTWISE=0.1, REDUCTION=0.1),
+            "alexnet": _profile(CONVOLUTION=0.7, MATMUL=0.1, ELEMENTWISE=0.1, REDUCTION=0.1),
+            "memnet": _profile(MATMUL=0.5, ELEMENTWISE=0.3, EMBEDDING=0.2),
+            "seq2seq": _profile(MATMUL=0.6, ELEMENTWISE=0.3, DATA_MOVEMENT=0.1),
+        }
+    )
     assert np.array_equal(sim.matrix, sim.matrix.T) and np.all(np.diag(sim.matrix) == 1)
     assert sorted(map(sorted, sim.groups)) == [["alexnet", "vgg"], ["memnet", "seq2seq"]]
     assert sim.nearest["vgg"][0] == "alexnet" and sim.nearest["memnet"][0] == "seq2seq"
@@ -122,11 +154,17 @@ def test_similarity_groups_and_nearest():
 
 # --- runs and analyses -------------------------------------------------------------------------
 
+
 def _payload(types: dict[str, float], wall: float, steps: int = 4, tax: float = 0.3) -> dict:
     total = sum(types.values())
-    return {"steps": steps, "wall_s": wall * steps, "batch": 8, "backend": "native",
-            "heavy_share": {"tax_fraction": tax, "heavy_fraction": 0.5},
-            "by_type": [{"type": t, "total_s": s * steps, "share": s / total} for t, s in types.items()]}
+    return {
+        "steps": steps,
+        "wall_s": wall * steps,
+        "batch": 8,
+        "backend": "native",
+        "heavy_share": {"tax_fraction": tax, "heavy_fraction": 0.5},
+        "by_type": [{"type": t, "total_s": s * steps, "share": s / total} for t, s in types.items()],
+    }
 
 
 def test_summarize_payload_per_step():
@@ -142,13 +180,29 @@ def _runs() -> list[Run]:
     for mode, f in (("infer", 1.0), ("train", 3.0)):
         for n in (1, 2):
             mm = 0.010 * f / n
-            rs.append(summarize_payload(_payload({"MatMul": mm, "AddV2": 0.002 * f}, wall=mm + 0.002 * f + 0.001),
-                                        "autoenc", mode, n, 1))
+            rs.append(
+                summarize_payload(
+                    _payload({"MatMul": mm, "AddV2": 0.002 * f}, wall=mm + 0.002 * f + 0.001), "autoenc", mode, n, 1
+                )
+            )
             cv = 0.020 * f / n
-            rs.append(summarize_payload(_payload({"Conv2D": cv, "Relu": 0.001 * f, "ResourceApplyAdam": 0.0005 * f
-                                                  if mode == "train" else 0.0}, wall=cv + 0.002 * f), "vgg", mode, n, 1))
-        rs.append(summarize_payload(_payload({"MatMul": 0.005 * f, "AddV2": 0.002 * f}, wall=0.008 * f),
-                                    "autoenc", mode, 2, 2))
+            rs.append(
+                summarize_payload(
+                    _payload(
+                        {"Conv2D": cv, "Relu": 0.001 * f, "ResourceApplyAdam": 0.0005 * f if mode == "train" else 0.0},
+                        wall=cv + 0.002 * f,
+                    ),
+                    "vgg",
+                    mode,
+                    n,
+                    1,
+                )
+            )
+        rs.append(
+            summarize_payload(
+                _payload({"MatMul": 0.005 * f, "AddV2": 0.002 * f}, wall=0.008 * f), "autoenc", mode, 2, 2
+            )
+        )
     rs.append(Run("vgg", "infer", 2, 2, ok=False, error="exit status 1"))
     return rs
 
@@ -178,21 +232,25 @@ def test_analyses_from_runs():
 
 # --- settings, runs plan, output directory -----------------------------------------------------
 
+
 def _settings(**kw) -> run.Settings:
     base = dict(workloads=("autoenc", "memnet"), threads=(1, 2), modes=("infer", "train"))
     return run.Settings(**(base | kw))
 
 
-@pytest.mark.parametrize("kw, message", [
-    (dict(workloads=("autoenc", "bogus")), r"unknown workload 'bogus'; choose from autoenc, memnet, seq2seq, vgg"),
-    (dict(threads=(1, 3)), r"thread count 3 is above this host's CPU budget of 2"),
-    (dict(threads=(0, 1)), r"positive"),
-    (dict(inter=(1, 4)), r"inter-op pool size 4 is above"),
-    (dict(steps=0), r"--steps must be a positive integer"),
-    (dict(modes=("infer", "eval")), r"unknown mode 'eval'"),
-    (dict(classes=("matmul", "nope")), r"unknown op class 'nope'"),
-    (dict(size="huge"), r"unknown size"),
-])
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        (dict(workloads=("autoenc", "bogus")), r"unknown workload 'bogus'; choose from autoenc, memnet, seq2seq, vgg"),
+        (dict(threads=(1, 3)), r"thread count 3 is above this host's CPU budget of 2"),
+        (dict(threads=(0, 1)), r"positive"),
+        (dict(inter=(1, 4)), r"inter-op pool size 4 is above"),
+        (dict(steps=0), r"--steps must be a positive integer"),
+        (dict(modes=("infer", "eval")), r"unknown mode 'eval'"),
+        (dict(classes=("matmul", "nope")), r"unknown op class 'nope'"),
+        (dict(size="huge"), r"unknown size"),
+    ],
+)
 def test_bad_settings(kw, message):
     with pytest.raises(ValueError, match=message):
         run.check_settings(_settings(**kw), KNOWN, budget=2)
@@ -245,8 +303,9 @@ def test_interrupted_run_writes_nothing(tmp_path):
     measure, calls = _fake_measure(fail_at=3)
     out = tmp_path / "out"
     with pytest.raises(KeyboardInterrupt):
-        run.characterize(["autoenc", "vgg"], out, known=KNOWN + ["vgg"], threads=[1, 2], progress=False, budget=2,
-                         measure_fn=measure)
+        run.characterize(
+            ["autoenc", "vgg"], out, known=KNOWN + ["vgg"], threads=[1, 2], progress=False, budget=2, measure_fn=measure
+        )
     assert len(calls) == 4 and not out.exists()
 
 
@@ -275,7 +334,7 @@ sys.path.insert(0, {str(REPO)!r}); sys.path.insert(0, {str(Path(__file__).parent
 from test_characterize import _fake_measure, KNOWN
 from tf_autopar.characterization import run
 measure, _ = _fake_measure()
-res = run.characterize(["autoenc", "vgg", "memnet"], {str(tmp_path / 'out')!r}, known=KNOWN + ["vgg"],
+res = run.characterize(["autoenc", "vgg", "memnet"], {str(tmp_path / "out")!r}, known=KNOWN + ["vgg"],
                        threads=[1, 2], progress=False, budget=2, measure_fn=measure)
 print(json.dumps({{"files": res.files, "tf": "tensorflow" in sys.modules}}))
 """
@@ -284,8 +343,14 @@ print(json.dumps({{"files": res.files, "tf": "tensorflow" in sys.modules}}))
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["tf"] is False
     files = set(out["files"])
-    assert {"report.md", "characterize.json", "time_by_class.png", "similarity_infer.png", "scaling.png",
-            "train_vs_infer.png"} <= files
+    assert {
+        "report.md",
+        "characterize.json",
+        "time_by_class.png",
+        "similarity_infer.png",
+        "scaling.png",
+        "train_vs_infer.png",
+    } <= files
     text = (tmp_path / "out" / "report.md").read_text()
     for w in ("autoenc", "vgg", "memnet"):
         assert f"| {w} |" in text
@@ -300,16 +365,24 @@ print(json.dumps({{"files": res.files, "tf": "tensorflow" in sys.modules}}))
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.run([sys.executable, "-m", "tf_autopar.cli.main", "characterize", *args],
-                          capture_output=True, text=True, env=env, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "tf_autopar.cli.main", "characterize", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
 
 
-@pytest.mark.parametrize("args, message", [
-    (["bogus"], "unknown workload 'bogus'; choose from alexnet, autoenc"),
-    (["autoenc", "--steps", "0"], "--steps must be a positive integer"),
-    (["autoenc", "--threads", "1,999"], "above this host's CPU budget"),
-    (["autoenc", "--classes", "matmul,nope"], "unknown op class 'nope'"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["bogus"], "unknown workload 'bogus'; choose from alexnet, autoenc"),
+        (["autoenc", "--steps", "0"], "--steps must be a positive integer"),
+        (["autoenc", "--threads", "1,999"], "above this host's CPU budget"),
+        (["autoenc", "--classes", "matmul,nope"], "unknown op class 'nope'"),
+    ],
+)
 def test_cli_bad_input_exit_2(tmp_path, args, message):
     proc = _cli(*args, "--out", str(tmp_path / "out"))
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr
@@ -325,6 +398,7 @@ def test_cli_unwritable_out(tmp_path):
 
 # --- end to end (fresh TensorFlow processes) ---------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     import tf_autopar
@@ -334,8 +408,9 @@ def tiny_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("characterize") / "out"
     # 8 traced steps: with 3, tiny MemNet's op-class shares moved enough between runs that its
     # profile at batch 8 once fell to 0.87 cosine of its own at the default batch
-    res = tf_autopar.characterize(["autoenc", "memnet"], out, modes=["infer"], threads=[1, 2], inter=[1],
-                                  steps=8, warmup=2, progress=False)
+    res = tf_autopar.characterize(
+        ["autoenc", "memnet"], out, modes=["infer"], threads=[1, 2], inter=[1], steps=8, warmup=2, progress=False
+    )
     return res, out
 
 
@@ -344,8 +419,9 @@ def test_tiny_end_to_end(tiny_run):
     res, out = tiny_run
     assert not res.failures, [r.error for r in res.failures]
     assert len(res.runs) == 4 and all(r.backend for r in res.runs)
-    assert {"report.md", "characterize.json", "time_by_class.png", "similarity_infer.png", "scaling.png"} \
-        <= {p.name for p in out.iterdir()}
+    assert {"report.md", "characterize.json", "time_by_class.png", "similarity_infer.png", "scaling.png"} <= {
+        p.name for p in out.iterdir()
+    }
     text = (out / "report.md").read_text()
     for w in ("autoenc", "memnet"):
         assert f"| {w} | infer |" in text

@@ -1,5 +1,6 @@
 """The `tf-autopar` entry point: options accepted anywhere, TensorFlow's start-up noise kept
 off the terminal (unless asked for), errors that name the subcommand. No TensorFlow import."""
+
 from __future__ import annotations
 
 import sys
@@ -17,8 +18,9 @@ NOISE = (
 )
 
 
-@pytest.mark.parametrize("argv", [["-v", "plan"], ["plan", "-v"], ["workloads", "list", "--verbose"],
-                                  ["run", "-v", "--", "true"]])
+@pytest.mark.parametrize(
+    "argv", [["-v", "plan"], ["plan", "-v"], ["workloads", "list", "--verbose"], ["run", "-v", "--", "true"]]
+)
 def test_verbose_is_accepted_before_or_after_the_subcommand(argv):
     assert build_parser().parse_args(argv).verbose is True
     assert build_parser().parse_args([a for a in argv if a not in ("-v", "--verbose")]).verbose is False
@@ -79,13 +81,16 @@ def test_without_tensorflow_measuring_commands_stop_before_any_child(argv, monke
     assert "pip install 'tf_autopar[tensorflow]'" in err and "Traceback" not in err
 
 
-@pytest.mark.parametrize("argv, new, noted", [
-    (["bench", "m", "--json", "out.json"], ["bench", "m", "--json-out", "out.json"], True),
-    (["-v", "validate", "--json=r.JSON", "--quick"], ["-v", "validate", "--json-out", "r.JSON", "--quick"], True),
-    (["bench", "m", "--json", "-"], ["bench", "m", "--json"], True),
-    (["bench", "--json", "m"], ["bench", "--json", "m"], False),  # a model after the flag stays the model
-    (["plan", "--json", "x.json"], ["plan", "--json", "x.json"], False),  # --json was always a flag there
-])
+@pytest.mark.parametrize(
+    "argv, new, noted",
+    [
+        (["bench", "m", "--json", "out.json"], ["bench", "m", "--json-out", "out.json"], True),
+        (["-v", "validate", "--json=r.JSON", "--quick"], ["-v", "validate", "--json-out", "r.JSON", "--quick"], True),
+        (["bench", "m", "--json", "-"], ["bench", "m", "--json"], True),
+        (["bench", "--json", "m"], ["bench", "--json", "m"], False),  # a model after the flag stays the model
+        (["plan", "--json", "x.json"], ["plan", "--json", "x.json"], False),  # --json was always a flag there
+    ],
+)
 def test_the_old_json_spelling_becomes_json_out_with_a_note(argv, new, noted):
     out, note = old_json_spelling(argv)
     assert out == new

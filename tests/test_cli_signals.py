@@ -1,6 +1,7 @@
 """Every command that starts children ends them and removes its temporary files on SIGTERM and
 SIGINT, as Ctrl-C does (cli/interrupt.py). The children are killed while they still import
 TensorFlow: seconds per case, no TensorFlow in this process."""
+
 from __future__ import annotations
 
 import os
@@ -58,9 +59,14 @@ def test_a_stopped_command_leaves_no_child_and_no_file(tmp_path, name, sig):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TF_NUM_", "TF_AUTOPAR", "OMP_"))}
     env.update(PYTHONPATH=ROOT, TMPDIR=str(tmp), TF_AUTOPAR_CACHE_DIR=str(tmp_path / "cache"))
     # a background job inherits SIGINT ignored, and Python then leaves it so: give it a terminal's
-    proc = subprocess.Popen([sys.executable, "-m", "tf_autopar.cli.main", *args], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tf_autopar.cli.main", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     seen: set[int] = set()
     try:
         deadline = time.monotonic() + 60

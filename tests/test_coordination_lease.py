@@ -1,4 +1,5 @@
 """The host-wide lease in real processes: simultaneous starts, killed workers, broken lease directories."""
+
 from __future__ import annotations
 
 import json
@@ -21,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 GROUP_ENV = {"TF_AUTOPAR_GROUP": "coordination-test"}
 
 # argv: lease_dir, count ("-" = unknown), cores ("real" = this host, applied with apply_affinity), go-file
-CHILD = textwrap.dedent(r'''
+CHILD = textwrap.dedent(r"""
     import json, logging, os, sys, time
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
     from tf_autopar.coordination import apply_affinity, claim_share
@@ -45,7 +46,7 @@ CHILD = textwrap.dedent(r'''
         out["affinity"] = sorted(os.sched_getaffinity(0))
     print(json.dumps(out), flush=True)
     sys.stdin.read()  # hold the lease until the test closes stdin
-''')
+""")
 
 
 def _env() -> dict[str, str]:
@@ -62,9 +63,14 @@ class Workers:
         self.procs: list[subprocess.Popen] = []
 
     def start(self, lease_dir, count, cores, go="-") -> subprocess.Popen:
-        p = subprocess.Popen([sys.executable, "-c", CHILD, str(lease_dir), str(count), str(cores), str(go)],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             env=_env())
+        p = subprocess.Popen(
+            [sys.executable, "-c", CHILD, str(lease_dir), str(count), str(cores), str(go)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=_env(),
+        )
         self.procs.append(p)
         return p
 
@@ -153,7 +159,10 @@ def test_killed_worker_slot_is_reused_by_the_next(workers, tmp_path):
     assert f"reclaimed from pid {victim.pid}" in newcomer["note"]
     # while the others live, a fifth process is beyond the count: it doubles up, never errors
     fifth = workers.result(workers.start(tmp_path / "lease", 4, 8))
-    assert fifth["index"] == 4 and fifth["cpus"] == shares[next(i for i, s in enumerate(shares) if s["index"] == 0)]["cpus"]
+    assert (
+        fifth["index"] == 4
+        and fifth["cpus"] == shares[next(i for i, s in enumerate(shares) if s["index"] == 0)]["cpus"]
+    )
     assert fifth["shared_with"] == 2 and fifth["budget"] == 1 and "more processes than the count" in fifth["note"]
 
 
@@ -193,10 +202,18 @@ def test_a_restarted_worker_takes_the_rank_its_predecessor_left(workers, tmp_pat
     assert "WARNING" not in workers.stderr_after_exit(p)
 
 
-@pytest.mark.parametrize("text, want, warned", [
-    ("", 1.0, False), ("0", 0.0, False), ("0.25", 0.25, False), ("1e9", 10.0, False), ("soon", 1.0, True),
-    ("-1", 1.0, True), ("nan", 1.0, True),
-])
+@pytest.mark.parametrize(
+    "text, want, warned",
+    [
+        ("", 1.0, False),
+        ("0", 0.0, False),
+        ("0.25", 0.25, False),
+        ("1e9", 10.0, False),
+        ("soon", 1.0, True),
+        ("-1", 1.0, True),
+        ("nan", 1.0, True),
+    ],
+)
 def test_the_rendezvous_window_is_bounded_and_a_bad_value_is_said(text, want, warned):
     from tf_autopar import _warn
     from tf_autopar.coordination.rendezvous import window_s
@@ -244,8 +261,13 @@ def test_lease_root_owned_by_someone_else_is_refused(tmp_path):
 
 
 def test_forked_child_takes_its_own_slot(tmp_path):
-    topo = Topology(host_cpus=4, affinity=(0, 1, 2, 3), cores=tuple(Core(0, i, (i,)) for i in range(4)),
-                    numa_nodes=(NumaNode(0, (0, 1, 2, 3)),), cpu_budget=4)
+    topo = Topology(
+        host_cpus=4,
+        affinity=(0, 1, 2, 3),
+        cores=tuple(Core(0, i, (i,)) for i in range(4)),
+        numa_nodes=(NumaNode(0, (0, 1, 2, 3)),),
+        cpu_budget=4,
+    )
     parent = claim_share(topo, GROUP_ENV, lease_dir=str(tmp_path), count=2)
     try:
         r, w = os.pipe()
@@ -314,14 +336,19 @@ def test_the_group_lock_keeps_two_latecomers_apart_and_never_blocks_for_good(tmp
 
     d = tmp_path / "g"
     d.mkdir()
-    probe = ("import sys; from tf_autopar.coordination.lease import group_lock\n"
-             "with group_lock(sys.argv[1], timeout=0.2) as taken: print(taken)")
+    probe = (
+        "import sys; from tf_autopar.coordination.lease import group_lock\n"
+        "with group_lock(sys.argv[1], timeout=0.2) as taken: print(taken)"
+    )
     with group_lock(str(d)) as taken:
         assert taken
-        other = subprocess.run([sys.executable, "-c", probe, str(d)], env=_env(), capture_output=True, text=True,
-                               timeout=60)
+        other = subprocess.run(
+            [sys.executable, "-c", probe, str(d)], env=_env(), capture_output=True, text=True, timeout=60
+        )
         assert other.stdout.strip() == "False", other.stderr  # waited its bound, then went on
-    other = subprocess.run([sys.executable, "-c", probe, str(d)], env=_env(), capture_output=True, text=True, timeout=60)
+    other = subprocess.run(
+        [sys.executable, "-c", probe, str(d)], env=_env(), capture_output=True, text=True, timeout=60
+    )
     assert other.stdout.strip() == "True"
     assert [x["slot"] for x in lease_status(str(d))] == []  # the lock file is no slot
 
@@ -409,8 +436,10 @@ def test_a_group_whose_ranked_workers_all_exited_re_forms_around_the_next_worker
     fourth = workers.start(tmp_path / "lease", "-", 8)
     d = workers.result(fourth)
     assert d["source"] == "lease"  # late for the re-formed group: told who took the host
-    status = {x["status"]["pid"]: x["status"] for x in lease_status(
-        str(tmp_path / "lease" / group_key(GROUP_ENV, None, range(8))))}
+    status = {
+        x["status"]["pid"]: x["status"]
+        for x in lease_status(str(tmp_path / "lease" / group_key(GROUP_ENV, None, range(8))))
+    }
     err = workers.stderr_after_exit(fourth)
     assert err.count("WARNING") == 1 and f"pid {c['pid']} started" in err and "took the whole host" in err, err
     ago = float(re.search(r"started (\d+\.\d) s earlier", err)[1])  # since the third's claim, not the latecomer's
@@ -459,9 +488,15 @@ def test_a_latecomer_to_a_window_nobody_decided_is_told_so(tmp_path):
 
 # ---------------------------------------------------------------- hostile and garbled lease directories
 
+
 def _topo(n: int = 4) -> Topology:
-    return Topology(host_cpus=n, affinity=tuple(range(n)), cores=tuple(Core(0, i, (i,)) for i in range(n)),
-                    numa_nodes=(NumaNode(0, tuple(range(n))),), cpu_budget=n)
+    return Topology(
+        host_cpus=n,
+        affinity=tuple(range(n)),
+        cores=tuple(Core(0, i, (i,)) for i in range(n)),
+        numa_nodes=(NumaNode(0, tuple(range(n))),),
+        cpu_budget=n,
+    )
 
 
 def test_unlocked_phantom_slots_are_no_peers(tmp_path):

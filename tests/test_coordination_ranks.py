@@ -1,4 +1,5 @@
 """Local rank and worker count from launcher variables (pure: env mappings built by hand)."""
+
 from __future__ import annotations
 
 import json
@@ -13,7 +14,10 @@ from tf_autopar.coordination.ranks import detect_ranks, is_local_host, tf_config
     [
         ({"LOCAL_RANK": "3", "LOCAL_WORLD_SIZE": "4"}, (3, 4, "env:LOCAL_RANK")),
         ({"HOROVOD_LOCAL_RANK": "1", "HOROVOD_LOCAL_SIZE": "2"}, (1, 2, "env:HOROVOD_LOCAL_RANK")),
-        ({"OMPI_COMM_WORLD_LOCAL_RANK": "0", "OMPI_COMM_WORLD_LOCAL_SIZE": "8"}, (0, 8, "env:OMPI_COMM_WORLD_LOCAL_RANK")),
+        (
+            {"OMPI_COMM_WORLD_LOCAL_RANK": "0", "OMPI_COMM_WORLD_LOCAL_SIZE": "8"},
+            (0, 8, "env:OMPI_COMM_WORLD_LOCAL_RANK"),
+        ),
         ({"MPI_LOCALRANKID": "2", "MPI_LOCALNRANKS": "3"}, (2, 3, "env:MPI_LOCALRANKID")),
         ({"SLURM_LOCALID": "1", "SLURM_NTASKS_PER_NODE": "2"}, (1, 2, "env:SLURM_LOCALID")),
         ({"TF_AUTOPAR_INSTANCE": "1", "TF_AUTOPAR_INSTANCES": "2"}, (1, 2, "env:TF_AUTOPAR_INSTANCE")),
@@ -23,8 +27,10 @@ from tf_autopar.coordination.ranks import detect_ranks, is_local_host, tf_config
         # a rank without its size is skipped, the next source is used
         ({"LOCAL_RANK": "0", "WEB_CONCURRENCY": "2"}, (None, 2, "env:WEB_CONCURRENCY")),
         # the launcher's own variables win over torchrun's
-        ({"TF_AUTOPAR_INSTANCE": "0", "TF_AUTOPAR_INSTANCES": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4"},
-         (0, 2, "env:TF_AUTOPAR_INSTANCE")),
+        (
+            {"TF_AUTOPAR_INSTANCE": "0", "TF_AUTOPAR_INSTANCES": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4"},
+            (0, 2, "env:TF_AUTOPAR_INSTANCE"),
+        ),
     ],
 )
 def test_sources(env, expected):
@@ -86,9 +92,19 @@ def test_tf_config_in_detect_ranks():
     assert any("not on this host" in w for w in r.warnings)
 
 
-@pytest.mark.parametrize("host, local", [
-    ("localhost", True), ("127.0.0.1", True), ("127.1.2.3", True), ("[::1]", True), ("::1", True),
-    ("box", True), ("box.lan", True), ("10.0.0.1", False), ("other", False),
-])
+@pytest.mark.parametrize(
+    "host, local",
+    [
+        ("localhost", True),
+        ("127.0.0.1", True),
+        ("127.1.2.3", True),
+        ("[::1]", True),
+        ("::1", True),
+        ("box", True),
+        ("box.lan", True),
+        ("10.0.0.1", False),
+        ("other", False),
+    ],
+)
 def test_is_local_host(host, local):
     assert is_local_host(host, ["box"]) is local

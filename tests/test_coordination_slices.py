@@ -1,4 +1,5 @@
 """Core slices per worker and the sharing rule (pure: hand-built topologies)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -30,8 +31,14 @@ def make_topology(sockets=1, nodes_per_socket=1, cores_per_node=4, smt=1, budget
                 k += 1
             nodes.append(NumaNode(node_id, tuple(sorted(node_cpus))))
     affinity = tuple(range(ncores * smt))
-    return Topology(host_cpus=len(affinity), affinity=affinity, cores=tuple(cores), numa_nodes=tuple(nodes),
-                    cpu_budget=budget if budget is not None else len(affinity), quota=quota)
+    return Topology(
+        host_cpus=len(affinity),
+        affinity=affinity,
+        cores=tuple(cores),
+        numa_nodes=tuple(nodes),
+        cpu_budget=budget if budget is not None else len(affinity),
+        quota=quota,
+    )
 
 
 def test_two_nodes_two_workers_one_node_each():
@@ -114,7 +121,9 @@ def test_share_is_frozen():
 
 shapes = st.builds(
     make_topology,
-    sockets=st.integers(1, 2), nodes_per_socket=st.integers(1, 2), cores_per_node=st.integers(1, 6),
+    sockets=st.integers(1, 2),
+    nodes_per_socket=st.integers(1, 2),
+    cores_per_node=st.integers(1, 6),
     smt=st.integers(1, 2),
 )
 
@@ -190,6 +199,7 @@ def test_slice_for_is_split_without_building_it(t, n, data):
 def deadline(seconds: float):
     """TimeoutError after ``seconds``: code that loops over a huge count fails here instead of
     eating the machine's memory."""
+
     def expired(signum, frame):
         raise TimeoutError(f"still running after {seconds} s")
 
@@ -217,7 +227,9 @@ def test_counts_read_from_outside_are_warned_about_and_capped(tmp_path):
     t = make_topology(cores_per_node=2)
     assert bound_count(2, t, "WEB_CONCURRENCY=2") == (2, "")
     n, note = bound_count(5, t, "WEB_CONCURRENCY=5")
-    assert n == 5 and note == "WEB_CONCURRENCY=5: 5 workers for the 2 usable cores: they share cores, 1 x 1 threads each"
+    assert (
+        n == 5 and note == "WEB_CONCURRENCY=5: 5 workers for the 2 usable cores: they share cores, 1 x 1 threads each"
+    )
     n, note = bound_count(10**12, t, "WEB_CONCURRENCY=1000000000000")
     assert n == 2 * MAX_WORKERS_PER_CORE and "capped at 16" in note and len(note) < 200
     assert bound_count(10**12, t, "LOCAL_WORLD_SIZE=1000000000000", cap=False)[0] == 10**12

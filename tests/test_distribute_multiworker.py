@@ -11,6 +11,7 @@ Not Keras ``model.fit``: with Keras 3.15 and two or more workers, fit() fails in
 collective all-reduce rejects, and its metric reduction then fails on a scalar), so the step
 is a tf.function run with ``strategy.run``; what is under test (placement) is the same.
 """
+
 from __future__ import annotations
 
 import json
@@ -27,7 +28,7 @@ pytestmark = pytest.mark.tf
 
 ROOT = Path(__file__).resolve().parents[1]
 
-WORKER = textwrap.dedent(r'''
+WORKER = textwrap.dedent(r"""
     import json, os, sys
     import tf_autopar
 
@@ -66,7 +67,7 @@ WORKER = textwrap.dedent(r'''
         "loss": hist["loss"], "inter": proc.planned_inter, "intra": proc.planned_intra,
         "env_inter": os.environ.get("TF_NUM_INTEROP_THREADS"), "env_intra": os.environ.get("TF_NUM_INTRAOP_THREADS"),
     }), flush=True)
-''')
+""")
 
 
 def _free_ports(n: int) -> list[int]:
@@ -90,14 +91,31 @@ def test_two_workers_train_on_disjoint_cores(tmp_path):
             env.update(
                 PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""),
                 TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}}),
-                TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="",
-                TF_AUTOPAR_CACHE_DIR=str(tmp_path / "cache"), TF_AUTOPAR_LEASE_DIR=str(tmp_path / "lease"),
+                TF_CPP_MIN_LOG_LEVEL="2",
+                CUDA_VISIBLE_DEVICES="",
+                TF_AUTOPAR_CACHE_DIR=str(tmp_path / "cache"),
+                TF_AUTOPAR_LEASE_DIR=str(tmp_path / "lease"),
             )
-            for var in ("TF_NUM_INTEROP_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_AUTOPAR_INSTANCE",
-                        "TF_AUTOPAR_INSTANCES", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "WEB_CONCURRENCY"):
+            for var in (
+                "TF_NUM_INTEROP_THREADS",
+                "TF_NUM_INTRAOP_THREADS",
+                "TF_AUTOPAR_INSTANCE",
+                "TF_AUTOPAR_INSTANCES",
+                "LOCAL_RANK",
+                "LOCAL_WORLD_SIZE",
+                "WEB_CONCURRENCY",
+            ):
                 env.pop(var, None)
-            procs.append(subprocess.Popen([sys.executable, "-c", WORKER], env=env, stdout=subprocess.PIPE,
-                                          stderr=subprocess.PIPE, text=True, cwd=tmp_path))
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-c", WORKER],
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                    cwd=tmp_path,
+                )
+            )
         outs = []
         for p in procs:
             out, err = p.communicate(timeout=240)
@@ -117,7 +135,10 @@ def test_two_workers_train_on_disjoint_cores(tmp_path):
         assert len(losses) == 3 and losses[-1] < losses[0], losses
         if len(host) >= 2:
             assert o["affinity"] == o["share"]["cpus"] == o["bound"]  # really bound
-        assert (o["env_inter"], o["env_intra"]) == (str(o["inter"]), str(o["intra"]))  # TF started with the slice's plan
+        assert (o["env_inter"], o["env_intra"]) == (
+            str(o["inter"]),
+            str(o["intra"]),
+        )  # TF started with the slice's plan
         assert o["intra"] <= len(o["affinity"])
     a, b = (set(o["affinity"]) for o in outs)
     if len(host) >= 2:

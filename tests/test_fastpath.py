@@ -5,6 +5,7 @@ The switch rule (frozen not slower in paired rounds) is timing and tested pure
 (test_fastpath_rules.py); here the children set ``SWITCH_RATIO`` to infinity so that the
 routing, the outputs and the fallbacks are what is checked, whatever the host's noise.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -93,15 +94,18 @@ def saved(tmp_path_factory) -> str:
 
 def _run(saved: str, body: str, tmp_path, enable: str = "", env: dict | None = None, cache: str | None = None) -> dict:
     script = f"DIR = {saved!r}\n" + PRELUDE.replace("__ENABLE__", enable) + body
-    res, err, rc = run_child(script, {"TF_AUTOPAR_CACHE_DIR": cache or str(tmp_path / "cache"), **(env or {})},
-                             timeout=400)
+    res, err, rc = run_child(
+        script, {"TF_AUTOPAR_CACHE_DIR": cache or str(tmp_path / "cache"), **(env or {})}, timeout=400
+    )
     assert rc == 0, err[-4000:]
     assert res, err[-4000:]
     return res
 
 
 def test_calls_switch_to_the_frozen_session_with_the_originals_outputs_and_errors(saved, tmp_path):
-    res = _run(saved, """
+    res = _run(
+        saved,
+        """
 sig = vision.signatures["serving_default"]
 fastpath.BUILD_GATE = threading.Event()  # every build is held back until the gate opens
 first = sig(**V)
@@ -149,7 +153,9 @@ report(held=held, first_is_original=first_is_original, after=after, diff=maxdiff
        others=others, text=text, same_object=vision.signatures["serving_default"] is sig,
        class_name=type(sig).__name__, isinstance_ok=isinstance(sig, type(sig)._tf_autopar_original),
        warnings=list(tf_autopar.status().warnings))
-""", tmp_path)
+""",
+        tmp_path,
+    )
     # the first call returned while the builder was held: it ran the original path, by mechanism
     assert res["held"] == {"1": {"path": "queued", "served": 0, "calls": 1, "reason": ""}}, res["held"]
     assert res["first_is_original"]
@@ -173,7 +179,9 @@ report(held=held, first_is_original=first_is_original, after=after, diff=maxdiff
 
 
 def test_restored_function_and_concurrent_callers(saved, tmp_path):
-    res = _run(saved, """
+    res = _run(
+        saved,
+        """
 spec = vision.serve.concrete_functions[0].structured_input_signature[0]
 args = (dict(V),)  # Keras export: one positional argument, a dict by input name
 serve_first = vision.serve(*args)
@@ -198,7 +206,9 @@ for t in threads: t.start()
 for t in threads: t.join()
 report(spec=str(spec), serve_type=type(serve_out).__name__, serve_diff=maxdiff(serve_out, serve_ref),
        serve_state=bucket("serve"), counts=counts, bad=bad, state=bucket("signatures['serving_default']"))
-""", tmp_path)
+""",
+        tmp_path,
+    )
     assert res["serve_type"] == "dict", res  # what the original returns for this model
     assert res["serve_diff"] <= 1e-4
     assert res["serve_state"]["1"]["path"] == "frozen session" and res["serve_state"]["1"]["served"] >= 1
@@ -209,7 +219,9 @@ report(spec=str(spec), serve_type=type(serve_out).__name__, serve_diff=maxdiff(s
 
 
 def test_a_variable_write_routes_back_then_refreezes(saved, tmp_path):
-    res = _run(saved, """
+    res = _run(
+        saved,
+        """
 words = load("words")
 norm = words.signatures["norm"]
 x = dict(x=V["meta"])
@@ -225,7 +237,9 @@ later = norm(**x)["y"].numpy()
 report(state_before=state_before, state_after=bucket("signatures['norm']", "words"),
        changed=float(np.max(np.abs(before - want))), right_after=float(np.max(np.abs(right_after - want))),
        later=float(np.max(np.abs(later - want))))
-""", tmp_path)
+""",
+        tmp_path,
+    )
     assert res["state_before"]["1"]["path"] == "frozen session"
     assert res["changed"] > 0.1  # the write changed the outputs
     assert res["right_after"] == 0.0 and res["later"] <= 1e-5
@@ -236,16 +250,24 @@ report(state_before=state_before, state_after=bucket("signatures['norm']", "word
 def test_opt_outs_keep_the_original_path(saved, tmp_path, how):
     enable = {"optimize=False": "optimize=False", "env": "", "training": "mode='training'"}[how]
     env = {"TF_AUTOPAR_FAST_PATH": "0"} if how == "env" else {}
-    res = _run(saved, """
+    res = _run(
+        saved,
+        """
 sig = vision.signatures["serving_default"]
 sig(**V); sig(**V)
 report(routed=hasattr(type(sig), "_tf_autopar_original"), served=[s.function for s in tf_autopar.status().served])
-""", tmp_path, enable=enable, env=env)
+""",
+        tmp_path,
+        enable=enable,
+        env=env,
+    )
     assert res == {"routed": False, "served": []}
 
 
 def test_a_failing_build_falls_open_with_one_warning(saved, tmp_path):
-    res = _run(saved, """
+    res = _run(
+        saved,
+        """
 sig = vision.signatures["serving_default"]
 outs = [sig(**V) for _ in range(3)]
 assert fastpath.wait_idle(180)
@@ -253,19 +275,27 @@ outs += [sig(**V) for _ in range(3)]
 ref = original(sig, **V)
 report(diffs=[maxdiff(o, ref) for o in outs], state=bucket("signatures['serving_default']"),
        warnings=[w for w in tf_autopar.status().warnings if "frozen" in w])
-""", tmp_path, env={"TF_AUTOPAR_TEST_FAIL": "fast path build"})
+""",
+        tmp_path,
+        env={"TF_AUTOPAR_TEST_FAIL": "fast path build"},
+    )
     assert res["diffs"] == [0.0] * 6
     assert res["state"]["1"]["path"] == "original" and "planted failure" in res["state"]["1"]["reason"]
     assert len(res["warnings"]) == 1 and len(res["warnings"][0]) < 400, res["warnings"]
 
 
 def test_over_the_memory_bound_it_stays_on_the_original_path_and_says_so(saved, tmp_path):
-    res = _run(saved, """
+    res = _run(
+        saved,
+        """
 sig = vision.signatures["serving_default"]
 sig(**V); assert fastpath.wait_idle(180); out = sig(**V)
 st = tf_autopar.status()
 report(diff=maxdiff(out, original(sig, **V)), text=st.text(), warnings=list(st.warnings))
-""", tmp_path, env={"TF_AUTOPAR_FAST_PATH_MAX_MB": "0"})
+""",
+        tmp_path,
+        env={"TF_AUTOPAR_FAST_PATH_MAX_MB": "0"},
+    )
     assert res["diff"] == 0.0
     assert "original path: its frozen copy would add about" in res["text"]
     assert any("TF_AUTOPAR_FAST_PATH_MAX_MB" in w for w in res["warnings"])
@@ -273,17 +303,24 @@ report(diff=maxdiff(out, original(sig, **V)), text=st.text(), warnings=list(st.w
 
 def test_the_next_start_plans_for_the_observed_batch_and_serves_its_first_call_frozen(saved, tmp_path):
     cache = str(tmp_path / "shared-cache")
-    first = _run(saved, """
+    first = _run(
+        saved,
+        """
 sig = vision.signatures["serving_default"]
 X = dict(image=np.repeat(V["image"], 8, 0), meta=np.repeat(V["meta"], 8, 0))
 for _ in range(30): sig(**X)
 assert fastpath.wait_idle(180)
 for _ in range(10): sig(**X)
 report(state=bucket("signatures['serving_default']"), explain=tf_autopar.status().process.explain)
-""", tmp_path, cache=cache)
+""",
+        tmp_path,
+        cache=cache,
+    )
     assert first["state"]["8"]["path"] == "frozen session"
     assert "the batch is not given" in first["explain"]
-    second = _run(saved, """
+    second = _run(
+        saved,
+        """
 sig = vision.signatures["serving_default"]
 loaded_state = bucket("signatures['serving_default']")
 X = dict(image=np.repeat(V["image"], 8, 0), meta=np.repeat(V["meta"], 8, 0))
@@ -292,7 +329,10 @@ first_call = bucket("signatures['serving_default']")
 assert fastpath.wait_idle(180)
 report(loaded_state=loaded_state, first_call=first_call, diff=maxdiff(out, original(sig, **X)),
        after_check=bucket("signatures['serving_default']"), explain=tf_autopar.status().process.explain)
-""", tmp_path, cache=cache)
+""",
+        tmp_path,
+        cache=cache,
+    )
     assert second["loaded_state"]["8"]["path"] == "frozen session"  # built while the model loaded
     assert second["first_call"]["8"]["served"] == 1  # the very first call was answered by it
     assert second["diff"] <= 1e-4 and second["after_check"]["8"]["path"] == "frozen session"
@@ -300,7 +340,9 @@ report(loaded_state=loaded_state, first_call=first_call, diff=maxdiff(out, origi
 
 
 def test_keras_predict_of_one_batch_is_served_frozen_and_the_rest_by_keras(saved, tmp_path):
-    res = _run(saved, """
+    res = _run(
+        saved,
+        """
 import keras
 km = keras.models.load_model(DIR + "/vision.keras")
 x = dict(V)  # the model takes a dict by input name
@@ -316,7 +358,9 @@ after = bucket("predict", "vision.keras")
 tf_autopar.disable()
 report(diff=max(float(np.max(np.abs(out[k] - ref[k]))) for k in ref), types=sorted({type(v).__name__ for v in out.values()}),
        keys=sorted(out), state=state, after=after, unrouted="predict" not in vars(km))
-""", tmp_path)
+""",
+        tmp_path,
+    )
     assert res["diff"] <= 1e-4 and res["types"] == ["ndarray"] and res["keys"] == ["aux", "scores"]
     assert res["state"]["1"]["path"] == "frozen session" and res["state"]["1"]["served"] == 1, res["state"]
     assert res["after"]["1"]["served"] == 1 and "64" not in res["after"]  # 40 rows and callbacks: Keras's predict
@@ -347,24 +391,34 @@ report(words=words, most_pools=most_pools, tried=list(b.tried), key=list(b.key),
     assert first["tried"], first  # the plan's neighbours on this host were tried
     assert first["most_pools"] <= 2  # the serving session and at most one candidate
     assert first["diff"] <= 1e-4
-    second = _run(saved, """
+    second = _run(
+        saved,
+        """
 sig = vision.signatures["serving_default"]
 b0 = next(s for s in fastpath._served if s.name == "signatures['serving_default']").buckets[1]
 sig(**V); assert fastpath.wait_idle(180)
 for _ in range(20): sig(**V)
 b = next(s for s in fastpath._served if s.name == "signatures['serving_default']").buckets[1]
 report(key=list(b0.key), tuned=b.tuned, tuned0=b0.tuned, same=b is b0, reason=b.reason, trial=b.trial is not None, served=b.served)
-""", tmp_path, cache=cache)
+""",
+        tmp_path,
+        cache=cache,
+    )
     assert second["key"] == first["key"], second  # built at load with what live tuning ended on
     assert second["tuned"] == "done" and not second["trial"] and second["served"] == 21, second
 
 
 def test_live_tuning_switched_off_serves_the_plan(saved, tmp_path):
-    res = _run(saved, """
+    res = _run(
+        saved,
+        """
 sig = vision.signatures["serving_default"]
 sig(**V); assert fastpath.wait_idle(180)
 for _ in range(30): sig(**V)
 b = next(s for s in fastpath._served if s.name == "signatures['serving_default']").buckets[1]
 report(candidates=len(b.candidates), tried=b.tried, trial=b.trial is not None, path=b.state)
-""", tmp_path, env={"TF_AUTOPAR_TUNE_LIVE": "0"})
+""",
+        tmp_path,
+        env={"TF_AUTOPAR_TUNE_LIVE": "0"},
+    )
     assert res == {"candidates": 0, "tried": [], "trial": False, "path": "frozen session"}

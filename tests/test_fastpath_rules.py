@@ -1,5 +1,6 @@
 """The fast path's pure decisions (runtime/fastpath_rules.py) and the fair hand-out of sessions
 (runtime/streams.py), without TensorFlow."""
+
 from __future__ import annotations
 
 import threading
@@ -54,7 +55,8 @@ def test_outputs_agree_within_the_documented_tolerance():
     assert rules.outputs_differ([a + 1e-3], [a]) == ""  # 1e-6 of the largest value
     assert "differs by" in rules.outputs_differ([a + 1.0], [a])  # 1e-3 of it
     assert "dtype" in rules.outputs_differ([a.astype(np.float64)], [a]) or "float64" in rules.outputs_differ(
-        [a.astype(np.float64)], [a])
+        [a.astype(np.float64)], [a]
+    )
     assert "2 outputs" in rules.outputs_differ([a, a], [a])
     ints = np.array([1, 2, 3])
     assert rules.outputs_differ([ints], [ints.copy()]) == ""
@@ -72,7 +74,7 @@ def test_switch_only_when_the_frozen_path_is_not_slower_in_paired_rounds():
     assert switch and speedup == pytest.approx(2.0) and spread > 1
     switch, speedup, _ = rules.switch_verdict([10] * 5, [11, 12, 10.5, 11, 11])
     assert not switch and speedup < 1
-    assert rules.switch_verdict([], []) [0] is False
+    assert rules.switch_verdict([], [])[0] is False
     # one noisy round cannot carry the verdict: the median of the pairs decides
     assert not rules.switch_verdict([10, 10, 10, 10, 100], [12, 12, 12, 12, 1])[0]
 
@@ -87,8 +89,12 @@ def test_observed_batches_in_words_and_from_an_untrusted_cache():
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.dictionaries(st.one_of(st.text(max_size=6), st.integers()), st.one_of(
-    st.integers(), st.floats(allow_nan=True), st.text(max_size=4), st.none(), st.booleans())))
+@given(
+    st.dictionaries(
+        st.one_of(st.text(max_size=6), st.integers()),
+        st.one_of(st.integers(), st.floats(allow_nan=True), st.text(max_size=4), st.none(), st.booleans()),
+    )
+)
 def test_dominant_bucket_is_a_power_of_two_or_none_for_any_cached_mapping(counts):
     found = rules.dominant_bucket(counts)
     assert found is None or (1 <= found <= 1 << 30 and found & (found - 1) == 0)

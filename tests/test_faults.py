@@ -1,6 +1,7 @@
 """Fault injection: hostile files where tf_autopar keeps its own, garbled host files, and
 the faults a user should hear about once. Each test runs the real code path; the ones that
 used to hang run in a child process with a timeout."""
+
 from __future__ import annotations
 
 import json
@@ -22,11 +23,13 @@ TIMEOUT = 90  # a hang fails the test instead of stalling the suite
 def run_py(code: str, env: dict[str, str], *args: str, timeout: float = TIMEOUT) -> subprocess.CompletedProcess:
     """Run ``code`` in a fresh interpreter (no logging configured), tf_autopar importable."""
     full = {**os.environ, "PYTHONPATH": str(ROOT), **env}
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], env=full, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code), *args], env=full, capture_output=True, text=True, timeout=timeout
+    )
 
 
 # ---------------------------------------------------------------- item 2: only regular files, never blocking
+
 
 def test_read_regular_refuses_a_fifo_without_blocking(tmp_path):
     fifo = tmp_path / "pipe"
@@ -66,11 +69,14 @@ def test_fifo_at_the_plan_cache_does_not_hang_enable(tmp_path):
     cache = tmp_path / "cache"
     cache.mkdir()
     os.mkfifo(cache / "plans.json")
-    proc = run_py("""
+    proc = run_py(
+        """
         import json, tf_autopar
         st = tf_autopar.enable()
         print(json.dumps(list(st.warnings)))
-    """, {"TF_AUTOPAR_CACHE_DIR": str(cache), "TF_AUTOPAR_LEASE_DIR": str(tmp_path / "lease")})
+    """,
+        {"TF_AUTOPAR_CACHE_DIR": str(cache), "TF_AUTOPAR_LEASE_DIR": str(tmp_path / "lease")},
+    )
     assert proc.returncode == 0, proc.stderr
     warnings = json.loads(proc.stdout.splitlines()[-1])
     assert any("plans.json" in w and "named pipe" in w for w in warnings), warnings
@@ -81,9 +87,13 @@ def test_fifo_at_the_plan_cache_does_not_hang_enable(tmp_path):
 def test_fifo_at_the_topology_caches_does_not_hang_inspect(tmp_path):
     for name in ("cpuinfo.json", "tf_runtime.json"):
         os.mkfifo(tmp_path / name)
-    proc = subprocess.run([sys.executable, "-m", "tf_autopar.cli.main", "inspect", "--json"],
-                          env={**os.environ, "PYTHONPATH": str(ROOT), "TF_AUTOPAR_CACHE_DIR": str(tmp_path)},
-                          capture_output=True, text=True, timeout=TIMEOUT)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tf_autopar.cli.main", "inspect", "--json"],
+        env={**os.environ, "PYTHONPATH": str(ROOT), "TF_AUTOPAR_CACHE_DIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["cpu_budget"] >= 1
 
@@ -91,8 +101,11 @@ def test_fifo_at_the_topology_caches_does_not_hang_inspect(tmp_path):
 def test_fifo_at_a_lease_slot_does_not_hang_the_claim(tmp_path):
     from tf_autopar.coordination.lease import group_key
 
-    env = {"TF_AUTOPAR_LEASE_DIR": str(tmp_path / "lease"), "TF_AUTOPAR_GROUP": "fifo-test",
-           "TF_AUTOPAR_INSTANCES": "2"}
+    env = {
+        "TF_AUTOPAR_LEASE_DIR": str(tmp_path / "lease"),
+        "TF_AUTOPAR_GROUP": "fifo-test",
+        "TF_AUTOPAR_INSTANCES": "2",
+    }
     code = """
         import json, os, sys
         from tf_autopar.coordination import claim_share
@@ -119,6 +132,7 @@ def test_fifo_at_a_lease_slot_does_not_hang_the_claim(tmp_path):
 
 
 # ---------------------------------------------------------------- item 7: parsers do not trust their input
+
 
 def test_non_ascii_digits_in_proc_cgroup_are_skipped_not_raised():
     from tf_autopar.topology.cgroup import parse_cpu_max, parse_proc_cgroup
@@ -158,9 +172,24 @@ def test_huge_cpu_lists_are_refused_before_allocating():
 
 
 def test_run_cores_with_a_huge_list_is_a_clear_cli_error():
-    proc = subprocess.run([sys.executable, "-m", "tf_autopar.cli.main", "run", "--cores", "0-99999999999", "--",
-                           sys.executable, "-c", "pass"],
-                          env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=TIMEOUT)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tf_autopar.cli.main",
+            "run",
+            "--cores",
+            "0-99999999999",
+            "--",
+            sys.executable,
+            "-c",
+            "pass",
+        ],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
     assert proc.returncode != 0
     assert "0-99999999999" in proc.stderr and "beyond the largest CPU id" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -186,6 +215,7 @@ def test_tf_config_nested_too_deeply_is_a_value_error():
 
 
 # ---------------------------------------------------------------- item 6: an unreadable quota is said, not dropped
+
 
 def _unprivileged(fn):
     """fn() in a forked child without root's power to read anything (uid nobody when root)."""
@@ -223,8 +253,11 @@ def _quota_host(kind: str) -> str:
     os.chmod(root, 0o755)
     files = {
         "proc/self/cgroup": "0::/job\n" if kind == "v2" else "4:cpu,cpuacct:/job\n",
-        "proc/self/mountinfo": ("30 20 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n" if kind == "v2" else
-                                "30 20 0:26 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu,cpuacct\n"),
+        "proc/self/mountinfo": (
+            "30 20 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n"
+            if kind == "v2"
+            else "30 20 0:26 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu,cpuacct\n"
+        ),
         "proc/self/status": "Cpus_allowed_list:\t0-3\n",
         "sys/devices/system/cpu/online": "0-3\n",
     }
@@ -267,13 +300,15 @@ def test_an_unreadable_quota_is_a_warning_in_the_topology_and_the_plan(kind, quo
         assert budget == 4
         assert [w for w in warnings if quota_file in w] == [
             f"cannot read {qpath} (Permission denied); this group's CPU quota is unknown and not applied: "
-            "the CPU budget may exceed the quota and the process be throttled"]
+            "the CPU budget may exceed the quota and the process be throttled"
+        ]
         assert f"cannot read {qpath}" in explain
 
         os.chmod(os.path.join(root, "proc/self/cgroup"), 0)
         budget, warnings, explain = _unprivileged(detect)
-        assert any("proc/self/cgroup (Permission denied); no cgroup CPU quota or cpuset is known" in w
-                   for w in warnings), warnings
+        assert any(
+            "proc/self/cgroup (Permission denied); no cgroup CPU quota or cpuset is known" in w for w in warnings
+        ), warnings
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -359,9 +394,13 @@ UNDO_PROGRAM = """
 def test_disable_gives_back_the_slot_the_affinity_and_the_variables(tmp_path, count):
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("needs 2 CPUs to pin a worker to half of them")
-    env = {"TF_AUTOPAR_LEASE_DIR": str(tmp_path / "lease"), "TF_AUTOPAR_GROUP": "undo-test",
-           "TF_AUTOPAR_CACHE_DIR": str(tmp_path / "cache"),
-           "TF_NUM_INTRAOP_THREADS": "7", "TF_AUTOPAR_LAUNCHER_VARS": "TF_NUM_INTRAOP_THREADS"}
+    env = {
+        "TF_AUTOPAR_LEASE_DIR": str(tmp_path / "lease"),
+        "TF_AUTOPAR_GROUP": "undo-test",
+        "TF_AUTOPAR_CACHE_DIR": str(tmp_path / "cache"),
+        "TF_NUM_INTRAOP_THREADS": "7",
+        "TF_AUTOPAR_LAUNCHER_VARS": "TF_NUM_INTRAOP_THREADS",
+    }
     if count:
         env["TF_AUTOPAR_INSTANCES"] = count
     (tmp_path / "lease").mkdir()
@@ -385,12 +424,19 @@ def test_disable_gives_back_the_slot_the_affinity_and_the_variables(tmp_path, co
 
 # ---------------------------------------------------------------- item 9: the tracer library and its logs
 
+
 def _sh_plan(tmp_path, script: str):
     """A build plan whose 'compiler' is a shell line writing the output ({out} = $0): no TensorFlow."""
     from tf_autopar.tracing.build import BuildPlan
 
-    return BuildPlan(source=tmp_path / "src.cc", compiler="sh", command=("sh", "-c", script, "{out}"),
-                     tf_version="test", key="k", cache_dir=tmp_path / "native" / "k")
+    return BuildPlan(
+        source=tmp_path / "src.cc",
+        compiler="sh",
+        command=("sh", "-c", script, "{out}"),
+        tf_version="test",
+        key="k",
+        cache_dir=tmp_path / "native" / "k",
+    )
 
 
 def test_a_cached_library_others_could_write_is_rebuilt_not_loaded(tmp_path):
@@ -490,8 +536,13 @@ def test_a_parent_that_only_forks_has_its_workers_split_the_host(tmp_path):
     if len(host) < 2:
         pytest.skip("needs 2 CPUs for two disjoint shares")
     (tmp_path / "lease").mkdir()
-    env = {"TF_AUTOPAR_LEASE_DIR": str(tmp_path / "lease"), "TF_AUTOPAR_GROUP": "fork-test",
-           "TF_AUTOPAR_CACHE_DIR": str(tmp_path / "cache"), "WEB_CONCURRENCY": "2", "TF_AUTOPAR_LOG": "info"}
+    env = {
+        "TF_AUTOPAR_LEASE_DIR": str(tmp_path / "lease"),
+        "TF_AUTOPAR_GROUP": "fork-test",
+        "TF_AUTOPAR_CACHE_DIR": str(tmp_path / "cache"),
+        "WEB_CONCURRENCY": "2",
+        "TF_AUTOPAR_LOG": "info",
+    }
     proc = run_py(FORK_PROGRAM, env)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.splitlines()[-1])
@@ -527,13 +578,22 @@ STARTED_FORK_PROGRAM = """
 
 @pytest.mark.tf
 def test_a_child_forked_after_tensorflow_started_is_told_it_keeps_the_parent_pools(tmp_path):
-    env = {"TF_AUTOPAR_LEASE_DIR": str(tmp_path / "lease"), "TF_AUTOPAR_GROUP": "fork-tf-test",
-           "TF_AUTOPAR_CACHE_DIR": str(tmp_path / "cache"), "WEB_CONCURRENCY": "2", "TF_CPP_MIN_LOG_LEVEL": "3"}
+    env = {
+        "TF_AUTOPAR_LEASE_DIR": str(tmp_path / "lease"),
+        "TF_AUTOPAR_GROUP": "fork-tf-test",
+        "TF_AUTOPAR_CACHE_DIR": str(tmp_path / "cache"),
+        "WEB_CONCURRENCY": "2",
+        "TF_CPP_MIN_LOG_LEVEL": "3",
+    }
     proc = run_py(STARTED_FORK_PROGRAM, env, timeout=240)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.splitlines()[-1])
     told = [w for w in out["child"] if "forked from pid" in w]
-    assert len(told) == 1 and "after TensorFlow's runtime started" in told[0] and "keeps the parent's thread pools" in told[0]
+    assert (
+        len(told) == 1
+        and "after TensorFlow's runtime started" in told[0]
+        and "keeps the parent's thread pools" in told[0]
+    )
     assert not any("forked" in w for w in out["parent"])
 
 
@@ -556,17 +616,25 @@ def _start(code: str, env: dict[str, str], *args: str) -> subprocess.Popen:
     from tf_autopar.coordination.ranks import COUNTS, PAIRS
 
     full = {k: v for k, v in os.environ.items() if k not in {x for pair in PAIRS for x in pair} | set(COUNTS)}
-    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), *args], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**full, "PYTHONPATH": str(ROOT), **env})
+    return subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code), *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**full, "PYTHONPATH": str(ROOT), **env},
+    )
 
 
 def test_three_workers_started_together_without_a_count_split_the_host(tmp_path):
     from tf_autopar.coordination import split
     from tf_autopar.topology import detect_topology
 
-    env = {"TF_AUTOPAR_LEASE_DIR": str(tmp_path / "lease"), "TF_AUTOPAR_GROUP": "together-test",
-           "TF_AUTOPAR_CACHE_DIR": str(tmp_path / "cache")}
+    env = {
+        "TF_AUTOPAR_LEASE_DIR": str(tmp_path / "lease"),
+        "TF_AUTOPAR_GROUP": "together-test",
+        "TF_AUTOPAR_CACHE_DIR": str(tmp_path / "cache"),
+    }
     go = tmp_path / "go"
     procs = [_start(TOGETHER_PROGRAM, env, str(go)) for _ in range(3)]
     try:
@@ -594,8 +662,11 @@ def test_three_workers_started_together_without_a_count_split_the_host(tmp_path)
 def test_only_a_process_with_company_waits_for_the_rendezvous(tmp_path):
     """A lone script must not pay the window (enable() would cost a second); a process whose
     parent runs another process of the same executable (workers started together) waits."""
-    base = {"TF_AUTOPAR_LEASE_DIR": str(tmp_path / "lease"), "TF_AUTOPAR_CACHE_DIR": str(tmp_path / "cache"),
-            "TF_AUTOPAR_RENDEZVOUS_S": "3"}
+    base = {
+        "TF_AUTOPAR_LEASE_DIR": str(tmp_path / "lease"),
+        "TF_AUTOPAR_CACHE_DIR": str(tmp_path / "cache"),
+        "TF_AUTOPAR_RENDEZVOUS_S": "3",
+    }
     program = "import json, tf_autopar; st = tf_autopar.enable(); print(json.dumps([st.enable_ms, st.process.share]))"
     lone = run_py(program, {**base, "TF_AUTOPAR_GROUP": "lone"})
     ms, share = json.loads(lone.stdout.splitlines()[-1])
@@ -615,6 +686,7 @@ def test_only_a_process_with_company_waits_for_the_rendezvous(tmp_path):
 
 # ---------------------------------------------------------------- the kill switch
 
+
 def test_the_kill_switch_makes_enable_change_nothing_and_says_so_once(tmp_path):
     program = """
         import json, os
@@ -627,8 +699,13 @@ def test_the_kill_switch_makes_enable_change_nothing_and_says_so_once(tmp_path):
                           "lease": os.listdir(os.environ["TF_AUTOPAR_LEASE_DIR"]), "warnings": list(st.warnings)}))
     """
     (tmp_path / "lease").mkdir()
-    env = {"TF_AUTOPAR_LEASE_DIR": str(tmp_path / "lease"), "TF_AUTOPAR_CACHE_DIR": str(tmp_path / "cache"),
-           "TF_AUTOPAR_INSTANCES": "2", "TF_AUTOPAR_DISABLE": "1", "TF_AUTOPAR_LOG": "info"}
+    env = {
+        "TF_AUTOPAR_LEASE_DIR": str(tmp_path / "lease"),
+        "TF_AUTOPAR_CACHE_DIR": str(tmp_path / "cache"),
+        "TF_AUTOPAR_INSTANCES": "2",
+        "TF_AUTOPAR_DISABLE": "1",
+        "TF_AUTOPAR_LOG": "info",
+    }
     proc = run_py(program, env)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.splitlines()[-1])

@@ -2,6 +2,7 @@
 
 Uses TensorFlow's protobuf classes (importing them imports the tensorflow package), so
 these tests are marked tf; no op is run."""
+
 from __future__ import annotations
 
 import random
@@ -259,22 +260,25 @@ def shaped(container, name, op, shape, *inputs, **attrs):
     return n
 
 
-@pytest.mark.parametrize("op, a, b, out, attrs, expected", [
-    ("MatMul", (8, 64), (64, 32), (8, 32), {}, 8 * 32 * 64),
-    ("MatMul", (64, 8), (64, 32), (8, 32), {"transpose_a": True}, 8 * 32 * 64),
-    ("BatchMatMulV2", (4, 8, 16), (4, 16, 8), (4, 8, 8), {}, 4 * 8 * 8 * 16),
-    ("BatchMatMulV2", (4, 16, 8), (4, 16, 8), (4, 8, 8), {"adj_x": True}, 4 * 8 * 8 * 16),
-    ("Einsum", (2, 5, 7), (7, 3), (2, 5, 3), {"equation": "bij,jk->bik"}, 2 * 5 * 3 * 7),
-    ("Einsum", (2, 5, 7), (7, 3), (2, 5, 3), {"equation": "...j,jk->...k"}, 2 * 5 * 3 * 7),
-    # Conv2D: output x kh*kw*cin (filter HWIO)
-    ("Conv2D", (1, 32, 32, 3), (3, 3, 3, 16), (1, 32, 32, 16), {}, 32 * 32 * 16 * 27),
-    ("DepthwiseConv2dNative", (1, 32, 32, 8), (3, 3, 8, 1), (1, 32, 32, 8), {}, 32 * 32 * 8 * 9),
-    ("MatMul", (-1, 64), (64, 32), (-1, 32), {}, None),  # a None batch: unknown
-    # an input of unknown shape (a TensorList pop in a loop's gradient): K from the other input
-    ("MatMul", (-1, 16), (4, 8), (16, 8), {"transpose_a": True}, 16 * 8 * 4),
-    ("MatMul", (-1, -1), (8, 4), (16, 8), {"transpose_b": True}, 16 * 8 * 4),
-    ("BatchMatMulV2", (-1, 8, 16), (4, 8, 16), (4, 8, 8), {"adj_y": True}, 4 * 8 * 8 * 16),
-])
+@pytest.mark.parametrize(
+    "op, a, b, out, attrs, expected",
+    [
+        ("MatMul", (8, 64), (64, 32), (8, 32), {}, 8 * 32 * 64),
+        ("MatMul", (64, 8), (64, 32), (8, 32), {"transpose_a": True}, 8 * 32 * 64),
+        ("BatchMatMulV2", (4, 8, 16), (4, 16, 8), (4, 8, 8), {}, 4 * 8 * 8 * 16),
+        ("BatchMatMulV2", (4, 16, 8), (4, 16, 8), (4, 8, 8), {"adj_x": True}, 4 * 8 * 8 * 16),
+        ("Einsum", (2, 5, 7), (7, 3), (2, 5, 3), {"equation": "bij,jk->bik"}, 2 * 5 * 3 * 7),
+        ("Einsum", (2, 5, 7), (7, 3), (2, 5, 3), {"equation": "...j,jk->...k"}, 2 * 5 * 3 * 7),
+        # Conv2D: output x kh*kw*cin (filter HWIO)
+        ("Conv2D", (1, 32, 32, 3), (3, 3, 3, 16), (1, 32, 32, 16), {}, 32 * 32 * 16 * 27),
+        ("DepthwiseConv2dNative", (1, 32, 32, 8), (3, 3, 8, 1), (1, 32, 32, 8), {}, 32 * 32 * 8 * 9),
+        ("MatMul", (-1, 64), (64, 32), (-1, 32), {}, None),  # a None batch: unknown
+        # an input of unknown shape (a TensorList pop in a loop's gradient): K from the other input
+        ("MatMul", (-1, 16), (4, 8), (16, 8), {"transpose_a": True}, 16 * 8 * 4),
+        ("MatMul", (-1, -1), (8, 4), (16, 8), {"transpose_b": True}, 16 * 8 * 4),
+        ("BatchMatMulV2", (-1, 8, 16), (4, 8, 16), (4, 8, 8), {"adj_y": True}, 4 * 8 * 8 * 16),
+    ],
+)
 def test_op_work_of_contractions(op, a, b, out, attrs, expected):
     g = graph_pb2.GraphDef()
     shaped(g.node, "a", "Placeholder", a)

@@ -1,9 +1,16 @@
 """What unknown dimensions are read as (graph/dims.py): pure, no TensorFlow."""
+
 import pytest
 
 from tf_autopar.graph.dims import (
-    DEFAULT_OTHER_DIM, Assumed, assumed_dims, describe_assumptions, fill_unknown, parse_input_shape,
-    read_batching_file, typical_batch,
+    DEFAULT_OTHER_DIM,
+    Assumed,
+    assumed_dims,
+    describe_assumptions,
+    fill_unknown,
+    parse_input_shape,
+    read_batching_file,
+    typical_batch,
 )
 
 
@@ -24,12 +31,15 @@ def test_assumed_dims_defaults_and_given_shapes():
     assert assumed_dims(inputs, input_shapes={"ids": (2, 40), "mask": (2, 60)}) == Assumed(2, 60)  # largest
 
 
-@pytest.mark.parametrize("shapes,batch,message", [
-    ({"nope": (1, 2)}, None, "'nope', which is not an input of the model; its inputs: ids"),
-    ({"ids": (1, 2, 3)}, None, "rank 2"),
-    ({"ids": (1, 0)}, None, "must be positive"),
-    ({"ids": (4, 10)}, 8, "--input-shape says batch 4, --batch says 8"),
-])
+@pytest.mark.parametrize(
+    "shapes,batch,message",
+    [
+        ({"nope": (1, 2)}, None, "'nope', which is not an input of the model; its inputs: ids"),
+        ({"ids": (1, 2, 3)}, None, "rank 2"),
+        ({"ids": (1, 0)}, None, "must be positive"),
+        ({"ids": (4, 10)}, 8, "--input-shape says batch 4, --batch says 8"),
+    ],
+)
 def test_assumed_dims_names_the_problem(shapes, batch, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         assumed_dims({"ids": (-1, -1)}, batch, shapes)
@@ -72,13 +82,18 @@ def test_describe_assumptions():
     assert len(describe_assumptions(Assumed(2, 64), {"batch", "other"})) == 2
 
 
-
 def test_an_unknown_batch_silences_the_small_op_rule():
     from tf_autopar.graph.dims import for_unknown_batch
     from tf_autopar.graph.profile import GraphProfile
 
-    at_one = GraphProfile(heavy_ops=53, depth=53, avg_width=1, max_width=1, typical_op_work=10_800_000,
-                          assumptions=("unknown batch dimension read as 1",))
+    at_one = GraphProfile(
+        heavy_ops=53,
+        depth=53,
+        avg_width=1,
+        max_width=1,
+        typical_op_work=10_800_000,
+        assumptions=("unknown batch dimension read as 1",),
+    )
     merged = for_unknown_batch(at_one)
     assert merged.typical_op_work is None and merged.avg_width == 1 and not merged.sizes_known
     assert merged.assumptions[0] == "unknown batch dimension read as 1" and "not given" in merged.assumptions[1]

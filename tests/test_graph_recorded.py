@@ -1,6 +1,7 @@
 """The analysis gives the profiles recorded before graph/ was split by role and sped up
 (tests/fixtures/graph_models.py wrote tests/fixtures/graph_profiles.json from that code), and
 the live tf.Graph path agrees with the GraphDef path on the same graph."""
+
 from __future__ import annotations
 
 import dataclasses

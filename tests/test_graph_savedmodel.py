@@ -1,4 +1,5 @@
 """SavedModel analysis without starting TensorFlow's runtime; bad input; the CLI."""
+
 from __future__ import annotations
 
 import json
@@ -37,10 +38,14 @@ CHILD = textwrap.dedent(
 
 
 def analyze_in_fresh_process(*paths):
-    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
-           "TF_CPP_MIN_LOG_LEVEL": "2"}
-    out = subprocess.run([sys.executable, "-c", CHILD, *map(str, paths)], capture_output=True, text=True,
-                         env=env, timeout=300)
+    env = {
+        **os.environ,
+        "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, *map(str, paths)], capture_output=True, text=True, env=env, timeout=300
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -92,7 +97,9 @@ def test_keras_model_export_matches_predict_analysis(tmp_path):
 def test_bad_paths(tmp_path):
     with pytest.raises(FileNotFoundError, match="no_such_dir"):
         analyze(str(tmp_path / "no_such_dir"))
-    with pytest.raises(FileNotFoundError, match=r"neither an existing path nor a bundled workload \(workloads: alexnet, .*wide_deep\)"):
+    with pytest.raises(
+        FileNotFoundError, match=r"neither an existing path nor a bundled workload \(workloads: alexnet, .*wide_deep\)"
+    ):
         analyze("surely_not_a_workload_name")
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match="has no saved_model.pb/saved_model.pbtxt"):

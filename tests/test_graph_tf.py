@@ -1,4 +1,5 @@
 """analyze() on real TensorFlow / Keras 3 objects, with known answers (small models)."""
+
 from __future__ import annotations
 
 import pytest
@@ -175,8 +176,17 @@ def test_structure_graph_def_drops_constant_payloads_not_the_analysis():
     assert [n.name for n in lean.node] == [n.name for n in full.node]
     assert len(lean.library.function) == len(full.library.function) == 1
     a, b = analyze_graph_def(full), analyze_graph_def(lean)
-    for field in ("heavy_ops", "depth", "avg_width", "max_width", "level_widths", "op_types",
-                  "heavy_op_types", "functions", "fingerprint"):
+    for field in (
+        "heavy_ops",
+        "depth",
+        "avg_width",
+        "max_width",
+        "level_widths",
+        "op_types",
+        "heavy_op_types",
+        "functions",
+        "fingerprint",
+    ):
         assert getattr(a, field) == getattr(b, field), field
     assert (b.heavy_ops, b.depth) == (3, 3)  # gather on the table -> matmul -> matmul in the function
 
@@ -232,8 +242,9 @@ def test_while_loop_work_counts_its_iterations():
 
     @tf.function(input_signature=[tf.TensorSpec((1, 8))])
     def f(x):
-        _, y = tf.while_loop(lambda i, y: i < 50, lambda i, y: (i + 1, tf.matmul(y, w_small)),
-                             (tf.constant(0), x), maximum_iterations=50)
+        _, y = tf.while_loop(
+            lambda i, y: i < 50, lambda i, y: (i + 1, tf.matmul(y, w_small)), (tf.constant(0), x), maximum_iterations=50
+        )
         return tf.matmul(y, w_big)
 
     p = analyze(f)
@@ -252,9 +263,12 @@ def test_tiny_lookups_are_not_heavy():
         @tf.function(input_signature=[tf.TensorSpec((batch,), tf.int32)])
         def f(ids):
             return tf.matmul(tf.gather(table, ids), w)
+
         return analyze(f)
 
     assert 1 * 32 < MIN_LOOKUP_ELEMENTS <= 256 * 32
     assert profile(1).heavy_op_types == {"MatMul": 1}
-    assert profile(256).heavy_op_types == {"ResourceGather": 1, "MatMul": 1} or \
-        profile(256).heavy_op_types == {"GatherV2": 1, "MatMul": 1}
+    assert profile(256).heavy_op_types == {"ResourceGather": 1, "MatMul": 1} or profile(256).heavy_op_types == {
+        "GatherV2": 1,
+        "MatMul": 1,
+    }

@@ -1,4 +1,5 @@
 """Heavy-op depth/width algorithms on plain DAGs (no TensorFlow)."""
+
 from __future__ import annotations
 
 import itertools
@@ -60,9 +61,21 @@ def test_inception_module():
     nodes = ["stem", "b1", "b2a", "b2b", "b3a", "b3b", "b3c", "pool", "b4", "concat", "head"]
     heavy = [n not in ("pool", "concat") for n in nodes]
     ix = {n: i for i, n in enumerate(nodes)}
-    e = [("stem", "b1"), ("stem", "b2a"), ("b2a", "b2b"), ("stem", "b3a"), ("b3a", "b3b"), ("b3b", "b3c"),
-         ("stem", "pool"), ("pool", "b4"), ("b1", "concat"), ("b2b", "concat"), ("b3c", "concat"),
-         ("b4", "concat"), ("concat", "head")]
+    e = [
+        ("stem", "b1"),
+        ("stem", "b2a"),
+        ("b2a", "b2b"),
+        ("stem", "b3a"),
+        ("b3a", "b3b"),
+        ("b3b", "b3c"),
+        ("stem", "pool"),
+        ("pool", "b4"),
+        ("b1", "concat"),
+        ("b2b", "concat"),
+        ("b3c", "concat"),
+        ("b4", "concat"),
+        ("concat", "head"),
+    ]
     p = profile_dag(len(nodes), [(ix[a], ix[b]) for a, b in e], heavy)
     assert (p.heavy, p.depth) == (9, 5)
     assert p.level_widths == (1, 4, 2, 1, 1)

@@ -4,6 +4,7 @@ Counted with benchmarks/house_metrics.py, the script the architecture's figures 
 the test and the figures agree on what a cycle is (every import, in functions too; not under
 ``if TYPE_CHECKING``).
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -54,26 +55,32 @@ def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
 
 
 def test_the_counter_sees_cycles_hidden_in_functions_and_ignores_type_checking(tmp_path):
-    root = _tree(tmp_path, {
-        "tf_autopar/a/__init__.py": "",
-        "tf_autopar/a/one.py": "from tf_autopar.b.two import f\n",
-        "tf_autopar/b/__init__.py": "",
-        "tf_autopar/b/two.py": "def f():\n    from tf_autopar.a import one\n",
-        "tf_autopar/c/__init__.py": "",
-        "tf_autopar/c/three.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from tf_autopar.a import one\n",
-        "tf_autopar/a/four.py": "import tf_autopar.c.three\n",
-    })
+    root = _tree(
+        tmp_path,
+        {
+            "tf_autopar/a/__init__.py": "",
+            "tf_autopar/a/one.py": "from tf_autopar.b.two import f\n",
+            "tf_autopar/b/__init__.py": "",
+            "tf_autopar/b/two.py": "def f():\n    from tf_autopar.a import one\n",
+            "tf_autopar/c/__init__.py": "",
+            "tf_autopar/c/three.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from tf_autopar.a import one\n",
+            "tf_autopar/a/four.py": "import tf_autopar.c.three\n",
+        },
+    )
     m = house.measure(root)
     assert m.file_cycles == [["tf_autopar.a.one", "tf_autopar.b.two"]]
     assert m.package_cycles == [["tf_autopar.a", "tf_autopar.b"]]
 
 
 def test_a_package_face_importing_its_module_that_imports_the_face_is_a_cycle(tmp_path):
-    root = _tree(tmp_path, {
-        "tf_autopar/p/__init__.py": "from tf_autopar.p.core import x\n",
-        "tf_autopar/p/core.py": "from tf_autopar.p import helpers\nx = 1\n",
-        "tf_autopar/p/helpers.py": "",
-    })
+    root = _tree(
+        tmp_path,
+        {
+            "tf_autopar/p/__init__.py": "from tf_autopar.p.core import x\n",
+            "tf_autopar/p/core.py": "from tf_autopar.p import helpers\nx = 1\n",
+            "tf_autopar/p/helpers.py": "",
+        },
+    )
     assert house.measure(root).file_cycles == [["tf_autopar.p", "tf_autopar.p.core"]]
 
 

@@ -1,4 +1,5 @@
 """`tf-autopar run --allocator`: the system's jemalloc/tcmalloc preloaded, clear errors when missing."""
+
 from __future__ import annotations
 
 import pytest
@@ -13,8 +14,11 @@ from test_launcher_run import launcher
 def test_find_library_in_the_given_dirs_and_the_error_names_the_package(tmp_path):
     (tmp_path / "libjemalloc.so.2").write_bytes(b"\x7fELF")
     assert find_library("jemalloc", dirs=[str(tmp_path)], ldconfig=False) == str(tmp_path / "libjemalloc.so.2")
-    with pytest.raises(AllocatorNotFound, match=r"install the package libtcmalloc-minimal4.*apt-get install "
-                                                r"libtcmalloc-minimal4"):
+    with pytest.raises(
+        AllocatorNotFound,
+        match=r"install the package libtcmalloc-minimal4.*apt-get install "
+        r"libtcmalloc-minimal4",
+    ):
         find_library("tcmalloc", dirs=[str(tmp_path)], ldconfig=False)
     with pytest.raises(ValueError, match="unknown allocator 'mimalloc'"):
         find_library("mimalloc")
@@ -32,8 +36,10 @@ def test_a_users_ld_preload_is_kept():
 
 
 def test_recommendation_only_where_measured_and_won_every_round():
-    table = {("cpu A", "f1"): ("dlrm", "jemalloc", 1.08, (1.03, 1.12)),
-             ("cpu A", "f2"): ("bert", "tcmalloc", 1.02, (0.97, 1.05))}
+    table = {
+        ("cpu A", "f1"): ("dlrm", "jemalloc", 1.08, (1.03, 1.12)),
+        ("cpu A", "f2"): ("bert", "tcmalloc", 1.02, (0.97, 1.05)),
+    }
     rec = recommendation("cpu A", "f1", table)
     assert rec is not None and rec.allocator == "jemalloc" and "--allocator jemalloc" in rec.text()
     assert "dlrm" in rec.text() and "1.08x" in rec.text()

@@ -1,5 +1,6 @@
 """`tf-autopar run --model PATH`: the launcher plans from the model, and an enable() inside the
 command agrees with it instead of keeping the launcher's variables as the user's own."""
+
 from __future__ import annotations
 
 import json
@@ -15,8 +16,12 @@ from tf_autopar.runtime import controller
 
 
 def test_launcher_variables_are_not_the_users():
-    env = {"TF_NUM_INTEROP_THREADS": "2", "TF_NUM_INTRAOP_THREADS": "2", "OMP_NUM_THREADS": "4",
-           "TF_AUTOPAR_LAUNCHER_VARS": "TF_NUM_INTEROP_THREADS,TF_NUM_INTRAOP_THREADS"}
+    env = {
+        "TF_NUM_INTEROP_THREADS": "2",
+        "TF_NUM_INTRAOP_THREADS": "2",
+        "OMP_NUM_THREADS": "4",
+        "TF_AUTOPAR_LAUNCHER_VARS": "TF_NUM_INTEROP_THREADS,TF_NUM_INTRAOP_THREADS",
+    }
     assert controller.user_env(env) == {"OMP_NUM_THREADS": "4"}  # the user's own stays
     assert controller.user_env({"TF_NUM_INTEROP_THREADS": "3"}) == {"TF_NUM_INTEROP_THREADS": "3"}
 
@@ -32,8 +37,9 @@ def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
     full["PYTHONPATH"] = ROOT
     full["TF_CPP_MIN_LOG_LEVEL"] = "3"
     full.update(env or {})
-    return subprocess.run([sys.executable, "-m", "tf_autopar.cli.main", *args], capture_output=True, text=True,
-                          env=full, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "tf_autopar.cli.main", *args], capture_output=True, text=True, env=full, timeout=300
+    )
 
 
 @pytest.mark.tf
@@ -55,10 +61,11 @@ def test_run_plans_from_the_model_and_enable_inside_agrees(models, tmp_path):
         f"m = tf.saved_model.load({models['SM']!r})\n"
         "p = tf_autopar.status().process\n"
         "print('RESULT ' + json.dumps({'planned': [p.planned_inter, p.planned_intra], 'kept': p.kept_user,"
-        " 'env': [os.environ['TF_NUM_INTEROP_THREADS'], os.environ['TF_NUM_INTRAOP_THREADS']]}))\n")
+        " 'env': [os.environ['TF_NUM_INTEROP_THREADS'], os.environ['TF_NUM_INTRAOP_THREADS']]}))\n"
+    )
     out = _cli("run", "--", sys.executable, str(child), env={"TF_AUTOPAR_CACHE_DIR": str(tmp_path)})
     assert out.returncode == 0, out.stderr
-    res = json.loads(next(l for l in out.stdout.splitlines() if l.startswith("RESULT "))[7:])
+    res = json.loads(next(l for l in out.stdout.splitlines() if l.startswith("RESULT "))[7:])  # noqa: E741
     assert res["planned"] == [1, 1] and res["env"] == ["1", "1"] and res["kept"] == {}
 
 

@@ -1,4 +1,5 @@
 """`tf-autopar run` with real child processes (no TensorFlow needed)."""
+
 from __future__ import annotations
 
 import json
@@ -18,14 +19,22 @@ def launcher(args, env=None, **kw):
     full = {k: v for k, v in os.environ.items() if not k.startswith(("TF_NUM_", "TF_AUTOPAR"))}
     full["PYTHONPATH"] = ROOT
     full.update(env or {})
-    return subprocess.Popen([sys.executable, "-m", "tf_autopar.cli.main", "run", *args], env=full,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+    return subprocess.Popen(
+        [sys.executable, "-m", "tf_autopar.cli.main", "run", *args],
+        env=full,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kw,
+    )
 
 
-REPORT = ("import os, json; print(json.dumps({'i': os.environ['TF_AUTOPAR_INSTANCE'], "
-          "'n': os.environ['TF_AUTOPAR_INSTANCES'], 'cpus': sorted(os.sched_getaffinity(0)), "
-          "'inter': os.environ.get('TF_NUM_INTEROP_THREADS'), 'intra': os.environ.get('TF_NUM_INTRAOP_THREADS'), "
-          "'omp': os.environ.get('OMP_NUM_THREADS')}))")
+REPORT = (
+    "import os, json; print(json.dumps({'i': os.environ['TF_AUTOPAR_INSTANCE'], "
+    "'n': os.environ['TF_AUTOPAR_INSTANCES'], 'cpus': sorted(os.sched_getaffinity(0)), "
+    "'inter': os.environ.get('TF_NUM_INTEROP_THREADS'), 'intra': os.environ.get('TF_NUM_INTRAOP_THREADS'), "
+    "'omp': os.environ.get('OMP_NUM_THREADS')}))"
+)
 
 
 def test_instances_are_pinned_to_disjoint_cpus_and_user_variables_survive():
@@ -41,7 +50,9 @@ def test_instances_are_pinned_to_disjoint_cpus_and_user_variables_survive():
     assert all(line.startswith(f"[instance {r['i']}] ") for line, r in zip(sorted(out.splitlines()), rows))
     # one line per instance started, on stderr: its CPUs and threads
     for r in rows:
-        assert re.search(rf"instance {r['i']} of 2: CPUs {r['cpus'][0]}\S* \(bound\), inter_op=\d+ intra_op={r['intra']}", err), err
+        assert re.search(
+            rf"instance {r['i']} of 2: CPUs {r['cpus'][0]}\S* \(bound\), inter_op=\d+ intra_op={r['intra']}", err
+        ), err
     a, b = set(rows[0]["cpus"]), set(rows[1]["cpus"])
     assert a and b and not (a & b)  # really bound, to distinct CPUs
     assert all(r["inter"] == "7" for r in rows)  # the user's variable, never overridden
@@ -50,8 +61,16 @@ def test_instances_are_pinned_to_disjoint_cpus_and_user_variables_survive():
 
 
 def test_exit_code_is_the_first_failing_childs():
-    p = launcher(["--instances", "2", "--", sys.executable, "-c",
-                  "import os, sys; sys.exit(3 if os.environ['TF_AUTOPAR_INSTANCE'] == '1' else 0)"])
+    p = launcher(
+        [
+            "--instances",
+            "2",
+            "--",
+            sys.executable,
+            "-c",
+            "import os, sys; sys.exit(3 if os.environ['TF_AUTOPAR_INSTANCE'] == '1' else 0)",
+        ]
+    )
     p.communicate(timeout=60)
     assert p.returncode == 3
     p = launcher(["--", sys.executable, "-c", "pass"])
@@ -116,8 +135,18 @@ def test_instances_get_disjoint_whole_core_slices_each_planned_for_its_slice(hos
 
 def test_log_dir_gets_one_file_per_instance_and_the_terminal_none_of_their_output(tmp_path):
     logs = tmp_path / "logs"
-    p = launcher(["--instances", "2", "--log-dir", str(logs), "--", sys.executable, "-c",
-                  "import os, sys; i = os.environ['TF_AUTOPAR_INSTANCE']; print('out', i); print('err', i, file=sys.stderr)"])
+    p = launcher(
+        [
+            "--instances",
+            "2",
+            "--log-dir",
+            str(logs),
+            "--",
+            sys.executable,
+            "-c",
+            "import os, sys; i = os.environ['TF_AUTOPAR_INSTANCE']; print('out', i); print('err', i, file=sys.stderr)",
+        ]
+    )
     out, err = p.communicate(timeout=60)
     assert p.returncode == 0, err
     assert out == ""
@@ -137,10 +166,14 @@ def test_instances_sharing_cpus_are_warned_about():
 def test_refusals_name_the_problem_and_the_way_out():
     p = launcher(["--json", "--", "true"])
     _, err = p.communicate(timeout=60)
-    assert p.returncode == 2 and err.startswith("tf-autopar run: error: --json prints the launch plan and needs --dry-run")
+    assert p.returncode == 2 and err.startswith(
+        "tf-autopar run: error: --json prints the launch plan and needs --dry-run"
+    )
     p = launcher(["--instances", "0", "--", "true"])
     _, err = p.communicate(timeout=60)
-    assert p.returncode == 2 and err.startswith("tf-autopar run: error: --instances must be at least 1")  # not the command
+    assert p.returncode == 2 and err.startswith(
+        "tf-autopar run: error: --instances must be at least 1"
+    )  # not the command
     if len(os.sched_getaffinity(0)) >= 2:  # the throughput plan has several instances here
         p = launcher(["--mode", "throughput", "--", "true"])
         _, err = p.communicate(timeout=60)
@@ -157,9 +190,11 @@ def test_shared_cpus_warning_in_the_launch_plan(host_root):
     topo = detect_topology(host_root("this-host-2c"))
     assert launch_specs(topo, ["true"], instances=2, environ={}).warnings == ()
     crowded = launch_specs(topo, ["true"], instances=5, environ={})
-    assert crowded.warnings == ("5 instances on 2 CPUs: instances share CPUs (CPU 0: instances 0, 2, 4; CPU 1: "
-                                "instances 1, 3), so they slow each other down; at most 2 get a CPU of their own "
-                                "(--instances 2)",)
+    assert crowded.warnings == (
+        "5 instances on 2 CPUs: instances share CPUs (CPU 0: instances 0, 2, 4; CPU 1: "
+        "instances 1, 3), so they slow each other down; at most 2 get a CPU of their own "
+        "(--instances 2)",
+    )
 
 
 def test_a_huge_instance_count_is_capped_with_one_short_warning(host_root):

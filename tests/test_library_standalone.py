@@ -1,4 +1,5 @@
 """The library stands alone: its core never imports the bundled workloads; names come by registration."""
+
 import json
 import subprocess
 import sys

@@ -1,5 +1,6 @@
 """measure/child.py's protocol, end to end in real child processes: one JSON object on success,
 one error object (and the exit status it names) on failure, read back by runner.run_child."""
+
 from __future__ import annotations
 
 import sys
@@ -42,12 +43,15 @@ def test_success_is_one_json_object():
     assert res.payload == {"args": ["a", "--b"]}
 
 
-@pytest.mark.parametrize("function, code, words", [
-    ("bad_input", child.EXIT_BAD_INPUT, "no such model 'x'"),
-    ("barrier", 3, "a sibling stream failed"),
-    ("broken", child.EXIT_FAILED, "KeyError: 'boom'"),
-    ("not_a_dict", child.EXIT_FAILED, "returned list, not a dict"),
-])
+@pytest.mark.parametrize(
+    "function, code, words",
+    [
+        ("bad_input", child.EXIT_BAD_INPUT, "no such model 'x'"),
+        ("barrier", 3, "a sibling stream failed"),
+        ("broken", child.EXIT_FAILED, "KeyError: 'boom'"),
+        ("not_a_dict", child.EXIT_FAILED, "returned list, not a dict"),
+    ],
+)
 def test_failure_is_the_error_object_with_its_exit_status(function, code, words):
     res = _run(function, "x")
     assert res.status == CRASH and res.returncode == code

@@ -5,6 +5,7 @@ Keras model with a free batch and a free sequence length, an embedding table of 
 exported as a SavedModel and saved as a .keras file; a SavedModel without signatures; one
 whose signature takes strings. No timed assertions: only what ran, where, with what.
 """
+
 from __future__ import annotations
 
 import json
@@ -21,7 +22,7 @@ pytestmark = pytest.mark.tf
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TABLE_ROWS = 37
 
-MAKE = f'''
+MAKE = f"""
 import os, sys
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
 import keras, tensorflow as tf
@@ -51,12 +52,15 @@ class Text(tf.Module):
         return {{"n": tf.strings.length(text)}}
 t = Text()
 tf.saved_model.save(t, os.path.join(out, "text"), signatures={{"serving_default": t.f}})
-'''
+"""
 
 
 def _env(tmp) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("TF_NUM_", "TF_OVERRIDE", "TF_AUTOPAR", "OMP_", "KMP_"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("TF_NUM_", "TF_OVERRIDE", "TF_AUTOPAR", "OMP_", "KMP_"))
+    }
     env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH", "")) if p)
     env["TF_CPP_MIN_LOG_LEVEL"] = "2"
     env["TF_AUTOPAR_CACHE_DIR"] = str(tmp)  # nothing of the user's cache is read or written
@@ -67,15 +71,22 @@ def _env(tmp) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     out = tmp_path_factory.mktemp("models")
-    proc = subprocess.run([sys.executable, "-c", MAKE, str(out)], env=_env(out), capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", MAKE, str(out)], env=_env(out), capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out
 
 
 def cli(*args, tmp, timeout=600):
-    return subprocess.run([sys.executable, "-m", "tf_autopar.cli.main", *map(str, args)], env=_env(tmp),
-                          capture_output=True, text=True, timeout=timeout, cwd=tmp)
+    return subprocess.run(
+        [sys.executable, "-m", "tf_autopar.cli.main", *map(str, args)],
+        env=_env(tmp),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=tmp,
+    )
 
 
 def snapshot(path) -> list:
@@ -94,14 +105,28 @@ def pids(config) -> list[int]:
 
 def test_bench_savedmodel_runs_each_configuration_in_its_own_fresh_process(models, tmp_path):
     out = tmp_path / "b.json"
-    proc = cli("bench", models / "sm", "--compare", "default,1x1", "--rounds", 2, "--requests", 3, "--warmup", 1,
-               "--json-out", out, "--no-progress", tmp=tmp_path)
+    proc = cli(
+        "bench",
+        models / "sm",
+        "--compare",
+        "default,1x1",
+        "--rounds",
+        2,
+        "--requests",
+        3,
+        "--warmup",
+        1,
+        "--json-out",
+        out,
+        "--no-progress",
+        tmp=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads(out.read_text())
     assert doc["order"] == ["default", "1x1"] and set(doc["configs"]) == {"default", "1x1"}
     runs = sorted((r["seq"], name, r["round"]) for name, c in doc["configs"].items() for r in c["runs"])
     assert [(n, r) for _, n, r in runs] == [("default", 1), ("1x1", 1), ("default", 2), ("1x1", 2)]  # interleaved
-    for name, c in doc["configs"].items():
+    for name, c in doc["configs"].items():  # noqa: B007
         assert [r["status"] for r in c["runs"]] == ["ok", "ok"], c["runs"]
         for r in c["runs"]:
             assert len(r["step_times_s"]) == 3 and all(t > 0 for t in r["step_times_s"])
@@ -129,8 +154,25 @@ def test_bench_savedmodel_runs_each_configuration_in_its_own_fresh_process(model
 
 def test_bench_keras_file_with_the_plan_at_a_batch_and_input_shape(models, tmp_path):
     # one round: interleaved rounds and their pairing are the SavedModel test's; this one is about the plan
-    proc = cli("bench", models / "m.keras", "--batch", 2, "--input-shape", "ids=2,16", "--compare", "default,plan",
-               "--rounds", 1, "--requests", 3, "--warmup", 1, "--json", "--no-progress", tmp=tmp_path)
+    proc = cli(
+        "bench",
+        models / "m.keras",
+        "--batch",
+        2,
+        "--input-shape",
+        "ids=2,16",
+        "--compare",
+        "default,plan",
+        "--rounds",
+        1,
+        "--requests",
+        3,
+        "--warmup",
+        1,
+        "--json",
+        "--no-progress",
+        tmp=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads(proc.stdout)  # --json: only JSON on stdout, the report on stderr
     assert "speedup vs default" in proc.stderr
@@ -148,8 +190,22 @@ def test_bench_keras_file_with_the_plan_at_a_batch_and_input_shape(models, tmp_p
 
 
 def test_bench_enable_first_start_and_second_start(models, tmp_path):
-    proc = cli("bench", models / "sm", "--compare", "enable,enable-cached", "--rounds", 1, "--requests", 2,
-               "--warmup", 1, "--json-out", tmp_path / "e.json", "--no-progress", tmp=tmp_path)
+    proc = cli(
+        "bench",
+        models / "sm",
+        "--compare",
+        "enable,enable-cached",
+        "--rounds",
+        1,
+        "--requests",
+        2,
+        "--warmup",
+        1,
+        "--json-out",
+        tmp_path / "e.json",
+        "--no-progress",
+        tmp=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads((tmp_path / "e.json").read_text())
     assert doc["fill_run"]["status"] == "ok" and doc["fill_run"]["cache_files"]  # the unmeasured start filled it
@@ -168,8 +224,24 @@ def test_bench_enable_first_start_and_second_start(models, tmp_path):
 
 
 def test_bench_throughput_runs_the_plans_instances_together_and_sums_them(models, tmp_path):
-    proc = cli("bench", models / "sm", "--mode", "throughput", "--compare", "default,plan", "--rounds", 1,
-               "--requests", 3, "--warmup", 1, "--json-out", tmp_path / "t.json", "--no-progress", tmp=tmp_path)
+    proc = cli(
+        "bench",
+        models / "sm",
+        "--mode",
+        "throughput",
+        "--compare",
+        "default,plan",
+        "--rounds",
+        1,
+        "--requests",
+        3,
+        "--warmup",
+        1,
+        "--json-out",
+        tmp_path / "t.json",
+        "--no-progress",
+        tmp=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads((tmp_path / "t.json").read_text())
     plan = doc["plan"]["plan"]
@@ -208,8 +280,24 @@ def test_bench_bad_input_is_a_clear_error_and_changes_nothing(models, tmp_path, 
 def test_validate_accepts_a_savedmodel_as_a_row(models, tmp_path):
     out = tmp_path / "v.json"
     # one round: the rounds themselves are the harness's tests' (test_validation_harness.py)
-    proc = cli("validate", models / "sm", "--batch", 2, "--space", "none", "--rounds", 1, "--steps", 3, "--warmup", 1,
-               "--json-out", out, "--no-progress", tmp=tmp_path)
+    proc = cli(
+        "validate",
+        models / "sm",
+        "--batch",
+        2,
+        "--space",
+        "none",
+        "--rounds",
+        1,
+        "--steps",
+        3,
+        "--warmup",
+        1,
+        "--json-out",
+        out,
+        "--no-progress",
+        tmp=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads(out.read_text())
     results.validate_document(doc)
@@ -226,8 +314,9 @@ def test_validate_accepts_a_savedmodel_as_a_row(models, tmp_path):
 
 def test_validate_rejects_a_model_it_cannot_feed(models, tmp_path):
     out = tmp_path / "v.json"
-    proc = cli("validate", models / "text", "--space", "none", "--rounds", 1, "--json-out", out, "--no-progress",
-               tmp=tmp_path)
+    proc = cli(
+        "validate", models / "text", "--space", "none", "--rounds", 1, "--json-out", out, "--no-progress", tmp=tmp_path
+    )
     assert proc.returncode == 2 and "--inputs" in proc.stderr and not out.exists()
     proc = cli("validate", models / "missing", "--space", "none", tmp=tmp_path)
     assert proc.returncode == 2 and "no such file or directory" in proc.stderr

@@ -1,4 +1,5 @@
 """Inputs for a user's model, the bench options and summary, model rows of the harness: pure, no TensorFlow."""
+
 from __future__ import annotations
 
 import os
@@ -12,7 +13,14 @@ from tf_autopar.models import inputs as inp
 from tf_autopar.models.bench import BenchOptions, parse_compare, summarize
 from tf_autopar.models.inputs import InputSpec
 from tf_autopar.models.options import ModelOptions
-from tf_autopar.validation.harness import DEFAULT_RUNNER, MODEL_RUNNER, Options, RowSpec, make_model_rows, runner_command
+from tf_autopar.validation.harness import (
+    DEFAULT_RUNNER,
+    MODEL_RUNNER,
+    Options,
+    RowSpec,
+    make_model_rows,
+    runner_command,
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPECS = (
@@ -59,12 +67,15 @@ def test_input_shape_sets_the_free_dimensions():
     assert arrays["ids"].shape == (2, 16) and assumed == []
 
 
-@pytest.mark.parametrize("items, batch, message", [
-    (["ids=2,16,1"], 2, "rank 3"),            # wrong rank
-    (["feats=2,5"], 2, "fixed at 4"),         # contradicts a fixed dimension
-    (["ids=4,16"], 2, "--batch is 2"),        # contradicts the batch
-    (["idz=2,16"], 2, "its inputs are: feats, ids, mask"),  # unknown name, the names listed
-])
+@pytest.mark.parametrize(
+    "items, batch, message",
+    [
+        (["ids=2,16,1"], 2, "rank 3"),  # wrong rank
+        (["feats=2,5"], 2, "fixed at 4"),  # contradicts a fixed dimension
+        (["ids=4,16"], 2, "--batch is 2"),  # contradicts the batch
+        (["idz=2,16"], 2, "its inputs are: feats, ids, mask"),  # unknown name, the names listed
+    ],
+)
 def test_wrong_input_shape_is_a_clear_error(items, batch, message):
     with pytest.raises(ValueError, match="--input-shape") as err:
         inp.synthesize(SPECS, batch=batch, input_shapes=inp.parse_input_shapes(items))
@@ -110,7 +121,10 @@ def test_npz_inputs_are_checked_by_name_dtype_and_shape(tmp_path):
     assert arrays["text"].shape == (2,) and infos[0].source == "file"
     cases = {
         "missing": ({"text": np.array(["a"])}, "missing n"),
-        "extra": ({"text": np.array(["a"]), "n": np.zeros((1, 2), np.int64), "z": np.zeros(1)}, "not inputs of the model: z"),
+        "extra": (
+            {"text": np.array(["a"]), "n": np.zeros((1, 2), np.int64), "z": np.zeros(1)},
+            "not inputs of the model: z",
+        ),
         "dtype": ({"text": np.array(["a"]), "n": np.zeros((1, 2), np.int32)}, "the signature wants int64"),
         "shape": ({"text": np.array(["a"]), "n": np.zeros((1, 3), np.int64)}, "dimension 1 must be 2"),
         "batch": ({"text": np.array(["a", "b", "c"]), "n": np.zeros((3, 2), np.int64)}, "--batch 3"),
@@ -142,10 +156,22 @@ def test_model_options_travel_to_children_as_flags(tmp_path):
 
 
 def test_compare_names_are_checked():
-    assert parse_compare("default,plan,enable,enable-cached,1x2") == ("default", "plan", "enable", "enable-cached", "1x2")
+    assert parse_compare("default,plan,enable,enable-cached,1x2") == (
+        "default",
+        "plan",
+        "enable",
+        "enable-cached",
+        "1x2",
+    )
     assert parse_compare("1x1x2,2x1x1:bt1,1X2X2:BT200") == ("1x1x2", "2x1x1:bt1", "1x2x2:bt200")
-    for bad, msg in (("default,2by2", "unknown thread setting '2by2'"), ("0x1", "unknown thread setting"),
-                     ("1x1x0", "positive"), ("1x1:bt", "unknown"), ("plan,plan", "twice"), ("", "at least one")):
+    for bad, msg in (
+        ("default,2by2", "unknown thread setting '2by2'"),
+        ("0x1", "unknown thread setting"),
+        ("1x1x0", "positive"),
+        ("1x1:bt", "unknown"),
+        ("plan,plan", "twice"),
+        ("", "at least one"),
+    ):
         with pytest.raises(ValueError, match=msg):
             parse_compare(bad)
     with pytest.raises(ValueError, match="no OpenMP"):  # OpenMP settings would change nothing on stock TF
@@ -157,8 +183,13 @@ def test_openmp_settings_reach_the_child_environment():
     from tf_autopar.measure.configs import parse_config
 
     c = parse_config("1x1x2:bt1", openmp=True)
-    assert c.env_dict == {"TF_NUM_INTEROP_THREADS": "1", "TF_NUM_INTRAOP_THREADS": "1", "OMP_NUM_THREADS": "2",
-                          "MKL_NUM_THREADS": "2", "KMP_BLOCKTIME": "1"}
+    assert c.env_dict == {
+        "TF_NUM_INTEROP_THREADS": "1",
+        "TF_NUM_INTRAOP_THREADS": "1",
+        "OMP_NUM_THREADS": "2",
+        "MKL_NUM_THREADS": "2",
+        "KMP_BLOCKTIME": "1",
+    }
     assert (c.inter, c.intra, c.omp, c.blocktime, c.name) == (1, 1, 2, 1, "1x1x2:bt1")
     # INTERxINTRA on an OpenMP build: the OpenMP teams follow TF's intra-op count, as in validate's sweep
     assert parse_config("2x1", openmp=True).env_dict["OMP_NUM_THREADS"] == "1"
@@ -179,8 +210,12 @@ def test_bench_options_reject_bad_input_before_any_process(tmp_path):
         BenchOptions(model="no_such_workload").check()
     with pytest.raises(ValueError, match="apply to model files"):
         BenchOptions(model="alexnet", model_options=ModelOptions(int_max=5)).check()
-    for kw, msg in (({"batch": 0}, "--batch"), ({"requests": 3, "time_s": 1.0}, "not both"), ({"rounds": 0}, "--rounds"),
-                    ({"streams": 2}, "throughput")):
+    for kw, msg in (
+        ({"batch": 0}, "--batch"),
+        ({"requests": 3, "time_s": 1.0}, "not both"),
+        ({"rounds": 0}, "--rounds"),
+        ({"streams": 2}, "throughput"),
+    ):
         with pytest.raises(ValueError, match=msg):
             BenchOptions(model="alexnet", **kw).check()
 
@@ -189,15 +224,18 @@ def test_the_parent_side_imports_no_tensorflow_and_no_numpy(tmp_path):
     # the bench/validate parents would compete with the processes they measure (numpy starts BLAS threads)
     (tmp_path / "sm").mkdir()
     (tmp_path / "sm" / "saved_model.pb").write_bytes(b"")
-    code = ("import sys\nfrom tf_autopar.cli.main import build_parser\n"
-            "from tf_autopar.models.bench import Bench, BenchOptions\nfrom tf_autopar.models.options import ModelOptions\n"
-            "from tf_autopar.validation.harness import make_model_rows\nbuild_parser()\n"
-            "o = BenchOptions(model=sys.argv[1], compare=('default', 'plan', '1x1'), "
-            "model_options=ModelOptions.from_flags(None, ['x=1,2'], 5, None))\n"
-            "Bench(o).close()\nmake_model_rows([sys.argv[1]], None, 2, o.model_options)\n"
-            "print('tensorflow' in sys.modules, 'keras' in sys.modules, 'numpy' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "sm")], capture_output=True, text=True,
-                         timeout=120, cwd=ROOT)
+    code = (
+        "import sys\nfrom tf_autopar.cli.main import build_parser\n"
+        "from tf_autopar.models.bench import Bench, BenchOptions\nfrom tf_autopar.models.options import ModelOptions\n"
+        "from tf_autopar.validation.harness import make_model_rows\nbuild_parser()\n"
+        "o = BenchOptions(model=sys.argv[1], compare=('default', 'plan', '1x1'), "
+        "model_options=ModelOptions.from_flags(None, ['x=1,2'], 5, None))\n"
+        "Bench(o).close()\nmake_model_rows([sys.argv[1]], None, 2, o.model_options)\n"
+        "print('tensorflow' in sys.modules, 'keras' in sys.modules, 'numpy' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "sm")], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False", "False", "False"]
 
@@ -207,9 +245,17 @@ def _doc(mode: str, per_round: dict[str, list[float]]) -> dict:
     for name, values in per_round.items():
         runs = []
         for r, v in enumerate(values, 1):
-            runs.append({"round": r, "seq": r, "status": "ok", "step_times_s": [v, v], "median_s": v,
-                         "throughput_rps": 1.0 / v, "processes": [{"settings": {"inter_op": 1, "intra_op": 2, "env": {},
-                                                                                "cpus": [0, 1]}}]})
+            runs.append(
+                {
+                    "round": r,
+                    "seq": r,
+                    "status": "ok",
+                    "step_times_s": [v, v],
+                    "median_s": v,
+                    "throughput_rps": 1.0 / v,
+                    "processes": [{"settings": {"inter_op": 1, "intra_op": 2, "env": {}, "cpus": [0, 1]}}],
+                }
+            )
         configs[name] = {"kind": name, "env": {}, "cpus": [], "runs": runs}
     return {"options": {"mode": mode, "batch": 4}, "batch": 4, "configs": configs}
 
@@ -235,15 +281,47 @@ def test_model_rows_run_the_model_child_with_their_flags():
     rows = make_model_rows(["/m/sm"], None, 8, o)
     assert [(r.workload, r.mode, r.batch) for r in rows] == [("/m/sm", "infer", 8)]
     cmd = runner_command(DEFAULT_RUNNER, rows[0], Options(steps=4, warmup=1))
-    assert cmd[:len(MODEL_RUNNER)] == list(MODEL_RUNNER)
-    assert cmd[len(MODEL_RUNNER):] == ["/m/sm", "--mode", "infer", "--batch", "8", "--steps", "4", "--size", "model",
-                                       "--warmup", "1", "--json", "--input-shape", "ids=8,32", "--int-max", "100"]
+    assert cmd[: len(MODEL_RUNNER)] == list(MODEL_RUNNER)
+    assert cmd[len(MODEL_RUNNER) :] == [
+        "/m/sm",
+        "--mode",
+        "infer",
+        "--batch",
+        "8",
+        "--steps",
+        "4",
+        "--size",
+        "model",
+        "--warmup",
+        "1",
+        "--json",
+        "--input-shape",
+        "ids=8,32",
+        "--int-max",
+        "100",
+    ]
     # a workload row keeps the workloads runner, unchanged
     w = runner_command(DEFAULT_RUNNER, RowSpec("alexnet", "infer1", 1, "tiny"), Options(steps=4, warmup=1))
-    assert w == [*DEFAULT_RUNNER, "alexnet", "--mode", "infer", "--batch", "1", "--steps", "4", "--size", "tiny",
-                 "--warmup", "1", "--json"]
+    assert w == [
+        *DEFAULT_RUNNER,
+        "alexnet",
+        "--mode",
+        "infer",
+        "--batch",
+        "1",
+        "--steps",
+        "4",
+        "--size",
+        "tiny",
+        "--warmup",
+        "1",
+        "--json",
+    ]
     assert [r.batch for r in make_model_rows(["/m/a"], None, None)] == [1]
-    assert [(r.mode, r.batch) for r in make_model_rows(["/m/a"], ["infer1", "infer"], 4)] == [("infer1", 1), ("infer", 4)]
+    assert [(r.mode, r.batch) for r in make_model_rows(["/m/a"], ["infer1", "infer"], 4)] == [
+        ("infer1", 1),
+        ("infer", 4),
+    ]
     with pytest.raises(ValueError, match="inference only"):
         make_model_rows(["/m/a"], ["train"], 4)
     with pytest.raises(ValueError, match="needs --batch"):

@@ -1,4 +1,5 @@
 """Names said once: a fifth baseline reaches every reader; one ``looks_like_model``."""
+
 from __future__ import annotations
 
 import os
@@ -14,8 +15,10 @@ from tests.test_planner_hosts import hosts
 
 def _one_by_one(h):
     why = "one thread per pool"
-    return ({"inter_op": Setting(1, "baseline", why), "intra_op": Setting(1, "baseline", why)},
-            {"inter_op": 1, "intra_op": 1, "usable_cpus": 1})
+    return (
+        {"inter_op": Setting(1, "baseline", why), "intra_op": Setting(1, "baseline", why)},
+        {"inter_op": 1, "intra_op": 1, "usable_cpus": 1},
+    )
 
 
 FIFTH = baselines.Baseline("one-by-one", "1x1", "#937860", _one_by_one)
@@ -33,15 +36,45 @@ def _run(times):
 
 
 def _doc(names):
-    configs = {n: {"kind": "baseline", "inter": 1, "intra": 1, "omp": None, "env": {}, "cpus": [], "same_as": None,
-                   "runs": _run([0.02, 0.021, 0.019])} for n in names}
-    configs[results.OURS] = {"kind": "plan", "inter": 2, "intra": 1, "omp": None, "env": {"TF_NUM_INTEROP_THREADS": "2"},
-                             "cpus": [], "same_as": None, "runs": _run([0.01, 0.011, 0.0105])}
-    row = {"workload": "alexnet", "mode": "infer1", "batch": 1, "size": "tiny", "plan": {"status": "ok"},
-           "order": list(configs), "configs": configs}
+    configs = {
+        n: {
+            "kind": "baseline",
+            "inter": 1,
+            "intra": 1,
+            "omp": None,
+            "env": {},
+            "cpus": [],
+            "same_as": None,
+            "runs": _run([0.02, 0.021, 0.019]),
+        }
+        for n in names
+    }
+    configs[results.OURS] = {
+        "kind": "plan",
+        "inter": 2,
+        "intra": 1,
+        "omp": None,
+        "env": {"TF_NUM_INTEROP_THREADS": "2"},
+        "cpus": [],
+        "same_as": None,
+        "runs": _run([0.01, 0.011, 0.0105]),
+    }
+    row = {
+        "workload": "alexnet",
+        "mode": "infer1",
+        "batch": 1,
+        "size": "tiny",
+        "plan": {"status": "ok"},
+        "order": list(configs),
+        "configs": configs,
+    }
     row["summary"] = results.summarize_row(row, 2)
-    return {"rows": [row], "geomean": results.geomeans([row]), "options": {"rounds": 3, "steps": 1, "warmup": 0},
-            "space": {"description": "no search"}}
+    return {
+        "rows": [row],
+        "geomean": results.geomeans([row]),
+        "options": {"rounds": 3, "steps": 1, "warmup": 0},
+        "space": {"description": "no search"},
+    }
 
 
 def test_a_fifth_baseline_is_planned_summarised_tabled_and_drawn(five, tmp_path):
@@ -66,13 +99,20 @@ def test_an_unknown_baseline_names_the_choices(five):
         baselines.get("nope")
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("resnet50", False),  # a bundled workload's name
-    ("bert-base", False),  # a registered model name
-    ("models/sm", True),  # a path, whether or not it exists (a missing file, not an unknown name)
-    ("./sm", True), ("~/models/sm", True), (".hidden", True),
-    ("m.keras", True), ("graph.pb", True), ("graph.pbtxt", True),  # the model files' suffixes
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("resnet50", False),  # a bundled workload's name
+        ("bert-base", False),  # a registered model name
+        ("models/sm", True),  # a path, whether or not it exists (a missing file, not an unknown name)
+        ("./sm", True),
+        ("~/models/sm", True),
+        (".hidden", True),
+        ("m.keras", True),
+        ("graph.pb", True),
+        ("graph.pbtxt", True),  # the model files' suffixes
+    ],
+)
 def test_looks_like_model(text, expected):
     assert looks_like_model(text) is expected
 

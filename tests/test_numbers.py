@@ -1,5 +1,6 @@
 """Numbers on the command line and in the environment: ASCII digits, finite, bounded, one clear
 error each (no TensorFlow, no child process started)."""
+
 from __future__ import annotations
 
 import pytest
@@ -7,17 +8,23 @@ import pytest
 from tf_autopar.cli.main import main
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["tune", "autoenc", "--budget", "inf"], "argument --budget: 'inf' is not a finite number of seconds"),
-    (["tune", "autoenc", "--budget", "nan"], "argument --budget: 'nan' is not a finite number of seconds"),
-    (["tune", "autoenc", "--budget", "1"], "a budget of 1 s cannot compare two settings"),
-    (["tune", "autoenc", "--budget", "0"], "--budget must be a positive number of seconds"),
-    (["bench", "autoenc", "--batch", "1000000000"], "argument --batch: 1000000000 is above the bound of 1048576"),
-    (["bench", "autoenc", "--batch", "\u0663"], "argument --batch: '\u0663' is not a whole number (ASCII digits 0-9)"),
-    (["run", "--instances", "\u0663", "--", "true"], "argument --instances: '\u0663' is not a whole number"),
-    (["validate", "--rounds", "10000000000"], "argument --rounds: 10000000000 is above the bound of 1000000"),
-    (["bench", "autoenc", "--time", "inf"], "argument --time: 'inf' is not a finite number of seconds"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["tune", "autoenc", "--budget", "inf"], "argument --budget: 'inf' is not a finite number of seconds"),
+        (["tune", "autoenc", "--budget", "nan"], "argument --budget: 'nan' is not a finite number of seconds"),
+        (["tune", "autoenc", "--budget", "1"], "a budget of 1 s cannot compare two settings"),
+        (["tune", "autoenc", "--budget", "0"], "--budget must be a positive number of seconds"),
+        (["bench", "autoenc", "--batch", "1000000000"], "argument --batch: 1000000000 is above the bound of 1048576"),
+        (
+            ["bench", "autoenc", "--batch", "\u0663"],
+            "argument --batch: '\u0663' is not a whole number (ASCII digits 0-9)",
+        ),
+        (["run", "--instances", "\u0663", "--", "true"], "argument --instances: '\u0663' is not a whole number"),
+        (["validate", "--rounds", "10000000000"], "argument --rounds: 10000000000 is above the bound of 1000000"),
+        (["bench", "autoenc", "--time", "inf"], "argument --time: 'inf' is not a finite number of seconds"),
+    ],
+)
 def test_a_bad_number_is_one_clear_line_before_anything_runs(argv, message, capsys, monkeypatch):
     import subprocess
 
@@ -74,8 +81,16 @@ def test_clean_env_keeps_where_tf_autopar_reads_and_writes():
     another plan cache and lease root than the user's."""
     from tf_autopar.measure.runner import clean_env
 
-    env, removed = clean_env({"TF_AUTOPAR_CACHE_DIR": "/c", "TF_AUTOPAR_LEASE_DIR": "/l", "TF_AUTOPAR_LOG": "info",
-                              "TF_AUTOPAR_INSTANCES": "2", "TF_NUM_INTRAOP_THREADS": "3", "OMP_NUM_THREADS": "1",
-                              "PATH": "/bin"})
+    env, removed = clean_env(
+        {
+            "TF_AUTOPAR_CACHE_DIR": "/c",
+            "TF_AUTOPAR_LEASE_DIR": "/l",
+            "TF_AUTOPAR_LOG": "info",
+            "TF_AUTOPAR_INSTANCES": "2",
+            "TF_NUM_INTRAOP_THREADS": "3",
+            "OMP_NUM_THREADS": "1",
+            "PATH": "/bin",
+        }
+    )
     assert (env["TF_AUTOPAR_CACHE_DIR"], env["TF_AUTOPAR_LEASE_DIR"], env["TF_AUTOPAR_LOG"]) == ("/c", "/l", "info")
     assert removed == ["OMP_NUM_THREADS", "TF_AUTOPAR_INSTANCES", "TF_NUM_INTRAOP_THREADS"]

@@ -1,5 +1,6 @@
 """`tf-autopar plan`: argument handling on hand-built topologies, and the whole command on the
 recorded fixture hosts (tests/fixtures/hosts) read by the real topology reader. No TensorFlow."""
+
 from __future__ import annotations
 
 import json

@@ -1,4 +1,5 @@
 """Plan rendering: env lines, JSON round-trip, TF Serving flags, Python snippet, text. No TensorFlow."""
+
 from __future__ import annotations
 
 import ast
@@ -40,8 +41,12 @@ def test_env_eigen_has_only_tf_variables():
 def test_env_openmp_has_omp_mkl_kmp():
     p = plan(hosts("openmp")["skylake"], width=3)
     assert p.to_env() == {
-        "TF_NUM_INTEROP_THREADS": "3", "TF_NUM_INTRAOP_THREADS": "1", "OMP_NUM_THREADS": "8",
-        "MKL_NUM_THREADS": "8", "KMP_BLOCKTIME": "1", "KMP_AFFINITY": "granularity=fine,compact,1,0",
+        "TF_NUM_INTEROP_THREADS": "3",
+        "TF_NUM_INTRAOP_THREADS": "1",
+        "OMP_NUM_THREADS": "8",
+        "MKL_NUM_THREADS": "8",
+        "KMP_BLOCKTIME": "1",
+        "KMP_AFFINITY": "granularity=fine,compact,1,0",
     }
 
 
@@ -73,7 +78,10 @@ def test_from_dict_rejects_unknown_and_missing_fields():
 def test_config_proto_fields():
     p = plan(hosts()["skylake"], width=3)
     assert p.config_proto_fields() == {
-        "inter_op_parallelism_threads": 3, "intra_op_parallelism_threads": 24, "use_per_session_threads": False}
+        "inter_op_parallelism_threads": 3,
+        "intra_op_parallelism_threads": 24,
+        "use_per_session_threads": False,
+    }
     t = plan(hosts()["this"], mode="throughput")
     assert t.config_proto_fields()["use_per_session_threads"] is True
 
@@ -89,8 +97,10 @@ def test_tfserving_flags_and_batching_for_throughput():
     p = plan(hosts("eigen")["epyc"], mode="throughput", width=1)
     # 16 streams of 1 x 4 in one server: inter 16 x 1, shared Eigen intra pool 16 x 4 = 64
     assert p.tfserving_flags() == [
-        "--tensorflow_intra_op_parallelism=64", "--tensorflow_inter_op_parallelism=16",
-        "--enable_batching", "--batching_parameters_file=batching_parameters.txt",
+        "--tensorflow_intra_op_parallelism=64",
+        "--tensorflow_inter_op_parallelism=16",
+        "--enable_batching",
+        "--batching_parameters_file=batching_parameters.txt",
     ]
     params = p.batching_parameters()
     assert "num_batch_threads { value: 16 }" in params and "max_enqueued_batches { value: 32 }" in params
@@ -129,8 +139,14 @@ def test_python_snippet_environment_part_runs():
     p = plan(hosts("openmp")["this"], width=1, env={"KMP_HW_SUBSET": "1s"})
     head = p.python_snippet().split("import tensorflow as tf")[0]
     code = head + "import json\nprint(json.dumps({k: os.environ[k] for k in %r}))\n" % sorted(p.to_env())
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                         env={"PATH": "/usr/bin:/bin"}, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin"},
+        check=True,
+    )
     assert json.loads(out.stdout) == p.to_env()
 
 
@@ -146,7 +162,6 @@ def test_explain_is_a_few_lines_naming_mode_and_numbers():
     text = plan(hosts("openmp")["skylake"], width=3).explain()
     assert text.startswith("tf_autopar plan, latency mode: inter_op=3 intra_op=1 OMP/MKL=8")
     assert len(text.splitlines()) <= 16
-
 
 
 # ---------------------------------------------------------------- every format, the same plan
@@ -167,29 +182,45 @@ def _facts(fmt: str, text: str) -> dict:
     if fmt == "json":
         d = json.loads(text)
         env = ThreadPlan.from_dict(d).to_env()
-        return {"instances": d["instances"], "inter": d["inter_op"], "intra": d["intra_op"],
-                "cpus": [format_cpulist(g) for g in d["cpus"]], "omp": {k: env[k] for k in _OMP_VARS if k in env}}
+        return {
+            "instances": d["instances"],
+            "inter": d["inter_op"],
+            "intra": d["intra_op"],
+            "cpus": [format_cpulist(g) for g in d["cpus"]],
+            "omp": {k: env[k] for k in _OMP_VARS if k in env},
+        }
     if fmt == "env":
         env = dict(shlex.split(line)[0].split("=", 1) for line in text.splitlines())
-        return {"instances": int(env.get("TF_AUTOPAR_INSTANCES", "1")), "inter": int(env["TF_NUM_INTEROP_THREADS"]),
-                "intra": int(env["TF_NUM_INTRAOP_THREADS"]),
-                "cpus": env["TF_AUTOPAR_CPUS"].split(":") if "TF_AUTOPAR_CPUS" in env else [],
-                "omp": {k: env[k] for k in _OMP_VARS if k in env}}
+        return {
+            "instances": int(env.get("TF_AUTOPAR_INSTANCES", "1")),
+            "inter": int(env["TF_NUM_INTEROP_THREADS"]),
+            "intra": int(env["TF_NUM_INTRAOP_THREADS"]),
+            "cpus": env["TF_AUTOPAR_CPUS"].split(":") if "TF_AUTOPAR_CPUS" in env else [],
+            "omp": {k: env[k] for k in _OMP_VARS if k in env},
+        }
     facts = _from_summary(text)
     if fmt == "text":
         listed = re.search(r"^  - cpus = (.+) \[planned\]", text, re.M)
         facts["cpus"] = listed.group(1).split(" | ") if listed else []
         why = dict(re.findall(r"^  - (\w+) = (.+?) \[\w+\]", text, re.M))
-        omp = {"OMP_NUM_THREADS": why.get("omp_threads"), "KMP_BLOCKTIME": why.get("kmp_blocktime"),
-               "KMP_AFFINITY": why.get("kmp_affinity")}
+        omp = {
+            "OMP_NUM_THREADS": why.get("omp_threads"),
+            "KMP_BLOCKTIME": why.get("kmp_blocktime"),
+            "KMP_AFFINITY": why.get("kmp_affinity"),
+        }
         if omp["OMP_NUM_THREADS"]:
             omp["MKL_NUM_THREADS"] = re.search(r"OMP/MKL=\d+/?(\d+)?", text).group(1) or omp["OMP_NUM_THREADS"]
         facts["omp"] = {k: v for k, v in omp.items() if v}
     elif fmt == "python":
-        facts["cpus"] = [format_cpulist(ast.literal_eval(g)) for g in re.findall(r"sched_setaffinity\(0, (\[[\d, ]*\])\)", text)]
+        facts["cpus"] = [
+            format_cpulist(ast.literal_eval(g)) for g in re.findall(r"sched_setaffinity\(0, (\[[\d, ]*\])\)", text)
+        ]
         env = dict(re.findall(r"os\.environ\.setdefault\('(\w+)', '([^']*)'\)", text))
         facts["omp"] = {k: env[k] for k in _OMP_VARS if k in env}
-        assert (int(env["TF_NUM_INTEROP_THREADS"]), int(env["TF_NUM_INTRAOP_THREADS"])) == (facts["inter"], facts["intra"])
+        assert (int(env["TF_NUM_INTEROP_THREADS"]), int(env["TF_NUM_INTRAOP_THREADS"])) == (
+            facts["inter"],
+            facts["intra"],
+        )
     elif fmt == "tfserving":
         head = text.splitlines()[0]
         facts["cpus"] = head.split("bound to CPUs ")[1].split(" | ") if "bound to CPUs " in head else []
@@ -217,9 +248,13 @@ def test_every_format_carries_the_same_plan(host, mode, runtime, host_root):
     """A person reading any one format learns the same plan: instances, each one's CPUs and
     threads, and the OpenMP variables (recorded many-core hosts, every mode)."""
     p = plan(_fixture_topology(host_root(host), runtime), mode=mode, width=1 if mode == "latency" else None)
-    expected = {"instances": p.instances, "inter": p.inter_op, "intra": p.intra_op,
-                "cpus": [format_cpulist(g) for g in p.cpus],
-                "omp": {k: v for k, v in p.to_env().items() if k in _OMP_VARS}}
+    expected = {
+        "instances": p.instances,
+        "inter": p.inter_op,
+        "intra": p.intra_op,
+        "cpus": [format_cpulist(g) for g in p.cpus],
+        "omp": {k: v for k, v in p.to_env().items() if k in _OMP_VARS},
+    }
     if host != "this-host-2c" and mode == "throughput":
         assert p.instances > 1 and len(p.cpus) == p.instances  # the case the formats used to lose
     if runtime == "openmp":
@@ -233,8 +268,24 @@ def test_cli_tfserving_writes_the_batching_file(tmp_path, capsys, host_root):
 
     root = host_root("skylake-2s-24c-48t")
     path = tmp_path / "batching.txt"
-    assert main(["plan", "--root", root, "--mode", "throughput", "--format", "tfserving",
-                 "--batching-file", str(path), "--batch", "8"]) == 0
+    assert (
+        main(
+            [
+                "plan",
+                "--root",
+                root,
+                "--mode",
+                "throughput",
+                "--format",
+                "tfserving",
+                "--batching-file",
+                str(path),
+                "--batch",
+                "8",
+            ]
+        )
+        == 0
+    )
     out, err = capsys.readouterr()
     assert f"--batching_parameters_file={path}" in out and f"wrote {path}" in err
     written = path.read_text()
@@ -243,8 +294,10 @@ def test_cli_tfserving_writes_the_batching_file(tmp_path, capsys, host_root):
     assert "max_batch_size" not in out  # the content is in the file, not repeated as comments
     # given again, the file is the user's: read for the batch, never overwritten
     path.write_text("max_batch_size { value: 16 }\n")
-    assert main(["plan", "--root", root, "--mode", "throughput", "--format", "tfserving",
-                 "--batching-file", str(path)]) == 0
+    assert (
+        main(["plan", "--root", root, "--mode", "throughput", "--format", "tfserving", "--batching-file", str(path)])
+        == 0
+    )
     assert path.read_text() == "max_batch_size { value: 16 }\n" and "kept" in capsys.readouterr().err
     # a latency plan does not batch: a missing file is an error naming why
     assert main(["plan", "--root", root, "--format", "tfserving", "--batching-file", str(tmp_path / "no")]) == 2

@@ -4,6 +4,7 @@ Other test_planner_* modules import HOSTS / make_topology from here. CPU numberi
 Linux on x86: core i (counted across sockets and nodes) is CPU i, its SMT sibling is CPU
 i + number of cores.
 """
+
 from __future__ import annotations
 
 import os
@@ -37,12 +38,19 @@ def make_topology(
         socket = node // nodes_per_socket
         cpus = tuple(cpu for cpu in (i + k * total for k in range(smt)) if cpu in mask)
         if cpus:
-            cores.append(Core(socket=socket, core_id=i % (nodes_per_socket * cores_per_node), cpus=cpus, numa_node=node))
+            cores.append(
+                Core(socket=socket, core_id=i % (nodes_per_socket * cores_per_node), cpus=cpus, numa_node=node)
+            )
             nodes.setdefault(node, []).extend(cpus)
     cpu_quota = None
     if quota is not None:
-        cpu_quota = CpuQuota(cpus=quota, quota_us=int(quota * 100000), period_us=100000,
-                             cgroup_version=cgroup_version, path="/sys/fs/cgroup/cpu.max")
+        cpu_quota = CpuQuota(
+            cpus=quota,
+            quota_us=int(quota * 100000),
+            period_us=100000,
+            cgroup_version=cgroup_version,
+            path="/sys/fs/cgroup/cpu.max",
+        )
     if budget is None:
         budget = len(mask) if quota is None else min(len(mask), max(1, int(quota)))
     return Topology(
@@ -96,8 +104,14 @@ def test_runtime_is_set_on_every_host(runtime):
     assert {t.threading_runtime for t in hosts(runtime).values()} == {runtime}
 
 
-TF_FREE_MODULES = ("test_planner_hosts", "test_planner_rule", "test_planner_user_settings",
-                   "test_planner_formats", "test_planner_properties", "test_planner_cli")
+TF_FREE_MODULES = (
+    "test_planner_hosts",
+    "test_planner_rule",
+    "test_planner_user_settings",
+    "test_planner_formats",
+    "test_planner_properties",
+    "test_planner_cli",
+)
 
 
 def test_planner_and_its_tests_import_no_tensorflow():

@@ -2,6 +2,7 @@
 
 Runs the command in a fresh process (it imports TensorFlow), on the recorded Skylake host.
 """
+
 from __future__ import annotations
 
 import json
@@ -27,7 +28,11 @@ def test_plan_takes_the_width_from_a_workload():
     env.update(PYTHONPATH=f"{ROOT}{os.pathsep}{env.get('PYTHONPATH', '')}", TF_CPP_MIN_LOG_LEVEL="3")
     out = subprocess.run(
         [sys.executable, "-m", "tf_autopar.cli.main", "plan", "wide_deep", "--root", str(SKYLAKE), "--json"],
-        capture_output=True, text=True, timeout=600, env=env, cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        cwd=ROOT,
     )
     assert out.returncode == 0, out.stderr[-2000:]
     plan = json.loads(out.stdout)

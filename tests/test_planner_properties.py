@@ -1,5 +1,6 @@
 """Properties over random topologies, widths and modes: never more threads than the budget.
 No TensorFlow."""
+
 from __future__ import annotations
 
 
@@ -91,4 +92,3 @@ def test_never_more_threads_than_the_budget(case):
 
     assert ThreadPlan.from_json(p.to_json()) == p
     assert p.explain().startswith(f"tf_autopar plan, {mode} mode")
-

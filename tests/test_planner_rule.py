@@ -10,6 +10,7 @@ Rule recap used for the comments:
 - throughput: streams = usable // c (c = 1 for <= 8, 2 for <= 32, else 4), inter = min(p, c).
 - training: all sockets, tf_data pool = usable.
 """
+
 from __future__ import annotations
 
 
@@ -283,6 +284,7 @@ def test_no_model_is_tensorflows_default_within_the_budget(host, mode):
     """Without a model, an Eigen plan never serialises a wide graph: it is the plan for a graph
     wider than the host (every usable CPU an inter-op thread, as TF's default within the budget);
     OpenMP builds, where each inter-op thread starts a team, keep the width-1 plan."""
+
     def key(p):
         return (p.inter_op, p.intra_op, p.omp_threads, p.instances, p.cpus)
 
@@ -309,7 +311,6 @@ def test_runtime_explanations():
 def test_latency_restriction_is_explained():
     text = plan(hosts()["skylake"], width=1).explain()
     assert "1 of 2 NUMA nodes (1 of 2 sockets)" in text
-
 
 
 def test_topology_warnings_are_reported():
@@ -405,8 +406,11 @@ def test_training_pairs_need_a_two_wide_graph_and_leave_tiny_and_wide_graphs_alo
     assert (chain.inter_op, chain.intra_op) == (1, 2)
     tiny = plan(this, _chain(TINY_OP_WORK - 1), "training")
     assert (tiny.inter_op, tiny.intra_op) == (1, 1)
-    wide = plan(hosts()["skylake"], GraphProfile(heavy_ops=40, depth=10, avg_width=4, max_width=27,
-                                                 typical_op_work=1_000_000, training=True), "training")
+    wide = plan(
+        hosts()["skylake"],
+        GraphProfile(heavy_ops=40, depth=10, avg_width=4, max_width=27, typical_op_work=1_000_000, training=True),
+        "training",
+    )
     assert (wide.inter_op, wide.intra_op) == (4, 6)  # already wider than a pair: the width rule stands
     unknown = plan(this, _chain(None), "training")
     assert (unknown.inter_op, unknown.intra_op) == (1, 2)  # unknown work: nothing claimed
@@ -445,8 +449,12 @@ def test_calibration_replaces_the_small_op_threshold():
     this = hosts()["this"]
     prof = GraphProfile(heavy_ops=53, depth=53, avg_width=1, max_width=1, typical_op_work=13_500_000)
     assert plan(this, prof, env={}).intra_op == 2  # over the default 8 M
-    measured = {"small_op_work": 27_131_904, "date": "2026-11-30", "where": "measured on this processor model",
-                "why": "test"}
+    measured = {
+        "small_op_work": 27_131_904,
+        "date": "2026-11-30",
+        "where": "measured on this processor model",
+        "why": "test",
+    }
     p = plan(this, prof, env={}, calibration=measured)
     assert p.intra_op == 1 and "27.1 M multiply-adds, measured on this processor model" in p.explain()
 
@@ -459,8 +467,15 @@ def test_openmp_teams_are_sized_for_the_onednn_width_not_the_lookups():
     width (4, bounded to 2 here) comes from look-ups that run on TensorFlow's threads; only one
     OpenMP team runs at a time, so it gets both cores (2x1x1 ran 1.3x slower than 2x1x2) and one
     inter-op pool (2x1x2 ran 1.1x slower than 1x1x2 on DLRM and DCN-V2)."""
-    dlrm = GraphProfile(heavy_ops=33, depth=7, avg_width=4, max_width=27, typical_op_work=268_435_456,
-                        heavy_op_types={"GatherV2": 26, "MatMul": 6, "BatchMatMulV2": 1}, lookups=26)
+    dlrm = GraphProfile(
+        heavy_ops=33,
+        depth=7,
+        avg_width=4,
+        max_width=27,
+        typical_op_work=268_435_456,
+        heavy_op_types={"GatherV2": 26, "MatMul": 6, "BatchMatMulV2": 1},
+        lookups=26,
+    )
     p = plan(hosts("openmp")["this"], dlrm)  # the look-ups' share unknown: TF's pool keeps 1 thread
     assert (p.inter_op, p.intra_op, p.omp_threads) == (1, 1, 2)
     assert "embedding look-ups" in p.explain() and "one per OpenMP team that runs at once" in p.explain()
@@ -468,8 +483,14 @@ def test_openmp_teams_are_sized_for_the_onednn_width_not_the_lookups():
     big = plan(hosts("openmp")["skylake"], dlrm)
     assert big.inter_op == 1 and big.intra_op == 1 and big.omp_threads == big.usable_cpus > 2
     # a wide convolutional graph (NASNet: no look-ups): the paper's division, 2 teams of 1
-    nasnet = GraphProfile(heavy_ops=40, depth=20, avg_width=2, max_width=5, typical_op_work=30_000_000,
-                          heavy_op_types={"Conv2D": 30, "DepthwiseConv2dNative": 10})
+    nasnet = GraphProfile(
+        heavy_ops=40,
+        depth=20,
+        avg_width=2,
+        max_width=5,
+        typical_op_work=30_000_000,
+        heavy_op_types={"Conv2D": 30, "DepthwiseConv2dNative": 10},
+    )
     assert (lambda q: (q.inter_op, q.intra_op, q.omp_threads))(plan(hosts("openmp")["this"], nasnet)) == (2, 1, 1)
     # stock TF: nothing changes for the look-ups
     assert plan(hosts("eigen")["this"], dlrm).omp_threads is None
@@ -484,11 +505,27 @@ def test_openmp_lookup_bound_models_split_their_lookups_over_tensorflows_pool():
     from tf_autopar.planning.planner import LOOKUP_BOUND_SHARE, lookup_share
 
     this = hosts("openmp")["this"]
-    dlrm = GraphProfile(heavy_ops=33, depth=7, avg_width=4, max_width=27, typical_op_work=268_435_456,
-                        lookups=26, lookup_work=1_703_936, contraction_work=1_017_184_256)
+    dlrm = GraphProfile(
+        heavy_ops=33,
+        depth=7,
+        avg_width=4,
+        max_width=27,
+        typical_op_work=268_435_456,
+        lookups=26,
+        lookup_work=1_703_936,
+        contraction_work=1_017_184_256,
+    )
     dcn = dataclasses.replace(dlrm, heavy_ops=32, lookups=26, lookup_work=851_968, contraction_work=1_849_546_752)
-    bert = GraphProfile(heavy_ops=35, depth=26, avg_width=1, max_width=4, typical_op_work=50_000_000,
-                        lookups=2, lookup_work=1_048_576, contraction_work=6_980_370_432)
+    bert = GraphProfile(
+        heavy_ops=35,
+        depth=26,
+        avg_width=1,
+        max_width=4,
+        typical_op_work=50_000_000,
+        lookups=2,
+        lookup_work=1_048_576,
+        contraction_work=6_980_370_432,
+    )
     assert lookup_share(dlrm) >= LOOKUP_BOUND_SHARE > lookup_share(dcn) > lookup_share(bert)
     p = plan(this, dlrm)
     assert (p.inter_op, p.intra_op, p.omp_threads) == (1, 2, 2)

@@ -6,6 +6,7 @@ restricted variants where the fill order matters:
   one that must cross spans as few as its size allows;
 - no latency plan on efficiency cores while performance cores are free.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -165,8 +166,11 @@ def test_epyc_streams_of_three_cores_no_longer_straddle_complexes():
 
 def test_epyc_budget_inside_one_complex_under_a_cpuset_that_favours_two(host_variant):
     """A cpuset of cores 5-7 (CCX 0) and 8-15 (CCX 1): a 4-core budget takes CCX 1, not 5-8."""
-    t = dataclasses.replace(detect_topology(host_variant("epyc-2s-128c-16ccx", affinity="5-15"),
-                                            cpu_details=False), cpu_budget=4, threading_runtime="eigen")
+    t = dataclasses.replace(
+        detect_topology(host_variant("epyc-2s-128c-16ccx", affinity="5-15"), cpu_details=False),
+        cpu_budget=4,
+        threading_runtime="eigen",
+    )
     p = tf_autopar.plan(t, width=1, mode="latency")
     assert p.cpus == ((8, 9, 10, 11),)
     assert "latency plan inside one cache domain (L3 1)" in p.explain()
@@ -216,8 +220,11 @@ def test_hosts_without_cache_or_type_information_plan_as_before():
     """The node-only cut, by hand, for a 3-stream split of a 4-node EPYC tree without caches."""
     t = recorded("epyc-4numa-64c")
     p = tf_autopar.plan(t, width=1, mode="throughput", streams=3)
-    assert p.cpus == (tuple(range(0, 16)) + tuple(range(16, 21)), tuple(range(21, 32)) + tuple(range(32, 42)),
-                      tuple(range(42, 48)) + tuple(range(48, 63)))
+    assert p.cpus == (
+        tuple(range(0, 16)) + tuple(range(16, 21)),
+        tuple(range(21, 32)) + tuple(range(32, 42)),
+        tuple(range(42, 48)) + tuple(range(48, 63)),
+    )
     assert not any("cache" in f or "hybrid" in f for f in p.facts)
 
 

@@ -1,4 +1,5 @@
 """Explicit user settings are kept and reported; baselines; bad input errors. No TensorFlow."""
+
 from __future__ import annotations
 
 
@@ -17,14 +18,26 @@ except ImportError:  # tests/ imported as a package
 
 
 def test_reads_only_thread_variables_and_parses_them():
-    u = read_user_settings({
-        "PATH": "/bin", "TF_NUM_INTEROP_THREADS": "4", "TF_NUM_INTRAOP_THREADS": " 0 ",
-        "OMP_NUM_THREADS": "8,2", "MKL_NUM_THREADS": "6", "KMP_BLOCKTIME": "infinite",
-        "KMP_AFFINITY": "granularity=core,scatter", "KMP_HW_SUBSET": "2s,10c", "TF_OVERRIDE_GLOBAL_THREADPOOL": "True",
-    })
+    u = read_user_settings(
+        {
+            "PATH": "/bin",
+            "TF_NUM_INTEROP_THREADS": "4",
+            "TF_NUM_INTRAOP_THREADS": " 0 ",
+            "OMP_NUM_THREADS": "8,2",
+            "MKL_NUM_THREADS": "6",
+            "KMP_BLOCKTIME": "infinite",
+            "KMP_AFFINITY": "granularity=core,scatter",
+            "KMP_HW_SUBSET": "2s,10c",
+            "TF_OVERRIDE_GLOBAL_THREADPOOL": "True",
+        }
+    )
     assert (u.inter_op, u.intra_op, u.omp_threads, u.mkl_threads) == (4, 0, 8, 6)
     assert (u.kmp_blocktime, u.kmp_affinity, u.kmp_hw_subset, u.override_global_threadpool) == (
-        "infinite", "granularity=core,scatter", "2s,10c", True)
+        "infinite",
+        "granularity=core,scatter",
+        "2s,10c",
+        True,
+    )
     assert "PATH" not in u.raw and u.raw["OMP_NUM_THREADS"] == "8,2" and u.raw["TF_NUM_INTRAOP_THREADS"] == "0"
 
 
@@ -132,7 +145,16 @@ def test_applying_a_plan_is_idempotent(host, runtime, mode):
     env = first.to_env()
     again = plan(t, mode=mode, width=3, env=env)
     assert again.to_env() == env
-    fields = ("inter_op", "intra_op", "omp_threads", "mkl_threads", "kmp_blocktime", "kmp_affinity", "instances", "cpus")
+    fields = (
+        "inter_op",
+        "intra_op",
+        "omp_threads",
+        "mkl_threads",
+        "kmp_blocktime",
+        "kmp_affinity",
+        "instances",
+        "cpus",
+    )
     assert [getattr(again, f) for f in fields] == [getattr(first, f) for f in fields]
 
 
@@ -162,7 +184,12 @@ def test_baselines_on_every_host(host, runtime):
     assert (r.inter_op, r.intra_op, r.omp_threads) == (sockets, physical, None)
     i = baseline_plan("intel-recommended", t)
     assert (i.inter_op, i.intra_op, i.omp_threads, i.kmp_blocktime, i.kmp_affinity) == (
-        sockets, physical, physical, 1, "granularity=fine,compact,1,0")
+        sockets,
+        physical,
+        physical,
+        1,
+        "granularity=fine,compact,1,0",
+    )
     assert i.to_env()["OMP_NUM_THREADS"] == str(physical)
     assert ("change nothing" in i.explain()) == (runtime == "eigen")
     assert {b.name for b in (d, r, i)} == set(baseline_names())
@@ -213,4 +240,3 @@ def test_topology_without_cores_falls_back_to_affinity_and_empty_raises():
     empty = Topology(host_cpus=0, affinity=(), cores=(), numa_nodes=(), cpu_budget=0)
     with pytest.raises(ValueError, match="no cores"):
         plan(empty)
-

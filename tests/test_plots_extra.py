@@ -1,4 +1,5 @@
 """matplotlib is an extra: a chart asked for without it is a clear error naming the extra, before any run."""
+
 import sys
 
 import pytest

@@ -3,6 +3,7 @@ lease slots, cache entries, CLI numbers. Each input either yields a bounded vali
 clear refusal (a ValueError, an argparse error, a warning of one short line); never a hang, an
 allocation of the input's size or another exception. Pure and fast: no TensorFlow.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,23 +32,50 @@ FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthChe
 # Text an environment, a file or a command line may hold: digits of other scripts, signs,
 # spaces, huge numbers, floats' specials, JSON fragments.
 numberish = st.one_of(
-    st.integers(-10**30, 10**30).map(str),
-    st.sampled_from(["", " ", "+3", "-0", "0x10", "1e3", "inf", "nan", "-inf", "3.0", "1_000", "٣", "²", "３", "3٣",
-                     "max", "null", "9" * 5000]),
+    st.integers(-(10**30), 10**30).map(str),
+    st.sampled_from(
+        [
+            "",
+            " ",
+            "+3",
+            "-0",
+            "0x10",
+            "1e3",
+            "inf",
+            "nan",
+            "-inf",
+            "3.0",
+            "1_000",
+            "٣",
+            "²",
+            "３",
+            "3٣",
+            "max",
+            "null",
+            "9" * 5000,
+        ]
+    ),
     st.text(alphabet=st.characters(codec="utf-8"), max_size=12),
 )
 
 
 def topo(cores: int) -> Topology:
-    return Topology(host_cpus=cores, affinity=tuple(range(cores)), cores=tuple(Core(0, i, (i,)) for i in range(cores)),
-                    numa_nodes=(NumaNode(0, tuple(range(cores))),), cpu_budget=cores)
+    return Topology(
+        host_cpus=cores,
+        affinity=tuple(range(cores)),
+        cores=tuple(Core(0, i, (i,)) for i in range(cores)),
+        numa_nodes=(NumaNode(0, tuple(range(cores))),),
+        cpu_budget=cores,
+    )
 
 
 # ---------------------------------------------------------------- environment
 
+
 @FAST
-@given(values=st.dictionaries(st.sampled_from([v for pair in PAIRS for v in pair] + list(COUNTS)), numberish,
-                              max_size=6))
+@given(
+    values=st.dictionaries(st.sampled_from([v for pair in PAIRS for v in pair] + list(COUNTS)), numberish, max_size=6)
+)
 def test_rank_and_count_variables_give_a_valid_rank_or_a_short_warning(values):
     r = detect_ranks(values)
     assert r.size is None or r.size >= 1
@@ -87,14 +115,18 @@ def test_thread_variables_parse_to_ascii_numbers_or_a_value_error_naming_them(va
     except ValueError as exc:
         assert var in str(exc)
         return
-    value = settings_.value(next(k for k, v in __import__("tf_autopar.planning.user_settings",
-                                                          fromlist=["KNOBS"]).KNOBS.items() if v == var))
+    value = settings_.value(
+        next(
+            k for k, v in __import__("tf_autopar.planning.user_settings", fromlist=["KNOBS"]).KNOBS.items() if v == var
+        )
+    )
     if isinstance(value, int) and not isinstance(value, bool) and var != "KMP_BLOCKTIME":
         digits = text.strip().split(",")[0].lstrip("+")
         assert digits.isascii() and digits.isdigit() and value == int(digits)
 
 
 # ---------------------------------------------------------------- cgroup and sysfs files
+
 
 @FAST
 @given(text=st.one_of(numberish, st.tuples(numberish, numberish).map(" ".join)))
@@ -107,8 +139,12 @@ def test_cpu_max_gives_a_positive_quota_and_period_or_a_value_error(text):
 
 
 @FAST
-@given(text=st.one_of(numberish, st.lists(st.one_of(numberish, st.tuples(numberish, numberish).map("-".join)),
-                                          max_size=4).map(",".join)))
+@given(
+    text=st.one_of(
+        numberish,
+        st.lists(st.one_of(numberish, st.tuples(numberish, numberish).map("-".join)), max_size=4).map(",".join),
+    )
+)
 def test_a_cpu_list_is_bounded_cpu_ids_or_a_value_error(text):
     try:
         cpus = parse_cpulist(text)
@@ -121,14 +157,20 @@ def test_a_cpu_list_is_bounded_cpu_ids_or_a_value_error(text):
 # ---------------------------------------------------------------- lease slots
 
 json_values = st.recursive(
-    st.one_of(st.none(), st.booleans(), st.integers(-10**20, 10**20), st.floats(allow_nan=True), st.text(max_size=8)),
+    st.one_of(st.none(), st.booleans(), st.integers(-(10**20), 10**20), st.floats(allow_nan=True), st.text(max_size=8)),
     lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=6), inner, max_size=4)),
-    max_leaves=12)
-slot_records = st.fixed_dictionaries({}, optional={
-    "pid": st.one_of(st.sampled_from([1, os.getpid(), 0, -1, 10**12, True]), json_values),
-    "fd": st.one_of(st.integers(-3, 50), json_values), "time": st.one_of(st.floats(allow_nan=True), json_values),
-    "rank": st.one_of(st.integers(-2, 10**13), json_values), "cohort": st.one_of(st.integers(-2, 10**13), json_values),
-})
+    max_leaves=12,
+)
+slot_records = st.fixed_dictionaries(
+    {},
+    optional={
+        "pid": st.one_of(st.sampled_from([1, os.getpid(), 0, -1, 10**12, True]), json_values),
+        "fd": st.one_of(st.integers(-3, 50), json_values),
+        "time": st.one_of(st.floats(allow_nan=True), json_values),
+        "rank": st.one_of(st.integers(-2, 10**13), json_values),
+        "cohort": st.one_of(st.integers(-2, 10**13), json_values),
+    },
+)
 
 
 @FAST
@@ -155,20 +197,37 @@ def test_slot_file_names_give_an_index_below_max_slots_or_none(name):
 
 # ---------------------------------------------------------------- cache entries
 
-profile_fields = st.fixed_dictionaries({
-    "heavy_ops": st.integers(0, 400), "depth": st.integers(0, 60), "avg_width": st.integers(0, 64),
-    "max_width": st.integers(0, 64), "nodes": st.integers(0, 10**5), "functions": st.integers(0, 50),
-    "training": st.booleans(), "uses_tf_data": st.booleans(), "loops": st.booleans(), "sizes_known": st.booleans(),
-    "source": st.text(max_size=10), "fingerprint": st.text(max_size=10),
-    "typical_op_work": st.one_of(st.none(), st.integers(0, 10**12)), "assumptions": st.lists(st.text(max_size=5), max_size=3),
-    "lookups": st.integers(0, 100), "lookup_work": st.one_of(st.none(), st.integers(0, 10**12)),
-    "contraction_work": st.one_of(st.none(), st.integers(0, 10**12)),
-})
+profile_fields = st.fixed_dictionaries(
+    {
+        "heavy_ops": st.integers(0, 400),
+        "depth": st.integers(0, 60),
+        "avg_width": st.integers(0, 64),
+        "max_width": st.integers(0, 64),
+        "nodes": st.integers(0, 10**5),
+        "functions": st.integers(0, 50),
+        "training": st.booleans(),
+        "uses_tf_data": st.booleans(),
+        "loops": st.booleans(),
+        "sizes_known": st.booleans(),
+        "source": st.text(max_size=10),
+        "fingerprint": st.text(max_size=10),
+        "typical_op_work": st.one_of(st.none(), st.integers(0, 10**12)),
+        "assumptions": st.lists(st.text(max_size=5), max_size=3),
+        "lookups": st.integers(0, 100),
+        "lookup_work": st.one_of(st.none(), st.integers(0, 10**12)),
+        "contraction_work": st.one_of(st.none(), st.integers(0, 10**12)),
+    }
+)
 
 
 @FAST
-@given(profile=profile_fields, field=st.sampled_from(sorted(cache.PROFILE_CHECKS)), value=json_values,
-       cores=st.integers(1, 16), mode=st.sampled_from(["latency", "throughput", "training"]))
+@given(
+    profile=profile_fields,
+    field=st.sampled_from(sorted(cache.PROFILE_CHECKS)),
+    value=json_values,
+    cores=st.integers(1, 16),
+    mode=st.sampled_from(["latency", "throughput", "training"]),
+)
 def test_a_cached_profile_that_passes_its_check_plans_and_one_that_fails_is_named(profile, field, value, cores, mode):
     garbled = {**profile, field: value}
     problem = cache.entry_problem("profiles", {"profile": garbled})
@@ -180,9 +239,28 @@ def test_a_cached_profile_that_passes_its_check_plans_and_one_that_fails_is_name
 
 
 @FAST
-@given(section=st.sampled_from(cache.SECTIONS), entry=st.one_of(json_values, st.dictionaries(
-    st.sampled_from(["inter_op", "intra_op", "omp_threads", "small_op_work", "fingerprint", "heavy_ops", "updated",
-                     "profile"]), json_values, max_size=5)))
+@given(
+    section=st.sampled_from(cache.SECTIONS),
+    entry=st.one_of(
+        json_values,
+        st.dictionaries(
+            st.sampled_from(
+                [
+                    "inter_op",
+                    "intra_op",
+                    "omp_threads",
+                    "small_op_work",
+                    "fingerprint",
+                    "heavy_ops",
+                    "updated",
+                    "profile",
+                ]
+            ),
+            json_values,
+            max_size=5,
+        ),
+    ),
+)
 def test_every_cache_entry_is_accepted_or_refused_in_one_short_line(section, entry):
     problem = cache.entry_problem(section, entry)
     assert isinstance(problem, str) and len(problem) < 160
@@ -191,6 +269,7 @@ def test_every_cache_entry_is_accepted_or_refused_in_one_short_line(section, ent
 
 
 # ---------------------------------------------------------------- CLI numbers
+
 
 @FAST
 @given(text=numberish, hi=st.sampled_from([MAX_STEPS, 1 << 20, 10**15]))

@@ -6,6 +6,7 @@ answered with the original's outputs, and status() must say the process pools st
 they follow (the 2-second goal) is a figure, measured by benchmarks/bench_quota_change.py; here
 the bound only catches a watch that never fires or a re-plan that hangs.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,7 +29,9 @@ FOLLOW_BOUND_S = 15.0  # a busy 2-core host took 1.5-3.1 s; benchmarks/bench_quo
 
 # enable() first (the process pools are planned for the 2-CPU quota at start), then a model of
 # three 768-wide layers, saved and loaded through the load hook, called at batch 64.
-CHILD = PRELUDE + r'''
+CHILD = (
+    PRELUDE
+    + r"""
 import sys, threading, time, numpy as np
 import tf_autopar
 tf_autopar.enable(tune_live=False)
@@ -86,13 +89,15 @@ for t in clients: t.join()
 st = tf_autopar.status()
 report(counts=counts, bad=len(bad), errors=errors, text=st.text(), process=[st.process.planned_inter, st.process.planned_intra],
        limits=st.limits.__dict__ if st.limits else None)
-'''
+"""
+)
 
 
 def _set_quota(group: QuotaGroup, cpus: float) -> None:
     quota = int(cpus * group.period_us)
-    name, value = ("cpu.cfs_quota_us", str(quota)) if group.controller.version == 1 else (
-        "cpu.max", f"{quota} {group.period_us}")
+    name, value = (
+        ("cpu.cfs_quota_us", str(quota)) if group.controller.version == 1 else ("cpu.max", f"{quota} {group.period_us}")
+    )
     with open(os.path.join(group.path, name), "w") as fh:
         fh.write(value)
 
@@ -129,12 +134,22 @@ def test_served_pools_follow_a_quota_change_under_load(tmp_path):
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("needs 2 CPUs for a 2-CPU quota")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TF_NUM_", "TF_OVERRIDE", "TF_AUTOPAR", "OMP_"))}
-    env.update(PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2", TF_AUTOPAR_CACHE_DIR=str(tmp_path / "cache"),
-               TF_AUTOPAR_LEASE_DIR=tempfile.mkdtemp(prefix="tfa_lease_", dir=tmp_path))
+    env.update(
+        PYTHONPATH=ROOT,
+        TF_CPP_MIN_LOG_LEVEL="2",
+        TF_AUTOPAR_CACHE_DIR=str(tmp_path / "cache"),
+        TF_AUTOPAR_LEASE_DIR=tempfile.mkdtemp(prefix="tfa_lease_", dir=tmp_path),
+    )
     with QuotaGroup(controller, 2.0, "quota_change") as group:
-        child = subprocess.Popen([sys.executable, "-c", CHILD, str(tmp_path / "net")], env=env, text=True,
-                                 preexec_fn=group.join, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE)
+        child = subprocess.Popen(
+            [sys.executable, "-c", CHILD, str(tmp_path / "net")],
+            env=env,
+            text=True,
+            preexec_fn=group.join,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         try:
             out = _lines(child.stdout)
             start = _expect(out, "ready", 240).split()[1]

@@ -2,6 +2,7 @@
 (coordination/reshare.py) and one check of the watch (runtime/quota_watch.py), on recorded host
 trees whose files are rewritten between checks. The real cgroup, under a serving process, is
 tests/test_quota_change.py."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -89,8 +90,11 @@ def watched(host_variant, monkeypatch):
     monkeypatch.setattr(STATE, "share", None)
     monkeypatch.setattr(STATE, "enabled", True)
     monkeypatch.setattr(STATE, "mode", "latency")
-    monkeypatch.setattr(STATE, "process", ProcessRecord(phase="before-start", planned_inter=2, planned_intra=2,
-                                                        running_inter=2, running_intra=2))
+    monkeypatch.setattr(
+        STATE,
+        "process",
+        ProcessRecord(phase="before-start", planned_inter=2, planned_intra=2, running_inter=2, running_intra=2),
+    )
     watch = quota_watch.QuotaWatch(LimitsReader(HostFS(root)))
     monkeypatch.setattr(quota_watch, "_watch", watch)
     return root, watch

@@ -4,6 +4,7 @@ The record on its own in this process (variables, patches, list entries, a faili
 enable()/disable() in fresh processes: without TensorFlow (variables, affinity, the import
 hook, the lease slot) and with it (every loader and hook attribute back as it was; a hook
 whose install raises leaves nothing behind and enable() fails open)."""
+
 from __future__ import annotations
 
 import os
@@ -29,11 +30,14 @@ def env(monkeypatch):
 
 def test_restore_puts_back_variables_patches_and_entries_and_twice_is_harmless(env):
     owner = types.SimpleNamespace(load="original load")
+
     class Base:
         def call(self):
             return "base"
+
     class Child(Base):
         pass
+
     callbacks = ["theirs"]
     before_env = dict(os.environ)
 
@@ -168,9 +172,14 @@ def test_enable_then_disable_without_tensorflow_leaves_the_process_as_it_was(tmp
     share the host: this one gets half), arms the import hook; disable() puts each back."""
     if len(os.sched_getaffinity(0)) < 2 and cooperate:
         pytest.skip("needs 2 CPUs to pin a worker to half of them")
-    env = {"TF_AUTOPAR_CACHE_DIR": str(tmp_path / "cache"), "TF_NUM_INTRAOP_THREADS": "1",
-           "OMP_NUM_THREADS": "3", "TF_AUTOPAR_LEASE_DIR": str(tmp_path / "lease"),
-           "TF_AUTOPAR_GROUP": "applied-test", "TF_AUTOPAR_INSTANCES": "2"}
+    env = {
+        "TF_AUTOPAR_CACHE_DIR": str(tmp_path / "cache"),
+        "TF_NUM_INTRAOP_THREADS": "1",
+        "OMP_NUM_THREADS": "3",
+        "TF_AUTOPAR_LEASE_DIR": str(tmp_path / "lease"),
+        "TF_AUTOPAR_GROUP": "applied-test",
+        "TF_AUTOPAR_INSTANCES": "2",
+    }
     (tmp_path / "lease").mkdir()
     res, err, rc = run_child(NO_TF.replace("COOPERATE", str(cooperate)), env)
     assert rc == 0, err

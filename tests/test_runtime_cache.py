@@ -1,5 +1,6 @@
 """The plan cache as outside input: shared directories, other users' files, wrong-typed entries,
 huge files. Pure (no TensorFlow); enable() runs in a child process where the start is the point."""
+
 from __future__ import annotations
 
 import json
@@ -16,10 +17,25 @@ from tf_autopar.runtime import cache
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-PROFILE = {"heavy_ops": 6, "depth": 2, "avg_width": 3, "max_width": 3, "nodes": 40, "functions": 0,
-           "training": False, "uses_tf_data": False, "loops": False, "sizes_known": True, "source": "test",
-           "fingerprint": "f" * 16, "typical_op_work": 50_000_000, "assumptions": [], "lookups": 0,
-           "lookup_work": None, "contraction_work": None}
+PROFILE = {
+    "heavy_ops": 6,
+    "depth": 2,
+    "avg_width": 3,
+    "max_width": 3,
+    "nodes": 40,
+    "functions": 0,
+    "training": False,
+    "uses_tf_data": False,
+    "loops": False,
+    "sizes_known": True,
+    "source": "test",
+    "fingerprint": "f" * 16,
+    "typical_op_work": 50_000_000,
+    "assumptions": [],
+    "lookups": 0,
+    "lookup_work": None,
+    "contraction_work": None,
+}
 
 
 def _write(path, **sections) -> None:
@@ -67,18 +83,22 @@ def test_a_plan_cache_someone_else_could_write_is_not_applied(tmp_path):
         assert theirs.read_text() == text and os.stat(theirs).st_uid == 65534
 
 
-@pytest.mark.parametrize("section, key, entry, named", [
-    ("profiles", "workload:bad:tiny", {"profile": {**PROFILE, "avg_width": "abc"}}, "avg_width: 'abc'"),
-    ("profiles", "workload:bad:tiny", {"profile": {**PROFILE, "typical_op_work": float("nan")}}, "typical_op_work"),
-    ("profiles", "workload:bad:tiny", {"profile": {**PROFILE, "max_width": 10**30}}, "max_width"),
-    ("profiles", "workload:bad:tiny", {"profile": "x" * 5000}, "not an object"),
-    ("tuned", "fp|host|latency|1", {"inter_op": 10**12, "intra_op": 1}, "inter_op"),
-    ("calibration", "host", {"small_op_work": "big"}, "small_op_work"),
-    ("programs", "prog|host|latency", {"fingerprint": ["x"], "heavy_ops": 3}, "fingerprint"),
-    ("plans", "fp|host|latency", {"plan": {}, "profile": PROFILE, "updated": "yesterday"}, "updated"),
-])
+@pytest.mark.parametrize(
+    "section, key, entry, named",
+    [
+        ("profiles", "workload:bad:tiny", {"profile": {**PROFILE, "avg_width": "abc"}}, "avg_width: 'abc'"),
+        ("profiles", "workload:bad:tiny", {"profile": {**PROFILE, "typical_op_work": float("nan")}}, "typical_op_work"),
+        ("profiles", "workload:bad:tiny", {"profile": {**PROFILE, "max_width": 10**30}}, "max_width"),
+        ("profiles", "workload:bad:tiny", {"profile": "x" * 5000}, "not an object"),
+        ("tuned", "fp|host|latency|1", {"inter_op": 10**12, "intra_op": 1}, "inter_op"),
+        ("calibration", "host", {"small_op_work": "big"}, "small_op_work"),
+        ("programs", "prog|host|latency", {"fingerprint": ["x"], "heavy_ops": 3}, "fingerprint"),
+        ("plans", "fp|host|latency", {"plan": {}, "profile": PROFILE, "updated": "yesterday"}, "updated"),
+    ],
+)
 def test_an_entry_that_fails_its_check_is_skipped_alone_and_dropped_at_the_next_write(
-        tmp_path, section, key, entry, named):
+    tmp_path, section, key, entry, named
+):
     path = tmp_path / "plans.json"
     sections = {"profiles": {"workload:good:tiny": {"profile": PROFILE, "updated": 1.0}}}
     sections.setdefault(section, {})[key] = entry
@@ -117,8 +137,13 @@ def test_enable_plans_on_when_the_programs_cached_profile_is_garbled(tmp_path):
                           "warnings": list(st.warnings)}))
     """)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TF_NUM_", "TF_AUTOPAR", "OMP_", "WEB_"))}
-    env.update(PYTHONPATH=ROOT, TF_AUTOPAR_CACHE_DIR=str(tmp_path / "cache"), TF_AUTOPAR_PROGRAM="garbled-test",
-               PROFILE=json.dumps(PROFILE), TF_AUTOPAR_LEASE_DIR=str(tmp_path / "lease"))
+    env.update(
+        PYTHONPATH=ROOT,
+        TF_AUTOPAR_CACHE_DIR=str(tmp_path / "cache"),
+        TF_AUTOPAR_PROGRAM="garbled-test",
+        PROFILE=json.dumps(PROFILE),
+        TF_AUTOPAR_LEASE_DIR=str(tmp_path / "lease"),
+    )
     proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -169,11 +194,26 @@ def test_live_reset_forgets_this_hosts_tuning_and_keeps_the_rest(tmp_path):
     from tf_autopar.runtime import cache
 
     path = str(tmp_path / "plans.json")
-    tuned_bucket = {"calls": 40, "path": "frozen session", "batch": 1, "inter_op": 2, "intra_op": 1, "streams": 1,
-                    "tuned": "done", "tried": ["1x2: lose (...)"], "won": {"to": "2x1"}}
+    tuned_bucket = {
+        "calls": 40,
+        "path": "frozen session",
+        "batch": 1,
+        "inter_op": 2,
+        "intra_op": 1,
+        "streams": 1,
+        "tuned": "done",
+        "tried": ["1x2: lose (...)"],
+        "won": {"to": "2x1"},
+    }
     for host in ("here", "elsewhere"):
-        cache.store_served("fp", host, "latency", "signatures['serving_default']",
-                           {"buckets": {"1": dict(tuned_bucket), "8": {"calls": 3, "path": "original"}}}, path)
+        cache.store_served(
+            "fp",
+            host,
+            "latency",
+            "signatures['serving_default']",
+            {"buckets": {"1": dict(tuned_bucket), "8": {"calls": 3, "path": "original"}}},
+            path,
+        )
         cache.store_tuned("fp", host, "latency", 1, {"inter_op": 2, "intra_op": 1}, path)
     cache.store_tuned("other-model", "here", "latency", 1, {"inter_op": 1, "intra_op": 1}, path)
     assert cache.forget_tuning("fp", "here", path) == {"tuned": 1, "served_buckets": 1}

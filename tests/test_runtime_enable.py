@@ -1,4 +1,5 @@
 """enable() in real TensorFlow child processes: what the process really runs with."""
+
 from __future__ import annotations
 
 import os
@@ -50,21 +51,26 @@ def test_enable_before_start_sets_the_inter_op_pool(tmp_path):
     assert res["applied"]["TF_OVERRIDE_GLOBAL_THREADPOOL"] == "1"
     assert res["warnings"] == []
     control, err, rc = run_child(
-        "import tensorflow as tf\ntf.constant(1.0) + 1.0\nreport(tf_compute=tf_compute_threads())")
+        "import tensorflow as tf\ntf.constant(1.0) + 1.0\nreport(tf_compute=tf_compute_threads())"
+    )
     assert rc == 0, err
     assert control["tf_compute"] == cpus()  # the difference above is enable()'s doing
 
 
 def test_intra_op_threads_really_used_and_user_variable_kept(tmp_path):
     needs_two_cpus()
-    script = textwrap.dedent("""
+    script = (
+        textwrap.dedent("""
     import tensorflow as tf                  # enable() after the import, before the first op
     import tf_autopar
     st = tf_autopar.enable()
-    """) + MATMUL_CHAIN + textwrap.dedent("""
+    """)
+        + MATMUL_CHAIN
+        + textwrap.dedent("""
     report(intra=intra, planned_intra=st.process.planned_intra, kept=st.process.kept_user,
            env=os.environ.get("TF_NUM_INTRAOP_THREADS"))
     """)
+    )
     planned, err, rc = run_child(script, {"TF_AUTOPAR_CACHE_DIR": str(tmp_path)})
     assert rc == 0, err
     assert planned["planned_intra"] == cpus()
@@ -249,15 +255,28 @@ def test_cooperating_workers_plan_for_disjoint_shares(tmp_path):
            planned=[st.process.planned_inter, st.process.planned_intra], tf_compute=tf_compute_threads())
     """)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TF_NUM_", "TF_AUTOPAR", "OMP_"))}
-    env.update(PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2", WEB_CONCURRENCY="2",
-               TF_AUTOPAR_LEASE_DIR=str(tmp_path / "lease"), TF_AUTOPAR_CACHE_DIR=str(tmp_path / "cache"))
-    workers = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], env=env, text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
+    env.update(
+        PYTHONPATH=ROOT,
+        TF_CPP_MIN_LOG_LEVEL="2",
+        WEB_CONCURRENCY="2",
+        TF_AUTOPAR_LEASE_DIR=str(tmp_path / "lease"),
+        TF_AUTOPAR_CACHE_DIR=str(tmp_path / "cache"),
+    )
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, str(tmp_path)],
+            env=env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for _ in range(2)
+    ]
     results = []
     for w in workers:
         out, err = w.communicate(timeout=240)
         assert w.returncode == 0, err
-        results.append(json.loads(next(l for l in out.splitlines() if l.startswith("RESULT "))[7:]))
+        results.append(json.loads(next(l for l in out.splitlines() if l.startswith("RESULT "))[7:]))  # noqa: E741
     first, second = (set(r["affinity"]) for r in results)
     assert first and second and not first & second  # each on its own core
     assert sorted(r["share"]["index"] for r in results) == [0, 1]

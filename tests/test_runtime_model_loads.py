@@ -3,6 +3,7 @@
 Each loader is exercised in a fresh process, as a server would: enable() first, then the
 load is the first TensorFlow work. What the process really runs with is read from /proc.
 """
+
 from __future__ import annotations
 
 import json
@@ -35,7 +36,7 @@ import tf_autopar
 {before}
 st0 = {enable}
 import tensorflow as tf
-SM, KERAS = {models['SM']!r}, {models['KERAS']!r}
+SM, KERAS = {models["SM"]!r}, {models["KERAS"]!r}
 {load}
 st = tf_autopar.status()
 report(tf_compute=tf_compute_threads(), phase=st.process.phase, source=st.process.source,
@@ -61,7 +62,9 @@ def test_each_loader_plans_from_the_model_before_the_runtime_starts(models, load
 def test_without_a_loaded_model_enable_keeps_tensorflows_default_pools(models, tmp_path):
     if cpus() < 2:
         pytest.skip("needs 2 CPUs")
-    build = f"import keras\nm = keras.Sequential([keras.Input((32, 32, 3)), keras.layers.Conv2D(8, 3)])\n{X}\nout = m(x)"
+    build = (
+        f"import keras\nm = keras.Sequential([keras.Input((32, 32, 3)), keras.layers.Conv2D(8, 3)])\n{X}\nout = m(x)"
+    )
     res, err, rc = run_child(_script(models, build), {"TF_AUTOPAR_CACHE_DIR": str(tmp_path)})
     assert rc == 0, err
     assert res["source"] == "host" and res["planned"] == [cpus(), cpus()]
@@ -69,16 +72,19 @@ def test_without_a_loaded_model_enable_keeps_tensorflows_default_pools(models, t
 
 
 def test_without_a_batch_ops_are_sized_for_batched_requests_too(models, tmp_path):
-    res, err, rc = run_child(_script(models, LOADERS["tf.saved_model.load"], "tf_autopar.enable()"),
-                             {"TF_AUTOPAR_CACHE_DIR": str(tmp_path)})
+    res, err, rc = run_child(
+        _script(models, LOADERS["tf.saved_model.load"], "tf_autopar.enable()"), {"TF_AUTOPAR_CACHE_DIR": str(tmp_path)}
+    )
     assert rc == 0, err
     assert "unknown batch dimension read as 1" in res["explain"] and "the batch is not given" in res["explain"]
     assert res["planned"][1] == cpus()  # one thread per op would slow batched requests
 
 
 def test_a_given_batch_is_what_a_none_batch_is_read_as(models, tmp_path):
-    res, err, rc = run_child(_script(models, LOADERS["tf.saved_model.load"], "tf_autopar.enable(batch=64)"),
-                             {"TF_AUTOPAR_CACHE_DIR": str(tmp_path)})
+    res, err, rc = run_child(
+        _script(models, LOADERS["tf.saved_model.load"], "tf_autopar.enable(batch=64)"),
+        {"TF_AUTOPAR_CACHE_DIR": str(tmp_path)},
+    )
     assert rc == 0, err
     assert "unknown batch dimension read as 64" in res["explain"]
     assert res["planned"][1] == cpus()  # at batch 64 the ops are big enough for every CPU
@@ -121,12 +127,25 @@ def test_a_cached_profile_without_a_field_the_planner_reads_is_a_miss(tmp_path):
     from tf_autopar.runtime import cache, core
 
     path = str(tmp_path / "plans.json")
-    fresh = GraphProfile(heavy_ops=33, depth=7, avg_width=4, max_width=27, typical_op_work=268_435_456,
-                         lookups=26, lookup_work=1_703_936, contraction_work=1_017_184_256, source="dlrm")
+    fresh = GraphProfile(
+        heavy_ops=33,
+        depth=7,
+        avg_width=4,
+        max_width=27,
+        typical_op_work=268_435_456,
+        lookups=26,
+        lookup_work=1_703_936,
+        contraction_work=1_017_184_256,
+        source="dlrm",
+    )
     cache.store_profile("new", core.profile_summary(fresh), path=path)
     old = {k: v for k, v in core.profile_summary(fresh).items() if k not in ("lookups", "lookup_work")}
     cache.store_profile("old", old, path=path)
     back = core.cached_profile(cache.lookup_profile("new", path=path))
-    assert back is not None and (back.lookups, back.lookup_work, back.contraction_work) == (26, 1_703_936, 1_017_184_256)
+    assert back is not None and (back.lookups, back.lookup_work, back.contraction_work) == (
+        26,
+        1_703_936,
+        1_017_184_256,
+    )
     assert core.cached_profile(cache.lookup_profile("old", path=path)) is None
     assert core.cached_profile(None) is None and core.cached_profile("garbled") is None

@@ -1,4 +1,5 @@
 """optimize() and the persistent plan cache, in real TensorFlow child processes."""
+
 from __future__ import annotations
 
 import json
@@ -98,8 +99,15 @@ def test_corrupt_cache_is_moved_aside_with_one_warning(tmp_path, monkeypatch, ca
     (tmp_path / "plans.json").write_text("{not json")
     STATE.warned_keys.discard(f"cache-corrupt:{tmp_path / 'plans.json'}")
     with caplog.at_level("WARNING", logger="tf_autopar"):
-        assert cache.load() == {"version": cache.VERSION, "plans": {}, "programs": {}, "profiles": {}, "tuned": {},
-                                "calibration": {}, "served": {}}
+        assert cache.load() == {
+            "version": cache.VERSION,
+            "plans": {},
+            "programs": {},
+            "profiles": {},
+            "tuned": {},
+            "calibration": {},
+            "served": {},
+        }
     assert not (tmp_path / "plans.json").exists()
     assert len(list(tmp_path.glob("plans.json.corrupt-*"))) == 1
     assert sum("unreadable" in r.getMessage() for r in caplog.records) == 1

@@ -1,5 +1,6 @@
 """optimize() on what users of SavedModels hold: loaded SavedModels, signatures, .keras files;
 called any number of times; never stale after the model's variables are written."""
+
 from __future__ import annotations
 
 import textwrap
@@ -99,7 +100,8 @@ def test_optimize_called_twice_and_after_importing_its_module(read_only):
 
 @pytest.mark.tf
 def test_optimize_loaded_savedmodel_and_its_signature_match_the_signature(tmp_path):
-    res = _child("""
+    res = _child(
+        """
     loaded = tf.saved_model.load(PATH)
     sig = loaded.signatures["serving_default"]
     by_model, by_sig = tf_autopar.optimize(loaded), tf_autopar.optimize(sig)
@@ -128,7 +130,10 @@ def test_optimize_loaded_savedmodel_and_its_signature_match_the_signature(tmp_pa
                      maxdiff(f1(pixels=x[:1]), as_numpy(sig1(pixels=x[:1])))]
     report(**{k: sorted(v) if isinstance(v, set) else v for k, v in out.items()}, errors=errors,
            notes=[s.note for s in tf_autopar.status().sessions], refreshes=[by_model.refreshes, by_sig.refreshes])
-    """, tmp_path, saved_model=True)
+    """,
+        tmp_path,
+        saved_model=True,
+    )
     assert len(res["diffs"]) == 6 and max(res["diffs"]) <= 1e-6, res["diffs"]
     assert max(res["single"]) <= 1e-6, res["single"]
     assert res["types"] == ["dict", "ndarray"]
@@ -153,7 +158,8 @@ def test_optimize_keras_model_loaded_from_a_keras_file(read_only):
 def test_writes_to_the_variables_are_never_served_stale(tmp_path):
     """assign, fit, set_weights and a loaded SavedModel's variable: the next call re-freezes
     (one INFO line); reading the model (predict, the signature) does not; refresh() by hand."""
-    res = _child("""
+    res = _child(
+        """
     import threading
     from tf_autopar.runtime import watch
     x = rng.random((4, 7), dtype=np.float32)
@@ -207,7 +213,10 @@ def test_writes_to_the_variables_are_never_served_stale(tmp_path):
     out["gc"].append(watch.installed())
     out["info"] = [m for lvl, m in records if lvl == "INFO" and "re-froze" in m]
     report(**out)
-    """, tmp_path, saved_model=True)
+    """,
+        tmp_path,
+        saved_model=True,
+    )
     assert res["read_only_refreshes"] == 0  # predict and model(x) only read: no needless re-freeze
     assert res["assign"] == [True, True]
     assert res["fit"] and res["set_weights"]
@@ -222,7 +231,8 @@ def test_writes_to_the_variables_are_never_served_stale(tmp_path):
 
 @pytest.mark.tf
 def test_savedmodel_without_signatures_is_a_clear_error(tmp_path):
-    res = _child(f"""
+    res = _child(
+        f"""
     import tensorflow as tf, keras
     import tf_autopar
     class M(tf.Module):
@@ -238,7 +248,9 @@ def test_savedmodel_without_signatures_is_a_clear_error(tmp_path):
         try: call()
         except ValueError as e: errors.append(str(e))
     report(errors=errors, sessions=len(tf_autopar.status().sessions))
-    """, tmp_path)
+    """,
+        tmp_path,
+    )
     assert len(res["errors"]) == 2
     assert "no signatures" in res["errors"][0] and "optimize(loaded.scale)" in res["errors"][0]
     assert "signature=" in res["errors"][1]
@@ -249,7 +261,8 @@ def test_savedmodel_without_signatures_is_a_clear_error(tmp_path):
 def test_fails_open_to_the_model_itself_with_one_warning(tmp_path):
     """Our own code failing (a planted analysis failure; a watch that cannot be installed) leaves
     the model running on TensorFlow's settings, with its own outputs: fresh after a write too."""
-    res = _child("""
+    res = _child(
+        """
     import os
     from tf_autopar.runtime import watch
     loaded = tf.saved_model.load(PATH)
@@ -268,7 +281,10 @@ def test_fails_open_to_the_model_itself_with_one_warning(tmp_path):
     km.weights[0].assign(km.weights[0] + 1.0)
     report(d1=d1, fresh=bool(np.array_equal(unwatched(x), km(x).numpy())),
            warnings=[m for lvl, m in records if lvl == "WARNING"], sessions=len(tf_autopar.status().sessions))
-    """, tmp_path, saved_model=True)
+    """,
+        tmp_path,
+        saved_model=True,
+    )
     assert res["d1"] == 0.0 and res["fresh"]  # the model itself ran
     assert len(res["warnings"]) == 1 and "could not build a tuned session for optimize()" in res["warnings"][0]
     assert res["sessions"] == 0
@@ -299,7 +315,8 @@ def test_optimize_uses_what_tune_measured_for_the_loaded_savedmodel(tmp_path):
 
     if cpus() < 2:
         pytest.skip("a tuned 2x2 needs 2 CPUs")
-    res = _child("""
+    res = _child(
+        """
     tf_autopar.enable(batch=1)
     from tf_autopar.graph import analyze
     from tf_autopar.runtime import cache, core
@@ -316,7 +333,10 @@ def test_optimize_uses_what_tune_measured_for_the_loaded_savedmodel(tmp_path):
            same=maxdiff(as_numpy(loaded.signatures["serving_default"](**{k: tf.constant(v) for k, v in x.items()})),
                         out) < 1e-6,
            rule_tuned="tuned on" in rule.plan.explain())
-    """, tmp_path, saved_model=True)
+    """,
+        tmp_path,
+        saved_model=True,
+    )
     assert res == {"tuned": [2, 2], "explain": True, "same": True, "rule_tuned": False}
 
 
@@ -324,7 +344,8 @@ def test_concurrent_callers_are_served_fairly(tmp_path):
     """Eight threads on one optimized model, in latency mode (one session, shared) and with two
     streams: every thread gets at least a fifth of the best-served thread's calls (with the old
     Condition hand-out one thread made about 8,000 calls and the other seven one each)."""
-    res = _child("""
+    res = _child(
+        """
     import threading, time
     import numpy as np, keras
     import tf_autopar
@@ -344,7 +365,9 @@ def test_concurrent_callers_are_served_fairly(tmp_path):
         for t in threads: t.join()
         out[label] = counts
     report(**out)
-    """, tmp_path)
+    """,
+        tmp_path,
+    )
     for label in ("latency", "streams"):
         counts = res[label]
         assert min(counts) >= max(counts) / 5, (label, counts)

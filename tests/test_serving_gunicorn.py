@@ -3,6 +3,7 @@ real processes, real sockets on 127.0.0.1, the workers' own /status.
 
 Plain `uvicorn --workers N` too. Skips (with the reason) where gunicorn, uvicorn or fastapi is missing: ``pip install '.[serve]'``.
 """
+
 from __future__ import annotations
 
 import os
@@ -13,8 +14,8 @@ import pytest
 for _name in ("gunicorn", "uvicorn", "fastapi"):
     pytest.importorskip(_name, reason=f"{_name} is not installed (pip install '.[serve]')")
 
-from examples.serving.harness import Server, served_paths, warm_until_served
-from tf_autopar.measure.cgroup import CgroupUnavailable, QuotaGroup, check_writable, find_cpu_controller
+from examples.serving.harness import Server, served_paths, warm_until_served  # noqa: E402
+from tf_autopar.measure.cgroup import CgroupUnavailable, QuotaGroup, check_writable, find_cpu_controller  # noqa: E402
 
 BODY = {"inputs": [[[[0.25, 0.5, 0.75]] * 32] * 32]}  # one 32x32x3 image: the small user model's input
 
@@ -30,17 +31,29 @@ def env(tmp_path, monkeypatch) -> dict[str, str]:
     lease = tmp_path / "lease"
     lease.mkdir(mode=0o700)
     e = dict(os.environ)
-    for var in ("WEB_CONCURRENCY", "TF_AUTOPAR_INSTANCES", "TF_NUM_INTEROP_THREADS", "TF_NUM_INTRAOP_THREADS",
-                "OMP_NUM_THREADS", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "TF_AUTOPAR_DISABLE", "TF_AUTOPAR_GROUP"):
+    for var in (
+        "WEB_CONCURRENCY",
+        "TF_AUTOPAR_INSTANCES",
+        "TF_NUM_INTEROP_THREADS",
+        "TF_NUM_INTRAOP_THREADS",
+        "OMP_NUM_THREADS",
+        "LOCAL_RANK",
+        "LOCAL_WORLD_SIZE",
+        "TF_AUTOPAR_DISABLE",
+        "TF_AUTOPAR_GROUP",
+    ):
         e.pop(var, None)
-    e.update(TF_AUTOPAR_LEASE_DIR=str(lease), TF_AUTOPAR_CACHE_DIR=str(tmp_path / "cache"),
-             TF_AUTOPAR_FAST_PATH_DIR=str(tmp_path / "fastpath"))
+    e.update(
+        TF_AUTOPAR_LEASE_DIR=str(lease),
+        TF_AUTOPAR_CACHE_DIR=str(tmp_path / "cache"),
+        TF_AUTOPAR_FAST_PATH_DIR=str(tmp_path / "fastpath"),
+    )
     return e
 
 
 def disjoint(statuses: dict[int, dict]) -> bool:
     sets = [set(s["affinity"]) for s in statuses.values()]
-    return all(not (a & b) for i, a in enumerate(sets) for b in sets[i + 1:])
+    return all(not (a & b) for i, a in enumerate(sets) for b in sets[i + 1 :])
 
 
 def test_workers_take_disjoint_shares_served_and_a_killed_worker_takes_its_slot_back(user_models, env, tmp_path):
@@ -62,7 +75,10 @@ def test_workers_take_disjoint_shares_served_and_a_killed_worker_takes_its_slot_
         assert pid in server.worker_pids() and victim not in server.worker_pids()
         assert new[pid]["affinity"] == st[victim]["affinity"], (new[pid], st[victim])  # its slot back
         assert disjoint(new), new
-        assert "reclaimed from pid" in new[pid]["share"]["note"] or new[pid]["share"]["index"] == st[victim]["share"]["index"]
+        assert (
+            "reclaimed from pid" in new[pid]["share"]["note"]
+            or new[pid]["share"]["index"] == st[victim]["share"]["index"]
+        )
         code, out = server.request("POST", "/predict", BODY)
         assert code == 200 and len(out["outputs"]["output_0"][0]) == 10
 
@@ -78,19 +94,26 @@ def test_preload_with_the_model_loaded_in_the_workers_keeps_disjoint_shares(user
         assert all(s["phase"] == "before-start" and s["planned"].startswith("1x") for s in st.values()), st
 
 
-PRELOAD_STARTS_TF = '''
+PRELOAD_STARTS_TF = """
 from examples.serving.app import app  # enable() first
 import tensorflow as tf
 tf.constant(1.0) + 1.0  # TensorFlow's runtime starts here, in gunicorn's master under --preload
-'''
+"""
 
 
 def test_preload_that_starts_tensorflow_in_the_master_tells_the_user_what_to_do(user_models, env, tmp_path):
     """An app that runs TensorFlow at import, under --preload: the workers cannot re-plan (pools
     are fixed before the fork) and each says so once, naming the fix."""
     (tmp_path / "preload_app.py").write_text(PRELOAD_STARTS_TF)
-    with Server(user_models["SM"], 2, env=env, preload=True, app="preload_app:app", pythonpath=(str(tmp_path),),
-                log_path=str(tmp_path / "server.log")) as server:
+    with Server(
+        user_models["SM"],
+        2,
+        env=env,
+        preload=True,
+        app="preload_app:app",
+        pythonpath=(str(tmp_path),),
+        log_path=str(tmp_path / "server.log"),
+    ) as server:
         st = server.statuses(2)
         for s in st.values():
             told = [w for w in s["warnings"] if "forked from pid" in w]

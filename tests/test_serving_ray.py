@@ -1,5 +1,6 @@
 """Ray replicas plan for the CPUs Ray granted them (coordination/ray_grant.py), on a real local
 2-node Ray cluster. Skips (with the reason) where Ray is missing: ``pip install '.[serve]'``."""
+
 from __future__ import annotations
 
 import json
@@ -54,11 +55,16 @@ def ray_child(tmp_path, *args: str) -> dict:
     lease.mkdir(mode=0o700)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TF_NUM_", "TF_AUTOPAR_INSTANCES", "RAY_"))}
     env["RAY_USAGE_STATS_ENABLED"] = "0"
-    proc = subprocess.run([sys.executable, str(HERE / "_ray_child.py"), str(lease), *args], env=env,
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, str(HERE / "_ray_child.py"), str(lease), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, proc.stderr[-3000:]
-    return json.loads(lines[-1][len("RESULT "):])
+    return json.loads(lines[-1][len("RESULT ") :])
 
 
 def test_replicas_on_a_local_two_node_ray_cluster_plan_for_their_grant(tmp_path):

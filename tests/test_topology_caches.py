@@ -1,4 +1,5 @@
 """Cache domains and core types (topology/caches.py) on the recorded hosts and broken variants."""
+
 from __future__ import annotations
 
 import pytest
@@ -47,7 +48,8 @@ def test_arm_capacity_map(host_root):
     t = detect_topology(host_root("arm-rk3588-biglittle"), cpu_details=False)
     assert t.hybrid and "cpu_capacity" in t.core_kinds_from
     assert [(c.cpus[0], c.kind, c.capacity) for c in t.cores] == (
-        [(i, EFFICIENCY, 414) for i in range(4)] + [(i, PERFORMANCE, 1024) for i in range(4, 8)])
+        [(i, EFFICIENCY, 414) for i in range(4)] + [(i, PERFORMANCE, 1024) for i in range(4, 8)]
+    )
     # per-cluster core ids repeat (0-3, 0-1, 0-1): still eight cores
     assert [c.core_id for c in t.cores] == [0, 1, 2, 3, 0, 1, 0, 1]
     # device-tree kernels give no cache id: the domain is known by its CPUs
@@ -77,12 +79,16 @@ def test_a_restricted_mask_limits_the_domains(host_variant):
     assert [d.cache_id for d in t.cache_domains] == [0, 1]
 
 
-@pytest.mark.parametrize("path, content, expect", [
-    ("/sys/devices/system/cpu/cpu8/cache/index3/shared_cpu_list", "8-15,banana\n", "shared_cpu_list"),
-    ("/sys/devices/system/cpu/cpu8/cache/index3/shared_cpu_list", "0-7\n", "does not list CPU 8"),
-])
-def test_a_garbled_shared_list_warns_once_and_a_neighbour_places_its_cpu(host_variant, path, content, expect,
-                                                                         monkeypatch):
+@pytest.mark.parametrize(
+    "path, content, expect",
+    [
+        ("/sys/devices/system/cpu/cpu8/cache/index3/shared_cpu_list", "8-15,banana\n", "shared_cpu_list"),
+        ("/sys/devices/system/cpu/cpu8/cache/index3/shared_cpu_list", "0-7\n", "does not list CPU 8"),
+    ],
+)
+def test_a_garbled_shared_list_warns_once_and_a_neighbour_places_its_cpu(
+    host_variant, path, content, expect, monkeypatch
+):
     from tf_autopar import _warn
 
     monkeypatch.setattr(_warn, "SEEN", set())
@@ -113,8 +119,9 @@ def test_a_lone_cpu_no_list_names_is_in_no_domain(host_variant):
 def test_partial_cache_information_warns(host_variant):
     # a VM that describes the caches of its first four CPUs only
     files = {f"/sys/devices/system/cpu/cpu{i}/cache/index3/shared_cpu_list": "0-3\n" for i in range(4)}
-    root = host_variant("arm-rk3588-biglittle", files=files,
-                        drop=tuple(f"/sys/devices/system/cpu/cpu{i}/cache" for i in range(4, 8)))
+    root = host_variant(
+        "arm-rk3588-biglittle", files=files, drop=tuple(f"/sys/devices/system/cpu/cpu{i}/cache" for i in range(4, 8))
+    )
     t = detect_topology(root, cpu_details=False)
     assert [d.cpus for d in t.cache_domains] == [(0, 1, 2, 3)]
     assert len(t.warnings) == 1 and "no last-level cache information for CPUs 4-7" in t.warnings[0]

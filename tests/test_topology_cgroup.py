@@ -1,5 +1,6 @@
 """cgroup readers: finding the groups (v1, v2, hybrid, container mounts), the ancestor walk,
 the tightest quota, cpusets, garbled files, and the budget rule."""
+
 from __future__ import annotations
 
 import os
@@ -23,6 +24,7 @@ from tf_autopar.topology.model import CpuQuota
 
 # ---------------------------------------------------------------- parsing
 
+
 def test_parse_mountinfo_keeps_cgroup_mounts_and_unescapes():
     text = (
         "22 27 0:21 / /proc rw,relatime - proc proc rw\n"
@@ -42,7 +44,11 @@ def test_parse_proc_cgroup_v1_v2_hybrid():
     text = "12:cpuset:/\n4:cpu,cpuacct:/a/b\n1:name=systemd:/a/b\n0::/a/b\nnonsense\n"
     ms = parse_proc_cgroup(text)
     assert [(m.hierarchy, m.controllers, m.path) for m in ms] == [
-        (12, ("cpuset",), "/"), (4, ("cpu", "cpuacct"), "/a/b"), (1, ("name=systemd",), "/a/b"), (0, (), "/a/b")]
+        (12, ("cpuset",), "/"),
+        (4, ("cpu", "cpuacct"), "/a/b"),
+        (1, ("name=systemd",), "/a/b"),
+        (0, (), "/a/b"),
+    ]
 
 
 def test_find_groups_hybrid_separate_and_comounted_controllers():
@@ -54,8 +60,10 @@ def test_find_groups_hybrid_separate_and_comounted_controllers():
     )
     ms = parse_proc_cgroup("3:cpuset:/\n2:cpuacct:/x\n1:cpu:/x/y\n0::/x/y\n")
     groups = find_groups(ms, mounts, "cpu")
-    assert groups == [GroupDir(1, "/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu/x/y"),
-                      GroupDir(2, "/sys/fs/cgroup/unified", "/sys/fs/cgroup/unified/x/y")]
+    assert groups == [
+        GroupDir(1, "/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu/x/y"),
+        GroupDir(2, "/sys/fs/cgroup/unified", "/sys/fs/cgroup/unified/x/y"),
+    ]
     assert groups[0].chain() == ["/sys/fs/cgroup/cpu/x/y", "/sys/fs/cgroup/cpu/x", "/sys/fs/cgroup/cpu"]
     assert find_groups(ms, mounts, "cpuset")[0] == GroupDir(1, "/sys/fs/cgroup/cpuset", "/sys/fs/cgroup/cpuset")
 
@@ -71,14 +79,15 @@ def test_mount_root_that_is_the_group_itself_and_namespace_fallback():
 
 def test_longest_mount_root_wins():
     mounts = parse_mountinfo(
-        "1 0 0:1 / /host/cgroup rw - cgroup2 cgroup2 rw\n"
-        "2 0 0:1 /pod /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n"
+        "1 0 0:1 / /host/cgroup rw - cgroup2 cgroup2 rw\n2 0 0:1 /pod /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n"
     )
     assert find_groups(parse_proc_cgroup("0::/pod/c1\n"), mounts, "cpu")[0].leaf == "/sys/fs/cgroup/c1"
 
 
-@pytest.mark.parametrize("text, expected", [("max 100000", (None, 100000)), ("250000 100000\n", (250000, 100000)),
-                                            ("50000", (50000, 100000))])
+@pytest.mark.parametrize(
+    "text, expected",
+    [("max 100000", (None, 100000)), ("250000 100000\n", (250000, 100000)), ("50000", (50000, 100000))],
+)
 def test_parse_cpu_max(text, expected):
     assert parse_cpu_max(text) == expected
 
@@ -91,20 +100,24 @@ def test_parse_cpu_max_rejects(text):
 
 # ---------------------------------------------------------------- budget rule
 
+
 def q(quota, period=100000):
     return CpuQuota(cpus=quota / period, quota_us=quota, period_us=period, cgroup_version=2, path="x")
 
 
-@pytest.mark.parametrize("affinity, quota, budget", [
-    (128, q(250000), 2),  # 2.5 rounds down
-    (8, q(299999), 2),  # 2.99999 still 2
-    (8, q(300000), 3),
-    (8, q(50000), 1),  # below one CPU: minimum 1
-    (2, q(400000), 2),  # affinity is tighter
-    (8, None, 8),
-    (0, None, 1),
-    (64, q(150000, 50000), 3),  # other period
-])
+@pytest.mark.parametrize(
+    "affinity, quota, budget",
+    [
+        (128, q(250000), 2),  # 2.5 rounds down
+        (8, q(299999), 2),  # 2.99999 still 2
+        (8, q(300000), 3),
+        (8, q(50000), 1),  # below one CPU: minimum 1
+        (2, q(400000), 2),  # affinity is tighter
+        (8, None, 8),
+        (0, None, 1),
+        (64, q(150000, 50000), 3),  # other period
+    ],
+)
 def test_cpu_budget_rounds_down_min_one(affinity, quota, budget):
     assert cpu_budget(affinity, quota) == budget
 
@@ -117,6 +130,7 @@ def test_tightest_compares_ratios_not_quotas():
 
 
 # ---------------------------------------------------------------- ancestor walk on trees
+
 
 def test_v2_tighter_ancestor_wins(host_variant):
     root = host_variant("container-v2-quota-2.5", files={"/sys/fs/cgroup/cpu.max": "150000 100000\n"})
@@ -135,7 +149,8 @@ def test_v2_container_mount_root_is_own_group(host_variant, make_hosts):
     root = host_variant(
         "container-v2-quota-2.5",
         mounts=(f"{leaf} /sys/fs/cgroup cgroup2 rw,nsdelegate",),
-        files={"/sys/fs/cgroup/cpu.max": "350000 100000\n"}, merge_files=False,
+        files={"/sys/fs/cgroup/cpu.max": "350000 100000\n"},
+        merge_files=False,
     )
     t = detect_topology(root)
     assert t.quota.cpus == 3.5 and t.cpu_budget == 3
@@ -143,7 +158,9 @@ def test_v2_container_mount_root_is_own_group(host_variant, make_hosts):
 
 def test_v1_leaf_tighter_than_ancestor(host_variant):
     leaf = "/sys/fs/cgroup/cpu,cpuacct/batch.slice/job42.service"
-    root = host_variant("cgroup-v1-host", files={f"{leaf}/cpu.cfs_quota_us": "50000\n", f"{leaf}/cpu.cfs_period_us": "20000\n"})
+    root = host_variant(
+        "cgroup-v1-host", files={f"{leaf}/cpu.cfs_quota_us": "50000\n", f"{leaf}/cpu.cfs_period_us": "20000\n"}
+    )
     t = detect_topology(root)
     assert (t.quota.cpus, t.quota.cgroup_version, t.cpu_budget) == (2.5, 1, 2)
     assert t.quota.path.endswith("job42.service/cpu.cfs_quota_us")
@@ -155,7 +172,9 @@ def test_v1_unlimited_everywhere(host_variant):
     assert t.quota is None and t.cpu_budget == 16
 
 
-@pytest.mark.parametrize("v1_quota, v2_max, cpus, version", [("400000", "150000 100000", 1.5, 2), ("100000", "300000 100000", 1.0, 1)])
+@pytest.mark.parametrize(
+    "v1_quota, v2_max, cpus, version", [("400000", "150000 100000", 1.5, 2), ("100000", "300000 100000", 1.0, 1)]
+)
 def test_hybrid_v1_and_v2_tightest_wins(v1_quota, v2_max, cpus, version, host_variant, make_hosts):
     root = host_variant(
         "cgroup-v1-host",
@@ -170,11 +189,15 @@ def test_hybrid_v1_and_v2_tightest_wins(v1_quota, v2_max, cpus, version, host_va
     assert (t.quota.cpus, t.quota.cgroup_version) == (cpus, version)
 
 
-@pytest.mark.parametrize("quota, period, fragment", [("abc", "100000", "'abc' is not a number"), ("200000", "0", "period"),
-                                                     ("0", "100000", "quota 0")])
+@pytest.mark.parametrize(
+    "quota, period, fragment",
+    [("abc", "100000", "'abc' is not a number"), ("200000", "0", "period"), ("0", "100000", "quota 0")],
+)
 def test_v1_garbled_quota_warns_and_is_ignored(quota, period, fragment, host_variant):
     d = "/sys/fs/cgroup/cpu,cpuacct/batch.slice"
-    root = host_variant("cgroup-v1-host", files={f"{d}/cpu.cfs_quota_us": quota + "\n", f"{d}/cpu.cfs_period_us": period + "\n"})
+    root = host_variant(
+        "cgroup-v1-host", files={f"{d}/cpu.cfs_quota_us": quota + "\n", f"{d}/cpu.cfs_period_us": period + "\n"}
+    )
     t = detect_topology(root)
     assert t.quota is None and t.cpu_budget == 16
     assert any(fragment in w and "batch.slice" in w for w in t.warnings), t.warnings
@@ -195,8 +218,10 @@ def test_v1_cpuset_intersects_ancestors(host_variant):
 
 
 def test_v2_cpuset_nearest_effective(host_variant):
-    root = host_variant("container-v2-quota-2.5",
-                   files={"/sys/fs/cgroup/cri-containerd-3f4e5d6c.scope/cpuset.cpus.effective": "0-3,64-67\n"})
+    root = host_variant(
+        "container-v2-quota-2.5",
+        files={"/sys/fs/cgroup/cri-containerd-3f4e5d6c.scope/cpuset.cpus.effective": "0-3,64-67\n"},
+    )
     t = detect_topology(root)
     assert t.cpuset == (0, 1, 2, 3, 64, 65, 66, 67)
     assert t.physical_cores == 4 and t.cpu_budget == 2

@@ -1,4 +1,5 @@
 """`tf-autopar inspect`: human summary and --json, on recorded trees and on this machine."""
+
 from __future__ import annotations
 
 import json
@@ -47,12 +48,22 @@ def test_human_summary_shows_quota_file_and_warnings(capsys, host_root):
 
 def test_console_entry_and_bad_root():
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    ok = subprocess.run([sys.executable, "-m", "tf_autopar.cli.main", "inspect", "--json"], env=env,
-                        capture_output=True, text=True, timeout=120)
+    ok = subprocess.run(
+        [sys.executable, "-m", "tf_autopar.cli.main", "inspect", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)["logical_cpus"] == len(os.sched_getaffinity(0))
-    bad = subprocess.run([sys.executable, "-m", "tf_autopar.cli.main", "inspect", "--root", "/no/such/dir"], env=env,
-                         capture_output=True, text=True, timeout=120)
+    bad = subprocess.run(
+        [sys.executable, "-m", "tf_autopar.cli.main", "inspect", "--root", "/no/such/dir"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bad.returncode == 2
     assert "/no/such/dir" in bad.stderr and "not a directory" in bad.stderr
 

@@ -1,4 +1,5 @@
 """CPU vendor/model/ISA: /proc/cpuinfo parsing (x86, aarch64) and the py-cpuinfo disk cache."""
+
 from __future__ import annotations
 
 import json
@@ -14,17 +15,31 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_x86_layout():
-    text = ("processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) Platinum 8480+\n"
-            "flags\t\t: fpu sse4_2 avx avx2 avx512f avx512_vnni avx512_bf16 amx_tile amx_bf16 amx_int8\n\n"
-            "processor\t: 1\nvendor_id\t: GenuineIntel\n")
+    text = (
+        "processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) Platinum 8480+\n"
+        "flags\t\t: fpu sse4_2 avx avx2 avx512f avx512_vnni avx512_bf16 amx_tile amx_bf16 amx_int8\n\n"
+        "processor\t: 1\nvendor_id\t: GenuineIntel\n"
+    )
     info = parse_proc_cpuinfo(text)
     assert info.vendor == "Intel" and info.model == "Intel(R) Xeon(R) Platinum 8480+"
-    assert info.isa == ("sse4_2", "avx", "avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8")
+    assert info.isa == (
+        "sse4_2",
+        "avx",
+        "avx2",
+        "avx512f",
+        "avx512_vnni",
+        "avx512_bf16",
+        "amx_tile",
+        "amx_bf16",
+        "amx_int8",
+    )
 
 
 def test_aarch64_layout():
-    text = ("processor\t: 0\nBogoMIPS\t: 2100.00\nFeatures\t: fp asimd sve sve2 i8mm bf16 asimddp sme\n"
-            "CPU implementer\t: 0x41\nCPU architecture: 8\nCPU variant\t: 0x0\nCPU part\t: 0xd4f\nCPU revision\t: 1\n\n")
+    text = (
+        "processor\t: 0\nBogoMIPS\t: 2100.00\nFeatures\t: fp asimd sve sve2 i8mm bf16 asimddp sme\n"
+        "CPU implementer\t: 0x41\nCPU architecture: 8\nCPU variant\t: 0x0\nCPU part\t: 0xd4f\nCPU revision\t: 1\n\n"
+    )
     info = parse_proc_cpuinfo(text)
     assert (info.vendor, info.model) == ("ARM", "Neoverse-V2")
     assert info.isa == ("asimd", "asimddp", "i8mm", "bf16", "sve", "sve2", "sme")
@@ -49,9 +64,13 @@ def test_fixture_without_cpuinfo_warns(tmp_path):
 
 
 def _live_cpuinfo(cache_dir: str) -> dict:
-    code = ("import json; from tf_autopar.topology import detect_topology; "
-            "print(json.dumps(detect_topology().to_dict()['cpu']))")
-    env = dict(os.environ, TF_AUTOPAR_CACHE_DIR=cache_dir, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    code = (
+        "import json; from tf_autopar.topology import detect_topology; "
+        "print(json.dumps(detect_topology().to_dict()['cpu']))"
+    )
+    env = dict(
+        os.environ, TF_AUTOPAR_CACHE_DIR=cache_dir, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", "")
+    )
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, check=True)
     return json.loads(out.stdout)
 
@@ -60,7 +79,7 @@ def test_py_cpuinfo_result_is_cached_on_disk(tmp_path):
     first = _live_cpuinfo(str(tmp_path))  # runs py-cpuinfo (~1 s) and writes the cache
     cache = json.loads((tmp_path / "cpuinfo.json").read_text())
     assert len(cache) == 1
-    (key, entry), = cache.items()
+    ((key, entry),) = cache.items()
     assert entry == {"vendor": first["vendor"], "model": first["model"], "isa": first["isa"]}
     # A second process must answer from the cache, not from py-cpuinfo: mark the entry.
     entry["model"] = "served-from-cache"
@@ -77,12 +96,19 @@ def test_unwritable_cache_dir_still_answers(tmp_path):
 
 def test_cpu_details_off_never_runs_py_cpuinfo(tmp_path):
     """enable()'s path: an empty cache must not cost py-cpuinfo's second, nor fill the cache."""
-    code = ("import json, sys; from tf_autopar.topology import detect_topology; "
-            "t = detect_topology(cpu_details=False); "
-            "print(json.dumps({'cpu': t.to_dict()['cpu'], 'imported': 'cpuinfo' in sys.modules}))")
-    env = dict(os.environ, TF_AUTOPAR_CACHE_DIR=str(tmp_path), PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    out = json.loads(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                                    timeout=120, check=True).stdout)
+    code = (
+        "import json, sys; from tf_autopar.topology import detect_topology; "
+        "t = detect_topology(cpu_details=False); "
+        "print(json.dumps({'cpu': t.to_dict()['cpu'], 'imported': 'cpuinfo' in sys.modules}))"
+    )
+    env = dict(
+        os.environ, TF_AUTOPAR_CACHE_DIR=str(tmp_path), PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", "")
+    )
+    out = json.loads(
+        subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, check=True
+        ).stdout
+    )
     assert out["imported"] is False
     assert out["cpu"]["model"] != "unknown" and out["cpu"]["vendor"] != "unknown"
     assert not (tmp_path / "cpuinfo.json").exists()

@@ -1,4 +1,5 @@
 """The kernel cpulist parser/formatter used by every topology reader."""
+
 from __future__ import annotations
 
 import pytest
@@ -26,8 +27,10 @@ def test_parse(text, expected):
     assert parse_cpulist(text) == expected
 
 
-@pytest.mark.parametrize("text, fragment", [("0-3,x", "'x'"), ("3-1", "backwards"), ("a-b", "'a'"), ("-1", "''"),
-                                            ("0-4:0", "zero stride"), ("1.5", "'1.5'")])
+@pytest.mark.parametrize(
+    "text, fragment",
+    [("0-3,x", "'x'"), ("3-1", "backwards"), ("a-b", "'a'"), ("-1", "''"), ("0-4:0", "zero stride"), ("1.5", "'1.5'")],
+)
 def test_parse_rejects_garbage_naming_the_piece(text, fragment):
     with pytest.raises(ValueError) as err:
         parse_cpulist(text)
@@ -35,7 +38,9 @@ def test_parse_rejects_garbage_naming_the_piece(text, fragment):
     assert repr(text.strip()) in str(err.value)
 
 
-@pytest.mark.parametrize("cpus, text", [([0, 1, 2, 3, 8, 10, 11], "0-3,8,10-11"), ([], ""), ([7], "7"), ([3, 1, 2], "1-3")])
+@pytest.mark.parametrize(
+    "cpus, text", [([0, 1, 2, 3, 8, 10, 11], "0-3,8,10-11"), ([], ""), ([7], "7"), ([3, 1, 2], "1-3")]
+)
 def test_format(cpus, text):
     assert format_cpulist(cpus) == text
 

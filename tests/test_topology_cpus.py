@@ -1,4 +1,5 @@
 """CPU/core/NUMA readers: grouping rules and the fallbacks for missing or garbled files."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -10,7 +11,12 @@ from tf_autopar.topology.cpus import CpuPlace, group_cores, guess_places
 
 def test_core_id_repeated_across_dies_is_told_apart_by_siblings():
     # Cascade Lake-AP style: two dies in one package both number their cores from 0.
-    places = {0: CpuPlace(0, 0, (0, 2)), 2: CpuPlace(0, 0, (0, 2)), 1: CpuPlace(0, 0, (1, 3)), 3: CpuPlace(0, 0, (1, 3))}
+    places = {
+        0: CpuPlace(0, 0, (0, 2)),
+        2: CpuPlace(0, 0, (0, 2)),
+        1: CpuPlace(0, 0, (1, 3)),
+        3: CpuPlace(0, 0, (1, 3)),
+    }
     cores = group_cores([0, 1, 2, 3], places, {0: 0, 1: 1, 2: 0, 3: 1})
     assert [(c.cpus, c.numa_node) for c in cores] == [((0, 2), 0), ((1, 3), 1)]
 

@@ -1,4 +1,5 @@
 """detect_topology on every recorded host tree: numbers written down by hand from the specs."""
+
 from __future__ import annotations
 
 import filecmp
@@ -132,7 +133,7 @@ def test_committed_trees_match_the_generator(tmp_path, make_hosts, host_root):
         mismatch = []
 
         def walk(cmp, prefix=""):
-            mismatch.extend(prefix + f for f in cmp.left_only + cmp.right_only + cmp.diff_files + cmp.funny_files)
+            mismatch.extend(prefix + f for f in cmp.left_only + cmp.right_only + cmp.diff_files + cmp.funny_files)  # noqa: B023
             for sub, sub_cmp in cmp.subdirs.items():
                 walk(sub_cmp, prefix + sub + "/")
 

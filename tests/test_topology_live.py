@@ -5,6 +5,7 @@ The cgroup tests (marked root) create a group under the writable cpu controller
 `python -m tf_autopar.cli.main inspect --json` inside it, always remove the group, and
 skip with the reason when no group can be created.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -74,6 +75,7 @@ def test_cli_under_a_one_cpu_mask():
 
 
 # ---------------------------------------------------------------- real cgroups (root)
+
 
 def _write(path: str, value: str) -> None:
     with open(path, "w") as fh:

@@ -1,4 +1,5 @@
 """Threading runtime of the installed TensorFlow, found from its ELF files without importing it."""
+
 from __future__ import annotations
 
 import glob
@@ -39,7 +40,9 @@ def readelf_needed(path: str) -> list[str]:
 def test_elf_reader_agrees_with_readelf(need_tool):
     need_tool("readelf")
     libs = [sys.executable, os.path.realpath(sys.executable)]
-    libs += glob.glob("/usr/lib/x86_64-linux-gnu/libstdc++.so.6*")[:1] + glob.glob("/lib/x86_64-linux-gnu/libz.so.1*")[:1]
+    libs += (
+        glob.glob("/usr/lib/x86_64-linux-gnu/libstdc++.so.6*")[:1] + glob.glob("/lib/x86_64-linux-gnu/libz.so.1*")[:1]
+    )
     if TF_SPEC:
         pkg = TF_SPEC.submodule_search_locations[0]
         libs += glob.glob(os.path.join(pkg, "python", "_pywrap_tensorflow_internal.so"))
@@ -62,7 +65,9 @@ def _fake_tf(tmp_path, openmp: bool) -> str:
     pkg = tmp_path / ("omp" if openmp else "plain") / "tensorflow"
     pkg.mkdir(parents=True)
     src = tmp_path / "k.c"
-    src.write_text("#include <omp.h>\nint k(void){return omp_get_max_threads();}\n" if openmp else "int k(void){return 1;}\n")
+    src.write_text(
+        "#include <omp.h>\nint k(void){return omp_get_max_threads();}\n" if openmp else "int k(void){return 1;}\n"
+    )
     cmd = [GCC, "-shared", "-fPIC", str(src), "-o", str(pkg / "libtensorflow_framework.so.2")]
     if openmp:
         cmd.insert(1, "-fopenmp")
@@ -95,7 +100,7 @@ def test_verdict_is_cached_on_disk_by_path_and_mtime(tmp_path):
     pkg = _fake_tf(tmp_path, openmp=True)
     detect_tf_runtime(pkg)
     cache = json.loads((tmp_path / "cache" / "tf_runtime.json").read_text())
-    (key, entry), = cache.items()
+    ((key, entry),) = cache.items()
     assert key.startswith(os.path.realpath(pkg) + "|") and entry["runtime"] == "openmp"
 
 
@@ -116,18 +121,31 @@ def test_installed_stock_tf_is_eigen():
 def test_absent_when_no_tensorflow_is_importable():
     # -S: no site-packages, so no TensorFlow; tf_autopar itself comes from the repo.
     code = "from tf_autopar.topology import detect_tf_runtime; print(detect_tf_runtime().runtime)"
-    out = subprocess.run([sys.executable, "-S", "-c", code], env={"PYTHONPATH": REPO, "PATH": os.environ.get("PATH", "")},
-                         capture_output=True, text=True, timeout=60, check=True)
+    out = subprocess.run(
+        [sys.executable, "-S", "-c", code],
+        env={"PYTHONPATH": REPO, "PATH": os.environ.get("PATH", "")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     assert out.stdout.strip() == "absent"
 
 
 def test_what_stock_tensorflow_runs_with_has_no_openmp_runtime():
     """After an op, the stock build has no OpenMP runtime mapped: runtime.openmp reports None, so
     `bench` shows no OpenMP threads (tests/openmp checks the other side on Intel's build)."""
-    code = ("import tensorflow as tf; x = tf.random.normal([64, 64]); tf.linalg.matmul(x, x)\n"
-            "from tf_autopar.runtime.openmp import loaded_library, openmp_state\n"
-            "print(repr((loaded_library(), openmp_state())))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    code = (
+        "import tensorflow as tf; x = tf.random.normal([64, 64]); tf.linalg.matmul(x, x)\n"
+        "from tf_autopar.runtime.openmp import loaded_library, openmp_state\n"
+        "print(repr((loaded_library(), openmp_state())))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "(None, None)"

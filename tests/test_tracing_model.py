@@ -1,4 +1,5 @@
 """Pure parts of the tracer: event parsing, type names, aggregation (no TensorFlow)."""
+
 from __future__ import annotations
 
 import json
@@ -15,7 +16,9 @@ def _chunk(rows: list[tuple[str, str, int, int]]) -> RawChunk:
     names: dict[str, int] = {}
     threads: dict[str, int] = {}
     ev = [(names.setdefault(n, len(names)), threads.setdefault(t, len(threads)), s, e) for n, t, s, e in rows]
-    return RawChunk(tuple(names), tuple(threads), tuple(range(len(threads))), np.array(ev, dtype=np.int64).reshape(-1, 4))
+    return RawChunk(
+        tuple(names), tuple(threads), tuple(range(len(threads))), np.array(ev, dtype=np.int64).reshape(-1, 4)
+    )
 
 
 @pytest.mark.parametrize(
@@ -53,15 +56,17 @@ def test_parse_op_event(name: str, expected) -> None:
 
 
 def test_op_table_filters_and_windows() -> None:
-    ch = _chunk([
-        ("x:_Arg", "tf_Compute/1", 100, 110),
-        ("MatMul:_MklMatMul", "tf_Compute/1", 120, 220),
-        ("ExecutorState::Process", "tf_Compute/1", 100, 400),
-        ("call:StatefulPartitionedCall", "python", 90, 500),
-        ("Relu:Relu", "tf_Compute/2", 230, 250),
-        ("MatMul:_MklMatMul", "tf_Compute/2", 1000, 1400),  # outside the window below
-        ("out:_Retval", "tf_Compute/1", 260, 261),
-    ])
+    ch = _chunk(
+        [
+            ("x:_Arg", "tf_Compute/1", 100, 110),
+            ("MatMul:_MklMatMul", "tf_Compute/1", 120, 220),
+            ("ExecutorState::Process", "tf_Compute/1", 100, 400),
+            ("call:StatefulPartitionedCall", "python", 90, 500),
+            ("Relu:Relu", "tf_Compute/2", 230, 250),
+            ("MatMul:_MklMatMul", "tf_Compute/2", 1000, 1400),  # outside the window below
+            ("out:_Retval", "tf_Compute/1", 260, 261),
+        ]
+    )
     table = model.op_table([ch], 100, 900)
     evs = table.events()
     assert [(e.name, e.type, e.kernel, e.thread) for e in evs] == [
@@ -72,15 +77,17 @@ def test_op_table_filters_and_windows() -> None:
 
 
 def test_eager_ops_take_their_type_from_the_enclosing_dispatch() -> None:
-    ch = _chunk([
-        ("EagerLocalExecute: MatMul", "python", 0, 100),
-        ("EagerKernelExecute", "python", 10, 90),
-        ("EagerLocalExecute: __inference_f_12", "python", 200, 400),
-        ("EagerKernelExecute", "python", 210, 390),  # a tf.function call: its ops are traced separately
-        ("f/MatMul:MatMul", "tf_Compute/1", 220, 300),
-        ("EagerLocalExecute: Relu", "python", 500, 520),
-        ("EagerKernelExecute", "python", 505, 515),
-    ])
+    ch = _chunk(
+        [
+            ("EagerLocalExecute: MatMul", "python", 0, 100),
+            ("EagerKernelExecute", "python", 10, 90),
+            ("EagerLocalExecute: __inference_f_12", "python", 200, 400),
+            ("EagerKernelExecute", "python", 210, 390),  # a tf.function call: its ops are traced separately
+            ("f/MatMul:MatMul", "tf_Compute/1", 220, 300),
+            ("EagerLocalExecute: Relu", "python", 500, 520),
+            ("EagerKernelExecute", "python", 505, 515),
+        ]
+    )
     recs = {r.name: r for r in model.aggregate_ops(model.op_table([ch], 0, 10_000))}
     assert set(recs) == {"eager/MatMul", "eager/Relu", "f/MatMul"}
     assert recs["eager/MatMul"].total_s == pytest.approx(80e-9)
@@ -97,12 +104,20 @@ def test_aggregation_counts_totals_medians_and_main_thread() -> None:
     ops = model.aggregate_ops(table)
     assert [r.name for r in ops] == ["conv", "add"]
     conv = ops[0]
-    assert (conv.type, conv.kernel, conv.count, conv.threads, conv.thread) == ("Conv2D", "_MklNativeConv2D", 4, 2,
-                                                                              "tf_Compute/1")
+    assert (conv.type, conv.kernel, conv.count, conv.threads, conv.thread) == (
+        "Conv2D",
+        "_MklNativeConv2D",
+        4,
+        2,
+        "tf_Compute/1",
+    )
     assert conv.total_s == pytest.approx(18e-9)
     assert conv.median_s == pytest.approx(4e-9)
     types = model.aggregate_types(table, model.heavy_classifier())
-    assert [(t.type, t.count, t.ops, t.heavy) for t in types] == [("Conv2D", 4, 1, "convolution"), ("AddV2", 1, 1, None)]
+    assert [(t.type, t.count, t.ops, t.heavy) for t in types] == [
+        ("Conv2D", 4, 1, "convolution"),
+        ("AddV2", 1, 1, None),
+    ]
     assert sum(t.share for t in types) == pytest.approx(1.0)
     hs = model.heavy_share(table, wall_s=1e-6, classify=model.heavy_classifier())
     assert hs.heavy_s == pytest.approx(18e-9) and hs.other_s == pytest.approx(7e-9)

@@ -1,5 +1,6 @@
 """The native op tracer on real TensorFlow: build, known graphs, eager, sessions, Keras,
 nesting, threads, the profiler lock, the chrome trace, and the fallback's structure."""
+
 from __future__ import annotations
 
 import json
@@ -96,8 +97,13 @@ def test_failed_build_falls_back_with_a_clear_message(tmp_path) -> None:
         print("BACKEND", t.backend, [r.name for r in t.ops()])
         """
     )
-    env = {**os.environ, "PYTHONPATH": str(REPO), "TF_AUTOPAR_CACHE_DIR": str(tmp_path), "CXX": "false",
-           "TF_CPP_MIN_LOG_LEVEL": "2"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "TF_AUTOPAR_CACHE_DIR": str(tmp_path),
+        "CXX": "false",
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+    }
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "STATUS False compiling the native tracer failed" in out.stdout
@@ -258,7 +264,7 @@ def test_profiler_lock_is_respected_both_ways(tf_env, native, tmp_path) -> None:
     finally:
         tf.profiler.experimental.stop()
     with tf_autopar.trace() as t:
-        with pytest.raises(Exception):
+        with pytest.raises(Exception):  # noqa: B017
             tf.profiler.experimental.start(str(tmp_path / "p2"))
         ns["known"](ns["x"]).numpy()
     assert {r.name for r in t.ops()} == {"big", "act", "mid", "small"}  # tf.profiler stole nothing
@@ -298,16 +304,21 @@ def test_fallback_gives_the_same_structure(tf_env, native) -> None:
     assert set(fb) == set(nat)
     assert set(fb["heavy_share"]) == set(nat["heavy_share"])
     assert [set(r) for r in fb["ops"]] == [set(r) for r in nat["ops"]]
-    assert {(r["name"], r["type"], r["count"]) for r in fb["ops"]} == {(r["name"], r["type"], r["count"]) for r in nat["ops"]}
-    assert [(r["type"], r["count"], r["ops"], r["heavy"]) for r in fb["by_type"]] == \
-           [(r["type"], r["count"], r["ops"], r["heavy"]) for r in nat["by_type"]]
+    assert {(r["name"], r["type"], r["count"]) for r in fb["ops"]} == {
+        (r["name"], r["type"], r["count"]) for r in nat["ops"]
+    }
+    assert [(r["type"], r["count"], r["ops"], r["heavy"]) for r in fb["by_type"]] == [
+        (r["type"], r["count"], r["ops"], r["heavy"]) for r in nat["by_type"]
+    ]
 
 
 def test_cli_trace_json(tf_env, native, capsys, tmp_path) -> None:
     from tf_autopar.cli.main import main
 
     chrome = tmp_path / "c.json"
-    rc = main(["trace", "autoenc", "--size", "tiny", "--steps", "2", "--warmup", "1", "--json", "--chrome", str(chrome)])
+    rc = main(
+        ["trace", "autoenc", "--size", "tiny", "--steps", "2", "--warmup", "1", "--json", "--chrome", str(chrome)]
+    )
     assert rc == 0
     data = json.loads(capsys.readouterr().out)
     assert data["workload"] == "autoenc" and data["steps"] == 2 and data["backend"] == "native"
@@ -325,8 +336,14 @@ def test_use_graph_marks_embedding_gathers_heavy(tf_env, native) -> None:
     import tf_autopar
 
     tf, _ = tf_env
-    model = keras.Sequential([keras.Input((4,), dtype="int32"), keras.layers.Embedding(5000, 16, name="lookup"),
-                              keras.layers.Flatten(), keras.layers.Dense(2)])
+    model = keras.Sequential(
+        [
+            keras.Input((4,), dtype="int32"),
+            keras.layers.Embedding(5000, 16, name="lookup"),
+            keras.layers.Flatten(),
+            keras.layers.Dense(2),
+        ]
+    )
     fn = tf.function(lambda x: model(x, training=False))
     ids = tf.constant(np.arange(32, dtype=np.int32).reshape(8, 4))
     fn(ids)

@@ -6,6 +6,7 @@ The switch check (frozen not slower than the original path) is timing and tested
 path (to infinity: always switch; to 0: never), so that what is checked is the search, the
 cache entry and its use, whatever this host's noise.
 """
+
 from __future__ import annotations
 
 import json
@@ -33,16 +34,22 @@ def _env(tmp_path, cache: str, ratio: str = "inf") -> dict[str, str]:
     (site / "sitecustomize.py").write_text(
         "import os\nif os.environ.get('TFA_TEST_SWITCH_RATIO'):\n"
         "    from tf_autopar.runtime import fastpath_rules\n"
-        "    fastpath_rules.SWITCH_RATIO = float(os.environ['TFA_TEST_SWITCH_RATIO'])\n")
+        "    fastpath_rules.SWITCH_RATIO = float(os.environ['TFA_TEST_SWITCH_RATIO'])\n"
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TF_NUM_", "TF_OVERRIDE", "TF_AUTOPAR"))}
-    env.update(TF_AUTOPAR_CACHE_DIR=cache, TFA_TEST_SWITCH_RATIO=ratio, TF_CPP_MIN_LOG_LEVEL="2",
-               PYTHONPATH=os.pathsep.join((str(site), ROOT)))
+    env.update(
+        TF_AUTOPAR_CACHE_DIR=cache,
+        TFA_TEST_SWITCH_RATIO=ratio,
+        TF_CPP_MIN_LOG_LEVEL="2",
+        PYTHONPATH=os.pathsep.join((str(site), ROOT)),
+    )
     return env
 
 
 def _cli(args: list[str], env: dict[str, str], timeout: float = 400) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tf_autopar.cli.main", *args], env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "tf_autopar.cli.main", *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def _served(cache: str) -> dict:
@@ -122,8 +129,10 @@ def test_another_host_key_ignores_the_entry(model, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert _served(cache)["tuned"] == "done"
     one_cpu = sorted(os.sched_getaffinity(0))[0]
-    res, err, rc = run_child(f"import os\nos.sched_setaffinity(0, {{{one_cpu}}})\nSM = {model!r}\n" + SECOND_START,
-                             {"TF_AUTOPAR_CACHE_DIR": cache})
+    res, err, rc = run_child(
+        f"import os\nos.sched_setaffinity(0, {{{one_cpu}}})\nSM = {model!r}\n" + SECOND_START,
+        {"TF_AUTOPAR_CACHE_DIR": cache},
+    )
     assert rc == 0, err[-3000:]
     assert res["at_load"] is None, res  # nothing built at load: no entry for this host key
 
@@ -172,13 +181,16 @@ report(tuned=b.tuned, tried=b.tried, key=list(b.key), most_pools=most_pools[0], 
 
 
 def test_throughput_streams_are_tuned_as_streams_under_concurrent_callers(model, tmp_path):
-    res, err, rc = run_child(f"SM = {model!r}\n" + STREAMS, {"TF_AUTOPAR_CACHE_DIR": str(tmp_path / "cache")},
-                             timeout=400)
+    res, err, rc = run_child(
+        f"SM = {model!r}\n" + STREAMS, {"TF_AUTOPAR_CACHE_DIR": str(tmp_path / "cache")}, timeout=400
+    )
     assert rc == 0, err[-3000:]
     assert res["tuned"] == "done" and not res["errors"], res
     assert res["most_pools"] <= 2  # the serving streams and at most one candidate's
+
     def streams(label: str) -> int:  # "1x2" (one stream) or "1x1 in 2 streams"
         return int(label.split(" in ")[1].split()[0]) if " in " in label else 1
+
     tried = {streams(t.split(":")[0]) for t in res["tried"]}
     assert tried - {2}, res  # a candidate with another stream count than the plan's two was tried
     assert res["sessions"] == res["key"][2]  # the pool serving holds as many sessions as its stream count

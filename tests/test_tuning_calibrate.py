@@ -1,4 +1,5 @@
 """Host calibration of the small-op threshold (tuning/calibrate.py): pure decision, real store."""
+
 from __future__ import annotations
 
 import os

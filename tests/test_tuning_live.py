@@ -1,4 +1,5 @@
 """Live tuning's stopping rule (tuning/live.py) on synthetic latency streams, without TensorFlow."""
+
 from __future__ import annotations
 
 import math
@@ -88,6 +89,7 @@ def test_verdicts_are_final(ratio):
 
 
 # ------------------------------------------------------------------ streams and the build priority
+
 
 def test_streams_are_tuned_as_streams_within_the_budget():
     from tf_autopar.measure.search import MAX_CANDIDATES, neighbourhood, stream_neighbourhood

@@ -1,4 +1,5 @@
 """The tuner's search (tuning/search.py): pure, against synthetic cost surfaces, no TensorFlow."""
+
 from __future__ import annotations
 
 import math
@@ -92,8 +93,9 @@ def test_on_the_recorded_two_socket_host_the_tuner_measures_a_few_of_the_sweep(h
     sweep = len(search_space(t, "auto").configs)
     assert sweep == 72
     for width in (1, 3, 8):
-        prof = GraphProfile(heavy_ops=30 * width, depth=30, avg_width=width, max_width=width + 1,
-                            typical_op_work=50_000_000)
+        prof = GraphProfile(
+            heavy_ops=30 * width, depth=30, avg_width=width, max_width=width + 1, typical_op_work=50_000_000
+        )
         p = plan(t, prof, env={})
         cands = neighbourhood(p.inter_op, p.intra_op, p.usable_cpus, prof.max_width)
         assert cands[0] == C(p.inter_op, p.intra_op) and 2 <= len(cands) <= MAX_CANDIDATES < sweep
@@ -111,8 +113,9 @@ def test_on_recorded_many_core_hosts_the_tuner_measures_a_few_percent_of_the_swe
     import importlib.util
     import os
 
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks",
-                        "tune_cost_fixtures.py")
+    path = os.path.join(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "tune_cost_fixtures.py"
+    )
     spec = importlib.util.spec_from_file_location("tune_cost_fixtures", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -138,8 +141,13 @@ def test_on_openmp_builds_the_openmp_teams_are_a_dimension_of_their_own():
     assert {c.inter for c in big} == {1, 2, 3} and {c.omp for c in big} == {1, 16, 24, 48}
     assert {c.intra for c in big} == {1, 48}
     assert Candidate.parse("2x1x24") == Candidate(2, 1, 24) and Candidate.parse("2x1") == Candidate(2, 1)
-    plan_env = {"TF_NUM_INTEROP_THREADS": "1", "TF_NUM_INTRAOP_THREADS": "1", "OMP_NUM_THREADS": "2",
-                "MKL_NUM_THREADS": "2", "KMP_BLOCKTIME": "1"}
+    plan_env = {
+        "TF_NUM_INTEROP_THREADS": "1",
+        "TF_NUM_INTRAOP_THREADS": "1",
+        "OMP_NUM_THREADS": "2",
+        "MKL_NUM_THREADS": "2",
+        "KMP_BLOCKTIME": "1",
+    }
     env = candidate_env(plan_env, Candidate(2, 1, 1))
     assert env == {**plan_env, "TF_NUM_INTEROP_THREADS": "2", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     # stock TF (no OpenMP variables in the plan): a two-part candidate adds none

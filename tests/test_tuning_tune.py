@@ -1,4 +1,5 @@
 """tune(): a real, small tune in fresh processes; the cache round trip and host-key invalidation."""
+
 from __future__ import annotations
 
 import json
@@ -52,14 +53,20 @@ def _env(cache_dir: str) -> dict[str, str]:
 
 def _cli(*args: str, cache_dir: str, small_search: bool = False) -> subprocess.CompletedProcess:
     cmd = ["-c", SMALL_SEARCH] if small_search else ["-m", "tf_autopar.cli.main"]
-    return subprocess.run([sys.executable, *cmd, *args], capture_output=True, text=True, env=_env(cache_dir),
-                          timeout=600)
+    return subprocess.run(
+        [sys.executable, *cmd, *args], capture_output=True, text=True, env=_env(cache_dir), timeout=600
+    )
 
 
 def _cli_in_one_process(*argvs: list[str], cache_dir: str) -> list[tuple[int, str]]:
     """(exit status, stdout) of each command, run one after the other by one interpreter."""
-    proc = subprocess.run([sys.executable, "-c", IN_ONE_PROCESS, json.dumps(argvs)], capture_output=True,
-                          text=True, env=_env(cache_dir), timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-c", IN_ONE_PROCESS, json.dumps(argvs)],
+        capture_output=True,
+        text=True,
+        env=_env(cache_dir),
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr
     return [(rc, out) for rc, out in json.loads(proc.stdout.splitlines()[-1])]
 
@@ -107,8 +114,18 @@ def test_a_real_tune_is_stored_and_used_by_plan_and_enable(tmp_path, user_models
         pytest.skip("needs 2 CPUs: one CPU has one setting")
     sm = user_models["SM"]
     # the budget only caps the search (it stops once confirmed); a loaded machine makes each run slower
-    out = _cli("tune", sm, "--process-pools", "--budget", "400", "--requests", "10", "--json", cache_dir=str(tmp_path),
-               small_search=True)
+    out = _cli(
+        "tune",
+        sm,
+        "--process-pools",
+        "--budget",
+        "400",
+        "--requests",
+        "10",
+        "--json",
+        cache_dir=str(tmp_path),
+        small_search=True,
+    )
     assert out.returncode == 0, out.stderr
     res = json.loads(out.stdout)
     assert res["search"]["rounds"] >= 2 and res["stored"]["inter_op"] >= 1
@@ -116,8 +133,9 @@ def test_a_real_tune_is_stored_and_used_by_plan_and_enable(tmp_path, user_models
     assert res["rule"] in measured and res["tuned"] in measured and len(measured) >= 2
     chosen = res["tuned"]
     # both plans read the cache the tune wrote, one interpreter for the two
-    (rc, tuned), (rc_rule, rule) = _cli_in_one_process(["plan", sm], ["plan", sm, "--no-tuned"],
-                                                       cache_dir=str(tmp_path))
+    (rc, tuned), (rc_rule, rule) = _cli_in_one_process(
+        ["plan", sm], ["plan", sm, "--no-tuned"], cache_dir=str(tmp_path)
+    )
     assert rc == 0 and rc_rule == 0
     assert "tuned on " in tuned and f"inter_op={chosen.split('x')[0]} intra_op={chosen.split('x')[1]}" in tuned
     assert "tuned on" not in rule and "inter_op=" in rule
@@ -126,10 +144,13 @@ def test_a_real_tune_is_stored_and_used_by_plan_and_enable(tmp_path, user_models
         f"import tf_autopar\ntf_autopar.enable()\nimport tensorflow as tf\nm = tf.saved_model.load({sm!r})\n"
         "p = tf_autopar.status().process\nreport(planned=f'{p.planned_inter}x{p.planned_intra}', explain=p.explain,"
         " text=tf_autopar.status().text())",
-        {"TF_AUTOPAR_CACHE_DIR": str(tmp_path)})
+        {"TF_AUTOPAR_CACHE_DIR": str(tmp_path)},
+    )
     assert rc == 0, err
     assert res2["planned"] == chosen and "tuned on" in res2["explain"]
-    assert "the numbers: measured by `tf-autopar tune` on this host (tuned on " in res2["text"]  # said, not only in to_dict()
+    assert (
+        "the numbers: measured by `tf-autopar tune` on this host (tuned on " in res2["text"]
+    )  # said, not only in to_dict()
 
 
 def test_a_budget_too_small_is_a_clear_error_and_keeps_the_plan(tmp_path):
@@ -143,8 +164,11 @@ def test_a_budget_too_small_is_a_clear_error_and_keeps_the_plan(tmp_path):
 def test_a_budget_too_small_for_two_runs_is_refused(tmp_path, user_models):
     out = _cli("tune", user_models["SM"], "--budget", "3", cache_dir=str(tmp_path))
     assert out.returncode == 2 and "cannot compare two settings" in out.stderr and "rule's plan" in out.stderr
-    assert not os.path.exists(tmp_path / "plans.json") or "tuned" not in open(tmp_path / "plans.json").read() \
+    assert (
+        not os.path.exists(tmp_path / "plans.json")
+        or "tuned" not in open(tmp_path / "plans.json").read()
         or json.load(open(tmp_path / "plans.json"))["tuned"] == {}
+    )
 
 
 def test_training_is_tuned_on_workloads_only(tmp_path):
@@ -165,8 +189,21 @@ def test_a_real_training_tune_of_a_workload_is_stored_under_training(tmp_path):
     if cpus() < 2:
         pytest.skip("needs 2 CPUs: one CPU has one setting")
     # the small search's four runs; the budget, as above, only keeps a loaded machine from cutting it short
-    out = _cli("tune", "autoenc", "--mode", "training", "--batch", "16", "--budget", "400", "--requests", "5",
-               "--json", cache_dir=str(tmp_path), small_search=True)
+    out = _cli(
+        "tune",
+        "autoenc",
+        "--mode",
+        "training",
+        "--batch",
+        "16",
+        "--budget",
+        "400",
+        "--requests",
+        "5",
+        "--json",
+        cache_dir=str(tmp_path),
+        small_search=True,
+    )
     assert out.returncode == 0, out.stderr
     res = json.loads(out.stdout)
     assert res["mode"] == "training" and res["batch"] == 16 and res["search"]["runs"] >= 2

@@ -1,4 +1,5 @@
 """Real CPU-quota groups (needs root and a writable cgroup cpu controller; skips otherwise)."""
+
 from __future__ import annotations
 
 import json
@@ -10,7 +11,13 @@ import pytest
 
 from tf_autopar.validation import results
 from tf_autopar.measure.cgroup import (
-    CgroupUnavailable, CpuController, QuotaGroup, check_writable, find_cpu_controller, leftover_groups, parse_cpu_stat,
+    CgroupUnavailable,
+    CpuController,
+    QuotaGroup,
+    check_writable,
+    find_cpu_controller,
+    leftover_groups,
+    parse_cpu_stat,
 )
 from tf_autopar.validation.harness import Harness, Options, RowSpec, fixed_plan_provider
 from tf_autopar.measure.runner import run_child
@@ -48,8 +55,10 @@ def test_missing_controller_is_a_clear_error(tmp_path):
 def test_child_under_half_a_cpu_is_throttled_and_the_group_is_removed():
     controller = writable_controller()
     # two busy processes: a single one is throttled in only a few periods on recent kernels
-    burn = ("import os, time\npid = os.fork()\nend = time.monotonic() + 1.0\nwhile time.monotonic() < end: pass\n"
-            "if pid: os.waitpid(pid, 0); print('{}')\nelse: os._exit(0)")
+    burn = (
+        "import os, time\npid = os.fork()\nend = time.monotonic() + 1.0\nwhile time.monotonic() < end: pass\n"
+        "if pid: os.waitpid(pid, 0); print('{}')\nelse: os._exit(0)"
+    )
     with QuotaGroup(controller, 0.5, "test") as group:
         path = group.path
         assert os.path.isdir(path)
@@ -87,8 +96,12 @@ def test_harness_under_a_quota_records_throttling_per_run(standin_log, monkeypat
     monkeypatch.setenv("STANDIN_BURN_S", "0.1")
     provider = fixed_plan_provider(thread_config(1, 1, openmp=False, name="tf_autopar", kind="plan"))
     # 0.05 CPU: below what even a loaded host's scheduler grants a busy group, so it is throttled
-    h = Harness(topo(), Options(rounds=1, steps=2, warmup=0, runner=RUNNER, space="none", cpu_quota=0.05),
-                plan_provider=provider, controller=controller)
+    h = Harness(
+        topo(),
+        Options(rounds=1, steps=2, warmup=0, runner=RUNNER, space="none", cpu_quota=0.05),
+        plan_provider=provider,
+        controller=controller,
+    )
     doc = h.run([RowSpec("wa", "infer1", 1, "tiny")])
     row = doc["rows"][0]
     for name in row["order"]:

@@ -1,4 +1,5 @@
 """`tf-autopar validate` as a user runs it: a real harness process, files, Ctrl-C."""
+
 from __future__ import annotations
 
 import json
@@ -30,9 +31,29 @@ def cli_env(log, **extra):
 def validate_cmd(*args):
     runner = shlex.join([sys.executable, STANDIN])
     # real registry names (only their names are checked for infer1 rows); --space none keeps it host-independent
-    return [sys.executable, "-m", "tf_autopar.cli.main", "validate", "autoenc", "vgg", "--modes", "infer1",
-            "--size", "tiny", "--runner", runner, "--plan-threads", "1x1", "--space", "none",
-            "--steps", "2", "--warmup", "0", *args]
+    return [
+        sys.executable,
+        "-m",
+        "tf_autopar.cli.main",
+        "validate",
+        "autoenc",
+        "vgg",
+        "--modes",
+        "infer1",
+        "--size",
+        "tiny",
+        "--runner",
+        runner,
+        "--plan-threads",
+        "1x1",
+        "--space",
+        "none",
+        "--steps",
+        "2",
+        "--warmup",
+        "0",
+        *args,
+    ]
 
 
 def quota_controller():
@@ -46,8 +67,13 @@ def quota_controller():
 
 def test_cli_writes_table_json_and_chart(tmp_path):
     out, png = tmp_path / "v.json", tmp_path / "v.png"
-    proc = subprocess.run(validate_cmd("--rounds", "2", "--json-out", str(out), "--plot", str(png), "--no-progress"),
-                          env=cli_env(tmp_path / "log"), capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        validate_cmd("--rounds", "2", "--json-out", str(out), "--plot", str(png), "--no-progress"),
+        env=cli_env(tmp_path / "log"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "geomean" in proc.stdout and "autoenc" in proc.stdout and "vs default" in proc.stdout
     doc = json.loads(out.read_text())
@@ -58,18 +84,26 @@ def test_cli_writes_table_json_and_chart(tmp_path):
 
 
 def test_cli_rejects_bad_input_with_a_message(tmp_path):
-    for args, msg in ((["--modes", "infer2"], "unknown mode 'infer2'"), (["--plan-threads", "2by2"], "INTERxINTRA"),
-                      (["--plan-threads", "1x1x2"], "no OpenMP")):
-        proc = subprocess.run(validate_cmd(*args), env=cli_env(tmp_path / "log"), capture_output=True, text=True,
-                              timeout=60)
+    for args, msg in (
+        (["--modes", "infer2"], "unknown mode 'infer2'"),
+        (["--plan-threads", "2by2"], "INTERxINTRA"),
+        (["--plan-threads", "1x1x2"], "no OpenMP"),
+    ):
+        proc = subprocess.run(
+            validate_cmd(*args), env=cli_env(tmp_path / "log"), capture_output=True, text=True, timeout=60
+        )
         assert proc.returncode == 2 and msg in proc.stderr
 
 
 def test_exit_status_says_when_the_plan_never_ran(tmp_path):
     """Every round of our plan (1x1 here) crashes: the table is printed, and the exit status is 1."""
-    proc = subprocess.run(validate_cmd("--rounds", "1", "--no-progress"),
-                          env=cli_env(tmp_path / "log", STANDIN_CRASH="1x1"), capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run(
+        validate_cmd("--rounds", "1", "--no-progress"),
+        env=cli_env(tmp_path / "log", STANDIN_CRASH="1x1"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 1, proc.stderr
     assert "geomean" in proc.stdout and "our plan ran cleanly in no round of autoenc/infer1, vgg/infer1" in proc.stderr
 
@@ -82,10 +116,14 @@ def test_ctrl_c_kills_children_removes_groups_and_keeps_partial_results(tmp_path
     # A shell that starts the suite in the background without job control (`bash -c 'pytest &'`)
     # hands every child SIGINT ignored, and Python then installs no KeyboardInterrupt handler:
     # the harness would rightly ignore this test's Ctrl-C. Give it the terminal's default.
-    proc = subprocess.Popen(validate_cmd("--rounds", "3", "--json-out", str(out), "--no-progress", *quota),
-                            env=cli_env(log, STANDIN_HANG_AFTER="4"), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = subprocess.Popen(
+        validate_cmd("--rounds", "3", "--json-out", str(out), "--no-progress", *quota),
+        env=cli_env(log, STANDIN_HANG_AFTER="4"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and (not log.exists() or len(read_log(log)) < 5):
@@ -114,11 +152,14 @@ def test_ctrl_c_kills_children_removes_groups_and_keeps_partial_results(tmp_path
 
 def test_the_harness_process_never_imports_tensorflow(tmp_path):
     # planning the quick run imports the workload registry and model modules (for batch sizes)
-    code = ("import sys\nfrom tf_autopar.cli.main import main\n"
-            "rc = main(['validate', '--quick', '--estimate'])\n"
-            "assert rc == 0, rc\nassert 'tensorflow' not in sys.modules and 'keras' not in sys.modules, 'TF imported'\n")
-    proc = subprocess.run([sys.executable, "-c", code], env=cli_env(tmp_path / "log"), capture_output=True,
-                          text=True, timeout=120)
+    code = (
+        "import sys\nfrom tf_autopar.cli.main import main\n"
+        "rc = main(['validate', '--quick', '--estimate'])\n"
+        "assert rc == 0, rc\nassert 'tensorflow' not in sys.modules and 'keras' not in sys.modules, 'TF imported'\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=cli_env(tmp_path / "log"), capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "inception_v3/infer1" in proc.stdout and "fresh processes" in proc.stdout
 

@@ -1,5 +1,6 @@
 """End to end with the real pieces: the workloads runner, the graph analysis and the planner
 in child processes (TensorFlow runs only in the children), under a real quota when possible."""
+
 from __future__ import annotations
 
 import json
@@ -24,8 +25,28 @@ def test_validate_a_real_workload_with_the_real_plan(tmp_path):
     except CgroupUnavailable:
         controller = None
     out = tmp_path / "v.json"
-    cmd = [sys.executable, "-m", "tf_autopar.cli.main", "validate", "autoenc", "--modes", "infer1", "--size", "tiny",
-           "--rounds", "1", "--steps", "2", "--warmup", "1", "--space", "none", "--json-out", str(out), "--no-progress"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "tf_autopar.cli.main",
+        "validate",
+        "autoenc",
+        "--modes",
+        "infer1",
+        "--size",
+        "tiny",
+        "--rounds",
+        "1",
+        "--steps",
+        "2",
+        "--warmup",
+        "1",
+        "--space",
+        "none",
+        "--json-out",
+        str(out),
+        "--no-progress",
+    ]
     if controller:
         cmd += ["--cpu-quota", "1"]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (MAIN, os.environ.get("PYTHONPATH")) if p)}

@@ -1,5 +1,6 @@
 """The validation harness with real child processes (a stand-in runner, no TensorFlow):
 interleaving, raw timings in JSON, crash/timeout tolerance, plan failures, report and chart."""
+
 from __future__ import annotations
 
 import json
@@ -84,8 +85,13 @@ def test_crashes_timeouts_and_garbage_are_recorded_and_the_run_goes_on(standin_l
     doc = h.run([RowSpec("wa", "infer1", 1, "tiny")])
     row = doc["rows"][0]
     statuses = {name: [r["status"] for r in c["runs"]] for name, c in row["configs"].items() if not c["same_as"]}
-    assert statuses == {"tf-default": ["ok", "ok"], "tf-recommended": ["ok", "ok"], "1x1": ["crash", "crash"],
-                        "2x1": ["crash", "crash"], "2x2": ["timeout", "timeout"]}
+    assert statuses == {
+        "tf-default": ["ok", "ok"],
+        "tf-recommended": ["ok", "ok"],
+        "1x1": ["crash", "crash"],
+        "2x1": ["crash", "crash"],
+        "2x2": ["timeout", "timeout"],
+    }
     crash = row["configs"]["2x1"]["runs"][0]
     assert crash["returncode"] == 3 and "simulated crash" in crash["stderr_tail"]
     assert "unusable output" in row["configs"]["1x1"]["runs"][0]["error"]
@@ -103,8 +109,11 @@ def test_crashes_timeouts_and_garbage_are_recorded_and_the_run_goes_on(standin_l
 
 def test_plan_computed_in_a_child_and_a_failed_plan_does_not_stop_the_run(standin_log, tmp_path):
     CPU = min(os.sched_getaffinity(0))
-    payload = {"plan": {"inter_op": 2, "intra_op": 1, "omp_threads": None, "cpus": [[CPU]]},
-               "env": {"TF_NUM_INTEROP_THREADS": "2", "TF_NUM_INTRAOP_THREADS": "1"}, "plan_mode": "latency"}
+    payload = {
+        "plan": {"inter_op": 2, "intra_op": 1, "omp_threads": None, "cpus": [[CPU]]},
+        "env": {"TF_NUM_INTEROP_THREADS": "2", "TF_NUM_INTRAOP_THREADS": "1"},
+        "plan_mode": "latency",
+    }
     good = ChildPlanProvider(command=[sys.executable, "-c", f"print({json.dumps(json.dumps(payload))})"])
     h = Harness(topo(), Options(rounds=1, steps=2, warmup=0, runner=RUNNER, space="none"), plan_provider=good)
     doc = h.run([RowSpec("wa", "infer1", 1, "tiny")])
@@ -117,7 +126,9 @@ def test_plan_computed_in_a_child_and_a_failed_plan_does_not_stop_the_run(standi
     assert [e["threads"] for e in log] == ["0x0", "1x2", "2x1"]
     assert log[2]["affinity"] == [CPU] and log[0]["affinity"] == sorted(os.sched_getaffinity(0))
 
-    bad = ChildPlanProvider(command=[sys.executable, "-c", "import sys; print('no graph', file=sys.stderr); sys.exit(4)"])
+    bad = ChildPlanProvider(
+        command=[sys.executable, "-c", "import sys; print('no graph', file=sys.stderr); sys.exit(4)"]
+    )
     h = Harness(topo(), Options(rounds=1, steps=2, warmup=0, runner=RUNNER, space="none"), plan_provider=bad)
     doc = h.run([RowSpec("wb", "train", 2, "tiny")])
     row = doc["rows"][0]
@@ -130,16 +141,20 @@ def test_plan_computed_in_a_child_and_a_failed_plan_does_not_stop_the_run(standi
 
 
 def test_bad_options_are_rejected_with_a_clear_message():
-    for opts, msg in ((Options(rounds=0), "--rounds"), (Options(cpu_quota=0), "--cpu-quota"),
-                      (Options(timeout_s=-1), "--timeout")):
+    for opts, msg in (
+        (Options(rounds=0), "--rounds"),
+        (Options(cpu_quota=0), "--cpu-quota"),
+        (Options(timeout_s=-1), "--timeout"),
+    ):
         with pytest.raises(ValueError, match=msg):
             Harness(topo(), opts, plan_provider=OURS_1x2)
 
 
 def test_tuned_finds_the_faster_neighbour_and_reports_its_cost(standin_log, monkeypatch):
     monkeypatch.setenv("STANDIN_FAST", "2x1")  # 2x1 does a quarter of the work: the setting to find
-    h = Harness(topo(), Options(rounds=2, steps=5, warmup=1, runner=RUNNER, timeout_s=60, tune_runs=12),
-                plan_provider=OURS_1x2)
+    h = Harness(
+        topo(), Options(rounds=2, steps=5, warmup=1, runner=RUNNER, timeout_s=60, tune_runs=12), plan_provider=OURS_1x2
+    )
     doc = h.run([RowSpec("wa", "infer1", 1, "tiny")])
     row = doc["rows"][0]
     tune = row["tune"]
@@ -149,8 +164,9 @@ def test_tuned_finds_the_faster_neighbour_and_reports_its_cost(standin_log, monk
     assert len(tune["runs"]) < 12 and tune["wall_s"] == pytest.approx(sum(r["wall_s"] for r in tune["runs"]), abs=0.01)
     # the tuning's runs are not the rounds': the tuned setting is measured again beside the others
     tuned = row["configs"]["tuned"]
-    assert (tuned["inter"], tuned["intra"], tuned["same_as"]) == (2, 1, "2x1") or \
-        ((tuned["inter"], tuned["intra"]) == (2, 1) and row["configs"]["2x1"]["same_as"] == "tuned")
+    assert (tuned["inter"], tuned["intra"], tuned["same_as"]) == (2, 1, "2x1") or (
+        (tuned["inter"], tuned["intra"]) == (2, 1) and row["configs"]["2x1"]["same_as"] == "tuned"
+    )
     s = row["summary"]
     assert s["tuned_vs_optimum"]["value"] == pytest.approx(1.0, abs=0.15)
     assert s["ours_vs_optimum"]["value"] < 0.6  # the rule's 1x2 does four times the work

@@ -13,6 +13,7 @@ runner's JSON object. Environment knobs make it misbehave on purpose:
 - STANDIN_BURN_S=S     two processes burn CPU for S seconds before the steps (throttling under a quota)
 - STANDIN_FAST=IxJ     steps in that configuration do a quarter of the work (a setting to be found)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,9 +45,20 @@ def main() -> int:
             with open(log) as f:
                 previous = sum(1 for _ in f)
         with open(log, "a") as f:
-            f.write(json.dumps({"workload": a.name, "mode": a.mode, "batch": a.batch, "threads": threads,
-                                "omp": os.environ.get("OMP_NUM_THREADS"), "pid": os.getpid(),
-                                "affinity": sorted(os.sched_getaffinity(0))}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "workload": a.name,
+                        "mode": a.mode,
+                        "batch": a.batch,
+                        "threads": threads,
+                        "omp": os.environ.get("OMP_NUM_THREADS"),
+                        "pid": os.getpid(),
+                        "affinity": sorted(os.sched_getaffinity(0)),
+                    }
+                )
+                + "\n"
+            )
     hang_after = os.environ.get("STANDIN_HANG_AFTER")
     if hang_after is not None and previous >= int(hang_after):
         time.sleep(3600)
@@ -73,11 +85,27 @@ def main() -> int:
         t = time.perf_counter()
         sum(i * i for i in range(work))
         times.append(time.perf_counter() - t)
-    times = times[a.warmup:]
+    times = times[a.warmup :]
     s = sorted(times)
-    print(json.dumps({"workload": a.name, "mode": a.mode, "size": a.size, "batch": a.batch, "steps": a.steps,
-                      "path": "function", "step_times_s": times, "median_s": s[len(s) // 2], "p10_s": s[0],
-                      "p90_s": s[-1], "losses": [], "peak_rss_mb": 10.0, "build_s": 0.0}))
+    print(
+        json.dumps(
+            {
+                "workload": a.name,
+                "mode": a.mode,
+                "size": a.size,
+                "batch": a.batch,
+                "steps": a.steps,
+                "path": "function",
+                "step_times_s": times,
+                "median_s": s[len(s) // 2],
+                "p10_s": s[0],
+                "p90_s": s[-1],
+                "losses": [],
+                "peak_rss_mb": 10.0,
+                "build_s": 0.0,
+            }
+        )
+    )
     return 0
 
 

@@ -1,4 +1,5 @@
 """Pure parts of `tf-autopar validate`: statistics, search space, dedupe, summaries, schema."""
+
 from __future__ import annotations
 
 import copy
@@ -25,13 +26,21 @@ def topo(sockets: int = 1, cores_per_socket: int = 2, smt: int = 1, runtime: str
             cpus = tuple(core_index + k * n_cores for k in range(smt))
             cores.append(Core(socket=s, core_id=c, cpus=cpus, numa_node=s))
     affinity = tuple(sorted(x for core in cores for x in core.cpus))
-    nodes = tuple(NumaNode(s, tuple(sorted(x for core in cores if core.socket == s for x in core.cpus)))
-                  for s in range(sockets))
-    return Topology(host_cpus=len(affinity), affinity=affinity, cores=tuple(cores), numa_nodes=nodes,
-                    cpu_budget=len(affinity), threading_runtime=runtime)
+    nodes = tuple(
+        NumaNode(s, tuple(sorted(x for core in cores if core.socket == s for x in core.cpus))) for s in range(sockets)
+    )
+    return Topology(
+        host_cpus=len(affinity),
+        affinity=affinity,
+        cores=tuple(cores),
+        numa_nodes=nodes,
+        cpu_budget=len(affinity),
+        threading_runtime=runtime,
+    )
 
 
 # ------------------------------------------------------------------ statistics
+
 
 def test_median_quantile_geomean_on_hand_numbers():
     assert stats.median([3.0, 1.0, 2.0]) == 2.0
@@ -57,8 +66,8 @@ def test_paired_ratios_use_only_rounds_where_both_ran():
 
 def test_paired_ratio_cancels_drift_that_medians_keep():
     # the machine slows down 2x per round; ours is always exactly 10% faster within a round
-    base = {r: 1.0 * 2 ** r for r in (1, 2, 3, 4)}
-    ours = {r: 0.9 / 1.0 * 2 ** r for r in (1, 2, 3, 4)}
+    base = {r: 1.0 * 2**r for r in (1, 2, 3, 4)}
+    ours = {r: 0.9 / 1.0 * 2**r for r in (1, 2, 3, 4)}
     c = stats.Comparison.of(base, ours)
     assert c.paired.min == pytest.approx(1 / 0.9) and c.paired.max == pytest.approx(1 / 0.9)
     assert c.value == pytest.approx(1 / 0.9)
@@ -88,6 +97,7 @@ def test_below_optimum_reasons():
 
 # ------------------------------------------------------------------ search space
 
+
 def test_two_cpu_host_searches_the_full_grid():
     space = search_space(topo())
     assert space.kind == "full"
@@ -114,22 +124,28 @@ def test_openmp_build_sweeps_the_openmp_threads_apart_from_tfs_intra_op_pool():
     assert [c.name for c in space.configs] == ["1x1", "1x1x2", "1x2x1", "1x2", "2x1", "2x1x2", "2x2x1", "2x2"]
     c = next(c for c in space.configs if c.name == "1x1x2")
     assert (c.intra, c.omp) == (1, 2)
-    assert c.env_dict == {"TF_NUM_INTEROP_THREADS": "1", "TF_NUM_INTRAOP_THREADS": "1", "OMP_NUM_THREADS": "2",
-                          "MKL_NUM_THREADS": "2"}
+    assert c.env_dict == {
+        "TF_NUM_INTEROP_THREADS": "1",
+        "TF_NUM_INTRAOP_THREADS": "1",
+        "OMP_NUM_THREADS": "2",
+        "MKL_NUM_THREADS": "2",
+    }
     assert space.full_size == 8 and "8 of 8" in space.describe() and "OpenMP [1, 2]" in space.describe()
     big = search_space(topo(sockets=2, cores_per_socket=28, smt=2, runtime="openmp"))
     assert big.intra_values == (1, 56) and big.omp_values == (1, 2, 4, 8, 16, 28, 32, 56, 64, 112)
-    assert len(big.configs) == 8 * 2 * 10 and big.full_size == 112 ** 3
+    assert len(big.configs) == 8 * 2 * 10 and big.full_size == 112**3
 
 
 def test_identical_configurations_run_once_and_are_reported_as_same():
     t = topo()
-    configs = [*baseline_configs(t), thread_config(1, 2, openmp=False, name="tf_autopar", kind="plan"),
-               *search_space(t).configs]
+    configs = [
+        *baseline_configs(t),
+        thread_config(1, 2, openmp=False, name="tf_autopar", kind="plan"),
+        *search_space(t).configs,
+    ]
     order, same_as = distinct_slots(configs, t.threading_runtime, t.affinity)
     # stock TF: Intel's OMP/KMP variables change nothing, so it is the same process as TF's recommendation
-    assert same_as == {"intel-recommended": "tf-recommended", "tf_autopar": "tf-recommended",
-                       "1x2": "tf-recommended"}
+    assert same_as == {"intel-recommended": "tf-recommended", "tf_autopar": "tf-recommended", "1x2": "tf-recommended"}
     assert order == ["tf-default", "tf-recommended", "1x1", "2x1", "2x2"]
     # on an OpenMP build the variables matter: Intel's setting runs on its own
     to = topo(runtime="openmp")
@@ -148,21 +164,41 @@ def test_config_from_a_real_baseline_plan():
 
 # ------------------------------------------------------------------ row summaries
 
+
 def _run(rnd, seq, med, status="ok"):
     times = [med] * 3 if status == "ok" else []
-    return {"round": rnd, "seq": seq, "status": status, "step_times_s": times,
-            "median_s": med if status == "ok" else None, "stderr_tail": "", "cpu_stat": None}
+    return {
+        "round": rnd,
+        "seq": seq,
+        "status": status,
+        "step_times_s": times,
+        "median_s": med if status == "ok" else None,
+        "stderr_tail": "",
+        "cpu_stat": None,
+    }
 
 
 def _cfg(inter, intra, runs=(), same_as=None, kind="search"):
-    return {"kind": kind, "inter": inter, "intra": intra, "omp": None, "env": {}, "cpus": [],
-            "same_as": same_as, "runs": list(runs)}
+    return {
+        "kind": kind,
+        "inter": inter,
+        "intra": intra,
+        "omp": None,
+        "env": {},
+        "cpus": [],
+        "same_as": same_as,
+        "runs": list(runs),
+    }
 
 
 def hand_row():
     # rounds 1..3; ours is 1x2, optimum 2x1 (ours reaches ~0.8 of it), default twice as slow as ours
     return {
-        "workload": "w", "mode": "infer1", "batch": 1, "size": "tiny", "plan": {"status": "ok"},
+        "workload": "w",
+        "mode": "infer1",
+        "batch": 1,
+        "size": "tiny",
+        "plan": {"status": "ok"},
         "order": ["tf-default", "tf-recommended", "2x1", "2x2"],
         "configs": {
             "tf-default": _cfg(0, 0, [_run(1, 1, 2.0), _run(2, 5, 2.2), _run(3, 9, 1.8)], kind="baseline"),
@@ -229,11 +265,20 @@ def test_summary_without_a_plan_and_geomeans():
 
 # ------------------------------------------------------------------ schema
 
+
 def minimal_doc():
     row = hand_row()
     row["summary"] = results.summarize_row(row, 2)
-    return {"schema": 1, "host": topo().to_dict(), "started": "2025-01-01T00:00:00+00:00", "interrupted": False,
-            "args": {}, "space": search_space(topo()).to_dict(), "rows": [row], "geomean": results.geomeans([row])}
+    return {
+        "schema": 1,
+        "host": topo().to_dict(),
+        "started": "2025-01-01T00:00:00+00:00",
+        "interrupted": False,
+        "args": {},
+        "space": search_space(topo()).to_dict(),
+        "rows": [row],
+        "geomean": results.geomeans([row]),
+    }
 
 
 def test_schema_accepts_a_good_document_and_names_what_is_wrong():

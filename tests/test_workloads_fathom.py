@@ -1,4 +1,5 @@
 """Fathom's eight workloads at tiny size: both modes, both run paths, learnable data."""
+
 from __future__ import annotations
 
 import numpy as np

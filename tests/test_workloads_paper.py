@@ -1,5 +1,6 @@
 """The parallelism paper's seven workloads at tiny size: both modes, both run paths,
 learnable data, and the graph structure (parallel branches) the planner measures."""
+
 from __future__ import annotations
 
 import subprocess

@@ -1,4 +1,5 @@
 """Registry, generic runner and `tf-autopar workloads` CLI."""
+
 from __future__ import annotations
 
 import json
@@ -14,11 +15,37 @@ import tf_autopar_workloads as workloads
 pytestmark = pytest.mark.tf
 ROOT = Path(__file__).resolve().parents[1]
 ALL = {
-    "seq2seq", "memnet", "speech", "autoenc", "residual", "vgg", "alexnet", "deepq",
-    "inception_v3", "resnet50", "densenet", "squeezenet", "ncf", "transformer", "wide_deep",
+    "seq2seq",
+    "memnet",
+    "speech",
+    "autoenc",
+    "residual",
+    "vgg",
+    "alexnet",
+    "deepq",
+    "inception_v3",
+    "resnet50",
+    "densenet",
+    "squeezenet",
+    "ncf",
+    "transformer",
+    "wide_deep",
 }
-RUN_KEYS = {"workload", "mode", "size", "batch", "steps", "path", "step_times_s", "median_s", "p10_s",
-            "p90_s", "losses", "peak_rss_mb", "build_s"}
+RUN_KEYS = {
+    "workload",
+    "mode",
+    "size",
+    "batch",
+    "steps",
+    "path",
+    "step_times_s",
+    "median_s",
+    "p10_s",
+    "p90_s",
+    "losses",
+    "peak_rss_mb",
+    "build_s",
+}
 
 
 def _env() -> dict[str, str]:
@@ -42,8 +69,10 @@ def test_every_registered_module_defines_its_workload():
 
 
 def test_import_workloads_does_not_import_tensorflow():
-    code = "import sys, tf_autopar_workloads, tf_autopar_workloads.runner; tf_autopar_workloads.names(); " \
-           "print(any(m.split('.')[0] in ('tensorflow', 'keras') for m in sys.modules))"
+    code = (
+        "import sys, tf_autopar_workloads, tf_autopar_workloads.runner; tf_autopar_workloads.names(); "
+        "print(any(m.split('.')[0] in ('tensorflow', 'keras') for m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(), check=True)
     assert out.stdout.strip() == "False"
 
@@ -82,8 +111,9 @@ def test_session_uses_the_given_config():
     from tf_autopar_workloads import runner
 
     built = runner.build("deepq")
-    config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=1, intra_op_parallelism_threads=1,
-                                      use_per_session_threads=True)
+    config = tf.compat.v1.ConfigProto(
+        inter_op_parallelism_threads=1, intra_op_parallelism_threads=1, use_per_session_threads=True
+    )
     config.session_inter_op_thread_pool.add().num_threads = 1
     with built.session("infer", config) as sess:
         out = sess.run(run_options=tf.compat.v1.RunOptions(inter_op_thread_pool=0))
@@ -107,9 +137,29 @@ def test_cli_run_json_schema_and_stdout_only_json():
     env["TF_NUM_INTEROP_THREADS"] = "1"
     env["TF_NUM_INTRAOP_THREADS"] = "1"
     out = subprocess.run(
-        [sys.executable, "-m", "tf_autopar.cli.main", "workloads", "run", "memnet", "--mode", "train",
-         "--steps", "2", "--warmup", "1", "--size", "tiny", "--path", "session", "--json"],
-        capture_output=True, text=True, env=env, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "tf_autopar.cli.main",
+            "workloads",
+            "run",
+            "memnet",
+            "--mode",
+            "train",
+            "--steps",
+            "2",
+            "--warmup",
+            "1",
+            "--size",
+            "tiny",
+            "--path",
+            "session",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
     )
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)  # nothing but the JSON object on stdout
@@ -120,12 +170,22 @@ def test_cli_run_json_schema_and_stdout_only_json():
 
 def test_cli_list_without_building_and_unknown_run():
     env = _env()
-    out = subprocess.run([sys.executable, "-m", "tf_autopar.cli.main", "workloads", "list", "--no-build", "--json"],
-                         capture_output=True, text=True, env=env, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "tf_autopar.cli.main", "workloads", "list", "--no-build", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     rows = json.loads(out.stdout)
     assert {r["name"] for r in rows} == ALL
     assert {r["name"]: r["default_batch"] for r in rows}["vgg"] == 8
-    bad = subprocess.run([sys.executable, "-m", "tf_autopar.cli.main", "workloads", "run", "nope"],
-                         capture_output=True, text=True, env=env, timeout=120)
+    bad = subprocess.run(
+        [sys.executable, "-m", "tf_autopar.cli.main", "workloads", "run", "nope"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert bad.returncode == 2 and "unknown workload 'nope'" in bad.stderr

@@ -9,6 +9,7 @@ Public API (imports are lazy so `import tf_autopar` never imports TensorFlow):
 - trace()
 - tune(model, mode="latency" or "training", batch=None, budget_s=120)
 """
+
 from __future__ import annotations
 
 from tf_autopar import _warn

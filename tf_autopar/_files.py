@@ -8,6 +8,7 @@ file (ValueError). Writes go to a temporary file in the same directory that then
 the target whole, so a reader never sees half a file and a symlink at the target is
 replaced, not followed.
 """
+
 from __future__ import annotations
 
 import errno
@@ -17,8 +18,13 @@ import stat
 import tempfile
 from typing import Any
 
-_KINDS = ((stat.S_ISFIFO, "a named pipe"), (stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+_KINDS = (
+    (stat.S_ISFIFO, "a named pipe"),
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
 
 
 class NotRegularFile(OSError):
@@ -63,8 +69,9 @@ def check_owned(st: os.stat_result, path: str, *, directory: bool = False, stick
         raise Untrusted(errno.EPERM, f"{path} is writable by group or others (mode {stat.S_IMODE(st.st_mode):o})")
 
 
-def read_regular(path: str, max_bytes: int, *, truncate: bool = False, follow_symlinks: bool = True,
-                 owned: bool = False) -> bytes:
+def read_regular(
+    path: str, max_bytes: int, *, truncate: bool = False, follow_symlinks: bool = True, owned: bool = False
+) -> bytes:
     """The bytes of the regular file ``path``, at most ``max_bytes``.
 
     Never blocks (O_NONBLOCK: a FIFO is refused, not waited on). OSError when it cannot be

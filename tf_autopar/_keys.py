@@ -4,6 +4,7 @@ zlib's checksums, not hashlib: enable() runs on every program start and importin
 (OpenSSL) alone costs several milliseconds. These keys name cache entries; they guard
 nothing, so two 32-bit checksums and the length are enough.
 """
+
 from __future__ import annotations
 
 import zlib

@@ -1,4 +1,5 @@
 """Is this argument a model file or a name? One answer for every command and loader."""
+
 from __future__ import annotations
 
 import os
@@ -15,5 +16,9 @@ def looks_like_model(text: str) -> bool:
     exists: a mistyped path must be reported as a missing file, not as an unknown workload
     name. Pure of TensorFlow, so the parents that never import it (bench, validate) can ask.
     """
-    return (os.path.exists(os.path.expanduser(text)) or os.sep in text or text.startswith((".", "~"))
-            or text.endswith(MODEL_SUFFIXES))
+    return (
+        os.path.exists(os.path.expanduser(text))
+        or os.sep in text
+        or text.startswith((".", "~"))
+        or text.endswith(MODEL_SUFFIXES)
+    )

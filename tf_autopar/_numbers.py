@@ -6,6 +6,7 @@ integer", a numpy traceback in a child for a batch of 10**9). These types check 
 number is read (``tf-autopar tune: error: argument --budget: 'inf' is not a finite number of
 seconds``, exit status 2); each command keeps its own lower bounds and their messages.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,6 +21,7 @@ MAX_SECONDS = 7 * 86400.0
 
 def count(hi: int = MAX_STEPS, what: str = "") -> Callable[[str], int]:
     """An argparse type: a whole number of ASCII digits, at most ``hi`` (``what``: why that bound)."""
+
     def parse(text: str) -> int:
         value = uint_or_none(text.strip()) if len(text) <= 32 else None
         if value is None:
@@ -33,6 +35,7 @@ def count(hi: int = MAX_STEPS, what: str = "") -> Callable[[str], int]:
 
 def seconds(hi: float = MAX_SECONDS) -> Callable[[str], float]:
     """An argparse type: a finite, non-negative number of seconds, at most ``hi``."""
+
     def parse(text: str) -> float:
         try:
             value = float(text) if text.strip().isascii() else math.nan

@@ -1,4 +1,5 @@
 """Where tf_autopar keeps its small caches (cpuinfo, plans, the native tracer build)."""
+
 from __future__ import annotations
 
 import os

@@ -4,6 +4,7 @@ Nothing else needs it, so ``pip install tf_autopar`` leaves it out and ``pip ins
 'tf_autopar[plots]'`` brings it; asking for a chart without it is a clear error, raised before
 any long run starts.
 """
+
 from __future__ import annotations
 
 from typing import Any

@@ -4,6 +4,7 @@ the plain-text tables the reports print.
 ``str.isdigit()`` accepts '²' and '٣', which ``int()`` then rejects or reads; a garbled
 /proc or sysfs line must be skipped with a warning, never raise from a parser.
 """
+
 from __future__ import annotations
 
 from typing import Sequence

@@ -12,6 +12,7 @@ or ``debug`` (more detail, also through the fallback).
 ``warn_once(key, message)`` is the one way tf_autopar warns about a problem: the first time
 a key is seen the message is logged and kept for ``status().warnings``; later times nothing.
 """
+
 from __future__ import annotations
 
 import logging

@@ -6,6 +6,7 @@ importing cleanly; ``get(name)`` imports the module only when asked. Importing t
 registers the names with tf_autopar (tf_autopar.graph.named), so ``tf_autopar.analyze("alexnet")``
 and ``tf_autopar.enable("alexnet")`` resolve them.
 """
+
 from __future__ import annotations
 
 import importlib

@@ -4,6 +4,7 @@ Model modules only supply these pieces (``WORKLOAD = Workload(...)``); running t
 (tf.function, TF1 Session, graph export, training) is generic and lives in
 ``tf_autopar_workloads/runner.py`` so every workload is run the same way.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -21,6 +21,7 @@ users run tf.functions; every workload therefore runs both ways on the same weig
   through ``tf.compat.v1.placeholder``s, and starts from the eager model's current weights
   (copied in with assign ops), so both paths compute the same losses.
 """
+
 from __future__ import annotations
 
 import logging
@@ -164,8 +165,14 @@ class TrainSession:
         with self.graph.as_default():
             keras.utils.set_random_seed(built.seed)
             model = built.workload.build_model(built.hparams)
-            self._x_ph = [tf.compat.v1.placeholder(s.dtype, s.shape, name=f"input_{i}") for i, s in enumerate(_specs(built._flat_inputs))]
-            self._y_ph = [tf.compat.v1.placeholder(s.dtype, s.shape, name=f"target_{i}") for i, s in enumerate(_specs(built._flat_targets))]
+            self._x_ph = [
+                tf.compat.v1.placeholder(s.dtype, s.shape, name=f"input_{i}")
+                for i, s in enumerate(_specs(built._flat_inputs))
+            ]
+            self._y_ph = [
+                tf.compat.v1.placeholder(s.dtype, s.shape, name=f"target_{i}")
+                for i, s in enumerate(_specs(built._flat_targets))
+            ]
             x = tf.nest.pack_sequence_as(built._in_struct, self._x_ph)
             y = tf.nest.pack_sequence_as(built._tgt_struct, self._y_ph)
             slots = _adam_slots([v.value for v in model.trainable_variables])
@@ -322,9 +329,18 @@ def build(workload_or_name: Workload | str, size: str = "tiny", batch: int | Non
     flat_in = [np.asarray(a) for a in tf.nest.flatten(inputs)]
     flat_tg = [np.asarray(a) for a in tf.nest.flatten(targets)]
     built = Built(
-        workload=workload, size=size, batch=batch, seed=seed, hparams=hparams, model=model,
-        inputs=inputs, targets=targets, _flat_inputs=flat_in, _flat_targets=flat_tg,
-        _in_struct=inputs, _tgt_struct=targets,
+        workload=workload,
+        size=size,
+        batch=batch,
+        seed=seed,
+        hparams=hparams,
+        model=model,
+        inputs=inputs,
+        targets=targets,
+        _flat_inputs=flat_in,
+        _flat_targets=flat_tg,
+        _in_struct=inputs,
+        _tgt_struct=targets,
     )
     if not model.built:
         model(inputs, training=False)  # subclassed models create their variables on the first (eager) call

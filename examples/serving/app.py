@@ -15,6 +15,7 @@ Request body: ``{"inputs": {"name": [[...], ...]}}``, one entry per input of the
 (nested lists, batch first, or a raw tensor: tensors.py); ``{"inputs": [[...]]}`` for a one-input signature. Response:
 ``{"outputs": {"name": [...]}}``.
 """
+
 from __future__ import annotations
 
 import os
@@ -92,11 +93,29 @@ async def status() -> dict[str, Any]:
         p = st.process
         info.update(enabled=st.enabled, warnings=list(st.warnings))
         if p is not None:
-            info.update(share=p.share, planned=f"{p.planned_inter}x{p.planned_intra}", phase=p.phase,
-                        bound_cpus=list(p.bound_cpus))
-        info["served"] = [{"function": s.function, "calls": s.calls, "stopped": s.stopped,
-                           "buckets": [{"batch": b.batch, "path": b.path, "served": b.served,
-                                        "pools": f"{b.inter_op}x{b.intra_op}", "reason": b.reason,
-                                        "tuning": b.tuning}
-                                       for b in s.buckets]} for s in st.served]
+            info.update(
+                share=p.share,
+                planned=f"{p.planned_inter}x{p.planned_intra}",
+                phase=p.phase,
+                bound_cpus=list(p.bound_cpus),
+            )
+        info["served"] = [
+            {
+                "function": s.function,
+                "calls": s.calls,
+                "stopped": s.stopped,
+                "buckets": [
+                    {
+                        "batch": b.batch,
+                        "path": b.path,
+                        "served": b.served,
+                        "pools": f"{b.inter_op}x{b.intra_op}",
+                        "reason": b.reason,
+                        "tuning": b.tuning,
+                    }
+                    for b in s.buckets
+                ],
+            }
+            for s in st.served
+        ]
     return info

@@ -3,6 +3,7 @@
 Shared by the tests (tests/test_serving_gunicorn.py) and the benchmark (benchmarks/bench_http.py):
 real processes, real sockets. Standard library only, so it imports without the server packages.
 """
+
 from __future__ import annotations
 
 import http.client
@@ -27,26 +28,68 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def server_command(workers: int, port: int, *, server: str = "gunicorn", preload: bool = False,
-                   app: str = APP, extra: Sequence[str] = ()) -> list[str]:
+def server_command(
+    workers: int,
+    port: int,
+    *,
+    server: str = "gunicorn",
+    preload: bool = False,
+    app: str = APP,
+    extra: Sequence[str] = (),
+) -> list[str]:
     """The command line a user would type (gunicorn with uvicorn workers, or plain uvicorn)."""
     if server == "gunicorn":
         gunicorn = shutil.which("gunicorn", path=os.path.dirname(sys.executable)) or "gunicorn"
-        cmd = [gunicorn, "-w", str(workers), "-k", "uvicorn.workers.UvicornWorker", "-b", f"127.0.0.1:{port}",
-               "--timeout", "120", "--graceful-timeout", "5"]
+        cmd = [
+            gunicorn,
+            "-w",
+            str(workers),
+            "-k",
+            "uvicorn.workers.UvicornWorker",
+            "-b",
+            f"127.0.0.1:{port}",
+            "--timeout",
+            "120",
+            "--graceful-timeout",
+            "5",
+        ]
         return cmd + (["--preload"] if preload else []) + list(extra) + [app]
     if server == "uvicorn":
-        return [sys.executable, "-m", "uvicorn", "--host", "127.0.0.1", "--port", str(port),
-                "--workers", str(workers), "--log-level", "warning", *extra, app]
+        return [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            str(workers),
+            "--log-level",
+            "warning",
+            *extra,
+            app,
+        ]
     raise ValueError(f"server must be 'gunicorn' or 'uvicorn', got {server!r}")
 
 
 class Server:
     """One server process tree; ``with Server(...) as s:`` starts it and always stops it."""
 
-    def __init__(self, model: str, workers: int, *, env: Mapping[str, str] | None = None, server: str = "gunicorn",
-                 preload: bool = False, app: str = APP, default: bool = False, log_path: str | None = None,
-                 preexec: Callable[[], None] | None = None, pythonpath: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        model: str,
+        workers: int,
+        *,
+        env: Mapping[str, str] | None = None,
+        server: str = "gunicorn",
+        preload: bool = False,
+        app: str = APP,
+        default: bool = False,
+        log_path: str | None = None,
+        preexec: Callable[[], None] | None = None,
+        pythonpath: Sequence[str] = (),
+    ) -> None:
         self.port = free_port()
         self.workers = workers
         self.cmd = server_command(workers, self.port, server=server, preload=preload, app=app)
@@ -63,8 +106,15 @@ class Server:
 
     def start(self, timeout_s: float = 180.0) -> "Server":
         log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
-        self.proc = subprocess.Popen(self.cmd, env=self.env, cwd=str(ROOT), stdout=log, stderr=subprocess.STDOUT,
-                                     preexec_fn=self.preexec, start_new_session=True)
+        self.proc = subprocess.Popen(
+            self.cmd,
+            env=self.env,
+            cwd=str(ROOT),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            preexec_fn=self.preexec,
+            start_new_session=True,
+        )
         if self.log_path:
             log.close()
         self.wait_workers(self.workers, timeout_s)

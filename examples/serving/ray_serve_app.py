@@ -9,6 +9,7 @@ every replica sizes its pools for the whole host. ``default=1`` skips ``enable()
 Request and response bodies are the FastAPI example's (app.py): ``{"inputs": ...}`` in,
 ``{"outputs": ...}`` out, ``POST /predict``.
 """
+
 from __future__ import annotations
 
 import os
@@ -41,15 +42,21 @@ class SavedModelServer:
         return {"outputs": {k: v.numpy().tolist() for k, v in out.items()}}
 
     def status(self) -> dict[str, Any]:
-        info: dict[str, Any] = {"pid": os.getpid(), "affinity": sorted(os.sched_getaffinity(0)), "enabled": self.enabled}
+        info: dict[str, Any] = {
+            "pid": os.getpid(),
+            "affinity": sorted(os.sched_getaffinity(0)),
+            "enabled": self.enabled,
+        }
         if self.enabled:
             import tf_autopar
 
             st = tf_autopar.status()
             if st.process is not None:
                 info.update(share=st.process.share, planned=f"{st.process.planned_inter}x{st.process.planned_intra}")
-            info["served"] = [{"function": s.function, "buckets": [{"batch": b.batch, "path": b.path}
-                                                                     for b in s.buckets]} for s in st.served]
+            info["served"] = [
+                {"function": s.function, "buckets": [{"batch": b.batch, "path": b.path} for b in s.buckets]}
+                for s in st.served
+            ]
         return info
 
 
@@ -59,4 +66,5 @@ def build(args: dict[str, str]) -> Any:
         raise ValueError("give the SavedModel: serve run examples.serving.ray_serve_app:build model=/path/to/model")
     num_cpus, replicas = float(args.get("num_cpus", 1)), int(args.get("replicas", 2))
     return SavedModelServer.options(num_replicas=replicas, ray_actor_options={"num_cpus": num_cpus}).bind(
-        args["model"], default=args.get("default", "") in ("1", "true", "yes"))
+        args["model"], default=args.get("default", "") in ("1", "true", "yes")
+    )

@@ -5,6 +5,7 @@ nested lists (batch first) or a raw tensor ``{"b64": base64 of its bytes, "shape
 signature's dtype, C order (an image as JSON numbers takes longer to parse than a small model
 takes to run).
 """
+
 from __future__ import annotations
 
 import base64
@@ -27,7 +28,9 @@ def decode_inputs(inputs: Any, specs: Mapping[str, Any]) -> dict[str, np.ndarray
         raise ValueError(f"the signature has {len(specs)} inputs ({', '.join(specs)}): send a dict by name")
     missing, unknown = set(specs) - set(given), set(given) - set(specs)
     if missing or unknown:
-        raise ValueError(f"inputs must be exactly {sorted(specs)}; missing {sorted(missing)}, unknown {sorted(unknown)}")
+        raise ValueError(
+            f"inputs must be exactly {sorted(specs)}; missing {sorted(missing)}, unknown {sorted(unknown)}"
+        )
     try:
         return {k: _array(v, specs[k]) for k, v in given.items()}
     except (TypeError, ValueError, KeyError, binascii.Error) as exc:

@@ -2,6 +2,7 @@
 
 CI runs them in a second virtual environment with that build (.ci/run); in an environment with
 stock TensorFlow, tests/conftest.py leaves this folder out of collection, so nothing here skips."""
+
 from __future__ import annotations
 
 import os

@@ -1,6 +1,7 @@
 """tf_autopar on a real OpenMP build (intel-tensorflow 2.14), each check in a fresh process:
 what the OpenMP runtime really runs with is read from the runtime itself (omp_get_max_threads,
 kmp_get_blocktime), not from the environment we set."""
+
 from __future__ import annotations
 
 import json
@@ -54,8 +55,9 @@ def test_the_plans_openmp_variables_reach_the_runtime_and_the_users_are_kept(tmp
     assert res["state"]["max_threads"] == int(applied["OMP_NUM_THREADS"]) == int(applied["MKL_NUM_THREADS"])
     assert res["state"]["blocktime_ms"] == int(applied["KMP_BLOCKTIME"])
     assert "OpenMP" in res["explain"]
-    user, err, rc = run_child(script, {"TF_AUTOPAR_CACHE_DIR": str(tmp_path), "OMP_NUM_THREADS": "1",
-                                       "KMP_BLOCKTIME": "30"})
+    user, err, rc = run_child(
+        script, {"TF_AUTOPAR_CACHE_DIR": str(tmp_path), "OMP_NUM_THREADS": "1", "KMP_BLOCKTIME": "30"}
+    )
     assert rc == 0, err
     assert user["kept"] == {"OMP_NUM_THREADS": "1", "KMP_BLOCKTIME": "30"}
     assert "OMP_NUM_THREADS" not in user["applied"] and "KMP_BLOCKTIME" not in user["applied"]
@@ -63,7 +65,8 @@ def test_the_plans_openmp_variables_reach_the_runtime_and_the_users_are_kept(tmp
 
 
 def test_a_session_runs_under_its_plan_with_the_same_results(tmp_path):
-    res, err, rc = run_child("""
+    res, err, rc = run_child(
+        """
     import tf_autopar
     tf_autopar.enable()
     import numpy as np, tensorflow as tf
@@ -82,7 +85,9 @@ def test_a_session_runs_under_its_plan_with_the_same_results(tmp_path):
     from tf_autopar.runtime.openmp import openmp_state
     report(close=bool(np.allclose(got, ref, rtol=1e-4, atol=1e-4)), recs=tf_autopar.status().to_dict()["sessions"],
            state=openmp_state(), applied=tf_autopar.status().process.applied)
-    """, {"TF_AUTOPAR_CACHE_DIR": str(tmp_path)})
+    """,
+        {"TF_AUTOPAR_CACHE_DIR": str(tmp_path)},
+    )
     assert rc == 0, err
     assert res["close"]
     (rec,) = res["recs"]
@@ -91,7 +96,8 @@ def test_a_session_runs_under_its_plan_with_the_same_results(tmp_path):
 
 
 def test_optimize_a_keras_2_model_gives_the_same_outputs(tmp_path):
-    res, err, rc = run_child("""
+    res, err, rc = run_child(
+        """
     import tf_autopar
     tf_autopar.enable()
     import numpy as np, tensorflow as tf
@@ -109,7 +115,9 @@ def test_optimize_a_keras_2_model_gives_the_same_outputs(tmp_path):
     report(same=bool(np.allclose(out, ref, rtol=1e-5, atol=1e-5)), tf=tf.__version__,
            fresh=bool(np.allclose(out2, m(x).numpy(), rtol=1e-5, atol=1e-5)), changed=bool(not np.allclose(out2, ref)),
            warnings=list(tf_autopar.status().warnings), second=fast2 is not None)
-    """, {"TF_AUTOPAR_CACHE_DIR": str(tmp_path)})
+    """,
+        {"TF_AUTOPAR_CACHE_DIR": str(tmp_path)},
+    )
     assert rc == 0, err
     assert res["tf"].startswith("2.14") and res["same"] and res["second"]
     assert res["changed"] and res["fresh"]  # ... is never served stale (the write watch works on 2.14)
@@ -125,12 +133,20 @@ import tensorflow as tf
 m = M()
 tf.saved_model.save(m, {str(path)!r}, signatures={{"serving_default": m.serve}})
 """
-    subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, text=True,
-                   env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}, timeout=300)
+    subprocess.run(
+        [sys.executable, "-c", script],
+        check=True,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+        timeout=300,
+    )
 
 
 def _save_two_branch_savedmodel(path) -> None:
-    _save_module(path, """
+    _save_module(
+        path,
+        """
 class M(tf.Module):
     def __init__(self):
         self.a = tf.Variable(tf.random.normal([64, 64], seed=1))
@@ -138,26 +154,34 @@ class M(tf.Module):
     @tf.function(input_signature=[tf.TensorSpec([None, 64], tf.float32, name="x")])
     def serve(self, x):
         return {"y": tf.matmul(tf.matmul(x, self.a), self.b) + tf.matmul(x, self.b)}
-""")
+""",
+    )
 
 
 def test_a_savedmodel_is_analysed_planned_and_traced_on_this_build(tmp_path):
     sm = tmp_path / "sm"
     _save_two_branch_savedmodel(sm)
-    env = {**os.environ, "PYTHONPATH": ROOT, "TF_AUTOPAR_CACHE_DIR": str(tmp_path / "cache"),
-           "TF_CPP_MIN_LOG_LEVEL": "3"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": ROOT,
+        "TF_AUTOPAR_CACHE_DIR": str(tmp_path / "cache"),
+        "TF_CPP_MIN_LOG_LEVEL": "3",
+    }
     cli = [sys.executable, "-m", "tf_autopar.cli.main"]
-    analysed = subprocess.run([*cli, "analyze", str(sm), "--json"], capture_output=True, text=True, env=env,
-                              timeout=300)
+    analysed = subprocess.run(
+        [*cli, "analyze", str(sm), "--json"], capture_output=True, text=True, env=env, timeout=300
+    )
     assert analysed.returncode == 0, analysed.stderr
     profile = json.loads(analysed.stdout)
     assert profile["heavy_ops"] == 3 and profile["max_width"] == 2
-    planned = subprocess.run([*cli, "plan", str(sm), "--batch", "1", "--format", "env"], capture_output=True,
-                             text=True, env=env, timeout=300)
+    planned = subprocess.run(
+        [*cli, "plan", str(sm), "--batch", "1", "--format", "env"], capture_output=True, text=True, env=env, timeout=300
+    )
     assert planned.returncode == 0, planned.stderr
     assert "OMP_NUM_THREADS=" in planned.stdout and "KMP_BLOCKTIME=" in planned.stdout
-    traced = subprocess.run([*cli, "trace", str(sm), "--steps", "3", "--json"], capture_output=True, text=True,
-                            env=env, timeout=600)
+    traced = subprocess.run(
+        [*cli, "trace", str(sm), "--steps", "3", "--json"], capture_output=True, text=True, env=env, timeout=600
+    )
     assert traced.returncode == 0, traced.stderr
     doc = json.loads(traced.stdout)
     assert doc["backend"] == "native"  # the native tracer built against 2.14's headers and ran
@@ -170,7 +194,9 @@ def test_a_lookup_bound_savedmodel_gives_tensorflows_pool_the_teams_threads(tmp_
     half the step, on TensorFlow's own pool, which gets the team's threads. At batch 1 they read
     256 elements, a light op: TensorFlow's pool keeps 1 thread."""
     sm = tmp_path / "rec"
-    _save_module(sm, """
+    _save_module(
+        sm,
+        """
 class M(tf.Module):
     def __init__(self):
         self.table = tf.Variable(tf.random.normal([100000, 32], seed=1))
@@ -179,14 +205,24 @@ class M(tf.Module):
     def serve(self, ids):
         rows = tf.reshape(tf.gather(self.table, ids), [-1, 256])
         return {"y": tf.matmul(rows, self.w)}
-""")
-    env = {**os.environ, "PYTHONPATH": ROOT, "TF_AUTOPAR_CACHE_DIR": str(tmp_path / "cache"),
-           "TF_CPP_MIN_LOG_LEVEL": "3"}
+""",
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": ROOT,
+        "TF_AUTOPAR_CACHE_DIR": str(tmp_path / "cache"),
+        "TF_CPP_MIN_LOG_LEVEL": "3",
+    }
     env = {k: v for k, v in env.items() if not k.startswith(("TF_NUM_", "OMP_", "MKL_", "KMP_"))}
 
     def plan(batch: int) -> dict:
-        out = subprocess.run([sys.executable, "-m", "tf_autopar.cli.main", "plan", str(sm), "--batch", str(batch),
-                              "--format", "json"], capture_output=True, text=True, env=env, timeout=300)
+        out = subprocess.run(
+            [sys.executable, "-m", "tf_autopar.cli.main", "plan", str(sm), "--batch", str(batch), "--format", "json"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+        )
         assert out.returncode == 0, out.stderr
         return json.loads(out.stdout)
 

@@ -4,6 +4,7 @@ A *run* is one child process: one workload, mode, intra-op and inter-op pool siz
 summarised by ``summarize_payload`` from what ``tf-autopar trace --json`` printed. Everything
 here works on those summaries, so tests feed it synthetic runs.
 """
+
 from __future__ import annotations
 
 import math
@@ -47,8 +48,9 @@ class Run:
         return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in d.items()}
 
 
-def summarize_payload(payload: Mapping[str, Any], workload: str, mode: str, intra: int, inter: int,
-                      rnd: int = 0) -> Run:
+def summarize_payload(
+    payload: Mapping[str, Any], workload: str, mode: str, intra: int, inter: int, rnd: int = 0
+) -> Run:
     """A ``tf-autopar trace --json`` object -> Run (per-step times by op type and by class)."""
     steps = int(payload.get("steps") or 0)
     if steps < 1:
@@ -58,10 +60,21 @@ def summarize_payload(payload: Mapping[str, Any], workload: str, mode: str, intr
         type_s[str(r["type"])] = type_s.get(str(r["type"]), 0.0) + float(r["total_s"]) / steps
     cls, unknown = class_times(type_s)
     hs = payload.get("heavy_share") or {}
-    return Run(workload=workload, mode=mode, intra=intra, inter=inter, round=rnd, batch=payload.get("batch"),
-               step_s=float(payload["wall_s"]) / steps, type_s=type_s, class_s=cls, unknown_types=tuple(unknown),
-               tax_fraction=float(hs.get("tax_fraction", math.nan)),
-               heavy_fraction=float(hs.get("heavy_fraction", math.nan)), backend=str(payload.get("backend", "")))
+    return Run(
+        workload=workload,
+        mode=mode,
+        intra=intra,
+        inter=inter,
+        round=rnd,
+        batch=payload.get("batch"),
+        step_s=float(payload["wall_s"]) / steps,
+        type_s=type_s,
+        class_s=cls,
+        unknown_types=tuple(unknown),
+        tax_fraction=float(hs.get("tax_fraction", math.nan)),
+        heavy_fraction=float(hs.get("heavy_fraction", math.nan)),
+        backend=str(payload.get("backend", "")),
+    )
 
 
 def _median(xs: Iterable[float]) -> float:
@@ -101,7 +114,8 @@ def aggregate(runs: Sequence[Run]) -> dict[tuple[str, str, int, int], Point]:
             type_s={t: _median(r.type_s.get(t, 0.0) for r in rs) for t in types},
             tax_fraction=_median(r.tax_fraction for r in rs),
             heavy_fraction=_median(r.heavy_fraction for r in rs),
-            rounds=len(rs), batch=rs[0].batch,
+            rounds=len(rs),
+            batch=rs[0].batch,
         )
     return out
 
@@ -144,10 +158,14 @@ class Similarity:
     nearest: dict[str, tuple[str, float]]  # label -> (most similar other label, similarity)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"labels": self.labels, "matrix": self.matrix.round(6).tolist(),
-                "linkage": None if self.linkage is None else self.linkage.round(6).tolist(),
-                "groups": self.groups, "group_distance": GROUP_DISTANCE,
-                "nearest": {k: {"label": v[0], "similarity": round(v[1], 6)} for k, v in self.nearest.items()}}
+        return {
+            "labels": self.labels,
+            "matrix": self.matrix.round(6).tolist(),
+            "linkage": None if self.linkage is None else self.linkage.round(6).tolist(),
+            "groups": self.groups,
+            "group_distance": GROUP_DISTANCE,
+            "nearest": {k: {"label": v[0], "similarity": round(v[1], 6)} for k, v in self.nearest.items()},
+        }
 
 
 def similarity(profiles: Mapping[str, Mapping[str, float]], distance: float = GROUP_DISTANCE) -> Similarity:
@@ -182,8 +200,9 @@ def reference_intra(points: Mapping[tuple[str, str, int, int], Point], workload:
     return max(xs) if xs else None
 
 
-def _measured(points: Mapping[tuple[str, str, int, int], Point], workloads: Sequence[str],
-              modes: Sequence[str]) -> Iterable[tuple[str, str, int]]:
+def _measured(
+    points: Mapping[tuple[str, str, int, int], Point], workloads: Sequence[str], modes: Sequence[str]
+) -> Iterable[tuple[str, str, int]]:
     """(workload, mode, reference intra-op count) for every pair that has a reference run."""
     for w in workloads:
         for m in modes:
@@ -192,17 +211,24 @@ def _measured(points: Mapping[tuple[str, str, int, int], Point], workloads: Sequ
                 yield w, m, intra
 
 
-def breakdown(points: Mapping[tuple[str, str, int, int], Point], workloads: Sequence[str],
-              modes: Sequence[str]) -> dict[str, dict[str, dict[str, Any]]]:
+def breakdown(
+    points: Mapping[tuple[str, str, int, int], Point], workloads: Sequence[str], modes: Sequence[str]
+) -> dict[str, dict[str, dict[str, Any]]]:
     """Where the time goes: class shares, tax, dominant types per workload and mode."""
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for w, m, intra in _measured(points, workloads, modes):
         p = points[(w, m, intra, 1)]
         out.setdefault(w, {})[m] = {
-            "intra": intra, "inter": 1, "batch": p.batch, "step_s": p.step_s,
-            "kernel_s": sum(p.class_s.values()), "shares": p.class_shares,
-            "tax_fraction": p.tax_fraction, "heavy_fraction": p.heavy_fraction,
-            "dominant_types": dominant_types(p.type_s), "n_types": sum(1 for s in p.type_s.values() if s > 0),
+            "intra": intra,
+            "inter": 1,
+            "batch": p.batch,
+            "step_s": p.step_s,
+            "kernel_s": sum(p.class_s.values()),
+            "shares": p.class_shares,
+            "tax_fraction": p.tax_fraction,
+            "heavy_fraction": p.heavy_fraction,
+            "dominant_types": dominant_types(p.type_s),
+            "n_types": sum(1 for s in p.type_s.values() if s > 0),
         }
     return out
 
@@ -215,13 +241,20 @@ def train_vs_infer(bd: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> dict[st
             i, t = modes["infer"], modes["train"]
             shift = {c: t["shares"].get(c, 0.0) - i["shares"].get(c, 0.0) for c in OP_CLASSES}
             ratio = t["step_s"] / i["step_s"] if i["step_s"] > 0 else math.nan
-            out[w] = {"infer_step_s": i["step_s"], "train_step_s": t["step_s"], "ratio": ratio, "shift": shift,
-                      "batch_infer": i.get("batch"), "batch_train": t.get("batch")}
+            out[w] = {
+                "infer_step_s": i["step_s"],
+                "train_step_s": t["step_s"],
+                "ratio": ratio,
+                "shift": shift,
+                "batch_infer": i.get("batch"),
+                "batch_train": t.get("batch"),
+            }
     return out
 
 
-def scaling(points: Mapping[tuple[str, str, int, int], Point], workloads: Sequence[str],
-            modes: Sequence[str]) -> dict[str, dict[str, dict[str, Any]]]:
+def scaling(
+    points: Mapping[tuple[str, str, int, int], Point], workloads: Sequence[str], modes: Sequence[str]
+) -> dict[str, dict[str, dict[str, Any]]]:
     """Speedup over one intra-op thread (inter-op 1) of the step and of each op class."""
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for w in workloads:
@@ -231,21 +264,28 @@ def scaling(points: Mapping[tuple[str, str, int, int], Point], workloads: Sequen
                 continue
             base = points[(w, m, threads[0], 1)]
             step = [points[(w, m, n, 1)].step_s for n in threads]
-            entry: dict[str, Any] = {"threads": threads, "step_s": step,
-                                     "speedup": [base.step_s / s if s > 0 else math.nan for s in step],
-                                     "class_speedup": {}}
+            entry: dict[str, Any] = {
+                "threads": threads,
+                "step_s": step,
+                "speedup": [base.step_s / s if s > 0 else math.nan for s in step],
+                "class_speedup": {},
+            }
             base_shares = base.class_shares
             for c in OP_CLASSES:
                 if base_shares.get(c, 0.0) >= MIN_CLASS_SHARE and base.class_s[c] > 0:
                     entry["class_speedup"][c] = [
-                        base.class_s[c] / points[(w, m, n, 1)].class_s[c] if points[(w, m, n, 1)].class_s[c] > 0
-                        else math.nan for n in threads]
+                        base.class_s[c] / points[(w, m, n, 1)].class_s[c]
+                        if points[(w, m, n, 1)].class_s[c] > 0
+                        else math.nan
+                        for n in threads
+                    ]
             out.setdefault(w, {})[m] = entry
     return out
 
 
-def inter_pools(points: Mapping[tuple[str, str, int, int], Point], workloads: Sequence[str],
-                modes: Sequence[str]) -> dict[str, dict[str, dict[str, Any]]]:
+def inter_pools(
+    points: Mapping[tuple[str, str, int, int], Point], workloads: Sequence[str], modes: Sequence[str]
+) -> dict[str, dict[str, dict[str, Any]]]:
     """At the largest intra-op count: step time per inter-op pool size, and speedup over inter-op 1."""
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for w, m, intra in _measured(points, workloads, modes):
@@ -254,8 +294,12 @@ def inter_pools(points: Mapping[tuple[str, str, int, int], Point], workloads: Se
             continue
         base = points[(w, m, intra, 1)].step_s
         step = [points[(w, m, intra, i)].step_s for i in inters]
-        out.setdefault(w, {})[m] = {"intra": intra, "inter": inters, "step_s": step,
-                                    "speedup": [base / s if s > 0 else math.nan for s in step]}
+        out.setdefault(w, {})[m] = {
+            "intra": intra,
+            "inter": inters,
+            "step_s": step,
+            "speedup": [base / s if s > 0 else math.nan for s in step],
+        }
     return out
 
 
@@ -265,6 +309,11 @@ def analyze(runs: Sequence[Run], workloads: Sequence[str], modes: Sequence[str])
     bd = breakdown(points, workloads, modes)
     sims = {m: similarity({w: bd[w][m]["shares"] for w in workloads if m in bd.get(w, {})}) for m in modes}
     unknown = sorted({t for r in runs if r.ok for t in r.unknown_types})
-    return {"breakdown": bd, "similarity": sims, "train_vs_infer": train_vs_infer(bd),
-            "scaling": scaling(points, workloads, modes), "inter_pools": inter_pools(points, workloads, modes),
-            "unknown_types": unknown}
+    return {
+        "breakdown": bd,
+        "similarity": sims,
+        "train_vs_infer": train_vs_infer(bd),
+        "scaling": scaling(points, workloads, modes),
+        "inter_pools": inter_pools(points, workloads, modes),
+        "unknown_types": unknown,
+    }

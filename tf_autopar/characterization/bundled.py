@@ -4,6 +4,7 @@ The one place the characterization meets the workloads package (its catalogue of
 it loads no model and no TensorFlow), so renaming that package changes one line here; run.py and
 the rest take the names they are given.
 """
+
 from __future__ import annotations
 
 import os
@@ -15,8 +16,9 @@ from tf_autopar.characterization.run import Result
 from tf_autopar.characterization.run import characterize as _characterize
 
 
-def characterize(workloads: Sequence[str] | None = None, out: str | os.PathLike[str] = "characterization",
-                 **kwargs: Any) -> Result:
+def characterize(
+    workloads: Sequence[str] | None = None, out: str | os.PathLike[str] = "characterization", **kwargs: Any
+) -> Result:
     """Run the characterization of ``workloads`` (default: all bundled) into ``out``. Keyword
     arguments: size, modes, threads, inter, steps, warmup, rounds, batch, timeout_s, classes,
     progress (see run.characterize)."""

@@ -19,6 +19,7 @@ updates (Keras 3 optimizers do their arithmetic in element-wise ops, which count
 the optimizer class is a lower bound); random sampling, input pipelines and string ops are
 known "other".
 """
+
 from __future__ import annotations
 
 import re
@@ -36,78 +37,93 @@ OTHER = "other"
 
 #: The classes in report order.
 OP_CLASSES: tuple[str, ...] = (
-    CONVOLUTION, MATMUL, ELEMENTWISE, REDUCTION, EMBEDDING, DATA_MOVEMENT, RECURRENT, OPTIMIZER, OTHER,
+    CONVOLUTION,
+    MATMUL,
+    ELEMENTWISE,
+    REDUCTION,
+    EMBEDDING,
+    DATA_MOVEMENT,
+    RECURRENT,
+    OPTIMIZER,
+    OTHER,
 )
 
 #: Short names for tables, also accepted wherever a class is named.
 SHORT: Mapping[str, str] = {
-    CONVOLUTION: "conv", MATMUL: "matmul", ELEMENTWISE: "elem", REDUCTION: "reduce/norm",
-    EMBEDDING: "embed/gather", DATA_MOVEMENT: "data mvmt", RECURRENT: "recurrent", OPTIMIZER: "optim", OTHER: "other",
+    CONVOLUTION: "conv",
+    MATMUL: "matmul",
+    ELEMENTWISE: "elem",
+    REDUCTION: "reduce/norm",
+    EMBEDDING: "embed/gather",
+    DATA_MOVEMENT: "data mvmt",
+    RECURRENT: "recurrent",
+    OPTIMIZER: "optim",
+    OTHER: "other",
 }
 
 _HEAVY_TO_CLASS = {"convolution": CONVOLUTION, "matmul": MATMUL, "embedding": EMBEDDING, "recurrent": RECURRENT}
 
 _TABLE_SRC: dict[str, str] = {
     CONVOLUTION: "Conv Conv2D Conv3D DepthwiseConv2dNative _FusedConv2D _FusedConv3D _FusedDepthwiseConv2dNative "
-                 "FusedPadConv2D FusedResizeAndPadConv2D Conv2DBackpropInput Conv2DBackpropFilter "
-                 "Conv2DBackpropFilterWithBias Conv3DBackpropInputV2 Conv3DBackpropFilterV2 "
-                 "DepthwiseConv2dNativeBackpropInput DepthwiseConv2dNativeBackpropFilter PadWithConv2D "
-                 "PadWithFusedConv2D",
+    "FusedPadConv2D FusedResizeAndPadConv2D Conv2DBackpropInput Conv2DBackpropFilter "
+    "Conv2DBackpropFilterWithBias Conv3DBackpropInputV2 Conv3DBackpropFilterV2 "
+    "DepthwiseConv2dNativeBackpropInput DepthwiseConv2dNativeBackpropFilter PadWithConv2D "
+    "PadWithFusedConv2D",
     MATMUL: "MatMul BatchMatMul BatchMatMulV2 BatchMatMulV3 Einsum _FusedMatMul _FusedBatchMatMulV2 SparseMatMul "
-            "SparseTensorDenseMatMul",
+    "SparseTensorDenseMatMul",
     ELEMENTWISE: "Add AddV2 AddN Sub Mul MulNoNan RealDiv Div DivNoNan FloorDiv FloorMod TruncateDiv TruncateMod Mod "
-                 "Maximum Minimum Pow Square SquaredDifference Sqrt Rsqrt Exp Expm1 Log Log1p Neg Abs Sign "
-                 "Reciprocal Inv Floor Ceil Round Rint Relu Relu6 Elu Selu LeakyRelu Sigmoid Tanh Softplus "
-                 "Softsign Erf Erfc Gelu Swish _MklSwish Sin Cos Tan Atan Atan2 Asin Acos Sinh Cosh Xdivy Xlogy "
-                 "Xlog1py BiasAdd BiasAddV1 Less LessEqual Greater GreaterEqual Equal NotEqual LogicalAnd "
-                 "LogicalOr LogicalNot Select SelectV2 Cast ClipByValue IsFinite IsNan IsInf ZerosLike OnesLike "
-                 "ReluGrad Relu6Grad EluGrad SeluGrad LeakyReluGrad SigmoidGrad TanhGrad SoftplusGrad "
-                 "SoftsignGrad RsqrtGrad SqrtGrad ReciprocalGrad InvGrad GeluGrad _FusedMulAdd _FusedMulAdd2 "
-                 "_FusedAddN BitwiseAnd BitwiseOr BitwiseXor LeftShift RightShift Invert Polygamma Lgamma "
-                 "Digamma Igamma Igammac BesselI0e BesselI1e",
+    "Maximum Minimum Pow Square SquaredDifference Sqrt Rsqrt Exp Expm1 Log Log1p Neg Abs Sign "
+    "Reciprocal Inv Floor Ceil Round Rint Relu Relu6 Elu Selu LeakyRelu Sigmoid Tanh Softplus "
+    "Softsign Erf Erfc Gelu Swish _MklSwish Sin Cos Tan Atan Atan2 Asin Acos Sinh Cosh Xdivy Xlogy "
+    "Xlog1py BiasAdd BiasAddV1 Less LessEqual Greater GreaterEqual Equal NotEqual LogicalAnd "
+    "LogicalOr LogicalNot Select SelectV2 Cast ClipByValue IsFinite IsNan IsInf ZerosLike OnesLike "
+    "ReluGrad Relu6Grad EluGrad SeluGrad LeakyReluGrad SigmoidGrad TanhGrad SoftplusGrad "
+    "SoftsignGrad RsqrtGrad SqrtGrad ReciprocalGrad InvGrad GeluGrad _FusedMulAdd _FusedMulAdd2 "
+    "_FusedAddN BitwiseAnd BitwiseOr BitwiseXor LeftShift RightShift Invert Polygamma Lgamma "
+    "Digamma Igamma Igammac BesselI0e BesselI1e",
     REDUCTION: "Sum Mean Max Min Prod All Any ArgMax ArgMin EuclideanNorm Softmax LogSoftmax "
-               "SparseSoftmaxCrossEntropyWithLogits SoftmaxCrossEntropyWithLogits FusedBatchNorm "
-               "FusedBatchNormV2 FusedBatchNormV3 FusedBatchNormGrad FusedBatchNormGradV2 FusedBatchNormGradV3 "
-               "_FusedBatchNormEx _FusedBatchNormGradEx LayerNorm _MklLayerNorm BiasAddGrad MaxPool MaxPoolV2 "
-               "AvgPool MaxPool3D AvgPool3D MaxPoolGrad MaxPoolGradV2 MaxPoolGradGrad AvgPoolGrad MaxPool3DGrad "
-               "AvgPool3DGrad MaxPoolWithArgmax MaxPoolGradWithArgmax LRN LRNGrad L2Loss Cumsum Cumprod "
-               "CumulativeLogsumexp TopKV2 InTopK InTopKV2 BatchNormWithGlobalNormalization "
-               "_FusedInstanceNorm Bincount DenseBincount",
+    "SparseSoftmaxCrossEntropyWithLogits SoftmaxCrossEntropyWithLogits FusedBatchNorm "
+    "FusedBatchNormV2 FusedBatchNormV3 FusedBatchNormGrad FusedBatchNormGradV2 FusedBatchNormGradV3 "
+    "_FusedBatchNormEx _FusedBatchNormGradEx LayerNorm _MklLayerNorm BiasAddGrad MaxPool MaxPoolV2 "
+    "AvgPool MaxPool3D AvgPool3D MaxPoolGrad MaxPoolGradV2 MaxPoolGradGrad AvgPoolGrad MaxPool3DGrad "
+    "AvgPool3DGrad MaxPoolWithArgmax MaxPoolGradWithArgmax LRN LRNGrad L2Loss Cumsum Cumprod "
+    "CumulativeLogsumexp TopKV2 InTopK InTopKV2 BatchNormWithGlobalNormalization "
+    "_FusedInstanceNorm Bincount DenseBincount",
     EMBEDDING: "Gather GatherV2 ResourceGather GatherNd ResourceGatherNd SparseSegmentSum SparseSegmentMean "
-               "SparseSegmentSqrtN SparseSegmentSumWithNumSegments SparseSegmentMeanWithNumSegments "
-               "SparseSegmentSqrtNWithNumSegments SparseSegmentSumGrad SparseSegmentMeanGrad SparseSegmentSqrtNGrad "
-               "SparseSegmentSumGradV2 SparseSegmentMeanGradV2 SparseSegmentSqrtNGradV2 UnsortedSegmentSum "
-               "UnsortedSegmentMax UnsortedSegmentMin UnsortedSegmentProd SegmentSum SegmentMean SegmentMax "
-               "SegmentMin SegmentProd ScatterNd TensorScatterUpdate TensorScatterAdd TensorScatterSub "
-               "ResourceScatterAdd ResourceScatterSub ResourceScatterUpdate ResourceScatterNdAdd "
-               "ResourceScatterNdUpdate EmbeddingLookup OneHot",
+    "SparseSegmentSqrtN SparseSegmentSumWithNumSegments SparseSegmentMeanWithNumSegments "
+    "SparseSegmentSqrtNWithNumSegments SparseSegmentSumGrad SparseSegmentMeanGrad SparseSegmentSqrtNGrad "
+    "SparseSegmentSumGradV2 SparseSegmentMeanGradV2 SparseSegmentSqrtNGradV2 UnsortedSegmentSum "
+    "UnsortedSegmentMax UnsortedSegmentMin UnsortedSegmentProd SegmentSum SegmentMean SegmentMax "
+    "SegmentMin SegmentProd ScatterNd TensorScatterUpdate TensorScatterAdd TensorScatterSub "
+    "ResourceScatterAdd ResourceScatterSub ResourceScatterUpdate ResourceScatterNdAdd "
+    "ResourceScatterNdUpdate EmbeddingLookup OneHot",
     DATA_MOVEMENT: "Reshape Transpose ConjugateTranspose Concat ConcatV2 ConcatOffset Split SplitV Slice StridedSlice "
-                   "StridedSliceGrad ResourceStridedSliceAssign TensorStridedSliceUpdate Pack Unpack Tile TileGrad "
-                   "Pad PadV2 MirrorPad MirrorPadGrad Squeeze ExpandDims Identity IdentityN Snapshot Copy CopyHost "
-                   "DeepCopy Fill Shape ShapeN Size Rank BroadcastTo BroadcastArgs BroadcastGradientArgs Range "
-                   "LinSpace Reverse ReverseV2 ReverseSequence SpaceToBatchND BatchToSpaceND SpaceToDepth "
-                   "DepthToSpace ResizeBilinear ResizeNearestNeighbor ResizeBilinearGrad "
-                   "ResizeNearestNeighborGrad Const ReadVariableOp VarHandleOp VariableV2 Variable "
-                   "CheckNumerics CheckNumericsV2 EnsureShape StopGradient PreventGradient InplaceUpdate "
-                   "InplaceAdd DynamicStitch ParallelDynamicStitch DynamicPartition Where Unique UniqueV2 "
-                   "MatrixDiag MatrixDiagV3 MatrixDiagPart MatrixDiagPartV3 MatrixBandPart MatrixSetDiagV3 "
-                   "_MklToTf _MklInputConversion Bitcast Empty Placeholder PlaceholderWithDefault "
-                   "Enter Exit Merge Switch NextIteration LoopCond",
+    "StridedSliceGrad ResourceStridedSliceAssign TensorStridedSliceUpdate Pack Unpack Tile TileGrad "
+    "Pad PadV2 MirrorPad MirrorPadGrad Squeeze ExpandDims Identity IdentityN Snapshot Copy CopyHost "
+    "DeepCopy Fill Shape ShapeN Size Rank BroadcastTo BroadcastArgs BroadcastGradientArgs Range "
+    "LinSpace Reverse ReverseV2 ReverseSequence SpaceToBatchND BatchToSpaceND SpaceToDepth "
+    "DepthToSpace ResizeBilinear ResizeNearestNeighbor ResizeBilinearGrad "
+    "ResizeNearestNeighborGrad Const ReadVariableOp VarHandleOp VariableV2 Variable "
+    "CheckNumerics CheckNumericsV2 EnsureShape StopGradient PreventGradient InplaceUpdate "
+    "InplaceAdd DynamicStitch ParallelDynamicStitch DynamicPartition Where Unique UniqueV2 "
+    "MatrixDiag MatrixDiagV3 MatrixDiagPart MatrixDiagPartV3 MatrixBandPart MatrixSetDiagV3 "
+    "_MklToTf _MklInputConversion Bitcast Empty Placeholder PlaceholderWithDefault "
+    "Enter Exit Merge Switch NextIteration LoopCond",
     OPTIMIZER: "AssignVariableOp AssignAddVariableOp AssignSubVariableOp Assign AssignAdd AssignSub "
-               "ResourceApplyGradientDescent ResourceApplyMomentum ResourceApplyKerasMomentum ResourceApplyAdam "
-               "ResourceApplyAdamWithAmsgrad ResourceApplyAdagrad ResourceApplyAdagradV2 ResourceApplyRMSProp "
-               "ResourceApplyCenteredRMSProp ResourceApplyAdadelta ResourceApplyFtrl ResourceApplyFtrlV2 "
-               "ResourceApplyAdaMax ResourceApplyAddSign ResourceApplyPowerSign ResourceApplyProximalAdagrad "
-               "ResourceApplyProximalGradientDescent ApplyGradientDescent ApplyMomentum ApplyAdam ApplyAdagrad "
-               "ApplyRMSProp",
+    "ResourceApplyGradientDescent ResourceApplyMomentum ResourceApplyKerasMomentum ResourceApplyAdam "
+    "ResourceApplyAdamWithAmsgrad ResourceApplyAdagrad ResourceApplyAdagradV2 ResourceApplyRMSProp "
+    "ResourceApplyCenteredRMSProp ResourceApplyAdadelta ResourceApplyFtrl ResourceApplyFtrlV2 "
+    "ResourceApplyAdaMax ResourceApplyAddSign ResourceApplyPowerSign ResourceApplyProximalAdagrad "
+    "ResourceApplyProximalGradientDescent ApplyGradientDescent ApplyMomentum ApplyAdam ApplyAdagrad "
+    "ApplyRMSProp",
     OTHER: "RandomUniform RandomUniformInt RandomStandardNormal TruncatedNormal RandomShuffle Multinomial "
-           "RandomGamma RandomPoisson RandomPoissonV2 StatelessRandomUniform StatelessRandomUniformV2 "
-           "StatelessRandomNormal StatelessRandomNormalV2 StatelessTruncatedNormal StatelessTruncatedNormalV2 "
-           "StatelessRandomUniformInt StatelessRandomUniformIntV2 StatelessRandomGetKeyCounter "
-           "StatelessRandomGetKeyCounterAlg StatelessRandomGetAlg StatelessMultinomial RngReadAndSkip "
-           "RngSkip IteratorGetNext IteratorGetNextSync OptionalGetValue OptionalHasValue StringToHashBucketFast "
-           "StringToHashBucketStrong StringToHashBucket AsString StringJoin Print PrintV2 Assert "
-           "DestroyResourceOp VarIsInitializedOp",
+    "RandomGamma RandomPoisson RandomPoissonV2 StatelessRandomUniform StatelessRandomUniformV2 "
+    "StatelessRandomNormal StatelessRandomNormalV2 StatelessTruncatedNormal StatelessTruncatedNormalV2 "
+    "StatelessRandomUniformInt StatelessRandomUniformIntV2 StatelessRandomGetKeyCounter "
+    "StatelessRandomGetKeyCounterAlg StatelessRandomGetAlg StatelessMultinomial RngReadAndSkip "
+    "RngSkip IteratorGetNext IteratorGetNextSync OptionalGetValue OptionalHasValue StringToHashBucketFast "
+    "StringToHashBucketStrong StringToHashBucket AsString StringJoin Print PrintV2 Assert "
+    "DestroyResourceOp VarIsInitializedOp",
 }
 
 #: op type -> class, exact (each type in one class: a test checks).
@@ -162,8 +178,13 @@ def check_classes(names: Iterable[str]) -> list[str]:
     by_key = {c: c for c in OP_CLASSES} | {c.split()[0]: c for c in OP_CLASSES} | {v: k for k, v in SHORT.items()}
     bad = [n for n in names if n not in by_key]
     if bad:
-        raise ValueError(f"unknown op class {', '.join(repr(b) for b in bad)}; choose from "
-                         + ", ".join(repr(c) for c in OP_CLASSES) + " (or their first word, or " + ", ".join(SHORT.values()) + ")")
+        raise ValueError(
+            f"unknown op class {', '.join(repr(b) for b in bad)}; choose from "
+            + ", ".join(repr(c) for c in OP_CLASSES)
+            + " (or their first word, or "
+            + ", ".join(SHORT.values())
+            + ")"
+        )
     chosen = {by_key[n] for n in names}
     return [c for c in OP_CLASSES if c in chosen]
 

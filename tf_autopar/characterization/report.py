@@ -3,6 +3,7 @@
 The report must read on its own: every figure has a table with the same numbers next to it, so
 it stays useful where images do not render.
 """
+
 from __future__ import annotations
 
 import json
@@ -18,6 +19,7 @@ from tf_autopar.characterization.classes import OP_CLASSES, SHORT
 
 if TYPE_CHECKING:
     from tf_autopar.characterization.run import Result
+
 
 def _pct(x: float | None) -> str:
     return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x * 100:.0f}%"
@@ -55,12 +57,19 @@ def _scaling_table(result: Result, img: set[str]) -> list[str]:
             e = a["scaling"].get(w, {}).get(m)
             if e is None:
                 continue
-            rows.append([w, m] + [f"{_ms(t)} ({_x(x)})" for t, x in zip(e["step_s"], e["speedup"])][-4:]
-                        + [_x(e["class_speedup"][c][-1]) if c in e["class_speedup"] else "–" for c in classes])
+            rows.append(
+                [w, m]
+                + [f"{_ms(t)} ({_x(x)})" for t, x in zip(e["step_s"], e["speedup"])][-4:]
+                + [_x(e["class_speedup"][c][-1]) if c in e["class_speedup"] else "–" for c in classes]
+            )
     if rows:
         ths = [str(n) for n in s.threads][-4:]
-        lines += _table(["workload", "mode"] + [f"{n} thr ms (speedup)" for n in ths]
-                        + [f"{SHORT[c]} at {max(s.threads)}" for c in classes], rows)
+        lines += _table(
+            ["workload", "mode"]
+            + [f"{n} thr ms (speedup)" for n in ths]
+            + [f"{SHORT[c]} at {max(s.threads)}" for c in classes],
+            rows,
+        )
     return lines
 
 
@@ -70,7 +79,8 @@ def render(result: Result, images: Sequence[str] = ()) -> str:
     img = set(images)
     ok = [r for r in result.runs if r.ok]
     lines = [
-        "# Workload characterization (Fathom's four analyses)", "",
+        "# Workload characterization (Fathom's four analyses)",
+        "",
         f"Host: {h.get('processor', 'unknown')}, CPU budget {h.get('cpu_budget')}; TensorFlow "
         f"{h.get('tensorflow', '?')}, Python {h.get('python', '?')}.  ",
         f"Workloads ({len(s.workloads)}): {', '.join(s.workloads)}.  ",
@@ -78,10 +88,12 @@ def render(result: Result, images: Sequence[str] = ()) -> str:
         f"threads {', '.join(map(str, s.threads))} (inter-op 1); inter-op pools {', '.join(map(str, s.inter))} at "
         f"intra-op {max(s.threads)}; {s.steps} traced steps after {s.warmup} warm-up, {s.rounds} round(s).  ",
         f"{len(result.runs)} runs, each in a fresh process ({len(ok)} ok, {len(result.failures)} failed); "
-        f"wall time {result.wall_s:.0f} s.", "",
+        f"wall time {result.wall_s:.0f} s.",
+        "",
         "Kernel time is what the native tracer recorded (`tf_autopar.trace()`); shares are of the summed kernel "
         "time of one step at the largest intra-op count with one inter-op thread. Method and the comparison with "
-        "Fathom's published findings: docs/characterization.md in tf_autopar.", "",
+        "Fathom's published findings: docs/characterization.md in tf_autopar.",
+        "",
     ]
     bd = a["breakdown"]
     lines += ["## 1. Where the time goes", ""]
@@ -95,21 +107,40 @@ def render(result: Result, images: Sequence[str] = ()) -> str:
                 rows.append([w, m, "no data"] + [""] * (len(OP_CLASSES) + 3))
                 continue
             dom = ", ".join(f"{t} {_pct(x)}" for t, x in e["dominant_types"])
-            rows.append([w, m, _ms(e["step_s"]), _ms(e.get("kernel_s"))] + [_pct(e["shares"][c]) for c in OP_CLASSES]
-                        + [_pct(e["tax_fraction"]), f"{len(e['dominant_types'])} of {e['n_types']}: {dom}"])
-    lines += _table(["workload", "mode", "ms/step", "kernel ms/step"] + [SHORT[c] for c in OP_CLASSES]
-                    + ["tax", "op types for 90% of kernel time"], rows)
-    lines += ["", "*kernel ms/step*: the summed time of the kernels traced in one step (can exceed the step "
-              "on several threads, or be a small part of it when framework overhead dominates). "
-              "*tax*: the programmability tax, the share of wall time during which no heavy kernel "
-              "(convolution, matmul, embedding look-up, recurrent cell) runs (`heavy_share().tax_fraction`).", ""]
+            rows.append(
+                [w, m, _ms(e["step_s"]), _ms(e.get("kernel_s"))]
+                + [_pct(e["shares"][c]) for c in OP_CLASSES]
+                + [_pct(e["tax_fraction"]), f"{len(e['dominant_types'])} of {e['n_types']}: {dom}"]
+            )
+    lines += _table(
+        ["workload", "mode", "ms/step", "kernel ms/step"]
+        + [SHORT[c] for c in OP_CLASSES]
+        + ["tax", "op types for 90% of kernel time"],
+        rows,
+    )
+    lines += [
+        "",
+        "*kernel ms/step*: the summed time of the kernels traced in one step (can exceed the step "
+        "on several threads, or be a small part of it when framework overhead dominates). "
+        "*tax*: the programmability tax, the share of wall time during which no heavy kernel "
+        "(convolution, matmul, embedding look-up, recurrent cell) runs (`heavy_share().tax_fraction`).",
+        "",
+    ]
     unknown = a.get("unknown_types") or []
-    lines += [f"Op types no rule placed (counted as *other*): {', '.join(unknown)}." if unknown
-              else "Every recorded op type was placed by the op-class table (none fell to *other* unknown).", ""]
+    lines += [
+        f"Op types no rule placed (counted as *other*): {', '.join(unknown)}."
+        if unknown
+        else "Every recorded op type was placed by the op-class table (none fell to *other* unknown).",
+        "",
+    ]
 
-    lines += ["## 2. Similarity", "",
-              "Cosine similarity of the op-class share profiles, clustered by average linkage on "
-              f"1 - similarity; groups are cut at distance {GROUP_DISTANCE} (similarity {1 - GROUP_DISTANCE:.1f}).", ""]
+    lines += [
+        "## 2. Similarity",
+        "",
+        "Cosine similarity of the op-class share profiles, clustered by average linkage on "
+        f"1 - similarity; groups are cut at distance {GROUP_DISTANCE} (similarity {1 - GROUP_DISTANCE:.1f}).",
+        "",
+    ]
     for m, sim in a["similarity"].items():
         lines += [f"### {m}", ""]
         name = f"similarity_{m}.png"
@@ -118,8 +149,11 @@ def render(result: Result, images: Sequence[str] = ()) -> str:
         multi = [g for g in sim.groups if len(g) > 1]
         single = [g[0] for g in sim.groups if len(g) == 1]
         if multi:
-            lines += ["Groups: " + "; ".join("{" + ", ".join(g) + "}" for g in multi)
-                      + (f"; alone: {', '.join(single)}." if single else ".")]
+            lines += [
+                "Groups: "
+                + "; ".join("{" + ", ".join(g) + "}" for g in multi)
+                + (f"; alone: {', '.join(single)}." if single else ".")
+            ]
         elif sim.labels:
             lines += [f"No two workloads group together at this distance ({', '.join(single)})."]
         if sim.nearest:
@@ -134,10 +168,18 @@ def render(result: Result, images: Sequence[str] = ()) -> str:
         rows = []
         for w, e in tvi.items():
             moves = sorted(e["shift"].items(), key=lambda kv: -abs(kv[1]))[:3]
-            rows.append([w, _ms(e["infer_step_s"]), _ms(e["train_step_s"]), _x(e["ratio"]),
-                         ", ".join(f"{SHORT[c]} {v * 100:+.0f} pp" for c, v in moves if abs(v) >= 0.005) or "none"])
-        lines += _table(["workload", "infer ms/step", "train ms/step", "train/infer", "largest share shifts "
-                         "(train - infer)"], rows)
+            rows.append(
+                [
+                    w,
+                    _ms(e["infer_step_s"]),
+                    _ms(e["train_step_s"]),
+                    _x(e["ratio"]),
+                    ", ".join(f"{SHORT[c]} {v * 100:+.0f} pp" for c, v in moves if abs(v) >= 0.005) or "none",
+                ]
+            )
+        lines += _table(
+            ["workload", "infer ms/step", "train ms/step", "train/infer", "largest share shifts (train - infer)"], rows
+        )
         lines += ["", "Both modes at each workload's own batch (the table in section 1 has it per run).", ""]
     else:
         lines += ["Not measured: needs both modes (`--modes infer,train`).", ""]
@@ -146,22 +188,36 @@ def render(result: Result, images: Sequence[str] = ()) -> str:
     if len(s.threads) < 2:
         lines += ["Intra-op scaling not measured: it needs two or more intra-op counts (`--threads 1,2,...`).", ""]
     else:
-        lines += [f"Speedup over {min(s.threads)} intra-op thread(s), inter-op 1; per op class: that class's kernel "
-                  "time per step at the smallest count over its time at n (classes holding at least "
-                  f"{MIN_CLASS_SHARE:.0%} of it).", ""]
+        lines += [
+            f"Speedup over {min(s.threads)} intra-op thread(s), inter-op 1; per op class: that class's kernel "
+            "time per step at the smallest count over its time at n (classes holding at least "
+            f"{MIN_CLASS_SHARE:.0%} of it).",
+            "",
+        ]
         lines += _scaling_table(result, img)
     ip = a["inter_pools"]
     if ip:
         lines += ["", f"Inter-op pools at intra-op {max(s.threads)} (speedup over one inter-op thread):", ""]
-        rows = [[w, m] + [f"{i}: {_ms(t)} ms ({_x(x)})" for i, t, x in zip(e["inter"], e["step_s"], e["speedup"])]
-                for w, modes in ip.items() for m, e in modes.items()]
+        rows = [
+            [w, m] + [f"{i}: {_ms(t)} ms ({_x(x)})" for i, t, x in zip(e["inter"], e["step_s"], e["speedup"])]
+            for w, modes in ip.items()
+            for m, e in modes.items()
+        ]
         width = max(len(r) for r in rows)
-        lines += _table(["workload", "mode"] + [f"inter-op {i}" for i in range(1, width - 1)],
-                        [r + [""] * (width - len(r)) for r in rows])
+        lines += _table(
+            ["workload", "mode"] + [f"inter-op {i}" for i in range(1, width - 1)],
+            [r + [""] * (width - len(r)) for r in rows],
+        )
     lines += [""]
     if result.failures:
-        lines += ["## Failed runs", ""] + [f"- {r.workload} {r.mode} intra {r.intra} inter {r.inter} round {r.round}: "
-                                           f"{r.error}" for r in result.failures] + [""]
+        lines += (
+            ["## Failed runs", ""]
+            + [
+                f"- {r.workload} {r.mode} intra {r.intra} inter {r.inter} round {r.round}: {r.error}"
+                for r in result.failures
+            ]
+            + [""]
+        )
     lines += ["The numbers behind every table and figure: `characterize.json`.", ""]
     return "\n".join(lines)
 
@@ -191,8 +247,9 @@ def plot_time_by_class(result: Result, path: Path) -> bool:
     if not modes:
         return False
     colors = _colors()
-    fig, axes = plt.subplots(len(modes), 1, figsize=(max(6, 0.6 * len(s.workloads) + 3), 3.6 * len(modes)),
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        len(modes), 1, figsize=(max(6, 0.6 * len(s.workloads) + 3), 3.6 * len(modes)), squeeze=False
+    )
     for ax, m in zip(axes[:, 0], modes):
         ws = [w for w in s.workloads if m in bd.get(w, {})]
         bottom = [0.0] * len(ws)
@@ -218,8 +275,9 @@ def plot_similarity(sim: Any, mode: str, path: Path) -> bool:
     n = len(sim.labels)
     fig = plt.figure(figsize=(3 + 0.45 * n + 2, 1 + 0.45 * n + 1))
     ax_d = fig.add_axes((0.02, 0.1, 0.18, 0.78))
-    dn = dendrogram(sim.linkage, orientation="left", labels=sim.labels, ax=ax_d, no_labels=True,
-                    color_threshold=GROUP_DISTANCE)
+    dn = dendrogram(
+        sim.linkage, orientation="left", labels=sim.labels, ax=ax_d, no_labels=True, color_threshold=GROUP_DISTANCE
+    )
     ax_d.set_axis_off()
     order = dn["leaves"][::-1]  # top to bottom as drawn
     ax = fig.add_axes((0.28, 0.1, 0.55, 0.78))
@@ -231,8 +289,15 @@ def plot_similarity(sim: Any, mode: str, path: Path) -> bool:
     if n <= 16:
         for i in range(n):
             for j in range(n):
-                ax.text(j, i, f"{mat[i, j]:.2f}", ha="center", va="center", fontsize=6,
-                        color="white" if mat[i, j] < 0.6 else "black")
+                ax.text(
+                    j,
+                    i,
+                    f"{mat[i, j]:.2f}",
+                    ha="center",
+                    va="center",
+                    fontsize=6,
+                    color="white" if mat[i, j] < 0.6 else "black",
+                )
     ax.set_title(f"{mode}: cosine similarity of op-class profiles")
     fig.colorbar(im, cax=fig.add_axes((0.86, 0.1, 0.02, 0.78)))
     return _save(fig, path, bbox_inches="tight")
@@ -246,8 +311,9 @@ def plot_train_vs_infer(result: Result, path: Path) -> bool:
     import numpy as np
 
     ws = list(tvi)
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, max(3.5, 0.35 * len(ws) + 1.5)),
-                                   gridspec_kw={"width_ratios": [1, 2]})
+    fig, (ax1, ax2) = plt.subplots(
+        1, 2, figsize=(12, max(3.5, 0.35 * len(ws) + 1.5)), gridspec_kw={"width_ratios": [1, 2]}
+    )
     ax1.barh(ws, [tvi[w]["ratio"] for w in ws], color="tab:gray")
     ax1.invert_yaxis()
     ax1.axvline(1, color="k", lw=0.8)
@@ -297,8 +363,10 @@ def plot_scaling_by_class(result: Result, path: Path) -> bool:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    mat = np.array([[e["class_speedup"][c][-1] if c in e["class_speedup"] else np.nan for c in classes]
-                    for _, e in rows], dtype=float)
+    mat = np.array(
+        [[e["class_speedup"][c][-1] if c in e["class_speedup"] else np.nan for c in classes] for _, e in rows],
+        dtype=float,
+    )
     fig, ax = plt.subplots(figsize=(2 + 1.1 * len(classes), 1 + 0.35 * len(rows)))
     im = ax.imshow(mat, cmap="viridis", vmin=0, vmax=max(s.threads), aspect="auto")
     ax.set_xticks(range(len(classes)), [SHORT[c] for c in classes], rotation=45, ha="right", fontsize=8)
@@ -306,8 +374,15 @@ def plot_scaling_by_class(result: Result, path: Path) -> bool:
     for i in range(len(rows)):
         for j in range(len(classes)):
             if not np.isnan(mat[i, j]):
-                ax.text(j, i, f"{mat[i, j]:.2f}", ha="center", va="center", fontsize=7,
-                        color="white" if mat[i, j] < max(s.threads) * 0.6 else "black")
+                ax.text(
+                    j,
+                    i,
+                    f"{mat[i, j]:.2f}",
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                    color="white" if mat[i, j] < max(s.threads) * 0.6 else "black",
+                )
     ax.set_title(f"speedup by op class at {max(s.threads)} intra-op threads")
     fig.colorbar(im, ax=ax)
     return _save(fig, path)
@@ -319,8 +394,12 @@ def write_files(result: Result, folder: Path) -> list[str]:
 
     matplotlib.use("Agg")
     images = []
-    for name, fn in (("time_by_class.png", plot_time_by_class), ("train_vs_infer.png", plot_train_vs_infer),
-                     ("scaling.png", plot_scaling), ("scaling_by_class.png", plot_scaling_by_class)):
+    for name, fn in (
+        ("time_by_class.png", plot_time_by_class),
+        ("train_vs_infer.png", plot_train_vs_infer),
+        ("scaling.png", plot_scaling),
+        ("scaling_by_class.png", plot_scaling_by_class),
+    ):
         if fn(result, folder / name):
             images.append(name)
     for m, sim in result.analyses["similarity"].items():
@@ -350,14 +429,20 @@ def result_json(result: Result) -> dict[str, Any]:
             return [clean(v) for v in x]
         return x
 
-    return clean({
-        "settings": result.settings.to_dict(), "host": result.host, "wall_s": result.wall_s,
-        "breakdown": a["breakdown"],
-        "similarity": {m: sim.to_dict() for m, sim in a["similarity"].items()},
-        "train_vs_infer": a["train_vs_infer"], "scaling": a["scaling"], "inter_pools": a["inter_pools"],
-        "unknown_types": a["unknown_types"],
-        "runs": [r.to_dict() for r in result.runs],
-    })
+    return clean(
+        {
+            "settings": result.settings.to_dict(),
+            "host": result.host,
+            "wall_s": result.wall_s,
+            "breakdown": a["breakdown"],
+            "similarity": {m: sim.to_dict() for m, sim in a["similarity"].items()},
+            "train_vs_infer": a["train_vs_infer"],
+            "scaling": a["scaling"],
+            "inter_pools": a["inter_pools"],
+            "unknown_types": a["unknown_types"],
+            "runs": [r.to_dict() for r in result.runs],
+        }
+    )
 
 
 def stage_and_publish(out_dir: Path, write: Callable[[Path], list[str]]) -> list[str]:

@@ -8,6 +8,7 @@ tracer, the workload's graph for embedding look-ups), and this process never imp
 TensorFlow. Which names are workloads is the caller's business (``known``): this module does
 not import the workloads package.
 """
+
 from __future__ import annotations
 
 import logging
@@ -106,14 +107,18 @@ def check_settings(s: Settings, known: Sequence[str], budget: int) -> Settings:
     _positive("inter-op pool sizes", s.inter)
     over = [n for n in s.threads if n > budget]
     if over:
-        raise ValueError(f"thread count {', '.join(map(str, over))} is above this host's CPU budget of {budget} "
-                         "(tf_autopar.detect_topology().cpu_budget): the extra threads would only time-share")
+        raise ValueError(
+            f"thread count {', '.join(map(str, over))} is above this host's CPU budget of {budget} "
+            "(tf_autopar.detect_topology().cpu_budget): the extra threads would only time-share"
+        )
     over = [n for n in s.inter if n > budget]
     if over:
         raise ValueError(f"inter-op pool size {', '.join(map(str, over))} is above the CPU budget of {budget}")
     for ok, message in (
-        (not isinstance(s.steps, bool) and isinstance(s.steps, int) and s.steps >= 1,
-         f"--steps must be a positive integer, got {s.steps}"),
+        (
+            not isinstance(s.steps, bool) and isinstance(s.steps, int) and s.steps >= 1,
+            f"--steps must be a positive integer, got {s.steps}",
+        ),
         (s.warmup >= 0, f"--warmup must be zero or more, got {s.warmup}"),
         (s.rounds >= 1, f"--rounds must be a positive integer, got {s.rounds}"),
         (s.batch is None or s.batch >= 1, f"--batch must be a positive integer, got {s.batch}"),
@@ -123,9 +128,19 @@ def check_settings(s: Settings, known: Sequence[str], budget: int) -> Settings:
             raise ValueError(message)
     classes = tuple(check_classes(s.classes)) if s.classes else ()
     dedup = lambda xs: tuple(dict.fromkeys(xs))  # noqa: E731
-    return Settings(workloads=dedup(s.workloads), threads=tuple(sorted(set(s.threads))), size=s.size,
-                    modes=dedup(s.modes), inter=tuple(sorted(set(s.inter) | {1})), steps=s.steps, warmup=s.warmup,
-                    rounds=s.rounds, batch=s.batch, timeout_s=s.timeout_s, classes=classes)
+    return Settings(
+        workloads=dedup(s.workloads),
+        threads=tuple(sorted(set(s.threads))),
+        size=s.size,
+        modes=dedup(s.modes),
+        inter=tuple(sorted(set(s.inter) | {1})),
+        steps=s.steps,
+        warmup=s.warmup,
+        rounds=s.rounds,
+        batch=s.batch,
+        timeout_s=s.timeout_s,
+        classes=classes,
+    )
 
 
 def default_threads(budget: int) -> tuple[int, ...]:
@@ -182,8 +197,22 @@ def check_dependencies() -> None:
 
 
 def child_command(spec: Spec, s: Settings) -> list[str]:
-    cmd = [sys.executable, "-m", "tf_autopar.cli.main", "trace", spec.workload, "--json", "--mode", spec.mode,
-           "--size", s.size, "--steps", str(s.steps), "--warmup", str(s.warmup)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "tf_autopar.cli.main",
+        "trace",
+        spec.workload,
+        "--json",
+        "--mode",
+        spec.mode,
+        "--size",
+        s.size,
+        "--steps",
+        str(s.steps),
+        "--warmup",
+        str(s.warmup),
+    ]
     if s.batch is not None:
         cmd += ["--batch", str(s.batch)]
     return cmd
@@ -192,8 +221,12 @@ def child_command(spec: Spec, s: Settings) -> list[str]:
 def child_env(spec: Spec) -> dict[str, str]:
     """The parent's environment without thread variables, plus this run's pools."""
     env, _ = clean_env()
-    env.update(TF_NUM_INTRAOP_THREADS=str(spec.intra), TF_NUM_INTEROP_THREADS=str(spec.inter),
-               OMP_NUM_THREADS=str(spec.intra), TF_CPP_MIN_LOG_LEVEL=env.get("TF_CPP_MIN_LOG_LEVEL", "2"))
+    env.update(
+        TF_NUM_INTRAOP_THREADS=str(spec.intra),
+        TF_NUM_INTEROP_THREADS=str(spec.inter),
+        OMP_NUM_THREADS=str(spec.intra),
+        TF_CPP_MIN_LOG_LEVEL=env.get("TF_CPP_MIN_LOG_LEVEL", "2"),
+    )
     return env
 
 
@@ -234,12 +267,25 @@ def host_info(budget: int) -> dict[str, Any]:
     return info
 
 
-def characterize(workloads: Sequence[str], out: str | os.PathLike[str], *, known: Sequence[str],
-                 size: str = "tiny", modes: Sequence[str] = MODES, threads: Sequence[int] | None = None,
-                 inter: Sequence[int] = (1, 2), steps: int = 10, warmup: int = 2, rounds: int = 1,
-                 batch: int | None = None, timeout_s: float = 600.0, classes: Sequence[str] = (),
-                 progress: bool = True, budget: int | None = None,
-                 measure_fn: Callable[[Spec, Settings], Run] | None = None) -> Result:
+def characterize(
+    workloads: Sequence[str],
+    out: str | os.PathLike[str],
+    *,
+    known: Sequence[str],
+    size: str = "tiny",
+    modes: Sequence[str] = MODES,
+    threads: Sequence[int] | None = None,
+    inter: Sequence[int] = (1, 2),
+    steps: int = 10,
+    warmup: int = 2,
+    rounds: int = 1,
+    batch: int | None = None,
+    timeout_s: float = 600.0,
+    classes: Sequence[str] = (),
+    progress: bool = True,
+    budget: int | None = None,
+    measure_fn: Callable[[Spec, Settings], Run] | None = None,
+) -> Result:
     """Measure, analyse and write the report into ``out``. Bad input raises ValueError (or
     PermissionError for ``out``) before anything runs; files appear in ``out`` only at the end,
     all together. ``known``: the valid workload names (the caller's catalogue)."""
@@ -247,10 +293,23 @@ def characterize(workloads: Sequence[str], out: str | os.PathLike[str], *, known
         import tf_autopar
 
         budget = tf_autopar.detect_topology().cpu_budget
-    s = check_settings(Settings(workloads=tuple(workloads), threads=tuple(threads or default_threads(budget)),
-                                size=size, modes=tuple(modes), inter=tuple(inter), steps=steps, warmup=warmup,
-                                rounds=rounds, batch=batch, timeout_s=timeout_s, classes=tuple(classes)),
-                       known, budget)
+    s = check_settings(
+        Settings(
+            workloads=tuple(workloads),
+            threads=tuple(threads or default_threads(budget)),
+            size=size,
+            modes=tuple(modes),
+            inter=tuple(inter),
+            steps=steps,
+            warmup=warmup,
+            rounds=rounds,
+            batch=batch,
+            timeout_s=timeout_s,
+            classes=tuple(classes),
+        ),
+        known,
+        budget,
+    )
     out_dir = check_out_dir(out)
     check_dependencies()
     specs = plan_runs(s)

@@ -1,4 +1,5 @@
 """`tf-autopar analyze PATH_OR_WORKLOAD`: the model's heavy-op depth and width."""
+
 from __future__ import annotations
 
 import argparse
@@ -25,8 +26,9 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument("target", metavar="PATH_OR_WORKLOAD", help="SavedModel directory, graph file or workload name")
     p.add_argument("--json", action="store_true", help="print the profile as JSON")
-    p.add_argument("--plot", metavar="PNG",
-                   help="save a bar chart of heavy ops per level (needs the plots extra: matplotlib)")
+    p.add_argument(
+        "--plot", metavar="PNG", help="save a bar chart of heavy ops per level (needs the plots extra: matplotlib)"
+    )
     p.add_argument("--no-gradients", action="store_true", help="do not count gradient (backward-pass) heavy ops")
     p.add_argument("--mode", choices=("infer", "train"), default="infer", help="workload graph to analyse")
     add_size_argument(p)
@@ -92,9 +94,11 @@ def render(profile: GraphProfile, top: int = 10) -> str:
     if profile.lookups and profile.lookup_work is not None and profile.contraction_work is not None:
         from tf_autopar.planning.planner import lookup_share
 
-        lines.append(f"look-ups:      {profile.lookups}, reading {profile.lookup_work:,} elements per step against "
-                     f"{profile.contraction_work:,} multiply-adds in the other heavy ops (about "
-                     f"{lookup_share(profile):.0%} of a step on one thread)")
+        lines.append(
+            f"look-ups:      {profile.lookups}, reading {profile.lookup_work:,} elements per step against "
+            f"{profile.contraction_work:,} multiply-adds in the other heavy ops (about "
+            f"{lookup_share(profile):.0%} of a step on one thread)"
+        )
     for assumption in profile.assumptions:
         lines.append(f"assumed:       {assumption}")
     if profile.level_widths:

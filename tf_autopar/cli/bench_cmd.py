@@ -4,6 +4,7 @@ MODEL is a SavedModel directory, a .keras file or a bundled workload name. Every
 configuration runs in fresh processes, interleaved round by round (tf_autopar/models/bench.py);
 this command never imports TensorFlow itself.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,35 +26,69 @@ def add_parser(subparsers: Any) -> None:
         "bench",
         help="latency/throughput of your model (SavedModel, .keras, workload) under TF's default, our plan, ...",
         description="Runs each configuration in fresh processes, interleaved round by round, on inputs "
-                    "synthesised from the model's signature (or --inputs), and reports the effective thread "
-                    "settings, p50/p90/p99 latency, throughput and the speedup over TensorFlow's default.",
+        "synthesised from the model's signature (or --inputs), and reports the effective thread "
+        "settings, p50/p90/p99 latency, throughput and the speedup over TensorFlow's default.",
     )
     p.add_argument("model", metavar="MODEL", help="SavedModel directory, .keras file, or bundled workload name")
-    p.add_argument("--batch", type=count(MAX_BATCH, "the largest batch tf-autopar synthesises inputs for"), default=1, help="batch per request; a None batch dimension (default 1)")
-    p.add_argument("--mode", choices=b.MODES, default="latency",
-                   help="latency: one process, one request at a time; throughput: the plan's instances as "
-                        "that many concurrent processes for every configuration, throughput summed")
+    p.add_argument(
+        "--batch",
+        type=count(MAX_BATCH, "the largest batch tf-autopar synthesises inputs for"),
+        default=1,
+        help="batch per request; a None batch dimension (default 1)",
+    )
+    p.add_argument(
+        "--mode",
+        choices=b.MODES,
+        default="latency",
+        help="latency: one process, one request at a time; throughput: the plan's instances as "
+        "that many concurrent processes for every configuration, throughput summed",
+    )
     amount = p.add_mutually_exclusive_group()
-    amount.add_argument("--requests", type=count(), default=None,
-                        help=f"timed requests per process and run (default {b.DEFAULT_REQUESTS})")
-    amount.add_argument("--time", type=seconds(), default=None, metavar="SECONDS",
-                        help="time requests for this long per process and run instead")
-    p.add_argument("--warmup", type=count(), default=b.DEFAULT_WARMUP,
-                   help=f"untimed requests first (tracing, allocation; default {b.DEFAULT_WARMUP})")
-    p.add_argument("--rounds", type=count(), default=b.DEFAULT_ROUNDS,
-                   help=f"interleaved rounds (default {b.DEFAULT_ROUNDS})")
-    p.add_argument("--compare", default=",".join(b.DEFAULT_COMPARE),
-                   help="comma-separated configurations: default (TF's default), plan (tf_autopar's plan), "
-                        "enable (enable() with no model, empty cache: a first start), enable-cached (its second "
-                        "start), INTERxINTRA (e.g. 1x2), and on OpenMP builds INTERxINTRAxOMP[:btMS] (OpenMP "
-                        "threads apart from TF's intra-op pool, KMP_BLOCKTIME; e.g. 1x1x2:bt1); default "
-                        "'default,plan'. Speedups are over 'default'")
-    p.add_argument("--streams", type=count(4096), default=None, help="throughput mode: instances to plan (default: planner)")
+    amount.add_argument(
+        "--requests",
+        type=count(),
+        default=None,
+        help=f"timed requests per process and run (default {b.DEFAULT_REQUESTS})",
+    )
+    amount.add_argument(
+        "--time",
+        type=seconds(),
+        default=None,
+        metavar="SECONDS",
+        help="time requests for this long per process and run instead",
+    )
+    p.add_argument(
+        "--warmup",
+        type=count(),
+        default=b.DEFAULT_WARMUP,
+        help=f"untimed requests first (tracing, allocation; default {b.DEFAULT_WARMUP})",
+    )
+    p.add_argument(
+        "--rounds", type=count(), default=b.DEFAULT_ROUNDS, help=f"interleaved rounds (default {b.DEFAULT_ROUNDS})"
+    )
+    p.add_argument(
+        "--compare",
+        default=",".join(b.DEFAULT_COMPARE),
+        help="comma-separated configurations: default (TF's default), plan (tf_autopar's plan), "
+        "enable (enable() with no model, empty cache: a first start), enable-cached (its second "
+        "start), INTERxINTRA (e.g. 1x2), and on OpenMP builds INTERxINTRAxOMP[:btMS] (OpenMP "
+        "threads apart from TF's intra-op pool, KMP_BLOCKTIME; e.g. 1x1x2:bt1); default "
+        "'default,plan'. Speedups are over 'default'",
+    )
+    p.add_argument(
+        "--streams", type=count(4096), default=None, help="throughput mode: instances to plan (default: planner)"
+    )
     p.add_argument("--size", choices=("tiny", "paper"), default="tiny", help="bundled workloads only (default tiny)")
-    p.add_argument("--timeout", type=seconds(), default=b.DEFAULT_TIMEOUT_S,
-                   help=f"seconds per process before it is killed (default {b.DEFAULT_TIMEOUT_S:g})")
+    p.add_argument(
+        "--timeout",
+        type=seconds(),
+        default=b.DEFAULT_TIMEOUT_S,
+        help=f"seconds per process before it is killed (default {b.DEFAULT_TIMEOUT_S:g})",
+    )
     add_model_flags(p)
-    p.add_argument("--json", action="store_true", help="print every raw timing as JSON on stdout (the report goes to stderr)")
+    p.add_argument(
+        "--json", action="store_true", help="print every raw timing as JSON on stdout (the report goes to stderr)"
+    )
     p.add_argument("--json-out", metavar="OUT.json", default=None, help="write every raw timing as JSON to OUT.json")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.set_defaults(func=run)
@@ -65,9 +100,18 @@ def run(args: argparse.Namespace) -> int:
     from tf_autopar.measure.progress import Progress
 
     options = BenchOptions(
-        model=args.model, batch=args.batch, mode=args.mode, requests=args.requests, time_s=args.time,
-        warmup=args.warmup, rounds=args.rounds, compare=parse_compare(args.compare), size=args.size,
-        streams=args.streams, timeout_s=args.timeout, model_options=from_args(args),
+        model=args.model,
+        batch=args.batch,
+        mode=args.mode,
+        requests=args.requests,
+        time_s=args.time,
+        warmup=args.warmup,
+        rounds=args.rounds,
+        compare=parse_compare(args.compare),
+        size=args.size,
+        streams=args.streams,
+        timeout_s=args.timeout,
+        model_options=from_args(args),
     )
     out = sys.stderr if args.json else sys.stdout
     progress = Progress(0, enabled=not args.no_progress)

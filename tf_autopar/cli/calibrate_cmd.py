@@ -4,6 +4,7 @@ The planner's small-op threshold was fitted on another processor; this measures 
 in fresh processes (about a minute on 2 cores) and stores it in the plan cache for every plan
 made here (tf_autopar/tuning/calibrate.py). This command never imports TensorFlow itself.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,8 +21,8 @@ def add_parser(subparsers: Any) -> None:
         "calibrate",
         help="measure this host's small-op threshold (one intra-op thread vs all) and remember it",
         description="Times a ladder of convolutions (0.6 M to 150 M multiply-adds) with one intra-op thread and "
-                    "with every CPU of the budget, in fresh processes and interleaved rounds, and stores the op "
-                    "size from which the CPUs pay as this host's small-op threshold.",
+        "with every CPU of the budget, in fresh processes and interleaved rounds, and stores the op "
+        "size from which the CPUs pay as this host's small-op threshold.",
     )
     p.add_argument("--rounds", type=count(), default=3, help="interleaved rounds (default 3)")
     p.add_argument("--dry-run", action="store_true", help="measure and report, store nothing")

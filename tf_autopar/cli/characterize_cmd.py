@@ -3,6 +3,7 @@ workloads (where the time goes, similarity, training vs inference, parallel scal
 measurement in a fresh process. The library's face is ``tf_autopar.characterize(...)``
 (characterization/bundled.py); this module only parses and prints.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,17 +45,36 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--out", required=True, metavar="DIR", help="directory for report.md, characterize.json, PNGs")
     p.add_argument("--size", choices=("tiny", "paper"), default="tiny", help="model size (default tiny)")
     p.add_argument("--modes", type=_words, default=["infer", "train"], help="infer,train (default both)")
-    p.add_argument("--threads", type=_ints, default=None,
-                   help="intra-op thread counts, e.g. 1,2,4 (default 1, 2, 4, ... up to the CPU budget)")
-    p.add_argument("--inter", type=_ints, default=[1, 2],
-                   help="inter-op pool sizes compared at the largest intra-op count (default 1,2)")
+    p.add_argument(
+        "--threads",
+        type=_ints,
+        default=None,
+        help="intra-op thread counts, e.g. 1,2,4 (default 1, 2, 4, ... up to the CPU budget)",
+    )
+    p.add_argument(
+        "--inter",
+        type=_ints,
+        default=[1, 2],
+        help="inter-op pool sizes compared at the largest intra-op count (default 1,2)",
+    )
     p.add_argument("--steps", type=count(), default=10, help="traced steps per run (default 10)")
     p.add_argument("--warmup", type=count(), default=2, help="untraced steps first (default 2)")
-    p.add_argument("--rounds", type=count(), default=1, help="repeat every run this many times, interleaved (default 1)")
-    p.add_argument("--batch", type=count(MAX_BATCH, "the largest batch tf-autopar synthesises inputs for"), default=None, help="batch size (default: each workload's published one)")
-    p.add_argument("--classes", type=_words, default=[],
-                   help="op classes for the per-class scaling table (default: those with 5%% or more); one of: "
-                        + ", ".join(OP_CLASSES))
+    p.add_argument(
+        "--rounds", type=count(), default=1, help="repeat every run this many times, interleaved (default 1)"
+    )
+    p.add_argument(
+        "--batch",
+        type=count(MAX_BATCH, "the largest batch tf-autopar synthesises inputs for"),
+        default=None,
+        help="batch size (default: each workload's published one)",
+    )
+    p.add_argument(
+        "--classes",
+        type=_words,
+        default=[],
+        help="op classes for the per-class scaling table (default: those with 5%% or more); one of: "
+        + ", ".join(OP_CLASSES),
+    )
     p.add_argument("--timeout", type=seconds(), default=600.0, help="seconds per run before it is killed (default 600)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.add_argument("--json", action="store_true", help="print characterize.json's content on stdout")
@@ -63,9 +83,19 @@ def add_parser(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     result = characterize(
-        args.workloads, args.out, size=args.size, modes=args.modes, threads=args.threads, inter=args.inter,
-        steps=args.steps, warmup=args.warmup, rounds=args.rounds, batch=args.batch, timeout_s=args.timeout,
-        classes=args.classes, progress=not args.no_progress,
+        args.workloads,
+        args.out,
+        size=args.size,
+        modes=args.modes,
+        threads=args.threads,
+        inter=args.inter,
+        steps=args.steps,
+        warmup=args.warmup,
+        rounds=args.rounds,
+        batch=args.batch,
+        timeout_s=args.timeout,
+        classes=args.classes,
+        progress=not args.no_progress,
     )
     if args.json:
         from tf_autopar.characterization.report import result_json
@@ -73,8 +103,10 @@ def run(args: argparse.Namespace) -> int:
         json.dump(result_json(result), sys.stdout, indent=2)
         print()
     else:
-        print(f"{len(result.runs)} runs in {result.wall_s:.0f} s ({len(result.failures)} failed); wrote "
-              + ", ".join(os.path.join(args.out, f) for f in result.files))
+        print(
+            f"{len(result.runs)} runs in {result.wall_s:.0f} s ({len(result.failures)} failed); wrote "
+            + ", ".join(os.path.join(args.out, f) for f in result.files)
+        )
         for m, sim in result.analyses["similarity"].items():
             groups = [g for g in sim.groups if len(g) > 1]
             if groups:

@@ -1,4 +1,5 @@
 """`tf-autopar inspect`: show the host topology the planner will see (no TensorFlow import)."""
+
 from __future__ import annotations
 
 import argparse
@@ -16,8 +17,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "cores, SMT, hybrid core types, last-level cache domains, affinity, cgroup cpuset and quota, the resulting CPU budget, CPU model/ISA and "
         "the threading runtime of the installed TensorFlow. Never imports TensorFlow.",
     )
-    p.add_argument("--root", default="/", metavar="DIR",
-                   help="read a recorded /sys + /proc tree under DIR instead of this machine (default: /)")
+    p.add_argument(
+        "--root",
+        default="/",
+        metavar="DIR",
+        help="read a recorded /sys + /proc tree under DIR instead of this machine (default: /)",
+    )
     p.add_argument("--pid", type=int, default=None, help="describe another process (its affinity and cgroups)")
     p.add_argument("--json", action="store_true", help="print JSON: Topology.to_dict() plus derived fields")
     p.set_defaults(func=run)
@@ -37,8 +42,12 @@ def report(root: str = "/", pid: int | None = None) -> dict[str, Any]:
         affinity_list=format_cpulist(topo.affinity),
         cpuset_list=format_cpulist(topo.cpuset) if topo.cpuset is not None else None,
         budget_rule=BUDGET_RULE,
-        tf_runtime={"runtime": runtime.runtime, "evidence": runtime.evidence,
-                    "package_dir": runtime.package_dir, "distribution": runtime.distribution},
+        tf_runtime={
+            "runtime": runtime.runtime,
+            "evidence": runtime.evidence,
+            "package_dir": runtime.package_dir,
+            "distribution": runtime.distribution,
+        },
     )
     return d
 
@@ -55,9 +64,7 @@ def format_report(d: dict[str, Any]) -> str:
     row("CPU", f"{cpu['model']} ({cpu['vendor']})")
     row("ISA", " ".join(cpu["isa"]) or "none of note")
     sockets = d["sockets"]
-    per_socket = ", ".join(
-        f"socket {s}: {sum(1 for c in d['cores'] if c['socket'] == s)} cores" for s in sockets
-    )
+    per_socket = ", ".join(f"socket {s}: {sum(1 for c in d['cores'] if c['socket'] == s)} cores" for s in sockets)
     row("Sockets", f"{len(sockets)} ({per_socket})")
     nodes = "; ".join(f"node {n['id']}: CPUs {format_cpulist(n['cpus'])}" for n in d["numa_nodes"])
     row("NUMA nodes", f"{len(d['numa_nodes'])} ({nodes})")
@@ -70,8 +77,10 @@ def format_report(d: dict[str, Any]) -> str:
     row("Cpuset", d["cpuset_list"] if d["cpuset_list"] is not None else "none restricting the host")
     q = d["quota"]
     if q:
-        row("Quota", f"{q['cpus']:g} CPUs ({q['quota_us']}/{q['period_us']} us, cgroup v{q['cgroup_version']}) "
-                     f"from {q['path']}")
+        row(
+            "Quota",
+            f"{q['cpus']:g} CPUs ({q['quota_us']}/{q['period_us']} us, cgroup v{q['cgroup_version']}) from {q['path']}",
+        )
     else:
         row("Quota", "none (no CFS bandwidth limit on this process's cgroups or their ancestors)")
     quota_part = f"floor({q['cpus']:g})" if q else "no quota"
@@ -105,8 +114,9 @@ def structure_rows(d: dict[str, Any]) -> list[tuple[str, str]]:
             cap = f", capacity {'/'.join(map(str, caps))}" if caps else ""
             parts.append(f"{len(cores)} {kind} (CPUs {format_cpulist(x for c in cores for x in c['cpus'])}{cap})")
         rows.append(("Core types", "; ".join(parts) + f"  [{d['core_kinds_from']}]"))
-        rows.append(("", "latency plans use the performance cores; throughput plans give efficiency cores "
-                         "streams of their own"))
+        rows.append(
+            ("", "latency plans use the performance cores; throughput plans give efficiency cores streams of their own")
+        )
     else:
         rows.append(("Core types", "one (no hybrid core lists, no differing cpu_capacity)"))
     domains = d.get("cache_domains") or []
@@ -127,9 +137,14 @@ def structure_rows(d: dict[str, Any]) -> list[tuple[str, str]]:
     for dom in domains[:MAX_DOMAINS_SHOWN]:
         nodes = sorted({c["numa_node"] for c in d["cores"] if c["cache_domain"] == dom["id"]})
         kernel = f", cache id {dom['cache_id']}" if dom.get("cache_id") is not None else ""
-        rows.append(("", f"L{dom['level']} {dom['id']}: CPUs {format_cpulist(dom['cpus'])} "
-                         f"({sizes[dom['id']]} cores, NUMA node{'s' if len(nodes) > 1 else ''} "
-                         f"{format_cpulist(nodes)}{kernel})"))
+        rows.append(
+            (
+                "",
+                f"L{dom['level']} {dom['id']}: CPUs {format_cpulist(dom['cpus'])} "
+                f"({sizes[dom['id']]} cores, NUMA node{'s' if len(nodes) > 1 else ''} "
+                f"{format_cpulist(nodes)}{kernel})",
+            )
+        )
     if len(domains) > MAX_DOMAINS_SHOWN:
         rows.append(("", f"... {len(domains) - MAX_DOMAINS_SHOWN} more (--json lists every domain)"))
     return rows

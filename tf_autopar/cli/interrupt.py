@@ -11,6 +11,7 @@ KeyboardInterrupt for it. Later SIGTERMs while that cleanup runs are ignored, so
 cannot cut it short. SIGINT keeps Python's own handling (KeyboardInterrupt, or nothing when the
 process was started with SIGINT ignored, as a background job is).
 """
+
 from __future__ import annotations
 
 import contextlib

@@ -3,6 +3,7 @@
 Each subcommand lives in its own module exposing ``add_parser(subparsers)`` (which
 registers the parser and sets ``func``) so this file only wires them together.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,8 +46,10 @@ JSON_WAS_A_PATH = frozenset({"bench", "validate"})
 
 
 def no_tensorflow() -> str:
-    return (f"TensorFlow is not installed for {sys.executable}: install tf_autopar's tested build with "
-            "pip install 'tf_autopar[tensorflow]' (tensorflow-cpu 2.21), or your own TensorFlow build")
+    return (
+        f"TensorFlow is not installed for {sys.executable}: install tf_autopar's tested build with "
+        "pip install 'tf_autopar[tensorflow]' (tensorflow-cpu 2.21), or your own TensorFlow build"
+    )
 
 
 def _global_options(parser: argparse.ArgumentParser, top: bool) -> None:
@@ -55,8 +58,13 @@ def _global_options(parser: argparse.ArgumentParser, top: bool) -> None:
     from tf_autopar import __version__
 
     default = False if top else argparse.SUPPRESS
-    parser.add_argument("-v", "--verbose", action="store_true", default=default,
-                        help="log the library's decisions and show TensorFlow's own log lines")
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        default=default,
+        help="log the library's decisions and show TensorFlow's own log lines",
+    )
     parser.add_argument("--version", action="version", version=f"tf-autopar {__version__}")
 
 

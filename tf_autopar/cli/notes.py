@@ -1,5 +1,6 @@
 """Notes for the person at the terminal: progress of slow steps, what was written, how to use
 an output. On stderr, so that stdout stays what scripts parse."""
+
 from __future__ import annotations
 
 import sys

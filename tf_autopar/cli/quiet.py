@@ -7,6 +7,7 @@ libraries, before any variable is read: 4-6 lines per command. So the first impo
 tensorflow runs with file descriptor 2 sent to a temporary file, and every line that is not
 such INFO/WARNING noise (errors, Python warnings) is written back to stderr afterwards.
 """
+
 from __future__ import annotations
 
 import importlib.util

@@ -1,5 +1,6 @@
 """`tf-autopar trace MODEL`: per-op-type time profile of a model's steps (a bundled workload's, or
 a SavedModel's / .keras file's inference on inputs synthesised from its signature, as ``bench``)."""
+
 from __future__ import annotations
 
 import argparse
@@ -27,15 +28,31 @@ def add_parser(subparsers: Any) -> None:
             "a compiler the slower tf.profiler fallback runs (TF_AUTOPAR_NO_NATIVE=1 forces it)."
         ),
     )
-    p.add_argument("workload", nargs="?", metavar="MODEL",
-                   help="bundled workload name (see `tf-autopar workloads list`), SavedModel directory or .keras file")
-    p.add_argument("--mode", choices=("infer", "train"), default="infer",
-                   help="inference or training steps (a model file: inference)")
+    p.add_argument(
+        "workload",
+        nargs="?",
+        metavar="MODEL",
+        help="bundled workload name (see `tf-autopar workloads list`), SavedModel directory or .keras file",
+    )
+    p.add_argument(
+        "--mode",
+        choices=("infer", "train"),
+        default="infer",
+        help="inference or training steps (a model file: inference)",
+    )
     p.add_argument("--size", choices=("tiny", "paper"), default="tiny", help="model size (default tiny)")
-    p.add_argument("--batch", type=count(MAX_BATCH, "the largest batch tf-autopar synthesises inputs for"), default=None,
-                   help="batch size (default: the workload's published one; a model file's None batch: 1)")
-    p.add_argument("--path", choices=("function", "session"), default="function",
-                   help="run as a tf.function (default) or in a TF1 Session")
+    p.add_argument(
+        "--batch",
+        type=count(MAX_BATCH, "the largest batch tf-autopar synthesises inputs for"),
+        default=None,
+        help="batch size (default: the workload's published one; a model file's None batch: 1)",
+    )
+    p.add_argument(
+        "--path",
+        choices=("function", "session"),
+        default="function",
+        help="run as a tf.function (default) or in a TF1 Session",
+    )
     p.add_argument("--steps", type=count(), default=10, help="traced steps (default 10)")
     p.add_argument("--warmup", type=count(), default=2, help="untraced steps first (default 2)")
     p.add_argument("--cheap-ops", action="store_true", help="also record cheap inlined kernels (slower)")
@@ -44,8 +61,11 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--ops", type=int, default=0, metavar="N", help="also list the N most expensive ops")
     p.add_argument("--chrome", metavar="OUT_JSON", help="write a Perfetto / chrome://tracing timeline")
     p.add_argument("--json", action="store_true", help="print the full result as JSON")
-    p.add_argument("--build", action="store_true",
-                   help="(re)build the native tracer for the installed TensorFlow and exit (no MODEL)")
+    p.add_argument(
+        "--build",
+        action="store_true",
+        help="(re)build the native tracer for the installed TensorFlow and exit (no MODEL)",
+    )
     add_model_flags(p)
     p.set_defaults(func=run)
 
@@ -100,8 +120,10 @@ def _step_fn(built: Any, mode: str, path: str) -> tuple[Any, Any, Any]:
 
 def _workload_step(args: argparse.Namespace) -> tuple[Any, Any, Any, int]:
     if from_args(args).given:
-        raise ValueError("--signature, --input-shape, --int-max and --inputs apply to model files (SavedModel "
-                         f"directories, .keras files), not to the bundled workload {args.workload!r}")
+        raise ValueError(
+            "--signature, --input-shape, --int-max and --inputs apply to model files (SavedModel "
+            f"directories, .keras files), not to the bundled workload {args.workload!r}"
+        )
     import tf_autopar_workloads as workloads
     from tf_autopar_workloads import runner
 
@@ -120,8 +142,7 @@ def _model_step(args: argparse.Namespace) -> tuple[Any, Any, Any, int]:
     if args.path != "function":
         raise ValueError("a model file runs its own functions: --path session applies to bundled workloads")
     prepared = prepare_model(args.workload, args.batch or 1, from_args(args))
-    return prepared.model.step(prepared.arrays), None, prepared.model.concrete_function(prepared.arrays), \
-        prepared.batch
+    return prepared.model.step(prepared.arrays), None, prepared.model.concrete_function(prepared.arrays), prepared.batch
 
 
 def run(args: argparse.Namespace) -> int:
@@ -158,8 +179,14 @@ def run(args: argparse.Namespace) -> int:
     if args.chrome:
         t.save_chrome_trace(args.chrome)
     if args.json:
-        data = {"workload": args.workload, "mode": args.mode, "size": args.size, "batch": batch,
-                "path": args.path, **t.to_dict(steps=args.steps)}
+        data = {
+            "workload": args.workload,
+            "mode": args.mode,
+            "size": args.size,
+            "batch": batch,
+            "path": args.path,
+            **t.to_dict(steps=args.steps),
+        }
         if args.chrome:
             data["chrome_trace"] = args.chrome
         json.dump(data, sys.stdout, indent=2)
@@ -188,8 +215,10 @@ def render(t: Any, workload: str, mode: str, size: str, batch: int, steps: int, 
         )
     if len(types) > top:
         rest = types[top:]
-        lines.append(f"{'(' + str(len(rest)) + ' more types)':<28} {sum(r.total_s for r in rest) / steps * 1e3:9.3f} "
-                     f"{sum(r.share for r in rest) * 100:6.1f}%")
+        lines.append(
+            f"{'(' + str(len(rest)) + ' more types)':<28} {sum(r.total_s for r in rest) / steps * 1e3:9.3f} "
+            f"{sum(r.share for r in rest) * 100:6.1f}%"
+        )
     lines += [
         "",
         f"heavy ops: {hs.heavy_s / steps * 1e3:.3f} ms/step = {hs.heavy_fraction * 100:.1f}% of traced op time"
@@ -200,6 +229,8 @@ def render(t: Any, workload: str, mode: str, size: str, batch: int, steps: int, 
     if n_ops:
         lines += ["", f"{'op':<48} {'type':<20} {'ms/step':>9} {'median us':>10}  thread"]
         for r in t.ops()[:n_ops]:
-            lines.append(f"{r.name[-48:]:<48} {r.type[:20]:<20} {r.total_s / steps * 1e3:9.3f} "
-                         f"{r.median_s * 1e6:10.1f}  {r.thread}")
+            lines.append(
+                f"{r.name[-48:]:<48} {r.type[:20]:<20} {r.total_s / steps * 1e3:9.3f} "
+                f"{r.median_s * 1e6:10.1f}  {r.thread}"
+            )
     return "\n".join(lines)

@@ -6,6 +6,7 @@ call). ``--process-pools``: the fresh-process search of the process pools (tunin
 the only one for training steps and bundled workloads. ``--live-reset``: forget what was tuned
 for MODEL on this host. This command never imports TensorFlow itself.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,27 +26,50 @@ def add_parser(subparsers: Any) -> None:
         "tune",
         help="measure the plan and its neighbours on this host for MODEL; the next start uses the winner",
         description="By default, in one process: enable() serves MODEL from its frozen graph in a session of its "
-                    "own and tunes that session's pools on synthesised calls (the plan's neighbours one at a time, "
-                    "paired with the incumbent's calls, a sequential stopping rule); the winner is stored where the "
-                    "next enable() start serves it from its first call. --process-pools: the fresh-process search "
-                    "of the process pools (one process per candidate, interleaved rounds). --live-reset: forget "
-                    "what was tuned for MODEL on this host.",
+        "own and tunes that session's pools on synthesised calls (the plan's neighbours one at a time, "
+        "paired with the incumbent's calls, a sequential stopping rule); the winner is stored where the "
+        "next enable() start serves it from its first call. --process-pools: the fresh-process search "
+        "of the process pools (one process per candidate, interleaved rounds). --live-reset: forget "
+        "what was tuned for MODEL on this host.",
     )
     p.add_argument("model", metavar="MODEL", help="SavedModel directory, .keras file, or bundled workload name")
-    p.add_argument("--mode", choices=("latency", "throughput", "training"), default="latency",
-                   help="latency: one request at a time; throughput: one caller per stream (in-process only); "
-                        "training: a bundled workload's training step (--process-pools)")
-    p.add_argument("--batch", type=count(MAX_BATCH, "the largest batch tf-autopar synthesises inputs for"), default=None,
-                   help="batch per request (a None batch dimension; default 1) or per training step "
-                        "(default: the workload's published batch)")
-    p.add_argument("--budget", type=seconds(), default=t.DEFAULT_BUDGET_S, metavar="SECONDS",
-                   help=f"machine time to spend, about (default {t.DEFAULT_BUDGET_S:g} s)")
-    p.add_argument("--process-pools", action="store_true",
-                   help="the fresh-process search of the process pools (the eager path; bundled workloads, training)")
-    p.add_argument("--live-reset", action="store_true",
-                   help="forget the settings tuned live or by tune for MODEL on this host, then exit")
-    p.add_argument("--requests", type=count(), default=t.DEFAULT_REQUESTS,
-                   help="--process-pools: timed requests (or training steps) per run")
+    p.add_argument(
+        "--mode",
+        choices=("latency", "throughput", "training"),
+        default="latency",
+        help="latency: one request at a time; throughput: one caller per stream (in-process only); "
+        "training: a bundled workload's training step (--process-pools)",
+    )
+    p.add_argument(
+        "--batch",
+        type=count(MAX_BATCH, "the largest batch tf-autopar synthesises inputs for"),
+        default=None,
+        help="batch per request (a None batch dimension; default 1) or per training step "
+        "(default: the workload's published batch)",
+    )
+    p.add_argument(
+        "--budget",
+        type=seconds(),
+        default=t.DEFAULT_BUDGET_S,
+        metavar="SECONDS",
+        help=f"machine time to spend, about (default {t.DEFAULT_BUDGET_S:g} s)",
+    )
+    p.add_argument(
+        "--process-pools",
+        action="store_true",
+        help="the fresh-process search of the process pools (the eager path; bundled workloads, training)",
+    )
+    p.add_argument(
+        "--live-reset",
+        action="store_true",
+        help="forget the settings tuned live or by tune for MODEL on this host, then exit",
+    )
+    p.add_argument(
+        "--requests",
+        type=count(),
+        default=t.DEFAULT_REQUESTS,
+        help="--process-pools: timed requests (or training steps) per run",
+    )
     p.add_argument("--size", choices=("tiny", "paper"), default="tiny", help="bundled workloads only")
     p.add_argument("--dry-run", action="store_true", help="measure and report, store nothing")
     add_model_flags(p)
@@ -65,16 +89,33 @@ def run(args: argparse.Namespace) -> int:
     process_pools = args.process_pools or args.mode == "training" or not looks_like_model(args.model)
     if process_pools:
         if args.mode == "throughput":
-            raise ValueError("--process-pools tunes latency or training: throughput's streams are tuned in one "
-                             "process (leave out --process-pools, give a SavedModel or .keras file)")
+            raise ValueError(
+                "--process-pools tunes latency or training: throughput's streams are tuned in one "
+                "process (leave out --process-pools, give a SavedModel or .keras file)"
+            )
         from tf_autopar.tuning.tuner import tune
 
-        outcome: Any = tune(args.model, mode=args.mode, batch=args.batch, budget_s=args.budget,
-                            requests=args.requests, size=args.size, model_options=from_args(args),
-                            store=not args.dry_run, progress=say)
+        outcome: Any = tune(
+            args.model,
+            mode=args.mode,
+            batch=args.batch,
+            budget_s=args.budget,
+            requests=args.requests,
+            size=args.size,
+            model_options=from_args(args),
+            store=not args.dry_run,
+            progress=say,
+        )
     else:
-        outcome = inprocess.tune(args.model, mode=args.mode, batch=args.batch, budget_s=args.budget,
-                                 model_options=from_args(args), store=not args.dry_run, progress=say)
+        outcome = inprocess.tune(
+            args.model,
+            mode=args.mode,
+            batch=args.batch,
+            budget_s=args.budget,
+            model_options=from_args(args),
+            store=not args.dry_run,
+            progress=say,
+        )
     if args.json:
         print(json.dumps(outcome.to_dict(), indent=2, default=str))
     else:
@@ -89,9 +130,11 @@ def _live_reset(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(res, indent=2))
     elif res["tuned"] or res["served_buckets"]:
-        print(f"forgot what was tuned for {args.model} on this host: {res['served_buckets']} served batch "
-              f"bucket(s), {res['tuned']} process-pool entr{'y' if res['tuned'] == 1 else 'ies'} ({res['cache']}); "
-              "the next start serves the rule's plan and tunes again")
+        print(
+            f"forgot what was tuned for {args.model} on this host: {res['served_buckets']} served batch "
+            f"bucket(s), {res['tuned']} process-pool entr{'y' if res['tuned'] == 1 else 'ies'} ({res['cache']}); "
+            "the next start serves the rule's plan and tunes again"
+        )
     else:
         print(f"nothing tuned for {args.model} on this host ({res['cache']})")
     return 0

@@ -5,6 +5,7 @@ round by round; see tf_autopar/validation/harness.py. This command never imports
 TensorFlow itself. Rows may be bundled workloads or users' model files (SavedModel
 directories, .keras files: inference rows at --batch, see tf_autopar/models/).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,45 +39,94 @@ def add_parser(subparsers: Any) -> None:
         "validate",
         help="measure our plan against TF's default, TF/Intel recommendations and a searched optimum",
         description="Runs every configuration in fresh processes, interleaved round by round, and reports "
-                    "medians, our speedup over each baseline and our share of the optimum.",
+        "medians, our speedup over each baseline and our share of the optimum.",
     )
-    p.add_argument("workloads", nargs="*", metavar="WORKLOAD_OR_PATH",
-                   help="workloads to validate (default: all; --quick: " + ", ".join(QUICK_WORKLOADS) + "), "
-                        "and/or SavedModel directories and .keras files (inference rows at --batch)")
-    p.add_argument("--modes", default=None,
-                   help="comma-separated rows per workload: infer1 (inference, batch 1), infer (published batch), "
-                        "train (default: all three; --quick: " + ", ".join(f"{w}/{m}" for w, m in QUICK_ROWS) + ")")
-    p.add_argument("--size", choices=("tiny", "paper"), default=None, help="workload size (default paper; --quick: tiny)")
-    p.add_argument("--batch", type=count(MAX_BATCH, "the largest batch tf-autopar synthesises inputs for"), default=None,
-                   help="batch of a model file's rows (its None batch dimension; default 1) and of workloads' "
-                        "infer rows (default: the published batch)")
-    p.add_argument("--quick", action="store_true",
-                   help="representative subset at tiny size, 3 rounds: about 6 minutes on 2 cores")
+    p.add_argument(
+        "workloads",
+        nargs="*",
+        metavar="WORKLOAD_OR_PATH",
+        help="workloads to validate (default: all; --quick: " + ", ".join(QUICK_WORKLOADS) + "), "
+        "and/or SavedModel directories and .keras files (inference rows at --batch)",
+    )
+    p.add_argument(
+        "--modes",
+        default=None,
+        help="comma-separated rows per workload: infer1 (inference, batch 1), infer (published batch), "
+        "train (default: all three; --quick: " + ", ".join(f"{w}/{m}" for w, m in QUICK_ROWS) + ")",
+    )
+    p.add_argument(
+        "--size", choices=("tiny", "paper"), default=None, help="workload size (default paper; --quick: tiny)"
+    )
+    p.add_argument(
+        "--batch",
+        type=count(MAX_BATCH, "the largest batch tf-autopar synthesises inputs for"),
+        default=None,
+        help="batch of a model file's rows (its None batch dimension; default 1) and of workloads' "
+        "infer rows (default: the published batch)",
+    )
+    p.add_argument(
+        "--quick", action="store_true", help="representative subset at tiny size, 3 rounds: about 6 minutes on 2 cores"
+    )
     p.add_argument("--rounds", type=count(), default=None, help="interleaved rounds (default 5; --quick 3)")
     p.add_argument("--steps", type=count(), default=None, help="timed steps per run (default 20; --quick 10)")
     p.add_argument("--warmup", type=count(), default=None, help="untimed steps per run first (default 3; --quick 2)")
-    p.add_argument("--space", choices=("auto", "full", "grid", "none"), default="auto",
-                   help="search space: auto = full up to 4 CPUs, bounded grid above; none = baselines and plan only")
-    p.add_argument("--cpu-quota", type=float, default=None, metavar="Q",
-                   help="run every configuration inside a real cgroup CPU quota of Q CPUs (needs root)")
-    p.add_argument("--timeout", type=seconds(), default=None, help="seconds per run before it is killed and recorded "
-                                                                 "as a timeout (default 180 tiny, 1800 paper)")
-    p.add_argument("--json", action="store_true", help="print every raw timing as JSON on stdout (the report goes to stderr)")
+    p.add_argument(
+        "--space",
+        choices=("auto", "full", "grid", "none"),
+        default="auto",
+        help="search space: auto = full up to 4 CPUs, bounded grid above; none = baselines and plan only",
+    )
+    p.add_argument(
+        "--cpu-quota",
+        type=float,
+        default=None,
+        metavar="Q",
+        help="run every configuration inside a real cgroup CPU quota of Q CPUs (needs root)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=seconds(),
+        default=None,
+        help="seconds per run before it is killed and recorded as a timeout (default 180 tiny, 1800 paper)",
+    )
+    p.add_argument(
+        "--json", action="store_true", help="print every raw timing as JSON on stdout (the report goes to stderr)"
+    )
     p.add_argument("--json-out", metavar="OUT.json", default=None, help="write every raw timing as JSON to OUT.json")
-    p.add_argument("--plot", metavar="OUT.png", default=None, help="bar chart of our speedups per row (needs the plots extra: matplotlib)")
+    p.add_argument(
+        "--plot",
+        metavar="OUT.png",
+        default=None,
+        help="bar chart of our speedups per row (needs the plots extra: matplotlib)",
+    )
     p.add_argument("--details", action="store_true", help="also print every configuration of every row")
-    p.add_argument("--runner", default=None,
-                   help="command prefix that runs one workload and prints its JSON (default: "
-                        "'python -m tf_autopar.cli.main workloads run'); receives NAME --mode --batch --steps "
-                        "--size --warmup --json")
-    p.add_argument("--plan-threads", metavar="INTERxINTRA", default=None,
-                   help="validate this fixed setting as 'ours' instead of computing tf_autopar's plan "
-                        "(e.g. 1x2, or 1x1x2:bt1 on OpenMP builds; skips the per-row planning process)")
-    p.add_argument("--tuned", action="store_true",
-                   help="also tune each row as `tf-autopar tune` would (before the rounds) and validate the tuned "
-                        "setting beside ours, with the tuning's machine time against the sweep's")
-    p.add_argument("--tune-runs", type=int, default=None, metavar="N",
-                   help="most runs one row's tuning may use (default 12; implies --tuned)")
+    p.add_argument(
+        "--runner",
+        default=None,
+        help="command prefix that runs one workload and prints its JSON (default: "
+        "'python -m tf_autopar.cli.main workloads run'); receives NAME --mode --batch --steps "
+        "--size --warmup --json",
+    )
+    p.add_argument(
+        "--plan-threads",
+        metavar="INTERxINTRA",
+        default=None,
+        help="validate this fixed setting as 'ours' instead of computing tf_autopar's plan "
+        "(e.g. 1x2, or 1x1x2:bt1 on OpenMP builds; skips the per-row planning process)",
+    )
+    p.add_argument(
+        "--tuned",
+        action="store_true",
+        help="also tune each row as `tf-autopar tune` would (before the rounds) and validate the tuned "
+        "setting beside ours, with the tuning's machine time against the sweep's",
+    )
+    p.add_argument(
+        "--tune-runs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="most runs one row's tuning may use (default 12; implies --tuned)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     add_model_flags(p)
     p.add_argument("--estimate", action="store_true", help="print the run count and time estimate, then exit")
@@ -95,8 +145,10 @@ def _check_models(rows: Any, out: Any) -> None:
             continue
         seen.add((row.workload, row.batch))
         info = prepare_in_child(row.workload, batch=row.batch, model_options=row.model)
-        shapes = "; ".join(f"{i['name']} {i['dtype']}[{','.join(map(str, i['shape']))}] {i.get('values', '')}".rstrip()
-                           for i in info.get("inputs") or [])
+        shapes = "; ".join(
+            f"{i['name']} {i['dtype']}[{','.join(map(str, i['shape']))}] {i.get('values', '')}".rstrip()
+            for i in info.get("inputs") or []
+        )
         print(f"{row.workload} (batch {row.batch}): {shapes}", file=out)
         for a in info.get("assumptions") or []:
             print(f"  assumed: {a}", file=out)
@@ -118,8 +170,11 @@ def run(args: argparse.Namespace) -> int:
         _plots.require()  # before the run, not after it
     preset = QUICK if args.quick else FULL
     size = args.size or preset["size"]
-    modes = tuple(m.strip() for m in args.modes.split(",") if m.strip()) if args.modes else \
-        (QUICK_MODES if args.quick else tuple(ROW_MODES))
+    modes = (
+        tuple(m.strip() for m in args.modes.split(",") if m.strip())
+        if args.modes
+        else (QUICK_MODES if args.quick else tuple(ROW_MODES))
+    )
     for m in modes:
         if m not in ROW_MODES:
             raise ValueError(f"unknown mode {m!r} in --modes; choose from {', '.join(ROW_MODES)}")
@@ -130,8 +185,10 @@ def run(args: argparse.Namespace) -> int:
     paths = [n for n in args.workloads if looks_like_model(n)]
     model_options = from_args(args)
     if model_options.given and not paths:
-        raise ValueError("--signature, --input-shape, --int-max and --inputs apply to model files (SavedModel "
-                         "directories, .keras files); no model file was given")
+        raise ValueError(
+            "--signature, --input-shape, --int-max and --inputs apply to model files (SavedModel "
+            "directories, .keras files); no model file was given"
+        )
     for path in paths:
         model_kind(path)  # missing path, not a model: ValueError before anything runs
     names = [n for n in args.workloads if n not in paths]
@@ -143,8 +200,10 @@ def run(args: argparse.Namespace) -> int:
     if args.modes and paths:  # a model file has inference rows only: train rows are for the workloads
         model_modes = [m for m in modes if m in MODEL_ROW_MODES]
         if not model_modes:
-            raise ValueError(f"a model file is validated for inference only: --modes {args.modes} has no "
-                             f"{' or '.join(MODEL_ROW_MODES)}")
+            raise ValueError(
+                f"a model file is validated for inference only: --modes {args.modes} has no "
+                f"{' or '.join(MODEL_ROW_MODES)}"
+            )
     model_rows = make_model_rows(paths, model_modes, args.batch, model_options)
     options = Options(
         rounds=args.rounds or preset["rounds"],
@@ -153,7 +212,8 @@ def run(args: argparse.Namespace) -> int:
         timeout_s=args.timeout or DEFAULT_TIMEOUT_S[size],
         cpu_quota=args.cpu_quota,
         space=args.space,
-        tune_runs=(args.tune_runs if args.tune_runs is not None else DEFAULT_TUNE_RUNS) if args.tuned or args.tune_runs
+        tune_runs=(args.tune_runs if args.tune_runs is not None else DEFAULT_TUNE_RUNS)
+        if args.tuned or args.tune_runs
         else 0,
         runner=tuple(shlex.split(args.runner)) if args.runner else DEFAULT_RUNNER,
     )
@@ -173,19 +233,27 @@ def run(args: argparse.Namespace) -> int:
     provider = None
     if args.plan_threads:
         try:
-            fixed = parse_config(args.plan_threads, openmp=topology.threading_runtime == "openmp", name=OURS,
-                                 kind="plan")
+            fixed = parse_config(
+                args.plan_threads, openmp=topology.threading_runtime == "openmp", name=OURS, kind="plan"
+            )
         except ValueError as exc:
             raise ValueError(f"--plan-threads: {exc}") from None
         provider = fixed_plan_provider(fixed)
-    harness = Harness(topology, options, progress=progress, checkpoint=checkpoint, args=harness_args,
-                      plan_provider=provider)
+    harness = Harness(
+        topology, options, progress=progress, checkpoint=checkpoint, args=harness_args, plan_provider=provider
+    )
     procs, seconds = harness.estimate(rows)
-    print(f"validating {len(rows)} row(s) ({', '.join(r.key for r in rows)}"
-          f"{f'; size {size}' if len(rows) > len(model_rows) else ''}); "
-          f"{harness.space.describe()}", file=out)
-    print(f"up to {procs} fresh processes, roughly {seconds / 60:.0f} min (estimate; the progress bar's ETA is "
-          f"measured)", file=out, flush=True)
+    print(
+        f"validating {len(rows)} row(s) ({', '.join(r.key for r in rows)}"
+        f"{f'; size {size}' if len(rows) > len(model_rows) else ''}); "
+        f"{harness.space.describe()}",
+        file=out,
+    )
+    print(
+        f"up to {procs} fresh processes, roughly {seconds / 60:.0f} min (estimate; the progress bar's ETA is measured)",
+        file=out,
+        flush=True,
+    )
     if args.estimate:
         return 0
     doc = harness.run(rows)  # SIGTERM stops it as Ctrl-C does: cli/interrupt.py
@@ -200,10 +268,16 @@ def run(args: argparse.Namespace) -> int:
         print(f"chart written to {args.plot}", file=out)
     if doc.get("interrupted"):
         return 130
-    unmeasured = [f"{r['workload']}/{r['mode']}" for r in doc["rows"]
-                  if not r.get("summary", {}).get("configs", {}).get(OURS, {}).get("rounds_ok")]
+    unmeasured = [
+        f"{r['workload']}/{r['mode']}"
+        for r in doc["rows"]
+        if not r.get("summary", {}).get("configs", {}).get(OURS, {}).get("rounds_ok")
+    ]
     if unmeasured:
-        print(f"tf-autopar validate: our plan ran cleanly in no round of {', '.join(unmeasured)} "
-              "(the failures are listed above)", file=sys.stderr)
+        print(
+            f"tf-autopar validate: our plan ran cleanly in no round of {', '.join(unmeasured)} "
+            "(the failures are listed above)",
+            file=sys.stderr,
+        )
         return 1
     return 0

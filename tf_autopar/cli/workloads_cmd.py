@@ -4,6 +4,7 @@
 workload runner (tf_autopar.models.child:steps, the same function) returns; TensorFlow's own
 logging goes to stderr and is quietened unless the user set TF_CPP_MIN_LOG_LEVEL.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,8 +26,12 @@ def add_parser(subparsers: Any) -> None:
     sub = p.add_subparsers(dest="workloads_command", metavar="ACTION", required=True)
 
     lp = sub.add_parser("list", help="name, family, task, batch, parameters, heavy ops, width")
-    lp.add_argument("--size", choices=("tiny", "paper"), default="tiny",
-                    help="size whose graph is built for parameters/heavy ops/width (default tiny: fast)")
+    lp.add_argument(
+        "--size",
+        choices=("tiny", "paper"),
+        default="tiny",
+        help="size whose graph is built for parameters/heavy ops/width (default tiny: fast)",
+    )
     lp.add_argument("--no-build", action="store_true", help="do not build models: registry facts only")
     lp.add_argument("--json", action="store_true", help="print JSON")
     lp.set_defaults(func=_list)
@@ -45,9 +50,16 @@ def _describe(name: str, size: str, build: bool) -> dict[str, Any]:
 
     w = workloads.get(name)
     row: dict[str, Any] = {
-        "name": name, "family": w.family, "task": w.task, "default_batch": w.default_batch,
-        "description": w.description, "size": size, "parameters": None, "heavy_ops": None,
-        "depth": None, "width": None,
+        "name": name,
+        "family": w.family,
+        "task": w.task,
+        "default_batch": w.default_batch,
+        "description": w.description,
+        "size": size,
+        "parameters": None,
+        "heavy_ops": None,
+        "depth": None,
+        "width": None,
     }
     if not build:
         return row
@@ -107,10 +119,14 @@ def _run(args: argparse.Namespace) -> int:
         emit(result)
         return 0
     ms = 1e3
-    print(f"{result['workload']} {result['mode']} size={result['size']} batch={result['batch']} "
-          f"path={result['path']} steps={result['steps']} (build {result['build_s']:.2f} s)")
-    print(f"step time: median {result['median_s'] * ms:.2f} ms, p10 {result['p10_s'] * ms:.2f} ms, "
-          f"p90 {result['p90_s'] * ms:.2f} ms")
+    print(
+        f"{result['workload']} {result['mode']} size={result['size']} batch={result['batch']} "
+        f"path={result['path']} steps={result['steps']} (build {result['build_s']:.2f} s)"
+    )
+    print(
+        f"step time: median {result['median_s'] * ms:.2f} ms, p10 {result['p10_s'] * ms:.2f} ms, "
+        f"p90 {result['p90_s'] * ms:.2f} ms"
+    )
     if result["losses"]:
         print("loss per step: " + " ".join(f"{x:.4g}" for x in result["losses"]))
     print(f"peak RSS {result['peak_rss_mb']:.0f} MiB (process-wide)")

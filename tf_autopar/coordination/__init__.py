@@ -36,6 +36,7 @@ More workers than cores: see the sharing rule in slices.py (one core per worker,
 (slices.bound_count): above the usable cores one warning, above 8 workers per core a cap for a
 count (a rank's size is kept: ranks cannot be renumbered, and a slice costs the same for any size).
 """
+
 from __future__ import annotations
 
 import logging
@@ -46,7 +47,14 @@ from typing import Any, Mapping, Sequence
 from tf_autopar import _warn
 from tf_autopar.coordination import ray_grant, rendezvous
 from tf_autopar.coordination.lease import (
-    Lease, LeaseError, acquire, default_root, group_key, lease_status, live_peers, pid_alive,
+    Lease,
+    LeaseError,
+    acquire,
+    default_root,
+    group_key,
+    lease_status,
+    live_peers,
+    pid_alive,
 )
 from tf_autopar.coordination.ranks import LAUNCHER, PAIRS, Ranks, detect_ranks
 from tf_autopar.coordination.slices import Slice, bound_count, capacity_cores, restrict, slice_for, split
@@ -56,9 +64,18 @@ from tf_autopar.topology.model import Topology
 log = logging.getLogger("tf_autopar.coordination")
 
 __all__ = [
-    "LeaseError", "Ranks", "Share", "Slice", "apply_affinity", "claim_share", "detect_ranks",
-    "lease_status", "restrict", "split",
+    "LeaseError",
+    "Ranks",
+    "Share",
+    "Slice",
+    "apply_affinity",
+    "claim_share",
+    "detect_ranks",
+    "lease_status",
+    "restrict",
+    "split",
 ]
+
 
 def _warn_once(key: str, message: str) -> None:
     _warn.warn_once(key, message, log.name)
@@ -106,8 +123,14 @@ class Share:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "index": self.index, "count": self.count, "cpus": list(self.cpus), "source": self.source,
-            "shared_with": self.shared_with, "note": self.note, "budget": self.budget, "pin": self.pin,
+            "index": self.index,
+            "count": self.count,
+            "cpus": list(self.cpus),
+            "source": self.source,
+            "shared_with": self.shared_with,
+            "note": self.note,
+            "budget": self.budget,
+            "pin": self.pin,
             "lease_slot": self.lease_slot,
         }
 
@@ -128,21 +151,36 @@ def placed(topology: Topology) -> bool:
     return bool(topology.affinity) and 0 < len(topology.affinity) < allowed
 
 
-def _from_slice(s: Slice, count: int, source: str, topology: Topology, note: str = "", lease: Lease | None = None,
-                index: int | None = None) -> Share:
+def _from_slice(
+    s: Slice,
+    count: int,
+    source: str,
+    topology: Topology,
+    note: str = "",
+    lease: Lease | None = None,
+    index: int | None = None,
+) -> Share:
     """``index``: the worker's index when neither the slice's nor the lease slot's (a rendezvous rank)."""
     whole = set(s.cpus) == set(topology.affinity)
     if s.shared_with > 1:
         note = (note + "; " if note else "") + (
             f"{count} workers for {len(capacity_cores(topology))} core(s): core shared by {s.shared_with} workers, "
-            "1 x 1 threads each (sharing rule)")
+            "1 x 1 threads each (sharing rule)"
+        )
     if index is None:
         index = s.index if lease is None else lease.index
     return Share(index, count, s.cpus, source, s.shared_with, note, budget=s.cores, pin=not whole, _lease=lease)
 
 
-def _whole(topology: Topology, source: str, count: int, index: int | None, note: str, budget: int | None = None,
-           lease: Lease | None = None) -> Share:
+def _whole(
+    topology: Topology,
+    source: str,
+    count: int,
+    index: int | None,
+    note: str,
+    budget: int | None = None,
+    lease: Lease | None = None,
+) -> Share:
     b = int(topology.cpu_budget) if budget is None else budget
     return Share(index, count, tuple(topology.affinity), source, 1, note, budget=max(1, b), pin=False, _lease=lease)
 
@@ -174,17 +212,27 @@ def claim_share(
         _warn_once("ranks:" + w, f"tf_autopar: {w}")
 
     if ranks.source == LAUNCHER or placed(topology):
-        why = ("started by `tf-autopar run`, which already bound it" if ranks.source == LAUNCHER
-               else f"its affinity mask ({len(topology.affinity)} CPUs) was already narrowed by its launcher")
-        return _whole(topology, ranks.source if ranks.source == LAUNCHER else "placed",
-                      ranks.size or 1, ranks.rank, f"placement kept: {why}")
+        why = (
+            "started by `tf-autopar run`, which already bound it"
+            if ranks.source == LAUNCHER
+            else f"its affinity mask ({len(topology.affinity)} CPUs) was already narrowed by its launcher"
+        )
+        return _whole(
+            topology,
+            ranks.source if ranks.source == LAUNCHER else "placed",
+            ranks.size or 1,
+            ranks.rank,
+            f"placement kept: {why}",
+        )
 
     if ranks.rank is not None and ranks.size is not None and count in (None, ranks.size):
         if ranks.size == 1:
             return _whole(topology, ranks.source, 1, 0, "the only local worker")
         _warn_count(bound_count(ranks.size, topology, _size_text(ranks), cap=False)[1])
         s = slice_for(topology, ranks.rank, ranks.size)
-        return _from_slice(s, ranks.size, ranks.source, topology, f"rank {ranks.rank} of {ranks.size} from {ranks.source}")
+        return _from_slice(
+            s, ranks.size, ranks.source, topology, f"rank {ranks.rank} of {ranks.size} from {ranks.source}"
+        )
 
     layout, usable = None, len(capacity_cores(topology))
     if count is None and ranks.rank is None:  # a Ray worker's grant, when no rank or count decides
@@ -194,8 +242,9 @@ def claim_share(
             count = layout.count
     n = count if count is not None else ranks.size
     if n is not None and layout is None:  # read from outside: bounded here, before any slot or slice depends on it
-        n, message = bound_count(n, topology, f"count={n}" if count is not None else
-                                 f"{ranks.source.removeprefix('env:')}={n}")
+        n, message = bound_count(
+            n, topology, f"count={n}" if count is not None else f"{ranks.source.removeprefix('env:')}={n}"
+        )
         _warn_count(message)
     if layout is not None and grant is not None:
         count_note = layout.note(grant.cpus, usable)
@@ -222,8 +271,14 @@ def claim_share(
         if window > 0:
             try:
                 if rendezvous.alone(lease):
-                    return _whole(topology, "single", 1, k, f"{note}; no other worker and no sibling process: "
-                                  "the whole host, without waiting", lease=lease)
+                    return _whole(
+                        topology,
+                        "single",
+                        1,
+                        k,
+                        f"{note}; no other worker and no sibling process: the whole host, without waiting",
+                        lease=lease,
+                    )
                 met = rendezvous.meet(lease, window)
             except OSError as exc:  # the slot cannot be written: as without a rendezvous
                 log.info("tf_autopar: rendezvous in %s failed (%s); counting the slots held now", directory, exc)
@@ -231,25 +286,44 @@ def claim_share(
             if isinstance(met, rendezvous.Met):
                 if met.count == 1:
                     return _whole(topology, "single", 1, k, f"{note}; {met.note}", lease=lease)
-                return _from_slice(slice_for(topology, met.rank, met.count), met.count, "rendezvous", topology,
-                                   f"{note}; {met.note}", lease, index=met.rank)
+                return _from_slice(
+                    slice_for(topology, met.rank, met.count),
+                    met.count,
+                    "rendezvous",
+                    topology,
+                    f"{note}; {met.note}",
+                    lease,
+                    index=met.rank,
+                )
             if isinstance(met, rendezvous.Late):
                 _warn_once("no-count-late", met.message)
-        n_seen = max(len(live_peers(directory, lease.fd)) + 1, k + 1) if window > 0 else max(
-            lease.active, k + 1)
+        n_seen = max(len(live_peers(directory, lease.fd)) + 1, k + 1) if window > 0 else max(lease.active, k + 1)
         if n_seen == 1:
-            return _whole(topology, "single", 1, k, note + "; no other worker holds a slot: the whole host", lease=lease)
+            return _whole(
+                topology, "single", 1, k, note + "; no other worker holds a slot: the whole host", lease=lease
+            )
         if window <= 0:
-            _warn_once("no-count", (
-                f"tf_autopar: {n_seen} cooperating processes seen but no worker count is known; slices are sized "
-                f"for {n_seen} and may overlap with workers that started earlier. Set TF_AUTOPAR_INSTANCES=N (or "
-                "WEB_CONCURRENCY) to the number of workers for disjoint slices."))
+            _warn_once(
+                "no-count",
+                (
+                    f"tf_autopar: {n_seen} cooperating processes seen but no worker count is known; slices are sized "
+                    f"for {n_seen} and may overlap with workers that started earlier. Set TF_AUTOPAR_INSTANCES=N (or "
+                    "WEB_CONCURRENCY) to the number of workers for disjoint slices."
+                ),
+            )
         s = slice_for(topology, k, n_seen)
         return _from_slice(s, n_seen, "lease", topology, note + f"; {n_seen} slots held at claim time", lease)
     source = ray_grant.SOURCE if layout is not None else "lease"
     if n == 1 and k == 0:
-        return _whole(topology, source, 1, 0, note + "; the only worker", lease=lease,
-                      budget=layout.budget if layout is not None else None)
+        return _whole(
+            topology,
+            source,
+            1,
+            0,
+            note + "; the only worker",
+            lease=lease,
+            budget=layout.budget if layout is not None else None,
+        )
     if k >= n:  # more processes than announced: double up on slice k mod n, half its budget
         base = slice_for(topology, k % n, n)
         s = Slice(k, base.cpus, max(1, base.cores // 2) if base.shared_with == 1 else 1, base.shared_with + 1)
@@ -279,11 +353,14 @@ def _even_split(topology: Topology, n: int | None, why: str) -> Share:
         _warn_once("lease:" + why, f"tf_autopar: lease unusable ({why}); planning for the whole host as one process")
         return _whole(topology, "even-split", 1, None, f"lease unusable: {why}")
     budget = max(1, cap // n)
-    _warn_once("lease:" + why, (
-        f"tf_autopar: lease unusable ({why}); falling back to an even split: {budget} of {cap} CPUs for each of "
-        f"{n} workers, no pinning"))
-    return _whole(topology, "even-split", n, None, f"lease unusable: {why}; budget {cap} // {n} workers",
-                  budget=budget)
+    _warn_once(
+        "lease:" + why,
+        (
+            f"tf_autopar: lease unusable ({why}); falling back to an even split: {budget} of {cap} CPUs for each of "
+            f"{n} workers, no pinning"
+        ),
+    )
+    return _whole(topology, "even-split", n, None, f"lease unusable: {why}; budget {cap} // {n} workers", budget=budget)
 
 
 def apply_affinity(share: Share, pid: int = 0, *, all_threads: bool = False) -> bool:

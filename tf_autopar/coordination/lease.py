@@ -37,6 +37,7 @@ raise LeaseError; ``claim_share`` turns it into its even-split fallback and one 
 opened without blocking and read with a size bound (a FIFO planted there is refused, and
 ignored when counting peers).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -104,14 +105,18 @@ def _ensure_dir(path: str, *, group: bool) -> None:
     except FileExistsError:
         pass
     except OSError as exc:
-        raise LeaseError(exc.errno or errno.EIO, f"cannot create lease directory {path}: {exc.strerror or exc}") from None
+        raise LeaseError(
+            exc.errno or errno.EIO, f"cannot create lease directory {path}: {exc.strerror or exc}"
+        ) from None
     try:
         st = os.lstat(path)
         check_owned(st, f"lease directory {path}", directory=True, sticky_ok=not group)
     except Untrusted as exc:
         raise LeaseError(exc.errno or errno.EPERM, exc.strerror) from None
     except OSError as exc:
-        raise LeaseError(exc.errno or errno.EIO, f"cannot check lease directory {path}: {exc.strerror or exc}") from None
+        raise LeaseError(
+            exc.errno or errno.EIO, f"cannot check lease directory {path}: {exc.strerror or exc}"
+        ) from None
     if group and st.st_uid != os.getuid():
         raise LeaseError(errno.EPERM, f"lease directory {path} belongs to uid {st.st_uid}, not {os.getuid()}")
     if not os.access(path, os.W_OK | os.X_OK):
@@ -163,8 +168,11 @@ def _fdinfo_holds(data: dict[str, Any], st: os.stat_result) -> bool | None:
     if isinstance(fd, bool) or not isinstance(fd, int) or fd < 0:
         return None
     try:
-        lines = read_regular(f"/proc/{data['pid']}/fdinfo/{fd}", MAX_STATUS, truncate=True).decode(
-            "ascii", "replace").splitlines()
+        lines = (
+            read_regular(f"/proc/{data['pid']}/fdinfo/{fd}", MAX_STATUS, truncate=True)
+            .decode("ascii", "replace")
+            .splitlines()
+        )
     except FileNotFoundError:  # the descriptor is closed: the slot was released
         return False
     except OSError:
@@ -200,7 +208,7 @@ def _slot_index(name: str) -> int | None:
     """The slot number in a file name, None for other files and for numbers beyond MAX_SLOTS."""
     if not (name.startswith(SLOT_PREFIX) and name.endswith(SLOT_SUFFIX)) or len(name) > 32:
         return None
-    index = uint_or_none(name[len(SLOT_PREFIX): -len(SLOT_SUFFIX)])
+    index = uint_or_none(name[len(SLOT_PREFIX) : -len(SLOT_SUFFIX)])
     return index if index is not None and index < MAX_SLOTS else None
 
 
@@ -222,8 +230,16 @@ def _read_status(fd: int) -> dict[str, Any] | None:
 class Lease:
     """One held slot. ``release()`` (or process exit) frees it. Equal only to itself."""
 
-    def __init__(self, directory: str, index: int, fd: int, pid: int, active: int,
-                 previous: dict[str, Any] | None = None, status: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        directory: str,
+        index: int,
+        fd: int,
+        pid: int,
+        active: int,
+        previous: dict[str, Any] | None = None,
+        status: dict[str, Any] | None = None,
+    ) -> None:
         self.directory = directory
         self.index = index
         self.fd = fd
@@ -245,8 +261,10 @@ class Lease:
         os.pwrite(self.fd, data.ljust(old), 0)
 
     def __repr__(self) -> str:
-        return (f"Lease(directory={self.directory!r}, index={self.index}, fd={self.fd}, pid={self.pid}, "
-                f"active={self.active}, previous={self.previous!r})")
+        return (
+            f"Lease(directory={self.directory!r}, index={self.index}, fd={self.fd}, pid={self.pid}, "
+            f"active={self.active}, previous={self.previous!r})"
+        )
 
     @property
     def path(self) -> str:
@@ -393,8 +411,9 @@ def _count_active(directory: str, own_fd: int) -> int:
     return 1 + len(live_peers(directory, own_fd))
 
 
-def acquire(directory: str, *, count: int | None = None, strict_root: str | None = None,
-            argv: Sequence[str] | None = None) -> Lease:
+def acquire(
+    directory: str, *, count: int | None = None, strict_root: str | None = None, argv: Sequence[str] | None = None
+) -> Lease:
     """Hold the lowest free slot in ``directory`` (created if missing). Raises LeaseError.
 
     ``strict_root``: the lease root above ``directory`` (default: its parent). Both are checked
@@ -418,8 +437,14 @@ def acquire(directory: str, *, count: int | None = None, strict_root: str | None
             os.close(fd)
             raise LeaseError(exc.errno or errno.EIO, f"cannot lock lease slot {path}: {exc.strerror or exc}") from None
         previous = _read_status(fd)
-        status = {"pid": os.getpid(), "fd": fd, "argv": list(sys.argv if argv is None else argv)[:8],
-                  "time": time.time(), "slot": index, "count": count}
+        status = {
+            "pid": os.getpid(),
+            "fd": fd,
+            "argv": list(sys.argv if argv is None else argv)[:8],
+            "time": time.time(),
+            "slot": index,
+            "count": count,
+        }
         try:
             os.ftruncate(fd, 0)
             os.pwrite(fd, json.dumps(status).encode(), 0)
@@ -437,7 +462,10 @@ def acquire(directory: str, *, count: int | None = None, strict_root: str | None
 def lease_status(directory: str) -> list[dict[str, Any]]:
     """Every slot file in ``directory``: its JSON and whether a live process holds it (no locking;
     ``held`` is None when the slot cannot be read)."""
+
     def held(index: int, st: os.stat_result | None, data: Any) -> bool | None:
-        return None if st is None else _holds_slot(data, st, os.path.join(directory, f"{SLOT_PREFIX}{index}{SLOT_SUFFIX}"))
+        return (
+            None if st is None else _holds_slot(data, st, os.path.join(directory, f"{SLOT_PREFIX}{index}{SLOT_SUFFIX}"))
+        )
 
     return [{"slot": index, "held": held(index, st, data), "status": data} for index, st, data in _slots(directory)]

@@ -23,6 +23,7 @@ address, or one of this host's names; the rank is this task's position among the
 A rank without its size (LOCAL_RANK alone) is skipped; a garbled value (not an integer,
 rank >= size, bad JSON) is reported in ``warnings`` and the next source is tried.
 """
+
 from __future__ import annotations
 
 import json
@@ -87,7 +88,7 @@ def _host_of(address: Any) -> str | None:
     if not isinstance(address, str) or not address:
         return None
     if address.startswith("["):  # [::1]:port
-        return address[1:address.find("]")] if "]" in address else None
+        return address[1 : address.find("]")] if "]" in address else None
     return address.rsplit(":", 1)[0] if address.count(":") == 1 else address
 
 

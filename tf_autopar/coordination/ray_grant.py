@@ -14,6 +14,7 @@ Ray takes the slot its predecessor left. A fractional grant (``num_cpus=0.5``) g
 than cores: the sharing rule of slices.py puts ``1 / grant`` replicas on a core, 1 x 1 threads
 each. A grant of 0 CPUs (a plain actor's default) is no grant: the usual rules decide.
 """
+
 from __future__ import annotations
 
 import logging
@@ -45,9 +46,11 @@ class GrantLayout:
 
     def note(self, grant: float, usable: int) -> str:
         per_core = f"; {1 / grant:g} replicas per core, 1 x 1 threads each" if grant < 1 else ""
-        return (f"Ray granted {grant:g} CPU{'s' if grant != 1 else ''}: a budget of {self.budget}, "
-                f"{self.count} slot{'s' if self.count != 1 else ''} of the {usable} usable core"
-                f"{'s' if usable != 1 else ''}{per_core}")
+        return (
+            f"Ray granted {grant:g} CPU{'s' if grant != 1 else ''}: a budget of {self.budget}, "
+            f"{self.count} slot{'s' if self.count != 1 else ''} of the {usable} usable core"
+            f"{'s' if usable != 1 else ''}{per_core}"
+        )
 
 
 def grant_layout(grant: float, usable_cores: int) -> GrantLayout:

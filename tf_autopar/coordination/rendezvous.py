@@ -32,6 +32,7 @@ Best effort by design: a worker descheduled for longer than the grace between lo
 slot and writing its claim time may be counted by some members and not by others. A count
 is the exact answer; this is the safety net for when none is given.
 """
+
 from __future__ import annotations
 
 import math
@@ -123,9 +124,11 @@ def window_s(env: Mapping[str, str]) -> float:
     except ValueError:
         value = float("nan")
     if not value == value or value < 0:  # NaN or negative
-        _warn.warn_once(f"rendezvous-var:{text}", (
-            f"tf_autopar: {WINDOW_VAR}={shown(text)} is not a number of seconds >= 0; using {DEFAULT_WINDOW_S:g}"),
-            "tf_autopar.coordination")
+        _warn.warn_once(
+            f"rendezvous-var:{text}",
+            (f"tf_autopar: {WINDOW_VAR}={shown(text)} is not a number of seconds >= 0; using {DEFAULT_WINDOW_S:g}"),
+            "tf_autopar.coordination",
+        )
         return DEFAULT_WINDOW_S
     return min(value, MAX_WINDOW_S)
 
@@ -146,14 +149,20 @@ def _decided(data: Mapping[str, Any]) -> tuple[int, int] | None:
     """(rank, cohort) a slot recorded; None unless 0 <= rank < cohort <= MAX_SLOTS (no group has
     more workers than slots: a cohort of 10**12 would be a range of that size below)."""
     rank, count = data.get("rank"), data.get("cohort")
-    if (isinstance(rank, int) and isinstance(count, int) and not isinstance(rank, bool) and not isinstance(count, bool)
-            and 0 <= rank < count <= MAX_SLOTS):
+    if (
+        isinstance(rank, int)
+        and isinstance(count, int)
+        and not isinstance(rank, bool)
+        and not isinstance(count, bool)
+        and 0 <= rank < count <= MAX_SLOTS
+    ):
         return rank, count
     return None
 
 
-def meet(lease: Lease, window: float, *, clock: Callable[[], float] = time.time,
-         sleep: Callable[[float], None] = time.sleep) -> Met | Late:
+def meet(
+    lease: Lease, window: float, *, clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep
+) -> Met | Late:
     """Wait for the workers starting with this one (module docstring); record and return the outcome.
 
     Raises OSError when the slot cannot be written (the caller fails open)."""
@@ -179,12 +188,17 @@ def meet(lease: Lease, window: float, *, clock: Callable[[], float] = time.time,
             lease.update(late=True)
             return Late(_late_message(peers, own, window))
     rank, count = decision
-    note = (f"no other worker started within {window:g} s: the whole host" if count == 1 else
-            f"{count} workers started within {window:g} s of each other: worker {rank} of {count}")
+    note = (
+        f"no other worker started within {window:g} s: the whole host"
+        if count == 1
+        else f"{count} workers started within {window:g} s of each other: worker {rank} of {count}"
+    )
     stragglers = sum(1 for _, d in peers if d.get("late"))
     if stragglers:  # they warned when they started; the new members cannot move them
-        note += (f"; {stragglers} worker(s) that came too late for an earlier rendezvous still run on CPUs "
-                 "that overlap this group's")
+        note += (
+            f"; {stragglers} worker(s) that came too late for an earlier rendezvous still run on CPUs "
+            "that overlap this group's"
+        )
     return Met(rank, count, note)
 
 
@@ -209,14 +223,18 @@ def _late(lease: Lease, peers: list[tuple[int, dict[str, Any]]], own: float, win
     free = sorted(set(range(count)) - {r for r, _ in decided})
     if free:
         lease.update(rank=free[0], cohort=count)
-        return Met(free[0], count,
-                   f"rank {free[0]} of {count} was free (its worker exited, or this one decided after the others): taken")
+        return Met(
+            free[0],
+            count,
+            f"rank {free[0]} of {count} was free (its worker exited, or this one decided after the others): taken",
+        )
     lease.update(late=True)  # holds a fallback slice: opens and joins no window; its overlap is announced
     return Late(_late_message(peers, own, window))
 
 
-def _decide(lease: Lease, deadline: float,
-            peers: list[tuple[int, dict[str, Any]]] | None = None) -> tuple[int, int] | None:
+def _decide(
+    lease: Lease, deadline: float, peers: list[tuple[int, dict[str, Any]]] | None = None
+) -> tuple[int, int] | None:
     """This member's (rank, count), recorded in its slot; call under the group lock.
 
     The first member to decide fixes the count (the members alive then); a member deciding
@@ -253,17 +271,25 @@ def _late_message(peers: list[tuple[int, dict[str, Any]]], own: float, window: f
         return max(0.0, own - min((t for d in ds if (t := _claim_time(d)) is not None), default=own))
 
     if whole:
-        what = (f"pid {whole[0].get('pid')} started {ago(whole[:1]):.1f} s earlier, saw no other worker within "
-                f"{window:g} s and took the whole host")
+        what = (
+            f"pid {whole[0].get('pid')} started {ago(whole[:1]):.1f} s earlier, saw no other worker within "
+            f"{window:g} s and took the whole host"
+        )
     elif holders:
         count = max(c for _, (_, c) in holders)
-        what = (f"this process started {ago([d for d, _ in holders]):.1f} s after {count} workers had shared the "
-                f"host out among themselves, and none of their {count} slices is free")
+        what = (
+            f"this process started {ago([d for d, _ in holders]):.1f} s after {count} workers had shared the "
+            f"host out among themselves, and none of their {count} slices is free"
+        )
     else:  # nobody holds a rank: the oldest live worker's window closed before this one claimed its slot
         opener = [d for _, d in peers if not d.get("late")] or [d for _, d in peers]
         first = min(opener, key=lambda d: _claim_time(d) or own, default={})
-        what = (f"this process started {ago([first]):.1f} s after pid {first.get('pid')}, whose rendezvous window "
-                f"of {window:g} s had closed")
-    return (f"tf_autopar: {what}; no worker count is known, so this process's CPUs overlap theirs. Set "
-            "TF_AUTOPAR_INSTANCES=N (or WEB_CONCURRENCY) to the number of workers for disjoint slices, or start "
-            f"them within {WINDOW_VAR}={window:g} s of each other.")
+        what = (
+            f"this process started {ago([first]):.1f} s after pid {first.get('pid')}, whose rendezvous window "
+            f"of {window:g} s had closed"
+        )
+    return (
+        f"tf_autopar: {what}; no worker count is known, so this process's CPUs overlap theirs. Set "
+        "TF_AUTOPAR_INSTANCES=N (or WEB_CONCURRENCY) to the number of workers for disjoint slices, or start "
+        f"them within {WINDOW_VAR}={window:g} s of each other."
+    )

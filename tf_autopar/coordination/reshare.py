@@ -6,6 +6,7 @@ the same rules as at the claim (coordination/__init__.py, slices.py): a sliced w
 ``index`` of ``count`` of the new capacity (under a smaller quota, fewer whole cores are shared
 out), a whole-host worker the new budget, an even split ``capacity // count``.
 """
+
 from __future__ import annotations
 
 import re
@@ -31,6 +32,7 @@ def reshare(share: Share, host: Topology) -> Share:
         return _whole(host, share.source, share.count, share.index, note, lease=lease)
     base = slice_for(host, share.index % share.count, share.count)
     if share.index >= share.count:  # more processes than the count: it doubles up, as at the claim
-        base = Slice(share.index, base.cpus, max(1, base.cores // 2) if base.shared_with == 1 else 1,
-                     base.shared_with + 1)
+        base = Slice(
+            share.index, base.cpus, max(1, base.cores // 2) if base.shared_with == 1 else 1, base.shared_with + 1
+        )
     return _from_slice(base, share.count, share.source, host, note, lease, index=share.index)

@@ -19,6 +19,7 @@ Pure: Topology in, CPU ids out. The rules (documented in docs/design.md, "Produc
   from outside is checked with ``bound_count``: above the capacity it is warned about (the
   sharing rule), above MAX_WORKERS_PER_CORE workers per core it is taken for a typo and capped.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -96,8 +97,10 @@ def bound_count(count: int, topology: Topology, what: str, *, cap: bool = True) 
     limit = usable * MAX_WORKERS_PER_CORE
     cpus = f"{usable} usable core{'s' if usable != 1 else ''}"
     if count > limit and cap:
-        return limit, (f"{what}: more than {MAX_WORKERS_PER_CORE} workers per core for the {cpus}; capped at {limit} "
-                       "workers sharing the cores, 1 x 1 threads each")
+        return limit, (
+            f"{what}: more than {MAX_WORKERS_PER_CORE} workers per core for the {cpus}; capped at {limit} "
+            "workers sharing the cores, 1 x 1 threads each"
+        )
     if count > usable:
         return count, f"{what}: {count} workers for the {cpus}: they share cores, 1 x 1 threads each"
     return count, ""
@@ -114,21 +117,28 @@ def restrict(topology: Topology, cpus: Sequence[int], budget: int | None = None)
         raise ValueError(f"none of CPUs {sorted(set(cpus))} is in this process's mask {list(topology.affinity)}")
     new_cores = tuple(
         dataclasses.replace(c, cpus=tuple(x for x in c.cpus if x in allowed))
-        for c in topology.cores if any(x in allowed for x in c.cpus)
+        for c in topology.cores
+        if any(x in allowed for x in c.cpus)
     )
     nodes = tuple(
         dataclasses.replace(nd, cpus=tuple(x for x in nd.cpus if x in allowed))
-        for nd in topology.numa_nodes if any(x in allowed for x in nd.cpus)
+        for nd in topology.numa_nodes
+        if any(x in allowed for x in nd.cpus)
     )
     domains = tuple(
         dataclasses.replace(d, cpus=tuple(x for x in d.cpus if x in allowed))
-        for d in topology.cache_domains if any(x in allowed for x in d.cpus)
+        for d in topology.cache_domains
+        if any(x in allowed for x in d.cpus)
     )
     kinds = {c.kind for c in new_cores}
     physical = len(new_cores) or len(allowed)
     limit = physical if budget is None else max(1, min(int(budget), physical))
     return dataclasses.replace(
-        topology, affinity=tuple(sorted(allowed)), cores=new_cores, numa_nodes=nodes,
-        cpu_budget=max(1, min(int(topology.cpu_budget), limit)), cache_domains=domains,
+        topology,
+        affinity=tuple(sorted(allowed)),
+        cores=new_cores,
+        numa_nodes=nodes,
+        cpu_budget=max(1, min(int(topology.cpu_budget), limit)),
+        cache_domains=domains,
         core_kinds_from=topology.core_kinds_from if len(kinds) > 1 else "",
     )

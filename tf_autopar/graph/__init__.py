@@ -11,6 +11,7 @@ TensorFlow's runtime), a graph file path or a registered model name (named.py: i
 ``tf_autopar_workloads`` registers the bundled workloads; the library never imports them).
 Importing this package does not import TensorFlow.
 """
+
 from __future__ import annotations
 
 from tf_autopar.graph.analysis import analyze, analyze_function, analyze_graph_def

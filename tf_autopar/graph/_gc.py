@@ -1,4 +1,5 @@
 """The cyclic garbage collector paused while a graph is walked."""
+
 from __future__ import annotations
 
 import contextlib

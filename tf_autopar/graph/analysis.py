@@ -4,6 +4,7 @@
 ``reduction.py`` reduces it to heavy-op levels; this module picks the entry point, runs the
 reduction with the garbage collector paused, and fills the profile.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -54,8 +55,15 @@ def analyze(
     for other unknown dimensions such as a sequence length (default dims.DEFAULT_OTHER_DIM). The
     profile's ``assumptions`` say what was assumed.
     """
-    source = source_of(obj, signature=signature, input_signature=input_signature, workload_mode=workload_mode,
-                       workload_size=workload_size, batch=batch, input_shapes=input_shapes)
+    source = source_of(
+        obj,
+        signature=signature,
+        input_signature=input_signature,
+        workload_mode=workload_mode,
+        workload_size=workload_size,
+        batch=batch,
+        input_shapes=input_shapes,
+    )
     return analyze_source(source, include_gradients=include_gradients)
 
 
@@ -66,11 +74,21 @@ def analyze_source(source: Source, *, include_gradients: bool = True) -> GraphPr
         library = source.graph_def.library
         names = source.entry.names
         name = names[0] if len(names) == 1 else _heaviest_function(names, library)
-        profile = analyze_function(name, library, include_gradients=include_gradients,
-                                   source=f"{source.label}, {source.entry.why} {name}", assumed=source.assumed)
+        profile = analyze_function(
+            name,
+            library,
+            include_gradients=include_gradients,
+            source=f"{source.label}, {source.entry.why} {name}",
+            assumed=source.assumed,
+        )
     else:
-        profile = analyze_graph_def(source.graph_def, include_gradients=include_gradients, outputs=source.outputs,
-                                    source=source.label, assumed=source.assumed)
+        profile = analyze_graph_def(
+            source.graph_def,
+            include_gradients=include_gradients,
+            outputs=source.outputs,
+            source=source.label,
+            assumed=source.assumed,
+        )
     changes: dict[str, Any] = {}
     if source.assumptions is not None:
         changes["assumptions"] = source.assumptions

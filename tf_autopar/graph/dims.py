@@ -6,6 +6,7 @@ Serving batching file's ``max_batch_size``, else 1; other unknown dimensions com
 ``--input-shape NAME=DIMS`` or a documented default. Where nobody gave the batch,
 ``for_unknown_batch`` marks the op sizes unknown. Every plan says what was assumed.
 """
+
 from __future__ import annotations
 
 import os
@@ -71,8 +72,10 @@ def parse_input_shape(text: str) -> tuple[str, tuple[int, ...]]:
     name, sep, dims = text.partition("=")
     parts = [p.strip() for p in dims.replace("x", ",").split(",")] if sep else []
     if not name.strip() or not parts or not all(p.isdecimal() and p.isascii() and int(p) > 0 for p in parts):
-        raise ValueError(f"--input-shape expects NAME=D1,D2,... with positive integers (the full shape, batch first), "
-                         f"e.g. input_ids=1,128; got {text!r}")
+        raise ValueError(
+            f"--input-shape expects NAME=D1,D2,... with positive integers (the full shape, batch first), "
+            f"e.g. input_ids=1,128; got {text!r}"
+        )
     return name.strip(), tuple(int(p) for p in parts)
 
 
@@ -92,8 +95,10 @@ def assumed_dims(
     others: set[int] = set()
     for name, dims in (input_shapes or {}).items():
         if name not in inputs:
-            raise ValueError(f"--input-shape names {name!r}, which is not an input of the model; "
-                             f"its inputs: {', '.join(sorted(inputs)) or 'none'}")
+            raise ValueError(
+                f"--input-shape names {name!r}, which is not an input of the model; "
+                f"its inputs: {', '.join(sorted(inputs)) or 'none'}"
+            )
         dims = tuple(int(d) for d in dims)
         if any(d < 1 for d in dims):
             raise ValueError(f"--input-shape {name}: dimensions must be positive, got {list(dims)}")
@@ -102,12 +107,16 @@ def assumed_dims(
             others.update(dims[1:])
             continue
         if len(dims) != len(model_dims):
-            raise ValueError(f"--input-shape {name}: the model's input has rank {len(model_dims)} "
-                             f"({_shape_text(model_dims)}), the shape given has rank {len(dims)} ({list(dims)})")
+            raise ValueError(
+                f"--input-shape {name}: the model's input has rank {len(model_dims)} "
+                f"({_shape_text(model_dims)}), the shape given has rank {len(dims)} ({list(dims)})"
+            )
         for i, (want, got) in enumerate(zip(model_dims, dims)):
             if want >= 0 and want != got:
-                raise ValueError(f"--input-shape {name}: dimension {i} is fixed at {want} in the model "
-                                 f"({_shape_text(model_dims)}), the shape given says {got}")
+                raise ValueError(
+                    f"--input-shape {name}: dimension {i} is fixed at {want} in the model "
+                    f"({_shape_text(model_dims)}), the shape given says {got}"
+                )
             if want < 0:
                 (given_batch if i == 0 else others).add(got)
     if len(given_batch) > 1:
@@ -166,7 +175,15 @@ def for_unknown_batch(profile: GraphProfile) -> GraphProfile:
     thread, a BERT encoder at batch 1 still ran 1.15x slower than the default's two."""
     import dataclasses
 
-    note = ("the batch is not given: op sizes unknown, so TensorFlow's default pool sizes within the budget "
-            "(give the batch: enable(batch=N), --batch N)")
-    return dataclasses.replace(profile, typical_op_work=None, lookup_work=None, contraction_work=None, sizes_known=False,
-                               assumptions=tuple(profile.assumptions) + (note,))
+    note = (
+        "the batch is not given: op sizes unknown, so TensorFlow's default pool sizes within the budget "
+        "(give the batch: enable(batch=N), --batch N)"
+    )
+    return dataclasses.replace(
+        profile,
+        typical_op_work=None,
+        lookup_work=None,
+        contraction_work=None,
+        sizes_known=False,
+        assumptions=tuple(profile.assumptions) + (note,),
+    )

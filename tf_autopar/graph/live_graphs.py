@@ -5,6 +5,7 @@ trace a Keras model or load a ``.keras`` file. The GraphDef keeps what the analy
 (names, op types, inputs, attributes) and, on each heavy op, its work computed from the live
 op's static shapes (work.py), which a GraphDef does not keep.
 """
+
 from __future__ import annotations
 
 import logging
@@ -208,8 +209,9 @@ def trace_keras(model: Any, input_signature: Any) -> tuple[Any, str, dict[str, t
         fn = tf.function(lambda x: model(x, training=False))
         cf = fn.get_concrete_function(specs)
         label = f"Keras model {model.name!r} (call, training=False)"
-    inputs = {getattr(spec, "name", None) or f"input_{i}": spec_dims(spec)
-              for i, spec in enumerate(tf.nest.flatten(specs))}
+    inputs = {
+        getattr(spec, "name", None) or f"input_{i}": spec_dims(spec) for i, spec in enumerate(tf.nest.flatten(specs))
+    }
     return cf.graph, label, inputs
 
 

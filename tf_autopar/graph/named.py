@@ -13,6 +13,7 @@ A provider gives the names it knows and a GraphDef for one of them::
     named.register(__name__, names=my_names, graph_def=my_graph_def)
     # my_graph_def(name, *, mode="infer"|"train", size="tiny"|"paper", batch=None) -> GraphDef
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -66,8 +67,10 @@ def not_a_model(name: str) -> str:
     names (a misspelt workload is the usual cause)."""
     known = names()
     if not known:
-        return (f"{name!r} is neither an existing path nor a registered model name (no names are registered: "
-                "`import tf_autopar_workloads` registers the bundled workloads)")
+        return (
+            f"{name!r} is neither an existing path nor a registered model name (no names are registered: "
+            "`import tf_autopar_workloads` registers the bundled workloads)"
+        )
     return f"{name!r} is neither an existing path nor a bundled workload (workloads: {', '.join(known)})"
 
 
@@ -75,6 +78,8 @@ def unknown(name: str) -> ValueError:
     """The ValueError for an unknown name where only a name is accepted."""
     known = names()
     if not known:
-        return ValueError(f"unknown model name {name!r}: no names are registered "
-                          "(`import tf_autopar_workloads` registers the bundled workloads)")
+        return ValueError(
+            f"unknown model name {name!r}: no names are registered "
+            "(`import tf_autopar_workloads` registers the bundled workloads)"
+        )
     return ValueError(f"unknown workload {name!r}; choose from {', '.join(known)}")

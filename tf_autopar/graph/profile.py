@@ -1,4 +1,5 @@
 """The graph statistics the planner needs, as a plain record."""
+
 from __future__ import annotations
 
 import dataclasses

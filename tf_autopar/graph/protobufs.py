@@ -5,6 +5,7 @@ Reading a SavedModel uses ``tensorflow.core.protobuf.saved_model_pb2`` only: tha
 pools) is still unstarted afterwards and ``tf.config.threading`` can still be set. That
 is what lets a plan be made before TensorFlow fixes its pools (tested).
 """
+
 from __future__ import annotations
 
 import os
@@ -31,8 +32,11 @@ def signature_inputs(mg: Any, signature: str | None = None) -> tuple[str | None,
 
 def placeholders(graph_def: Any) -> dict[str, tuple[int, ...] | None]:
     """A GraphDef's feeds (Placeholder nodes) as name -> dims."""
-    return {n.name: (proto_dims(n.attr["shape"].shape) if "shape" in n.attr else None)
-            for n in graph_def.node if n.op == "Placeholder"}
+    return {
+        n.name: (proto_dims(n.attr["shape"].shape) if "shape" in n.attr else None)
+        for n in graph_def.node
+        if n.op == "Placeholder"
+    }
 
 
 @dataclass(frozen=True)

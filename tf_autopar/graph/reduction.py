@@ -34,6 +34,7 @@ How the graph is reduced (the algorithm itself is in width.py):
 - Histograms count what the profile counts: per call site, a loop body once, the chosen
   branch of a conditional. ``nodes`` likewise.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -142,8 +143,10 @@ class Reducer:
             log.warning("function %s calls itself; the inner call counts as a light op", name)
             return None
         if len(self.active) >= MAX_FUNCTION_NESTING:  # each level costs a few Python frames
-            raise ValueError(f"functions nested more than {MAX_FUNCTION_NESTING} deep (at {name!r}): "
-                             "not a graph tf_autopar can analyse")
+            raise ValueError(
+                f"functions nested more than {MAX_FUNCTION_NESTING} deep (at {name!r}): "
+                "not a graph tf_autopar can analyse"
+            )
         self.active.add(name)
         try:
             prefix = None if name in self.fingerprinted else f"{name}/"
@@ -155,10 +158,10 @@ class Reducer:
                 args[arg.name] = shapes[:1]
             # only what feeds the outputs and control outputs runs: Keras RNN layers trace one cell
             # step outside their loop just to learn its shapes, and that step is never executed
-            live = prune_to_outputs(fdef.node_def, [r for r in ret if r] + list(fdef.control_ret.values()),
-                                    strict=False)
-            body = self.body(live, function_format=True, grad_ctx=grad_ctx, ret=ret,
-                             fp_prefix=prefix, arg_shapes=args)
+            live = prune_to_outputs(
+                fdef.node_def, [r for r in ret if r] + list(fdef.control_ret.values()), strict=False
+            )
+            body = self.body(live, function_format=True, grad_ctx=grad_ctx, ret=ret, fp_prefix=prefix, arg_shapes=args)
         finally:
             self.active.discard(name)
         body.functions = body.functions | {name}
@@ -173,7 +176,9 @@ class Reducer:
             s = self.function(names[0], grad_ctx) if names else None
             return (s, True) if s is not None else None
         if op in WHILE_OPS:
-            parts = [self.function(n, grad_ctx) for n in _attr_func_names(node, "cond") + _attr_func_names(node, "body")]
+            parts = [
+                self.function(n, grad_ctx) for n in _attr_func_names(node, "cond") + _attr_func_names(node, "body")
+            ]
             parts = [p for p in parts if p is not None]
             if not parts:
                 return None
@@ -218,8 +223,14 @@ class _Body:
     """One graph body being reduced: its nodes' ids 0..n-1, then the virtual nodes of its calls
     (each call's "done" node and one node per output)."""
 
-    def __init__(self, reducer: Reducer, nodes: Sequence[Any], function_format: bool, grad_ctx: bool,
-                 arg_shapes: Mapping[str, list[Any]] | None) -> None:
+    def __init__(
+        self,
+        reducer: Reducer,
+        nodes: Sequence[Any],
+        function_format: bool,
+        grad_ctx: bool,
+        arg_shapes: Mapping[str, list[Any]] | None,
+    ) -> None:
         self.reducer = reducer
         self.nodes = nodes
         self.n = n = len(nodes)
@@ -476,7 +487,7 @@ def _output_node(call: _Call, s: str, j: int, function_format: bool) -> int:
             _, out_name, idx = s.split(":")
             port = int(idx) + (offsets.get(out_name, 0) if offsets is not None else 0)
         else:  # "node:index" or "node"
-            port = int(s[j + 1:]) if j >= 0 else 0
+            port = int(s[j + 1 :]) if j >= 0 else 0
     except ValueError:
         return done_id
     return first_out + port if 0 <= port < n_out else done_id
@@ -541,5 +552,3 @@ def prune_to_outputs(nodes: Sequence[Any], outputs: Iterable[str], strict: bool 
             if src in index and src not in seen:
                 stack.append(src)
     return [nd for nd in nodes if nd.name in seen]
-
-

@@ -4,6 +4,7 @@ unknown dimensions are read as. No analysis here (analysis.py).
 TensorFlow is imported only when the object is a TensorFlow object (which means TF is
 already imported) or when a file must be parsed with TF's protobuf classes (protobufs.py).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -16,10 +17,19 @@ from tf_autopar.graph import named
 from tf_autopar.graph._gc import paused_gc
 from tf_autopar.graph.dims import Assumed, assumed_dims, describe_assumptions
 from tf_autopar.graph.live_graphs import (
-    input_dims, load_keras_file, structure_graph_def, trace_keras, trace_tf_function,
+    input_dims,
+    load_keras_file,
+    structure_graph_def,
+    trace_keras,
+    trace_tf_function,
 )
 from tf_autopar.graph.protobufs import (
-    EntryFunctions, entry_functions, placeholders, read_graph_file, read_saved_model, serving_meta_graph,
+    EntryFunctions,
+    entry_functions,
+    placeholders,
+    read_graph_file,
+    read_saved_model,
+    serving_meta_graph,
     signature_inputs,
 )
 
@@ -96,8 +106,9 @@ def source_of(
 
 
 # --- TensorFlow / Keras objects ---------------------------------------------------------
-def _from_live_graph(graph: Any, label: str, batch: int | None, shapes: Shapes,
-                     inputs: Mapping[str, Any] | None = None) -> Source:
+def _from_live_graph(
+    graph: Any, label: str, batch: int | None, shapes: Shapes, inputs: Mapping[str, Any] | None = None
+) -> Source:
     """A live graph (tf.Graph, a function's FuncGraph): work from its ops' static shapes, unknown
     dimensions read as assumed (inputs: name -> dims, for ``--input-shape`` checks)."""
     assumed = assumed_dims(dict(input_dims(graph) if inputs is None else inputs), batch, dict(shapes))
@@ -135,8 +146,9 @@ def _from_saved_model_proto(sm: Any, signature: str | None, where: str, batch: i
 
 
 # --- paths and model names ----------------------------------------------------------------
-def _from_path_or_name(s: str, signature: str | None, mode: str, size: str, batch: int | None,
-                       shapes: Shapes) -> Source:
+def _from_path_or_name(
+    s: str, signature: str | None, mode: str, size: str, batch: int | None, shapes: Shapes
+) -> Source:
     path = os.path.expanduser(s)
     if os.path.isdir(path) or (
         os.path.isfile(path) and os.path.basename(path) in ("saved_model.pb", "saved_model.pbtxt")

@@ -33,6 +33,7 @@ The graph module uses this to splice in a function body as a super-node: the bod
 level widths are added starting one level above the call's inputs, and its outputs
 leave at the body's per-output levels (see analysis.py).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -33,6 +33,7 @@ One estimator (``estimate``) serves both places shapes come from (``OpShapes``):
   ``structure_graph_def`` computes each heavy op's work there and writes it as one integer
   (``WORK_ATTR``), which costs far less than writing every op's shapes as protobufs.
 """
+
 from __future__ import annotations
 
 import math
@@ -105,8 +106,13 @@ class NodeDefShapes:
     a function's argument shapes). Dims are read once per tensor: a weight or an activation
     read by several heavy ops is parsed once."""
 
-    def __init__(self, index: Mapping[str, int], nodes: Sequence[Any],
-                 arg_shapes: Mapping[str, list[Any]] | None, function_format: bool) -> None:
+    def __init__(
+        self,
+        index: Mapping[str, int],
+        nodes: Sequence[Any],
+        arg_shapes: Mapping[str, list[Any]] | None,
+        function_format: bool,
+    ) -> None:
         self.index = index
         self.nodes = nodes
         self.arg_shapes = arg_shapes
@@ -200,7 +206,7 @@ def _einsum_contracted(equation: str, inputs: Sequence[Shape | None]) -> int | N
             return None
         if "..." in spec:
             head, tail = spec.split("...")
-            pairs = list(zip(head, shape[: len(head)])) + list(zip(tail, shape[len(shape) - len(tail):]))
+            pairs = list(zip(head, shape[: len(head)])) + list(zip(tail, shape[len(shape) - len(tail) :]))
         else:
             if len(spec) != len(shape):
                 return None
@@ -210,8 +216,12 @@ def _einsum_contracted(equation: str, inputs: Sequence[Shape | None]) -> int | N
     return math.prod(sizes.get(c, 1) for c in contracted)
 
 
-def op_work(node: Any, out: Shape | None, input_shape: Callable[[int], Shape | None],
-            input_elements: Callable[[int], int | None] | None = None) -> int | None:
+def op_work(
+    node: Any,
+    out: Shape | None,
+    input_shape: Callable[[int], Shape | None],
+    input_elements: Callable[[int], int | None] | None = None,
+) -> int | None:
     """Multiply-adds (or elements moved) of one run of ``node``; None when shapes are unknown.
 
     ``out``: the node's first output shape. ``input_shape(i)``: the shape of its i-th input.
@@ -305,4 +315,3 @@ def const_ints(node: Any) -> list[int]:
 
         values = np.frombuffer(tensor.tensor_content, dtype=np.int32 if tensor.dtype == 3 else np.int64).tolist()
     return [int(v) for v in values]
-

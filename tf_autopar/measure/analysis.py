@@ -4,6 +4,7 @@ runtime and fix the pools of the process that asked (enable() before its first T
 Child function: ``analyze(["TARGET", OPTIONS_JSON, PRELOAD_JSON])`` -> ``GraphProfile.to_dict()``;
 ``PRELOAD_JSON`` names modules to import first (the providers of registered model names).
 """
+
 from __future__ import annotations
 
 import importlib

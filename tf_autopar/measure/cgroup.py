@@ -9,6 +9,7 @@ starts, the child joins it before exec (so everything it spawns is inside too), 
 after it exits, then emptied and removed. Needs root (or a delegated, writable
 controller); otherwise ``CgroupUnavailable`` names what is missing.
 """
+
 from __future__ import annotations
 
 import logging
@@ -237,4 +238,3 @@ def leftover_groups(controller: CpuController, pid: int | None = None) -> list[s
         return sorted(os.path.join(controller.path, d) for d in os.listdir(controller.path) if d.startswith(prefix))
     except OSError:
         return []
-

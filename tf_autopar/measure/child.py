@@ -18,6 +18,7 @@ The protocol, on stdout (TensorFlow's logging goes to stderr):
 The parent's side is runner.py: ``run_child`` reads the object (``ChildResult.payload``, or the
 failure's ``ChildResult.reported``).
 """
+
 from __future__ import annotations
 
 import importlib

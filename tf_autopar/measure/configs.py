@@ -6,6 +6,7 @@ Thread pools are fixed when TensorFlow starts, so every configuration runs in it
 of the parent's variables are scrubbed before any child starts, so every configuration starts
 from the same clean slate.
 """
+
 from __future__ import annotations
 
 import re
@@ -18,8 +19,9 @@ from tf_autopar.planning.planner import KMP_AFFINITY as KMP_COMPACT  # Intel's r
 # tf_autopar's variables that say where things are or how it talks, not how many threads run:
 # a child measured for the user reads the user's plan cache and lease root (their calibration,
 # their tuned settings), not another one.
-NOT_THREAD_VARS = frozenset({"TF_AUTOPAR_CACHE_DIR", "TF_AUTOPAR_LEASE_DIR", "TF_AUTOPAR_LOG", "TF_AUTOPAR_NO_NATIVE",
-                             "TF_AUTOPAR_NATIVE_LIB"})
+NOT_THREAD_VARS = frozenset(
+    {"TF_AUTOPAR_CACHE_DIR", "TF_AUTOPAR_LEASE_DIR", "TF_AUTOPAR_LOG", "TF_AUTOPAR_NO_NATIVE", "TF_AUTOPAR_NATIVE_LIB"}
+)
 
 
 def is_thread_var(name: str) -> bool:
@@ -82,13 +84,21 @@ class Config:
         }
 
 
-def thread_config(inter: int, intra: int, *, openmp: bool, name: str | None = None, kind: str = "search",
-                  omp: int | None = None, blocktime: int | None = None, compact: bool = False) -> Config:
+def thread_config(
+    inter: int,
+    intra: int,
+    *,
+    openmp: bool,
+    name: str | None = None,
+    kind: str = "search",
+    omp: int | None = None,
+    blocktime: int | None = None,
+    compact: bool = False,
+) -> Config:
     """A grid point: inter x intra, and on OpenMP builds OMP_NUM_THREADS = MKL_NUM_THREADS = ``omp``
     (default: intra) and, if given, KMP_BLOCKTIME and compact KMP_AFFINITY."""
     if inter < 0 or intra < 0 or (omp is not None and omp < 1) or (blocktime is not None and blocktime < 0):
-        raise ValueError(f"thread counts must be >= 0, got inter={inter} intra={intra} omp={omp} "
-                         f"blocktime={blocktime}")
+        raise ValueError(f"thread counts must be >= 0, got inter={inter} intra={intra} omp={omp} blocktime={blocktime}")
     env = {}
     if inter:
         env[V.INTEROP] = str(inter)
@@ -115,12 +125,15 @@ def thread_config(inter: int, intra: int, *, openmp: bool, name: str | None = No
 
 
 _SPEC = re.compile(r"([0-9]+)x([0-9]+)(?:x([0-9]+))?(?::bt([0-9]+))?(:compact)?")
-SPEC_HELP = ("INTERxINTRA (e.g. 1x2), or on OpenMP builds INTERxINTRAxOMP with optional :btMS for KMP_BLOCKTIME "
-             "and :compact for compact KMP_AFFINITY (e.g. 1x1x2, 1x1x2:bt200, 1x1x2:compact)")
+SPEC_HELP = (
+    "INTERxINTRA (e.g. 1x2), or on OpenMP builds INTERxINTRAxOMP with optional :btMS for KMP_BLOCKTIME "
+    "and :compact for compact KMP_AFFINITY (e.g. 1x1x2, 1x1x2:bt200, 1x1x2:compact)"
+)
 
 
-def config_name(inter: int, intra: int, omp: int | None = None, blocktime: int | None = None,
-                compact: bool = False) -> str:
+def config_name(
+    inter: int, intra: int, omp: int | None = None, blocktime: int | None = None, compact: bool = False
+) -> str:
     """The spec ``parse_config`` reads back: 2x1, 1x1x2, 1x1x2:bt1, 1x1x2:compact."""
     name = f"{inter}x{intra}"
     if omp is not None:
@@ -146,10 +159,20 @@ def parse_config(text: str, *, openmp: bool, kind: str = "search", name: str | N
     blocktime = int(m.group(4)) if m.group(4) else None
     compact = bool(m.group(5))
     if (omp is not None or blocktime is not None or compact) and not openmp:
-        raise ValueError(f"{text!r} sets OpenMP threads, KMP_BLOCKTIME or KMP_AFFINITY, but this TensorFlow runs "
-                         "oneDNN on its own thread pool (no OpenMP): use INTERxINTRA")
-    return thread_config(inter, intra, openmp=openmp, name=name or text.strip().lower(), kind=kind, omp=omp,
-                         blocktime=blocktime, compact=compact)
+        raise ValueError(
+            f"{text!r} sets OpenMP threads, KMP_BLOCKTIME or KMP_AFFINITY, but this TensorFlow runs "
+            "oneDNN on its own thread pool (no OpenMP): use INTERxINTRA"
+        )
+    return thread_config(
+        inter,
+        intra,
+        openmp=openmp,
+        name=name or text.strip().lower(),
+        kind=kind,
+        omp=omp,
+        blocktime=blocktime,
+        compact=compact,
+    )
 
 
 def config_from_plan(name: str, plan: Any, kind: str) -> Config:
@@ -175,5 +198,3 @@ def config_from_plan(name: str, plan: Any, kind: str) -> Config:
         cpus=cpus,
         kind=kind,
     )
-
-

@@ -21,6 +21,7 @@ per-call noise of 50%. So the rule looks at a few fixed counts, with a wide inte
 up. The ratios are winsorized (``TRIM`` of each tail clipped to the nearest kept value), so one
 preempted call cannot decide a trial, and the variance is that of the winsorized sample.
 """
+
 from __future__ import annotations
 
 import math
@@ -93,8 +94,10 @@ def decide(ratios: Sequence[float], noise: float = NOISE, max_pairs: int = MAX_P
     se = statistics.stdev(kept) / math.sqrt(n) if n > 1 else math.inf
     bar = -math.log(1 + noise)
     if mean + Z_WIN * se < bar:
-        return WIN, (f"faster by {math.exp(-mean) - 1:.0%} over {n} paired calls "
-                     f"(at least {math.exp(-(mean + Z_WIN * se)):.3f}x)")
+        return WIN, (
+            f"faster by {math.exp(-mean) - 1:.0%} over {n} paired calls "
+            f"(at least {math.exp(-(mean + Z_WIN * se)):.3f}x)"
+        )
     if mean - Z_LOSE * se > bar:
         return LOSE, f"not faster by {noise:.0%} over {n} paired calls ({math.exp(-mean):.3f}x)"
     if n >= max_pairs:

@@ -1,5 +1,6 @@
 """A small progress bar on stderr (no dependency): a redrawn bar on a terminal, one line
 per step otherwise (logs and CI keep a readable record). ETA from measured wall time."""
+
 from __future__ import annotations
 
 import sys

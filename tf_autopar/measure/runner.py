@@ -9,6 +9,7 @@ and removed whatever happens (the ``finally`` below runs on KeyboardInterrupt to
 temporary files go to a private TMPDIR removed with it: a child killed with SIGKILL cannot
 clean up after itself.
 """
+
 from __future__ import annotations
 
 import json
@@ -187,8 +188,9 @@ def run_child(
     if timed_out:
         return ChildResult(TIMEOUT, payload=None, error=f"killed after {timeout_s:g} s", **common)
     if proc.returncode != 0:
-        return ChildResult(CRASH, payload=None, error=f"exit status {proc.returncode}", reported=_reported(stdout),
-                           **common)
+        return ChildResult(
+            CRASH, payload=None, error=f"exit status {proc.returncode}", reported=_reported(stdout), **common
+        )
     try:
         payload = parse_payload(stdout or "")
         if validate is not None:

@@ -21,6 +21,7 @@ rounds, the plan is within ``noise`` of the best live candidate (confirmed), or 
 the plan by more than ``CLEAR_WIN`` in every round (decided). The winner
 replaces the plan only when its paired per-round ratio against the plan is beyond the noise.
 """
+
 from __future__ import annotations
 
 import math
@@ -71,8 +72,9 @@ def neighbourhood(inter: int, intra: int, budget: int, max_width: int, omp: int 
     return out[:MAX_CANDIDATES]
 
 
-def stream_neighbourhood(inter: int, intra: int, streams: int, budget: int,
-                         max_width: int) -> list[tuple[int, int, int]]:
+def stream_neighbourhood(
+    inter: int, intra: int, streams: int, budget: int, max_width: int
+) -> list[tuple[int, int, int]]:
     """(inter, intra, streams) around a setting of ``streams`` sessions, itself first, at most
     MAX_CANDIDATES. One stream: the per-session neighbourhood. Several (throughput mode): the
     per-stream neighbourhood within a stream's share of ``budget``, then one stream fewer and one
@@ -116,15 +118,20 @@ class SearchResult:
 
     def to_dict(self) -> dict:
         return {
-            "plan": self.plan.label, "best": self.best.label, "speedup_over_plan": self.speedup(),
-            "rounds": self.rounds, "runs": self.runs, "stopped": self.stopped,
+            "plan": self.plan.label,
+            "best": self.best.label,
+            "speedup_over_plan": self.speedup(),
+            "rounds": self.rounds,
+            "runs": self.runs,
+            "stopped": self.stopped,
             "medians_s": {c.label: self.median(c) for c in self.times},
             "times_s": {c.label: {str(r): t for r, t in rs.items()} for c, rs in self.times.items()},
         }
 
 
-def search(candidates: Sequence[Candidate], measure: Measure, *, max_runs: int, max_rounds: int = 4,
-           noise: float = NOISE) -> SearchResult:
+def search(
+    candidates: Sequence[Candidate], measure: Measure, *, max_runs: int, max_rounds: int = 4, noise: float = NOISE
+) -> SearchResult:
     """Successive halving from ``candidates[0]`` (the plan); ``measure(live, round)`` runs each
     live candidate once, interleaved, and returns its time (lower is better; NaN = failed).
     ``max_runs`` bounds the total number of measured runs. ValueError when it cannot measure

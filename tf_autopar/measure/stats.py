@@ -5,11 +5,12 @@ Why paired ratios: every configuration runs once per round, rounds are interleav
 machine state (other tenants, thermal state, page cache). The median of those per-round
 ratios cancels slow drift that a ratio of overall medians would keep. Both are reported.
 """
+
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 BELOW_OPTIMUM = 0.95  # rows whose plan reaches less than this fraction of the optimum are flagged
 MIN_ROUNDS_FOR_NOISE = 3  # fewer paired rounds than this cannot show whether a gap is noise
@@ -112,8 +113,11 @@ class Comparison:
         return self.paired.median if self.paired.n else self.ratio_of_medians
 
     def to_dict(self) -> dict:
-        return {"value": _clean(self.value), "paired": self.paired.to_dict(),
-                "ratio_of_medians": _clean(self.ratio_of_medians)}
+        return {
+            "value": _clean(self.value),
+            "paired": self.paired.to_dict(),
+            "ratio_of_medians": _clean(self.ratio_of_medians),
+        }
 
 
 def _ratio(a: float, b: float) -> float:
@@ -149,9 +153,7 @@ def below_optimum_reasons(
         return []
     reasons = []
     if fraction.paired.n and fraction.paired.max >= 1.0:
-        reasons.append(
-            f"noise (paired per-round ratios {fraction.paired.min:.2f}-{fraction.paired.max:.2f} reach 1.0)"
-        )
+        reasons.append(f"noise (paired per-round ratios {fraction.paired.min:.2f}-{fraction.paired.max:.2f} reach 1.0)")
     if ours_threads[0] != optimum_threads[0]:
         reasons.append(f"width misjudged (optimum inter-op {optimum_threads[0]}, ours {ours_threads[0]})")
     elif ours_threads[1] != optimum_threads[1]:
@@ -161,3 +163,13 @@ def below_optimum_reasons(
     if fraction.paired.n < MIN_ROUNDS_FOR_NOISE:
         reasons.append(f"only {fraction.paired.n} paired round(s): too few to tell from noise")
     return reasons
+
+
+def format_ratio(c: Mapping[str, Any] | None) -> str:
+    """A Comparison.to_dict() as "1.23 (1.10-1.31)": the value and its per-round range."""
+    if not c or c.get("value") is None:
+        return "-"
+    p = c.get("paired") or {}
+    if p.get("n", 0) >= 2 and p.get("min") is not None:
+        return f"{c['value']:.2f} ({p['min']:.2f}-{p['max']:.2f})"
+    return f"{c['value']:.2f}"

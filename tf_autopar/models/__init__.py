@@ -6,4 +6,5 @@ child processes only), child (the child processes' entry point), bench (the benc
 orchestration, never imports TensorFlow). Importing this package imports neither
 TensorFlow nor numpy.
 """
+
 from __future__ import annotations

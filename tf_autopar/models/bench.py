@@ -25,6 +25,7 @@ their requests/s. ``enable`` processes then get ``TF_AUTOPAR_INSTANCES=N``. Ever
 ``enable`` run uses a private lease directory, so processes of other programs on the host
 do not change its share.
 """
+
 from __future__ import annotations
 
 import concurrent.futures
@@ -143,18 +144,30 @@ class BenchOptions:
 
             workloads.module_path(self.model)  # ValueError listing the bundled names
             if self.model_options.given:
-                raise ValueError("--signature, --input-shape, --int-max and --inputs apply to model files, "
-                                 f"not to the bundled workload {self.model!r}")
+                raise ValueError(
+                    "--signature, --input-shape, --int-max and --inputs apply to model files, "
+                    f"not to the bundled workload {self.model!r}"
+                )
 
     @property
     def steps(self) -> int:
         return self.requests if self.requests is not None else DEFAULT_REQUESTS
 
     def to_dict(self) -> dict[str, Any]:
-        return {"model": self.model, "batch": self.batch, "mode": self.mode,
-                "requests": None if self.time_s is not None else self.steps, "time_s": self.time_s,
-                "warmup": self.warmup, "rounds": self.rounds, "compare": list(self.compare), "size": self.size,
-                "streams": self.streams, "timeout_s": self.timeout_s, "model_options": self.model_options.to_dict()}
+        return {
+            "model": self.model,
+            "batch": self.batch,
+            "mode": self.mode,
+            "requests": None if self.time_s is not None else self.steps,
+            "time_s": self.time_s,
+            "warmup": self.warmup,
+            "rounds": self.rounds,
+            "compare": list(self.compare),
+            "size": self.size,
+            "streams": self.streams,
+            "timeout_s": self.timeout_s,
+            "model_options": self.model_options.to_dict(),
+        }
 
 
 def _now() -> str:
@@ -173,8 +186,14 @@ def _model_path(model: str) -> str:
 class Bench:
     """One benchmark: prepare (describe + plan, in a child), then the interleaved rounds."""
 
-    def __init__(self, options: BenchOptions, *, topology: Any = None, progress: Progress | None = None,
-                 child: Sequence[str] = RUN_CHILD) -> None:
+    def __init__(
+        self,
+        options: BenchOptions,
+        *,
+        topology: Any = None,
+        progress: Progress | None = None,
+        child: Sequence[str] = RUN_CHILD,
+    ) -> None:
         options.check()
         self.options = options
         self.model = _model_path(options.model)
@@ -212,8 +231,15 @@ class Bench:
     def prepare(self) -> dict[str, Any]:
         """Describe the inputs and plan, in a child; ValueError with the child's message on bad input."""
         o = self.options
-        self.prepared = prepare_in_child(self.model, batch=o.batch, plan_mode=o.mode, size=o.size, streams=o.streams,
-                                         model_options=o.model_options, env=self.env)
+        self.prepared = prepare_in_child(
+            self.model,
+            batch=o.batch,
+            plan_mode=o.mode,
+            size=o.size,
+            streams=o.streams,
+            model_options=o.model_options,
+            env=self.env,
+        )
         if self.progress is not None:
             self.progress.update("model loaded and planned")
         return self.prepared
@@ -255,11 +281,17 @@ class Bench:
             "started": _now(),
             "finished": None,
             "interrupted": False,
-            "host": {"cpu_model": getattr(cpu, "model", "unknown"), "cpu_vendor": getattr(cpu, "vendor", "unknown"),
-                     "logical_cpus": t.logical_cpus, "physical_cores": t.physical_cores,
-                     "affinity": list(t.affinity), "cpu_budget": t.cpu_budget,
-                     "quota_cpus": t.quota.cpus if t.quota else None,
-                     "threading_runtime": t.threading_runtime, "tf_version": p.get("tf_version")},
+            "host": {
+                "cpu_model": getattr(cpu, "model", "unknown"),
+                "cpu_vendor": getattr(cpu, "vendor", "unknown"),
+                "logical_cpus": t.logical_cpus,
+                "physical_cores": t.physical_cores,
+                "affinity": list(t.affinity),
+                "cpu_budget": t.cpu_budget,
+                "quota_cpus": t.quota.cpus if t.quota else None,
+                "threading_runtime": t.threading_runtime,
+                "tf_version": p.get("tf_version"),
+            },
             "topology": t.to_dict(),
             "options": self.options.to_dict(),
             "model": p.get("model"),
@@ -322,16 +354,35 @@ class Bench:
 
     def _command(self, cfg: BenchConfig) -> list[str]:
         o = self.options
-        cmd = [*self.child, self.model, "--mode", "infer", "--batch", str(o.batch), "--steps", str(o.steps),
-               "--size", o.size, "--warmup", str(o.warmup), "--json"]
+        cmd = [
+            *self.child,
+            self.model,
+            "--mode",
+            "infer",
+            "--batch",
+            str(o.batch),
+            "--steps",
+            str(o.steps),
+            "--size",
+            o.size,
+            "--warmup",
+            str(o.warmup),
+            "--json",
+        ]
         if o.time_s is not None:
             cmd += ["--time", repr(o.time_s)]
         if cfg.enable:
             cmd += ["--enable", o.mode]
         return cmd + self._model_args()
 
-    def _run_config(self, cfg: BenchConfig, rnd: int, filled: str | None, fill_run: Mapping[str, Any] | None,
-                    cache_dir: str | None = None) -> dict[str, Any]:
+    def _run_config(
+        self,
+        cfg: BenchConfig,
+        rnd: int,
+        filled: str | None,
+        fill_run: Mapping[str, Any] | None,
+        cache_dir: str | None = None,
+    ) -> dict[str, Any]:
         """One configuration once: ``instances`` concurrent processes (1 in latency mode)."""
         self._seq += 1
         seq = self._seq
@@ -363,8 +414,9 @@ class Bench:
             shutil.rmtree(workdir, ignore_errors=True)  # the fill run's cache lives outside it
         return run_record(results, rnd, seq, self.options.batch)
 
-    def _run_streams(self, cmd: list[str], env: dict[str, str], cfg: BenchConfig, n: int,
-                     workdir: str) -> list[ChildResult]:
+    def _run_streams(
+        self, cmd: list[str], env: dict[str, str], cfg: BenchConfig, n: int, workdir: str
+    ) -> list[ChildResult]:
         """``n`` processes at once, timed loops started together; one failure aborts the others' wait."""
         barrier = os.path.join(workdir, "barrier")
         os.makedirs(barrier)
@@ -393,9 +445,17 @@ class Bench:
             pool.shutdown(wait=True)
 
 
-def prepare_in_child(model: str, *, batch: int, plan_mode: str = "latency", size: str = "tiny",
-                     streams: int | None = None, model_options: ModelOptions | None = None,
-                     env: Mapping[str, str] | None = None, child: Sequence[str] = PREPARE_CHILD) -> dict[str, Any]:
+def prepare_in_child(
+    model: str,
+    *,
+    batch: int,
+    plan_mode: str = "latency",
+    size: str = "tiny",
+    streams: int | None = None,
+    model_options: ModelOptions | None = None,
+    env: Mapping[str, str] | None = None,
+    child: Sequence[str] = PREPARE_CHILD,
+) -> dict[str, Any]:
     """``child prepare``: load ``model`` in a fresh process, check and describe its inputs, plan it.
 
     ValueError with the child's own message when the input is bad (missing or corrupt file,
@@ -404,8 +464,17 @@ def prepare_in_child(model: str, *, batch: int, plan_mode: str = "latency", size
     if env is None:
         env, _ = clean_env()
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    cmd = [*child, model, "--batch", str(batch), "--plan-mode", plan_mode, "--size", size,
-           *(model_options or ModelOptions()).child_args()]
+    cmd = [
+        *child,
+        model,
+        "--batch",
+        str(batch),
+        "--plan-mode",
+        plan_mode,
+        "--size",
+        size,
+        *(model_options or ModelOptions()).child_args(),
+    ]
     if streams is not None:
         cmd += ["--streams", str(streams)]
     res = run_child(cmd, env, PREPARE_TIMEOUT_S)
@@ -418,8 +487,17 @@ def prepare_in_child(model: str, *, batch: int, plan_mode: str = "latency", size
 
 
 def _failed_run(rnd: int, seq: int, error: str) -> dict[str, Any]:
-    return {"round": rnd, "seq": seq, "status": "crash", "error": error, "processes": [], "step_times_s": [],
-            "median_s": None, "throughput_rps": None, "items_per_s": None}
+    return {
+        "round": rnd,
+        "seq": seq,
+        "status": "crash",
+        "error": error,
+        "processes": [],
+        "step_times_s": [],
+        "median_s": None,
+        "throughput_rps": None,
+        "items_per_s": None,
+    }
 
 
 def run_record(results: Sequence[ChildResult], rnd: int, seq: int, batch: int) -> dict[str, Any]:
@@ -427,22 +505,41 @@ def run_record(results: Sequence[ChildResult], rnd: int, seq: int, batch: int) -
     procs = []
     for res in results:
         p = res.payload or {}
-        procs.append({
-            "status": res.status, "pid": res.pid, "returncode": res.returncode, "wall_s": round(res.wall_s, 3),
-            "error": res.error, "stderr_tail": res.stderr_tail if res.status != OK else "",
-            "step_times_s": [float(t) for t in p.get("step_times_s", [])] if res.status == OK else [],
-            "requests": p.get("requests"), "loop_s": p.get("loop_s"), "throughput_rps": p.get("throughput_rps"),
-            "load_s": p.get("load_s"), "settings": p.get("settings"), "tf_autopar": p.get("tf_autopar"),
-            "peak_rss_mb": p.get("peak_rss_mb"), "barrier_wait_s": p.get("barrier_wait_s"),
-        })
+        procs.append(
+            {
+                "status": res.status,
+                "pid": res.pid,
+                "returncode": res.returncode,
+                "wall_s": round(res.wall_s, 3),
+                "error": res.error,
+                "stderr_tail": res.stderr_tail if res.status != OK else "",
+                "step_times_s": [float(t) for t in p.get("step_times_s", [])] if res.status == OK else [],
+                "requests": p.get("requests"),
+                "loop_s": p.get("loop_s"),
+                "throughput_rps": p.get("throughput_rps"),
+                "load_s": p.get("load_s"),
+                "settings": p.get("settings"),
+                "tf_autopar": p.get("tf_autopar"),
+                "peak_rss_mb": p.get("peak_rss_mb"),
+                "barrier_wait_s": p.get("barrier_wait_s"),
+            }
+        )
     ok = bool(procs) and all(pr["status"] == OK for pr in procs)
     times = [t for pr in procs for t in pr["step_times_s"]] if ok else []
     rps = sum(pr["throughput_rps"] or 0.0 for pr in procs) if ok else None
     status = OK if ok else next((pr["status"] for pr in procs if pr["status"] != OK), "crash")
     error = "" if ok else next((f"process {i}: {pr['error']}" for i, pr in enumerate(procs) if pr["status"] != OK), "")
-    return {"round": rnd, "seq": seq, "status": status, "error": error, "processes": procs, "step_times_s": times,
-            "median_s": stats.median(times) if times else None, "throughput_rps": rps,
-            "items_per_s": rps * batch if rps is not None else None}
+    return {
+        "round": rnd,
+        "seq": seq,
+        "status": status,
+        "error": error,
+        "processes": procs,
+        "step_times_s": times,
+        "median_s": stats.median(times) if times else None,
+        "throughput_rps": rps,
+        "items_per_s": rps * batch if rps is not None else None,
+    }
 
 
 def _run_label(run: Mapping[str, Any]) -> str:
@@ -464,14 +561,31 @@ def settings_of(config: Mapping[str, Any]) -> dict[str, Any] | None:
         if not per:
             continue
         first = per[0]
-        out = {"inter_op": first.get("inter_op"), "intra_op": first.get("intra_op"), "env": first.get("env", {}),
-               "cpus": [pr.get("cpus") for pr in per], "inter_source": first.get("inter_source"),
-               "intra_source": first.get("intra_source"), "tf_compute_threads": first.get("tf_compute_threads"),
-               "openmp": first.get("openmp"), "processes": len(per)}
+        out = {
+            "inter_op": first.get("inter_op"),
+            "intra_op": first.get("intra_op"),
+            "env": first.get("env", {}),
+            "cpus": [pr.get("cpus") for pr in per],
+            "inter_source": first.get("inter_source"),
+            "intra_source": first.get("intra_source"),
+            "tf_compute_threads": first.get("tf_compute_threads"),
+            "openmp": first.get("openmp"),
+            "processes": len(per),
+        }
         tfa = (run["processes"][0].get("tf_autopar") or {}).get("process")
         if tfa:
-            out["tf_autopar"] = {k: tfa.get(k) for k in ("phase", "source", "planned_inter", "planned_intra",
-                                                         "running_inter", "running_intra", "bound_cpus")}
+            out["tf_autopar"] = {
+                k: tfa.get(k)
+                for k in (
+                    "phase",
+                    "source",
+                    "planned_inter",
+                    "planned_intra",
+                    "running_inter",
+                    "running_intra",
+                    "bound_cpus",
+                )
+            }
         return out
     return None
 
@@ -493,10 +607,16 @@ def summarize(doc: Mapping[str, Any]) -> dict[str, Any]:
         rps_spread = stats.Spread.of(list(rps.values()))
         out[name] = {
             "status": "not-run" if not runs else "ok" if len(ok) == len(runs) else "partial" if ok else "failed",
-            "rounds": len(runs), "rounds_ok": len(ok), "requests": len(times),
-            "latency_s": {"p50": _clean(stats.quantile(times, 0.5)), "p90": _clean(stats.quantile(times, 0.9)),
-                          "p99": _clean(stats.quantile(times, 0.99)), "mean": _clean(sum(times) / len(times))
-                          if times else None, "min": min(times) if times else None},
+            "rounds": len(runs),
+            "rounds_ok": len(ok),
+            "requests": len(times),
+            "latency_s": {
+                "p50": _clean(stats.quantile(times, 0.5)),
+                "p90": _clean(stats.quantile(times, 0.9)),
+                "p99": _clean(stats.quantile(times, 0.99)),
+                "mean": _clean(sum(times) / len(times)) if times else None,
+                "min": min(times) if times else None,
+            },
             "round_medians_s": stats.Spread.of(list(med.values())).to_dict(),
             "throughput_rps": rps_spread.to_dict(),
             "items_per_s": _clean(rps_spread.median * batch) if rps_spread.n else None,
@@ -511,5 +631,13 @@ def summarize(doc: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-__all__ = ["Bench", "BenchConfig", "BenchOptions", "DEFAULT_COMPARE", "parse_compare",
-           "prepare_in_child", "run_record", "summarize"]
+__all__ = [
+    "Bench",
+    "BenchConfig",
+    "BenchOptions",
+    "DEFAULT_COMPARE",
+    "parse_compare",
+    "prepare_in_child",
+    "run_record",
+    "summarize",
+]

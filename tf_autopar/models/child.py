@@ -21,6 +21,7 @@ or its error object; TensorFlow's logging goes to stderr):
 
 Run only in a fresh process: loading the model starts TensorFlow, which fixes its pools.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -81,8 +82,10 @@ def effective_settings() -> dict[str, Any]:
     if "tensorflow" in sys.modules:
         import tensorflow as tf
 
-        api = (tf.config.threading.get_inter_op_parallelism_threads(),
-               tf.config.threading.get_intra_op_parallelism_threads())
+        api = (
+            tf.config.threading.get_inter_op_parallelism_threads(),
+            tf.config.threading.get_intra_op_parallelism_threads(),
+        )
     counts: list[int] = []
     sources: list[str] = []
     for value, var in zip(api, V.POOLS):
@@ -95,9 +98,17 @@ def effective_settings() -> dict[str, Any]:
             count, source = len(cpus), "TensorFlow default (CPUs in the affinity mask)"
         counts.append(count)
         sources.append(source)
-    return {"inter_op": counts[0], "intra_op": counts[1], "inter_source": sources[0], "intra_source": sources[1],
-            "env": dict(sorted(env.items())), "cpus": cpus, "tf_compute_threads": tf_compute_threads(),
-            "openmp": openmp_state(), "pid": os.getpid()}
+    return {
+        "inter_op": counts[0],
+        "intra_op": counts[1],
+        "inter_source": sources[0],
+        "intra_source": sources[1],
+        "env": dict(sorted(env.items())),
+        "cpus": cpus,
+        "tf_compute_threads": tf_compute_threads(),
+        "openmp": openmp_state(),
+        "pid": os.getpid(),
+    }
 
 
 def _barrier() -> float:
@@ -116,8 +127,10 @@ def _barrier() -> float:
         if sum(n.startswith("ready-") for n in names) >= int(count):
             return time.monotonic() - t0
         if time.monotonic() - t0 > float(timeout):
-            raise ChildError(f"only {sum(n.startswith('ready-') for n in names)} of {count} streams were "
-                             f"ready after {timeout} s", EXIT_BARRIER)
+            raise ChildError(
+                f"only {sum(n.startswith('ready-') for n in names)} of {count} streams were ready after {timeout} s",
+                EXIT_BARRIER,
+            )
         time.sleep(0.002)
 
 
@@ -136,8 +149,13 @@ def measure(step: Callable[[], Any], warmup: int, steps: int, time_s: float | No
         if (time_s is not None and t1 - start >= time_s) or (time_s is None and len(times) >= steps):
             break
     loop = time.perf_counter() - start
-    return {"step_times_s": times, "requests": len(times), "loop_s": loop,
-            "throughput_rps": len(times) / loop if loop > 0 else None, "barrier_wait_s": waited}
+    return {
+        "step_times_s": times,
+        "requests": len(times),
+        "loop_s": loop,
+        "throughput_rps": len(times) / loop if loop > 0 else None,
+        "barrier_wait_s": waited,
+    }
 
 
 def _summary(times: list[float]) -> dict[str, float]:
@@ -160,9 +178,14 @@ def _workload_step(name: str, size: str, batch: int) -> tuple[Callable[[], None]
         for o in fn(*args):
             o.numpy()
 
-    info = {"model": {"kind": "workload", "path": name, "size": size, "signature": None},
-            "inputs": [{"name": f"input_{i}", "dtype": str(a.dtype), "shape": list(a.shape), "source": "workload"}
-                       for i, a in enumerate(tf.nest.flatten(built.inputs))], "build_s": built.build_s}
+    info = {
+        "model": {"kind": "workload", "path": name, "size": size, "signature": None},
+        "inputs": [
+            {"name": f"input_{i}", "dtype": str(a.dtype), "shape": list(a.shape), "source": "workload"}
+            for i, a in enumerate(tf.nest.flatten(built.inputs))
+        ],
+        "build_s": built.build_s,
+    }
     return step, info
 
 
@@ -218,14 +241,30 @@ def run(argv: list[str]) -> dict[str, Any]:
         import tf_autopar
 
         st = tf_autopar.status().to_dict()
-        status = {"process": st.get("process"), "warnings": st.get("warnings"), "enable_ms": st.get("enable_ms"),
-                  "cache_files_at_start": cache_at_start, "served": st.get("served"), "switch_s": switch_s}
+        status = {
+            "process": st.get("process"),
+            "warnings": st.get("warnings"),
+            "enable_ms": st.get("enable_ms"),
+            "cache_files_at_start": cache_at_start,
+            "served": st.get("served"),
+            "switch_s": switch_s,
+        }
     import tensorflow as tf
 
     payload = {
-        "workload": args.model, "mode": "infer", "size": args.size, "batch": args.batch, "steps": result["requests"],
-        "path": "function", **result, **_summary(result["step_times_s"]), "load_s": load_s,
-        "settings": settings, "tf_autopar": status, "tf_version": tf.__version__, **info,
+        "workload": args.model,
+        "mode": "infer",
+        "size": args.size,
+        "batch": args.batch,
+        "steps": result["requests"],
+        "path": "function",
+        **result,
+        **_summary(result["step_times_s"]),
+        "load_s": load_s,
+        "settings": settings,
+        "tf_autopar": status,
+        "tf_version": tf.__version__,
+        **info,
     }
     try:
         from tf_autopar_workloads.runner import peak_rss_mb
@@ -265,11 +304,21 @@ def prepare(argv: list[str]) -> dict[str, Any]:
             note = f"workload {args.model} ({args.size}) analysed at batch {args.batch}"
             import tensorflow as tf
 
-            info = {"model": {"kind": "workload", "path": args.model, "size": args.size, "signature": None},
-                    "batch": args.batch, "assumptions": [],
-                    "inputs": [{"name": f"input_{i}", "dtype": str(a.dtype), "shape": list(a.shape),
-                                "source": "workload", "values": "the workload's synthetic batch"}
-                               for i, a in enumerate(tf.nest.flatten(built.inputs))]}
+            info = {
+                "model": {"kind": "workload", "path": args.model, "size": args.size, "signature": None},
+                "batch": args.batch,
+                "assumptions": [],
+                "inputs": [
+                    {
+                        "name": f"input_{i}",
+                        "dtype": str(a.dtype),
+                        "shape": list(a.shape),
+                        "source": "workload",
+                        "values": "the workload's synthetic batch",
+                    }
+                    for i, a in enumerate(tf.nest.flatten(built.inputs))
+                ],
+            }
     except ValueError as exc:
         raise ChildError(str(exc)) from None
     topology = detect_topology()
@@ -277,13 +326,23 @@ def prepare(argv: list[str]) -> dict[str, Any]:
     # rule's plan with this host's calibration (what enable() applies before any tune).
     from tf_autopar.runtime.core import calibration_for
 
-    the_plan = plan(topology, profile, args.plan_mode, env={}, streams=args.streams,
-                    calibration=calibration_for(topology))
+    the_plan = plan(
+        topology, profile, args.plan_mode, env={}, streams=args.streams, calibration=calibration_for(topology)
+    )
     import tensorflow as tf
 
-    out = {"ok": True, "tf_version": tf.__version__, **info, "profile": profile.to_dict(), "profile_note": note,
-           "plan_mode": args.plan_mode, "plan": the_plan.to_dict(), "env": the_plan.to_env(),
-           "explain": the_plan.explain(), "topology": topology.to_dict()}
+    out = {
+        "ok": True,
+        "tf_version": tf.__version__,
+        **info,
+        "profile": profile.to_dict(),
+        "profile_note": note,
+        "plan_mode": args.plan_mode,
+        "plan": the_plan.to_dict(),
+        "env": the_plan.to_env(),
+        "explain": the_plan.explain(),
+        "topology": topology.to_dict(),
+    }
     return out
 
 
@@ -303,16 +362,37 @@ def run_steps(args: argparse.Namespace) -> dict[str, Any]:
         workloads.module_path(args.name)  # ValueError listing the bundled names
     except ValueError as exc:
         raise ChildError(str(exc)) from None
-    return runner.run(args.name, mode=args.mode, batch=args.batch, steps=args.steps, size=args.size,
-                      path=args.path, warmup=args.warmup, seed=args.seed)
+    return runner.run(
+        args.name,
+        mode=args.mode,
+        batch=args.batch,
+        steps=args.steps,
+        size=args.size,
+        path=args.path,
+        warmup=args.warmup,
+        seed=args.seed,
+    )
 
 
-def runner_args(workload: str, mode: str, batch: int, steps: int, size: str, warmup: int,
-                model: Any = None) -> list[str]:
+def runner_args(
+    workload: str, mode: str, batch: int, steps: int, size: str, warmup: int, model: Any = None
+) -> list[str]:
     """The runner contract's arguments (``run`` and ``steps`` here, or a stand-in runner);
     ``model``: a model file's ModelOptions, whose input flags follow."""
-    args = [workload, "--mode", mode, "--batch", str(batch), "--steps", str(steps), "--size", size,
-            "--warmup", str(warmup), "--json"]
+    args = [
+        workload,
+        "--mode",
+        mode,
+        "--batch",
+        str(batch),
+        "--steps",
+        str(steps),
+        "--size",
+        size,
+        "--warmup",
+        str(warmup),
+        "--json",
+    ]
     return args + (model.child_args() if model is not None else [])
 
 
@@ -320,8 +400,12 @@ def add_steps_flags(parser: Any) -> None:
     """The workloads runner's flags (``steps`` here, ``tf-autopar workloads run``)."""
     parser.add_argument("name", help="workload name (see `tf-autopar workloads list`)")
     parser.add_argument("--mode", choices=("infer", "train"), default="infer")
-    parser.add_argument("--batch", type=count(MAX_BATCH, "the largest batch tf-autopar synthesises inputs for"),
-                        default=None, help="batch size (default: the published one)")
+    parser.add_argument(
+        "--batch",
+        type=count(MAX_BATCH, "the largest batch tf-autopar synthesises inputs for"),
+        default=None,
+        help="batch size (default: the published one)",
+    )
     parser.add_argument("--steps", type=count(), default=10, help="timed steps")
     parser.add_argument("--warmup", type=count(), default=2, help="untimed steps first (tracing, allocation)")
     parser.add_argument("--size", choices=("tiny", "paper"), default="tiny")
@@ -340,8 +424,9 @@ def _run_parser() -> argparse.ArgumentParser:
     rp.add_argument("--warmup", type=count(), default=2)
     rp.add_argument("--size", default="tiny", help="bundled workloads only")
     rp.add_argument("--json", action="store_true", help="accepted for the runner contract; output is always JSON")
-    rp.add_argument("--enable", choices=MODES, default=None,
-                    help="call tf_autopar.enable(mode=...) first, with no model")
+    rp.add_argument(
+        "--enable", choices=MODES, default=None, help="call tf_autopar.enable(mode=...) first, with no model"
+    )
     add_model_flags(rp)
     return rp
 

@@ -13,6 +13,7 @@ arrays are built in every child process (fixed seed).
 - Strings cannot be synthesised (their meaning is the model's vocabulary): ValueError
   naming ``--inputs file.npz``.
 """
+
 from __future__ import annotations
 
 import os
@@ -33,8 +34,18 @@ _INT = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"
 MAX_INPUT_BYTES = 2 << 30  # synthesised inputs of one request; beyond, a clear error instead of numpy's MemoryError
 _STRING = ("string",)
 
-__all__ = ["DEFAULT_DIM", "DEFAULT_INT_MAX", "InputInfo", "InputSpec", "check_input_shapes", "load_npz",
-           "parse_input_shapes", "prepare", "resolve_shape", "synthesize"]
+__all__ = [
+    "DEFAULT_DIM",
+    "DEFAULT_INT_MAX",
+    "InputInfo",
+    "InputSpec",
+    "check_input_shapes",
+    "load_npz",
+    "parse_input_shapes",
+    "prepare",
+    "resolve_shape",
+    "synthesize",
+]
 
 
 @dataclass(frozen=True)
@@ -70,8 +81,14 @@ class InputInfo:
     int_max: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape), "source": self.source,
-                "values": self.values, "int_max": self.int_max}
+        return {
+            "name": self.name,
+            "dtype": self.dtype,
+            "shape": list(self.shape),
+            "source": self.source,
+            "values": self.values,
+            "int_max": self.int_max,
+        }
 
 
 def check_input_shapes(specs: Sequence[InputSpec], input_shapes: Mapping[str, Sequence[int]]) -> None:
@@ -79,12 +96,15 @@ def check_input_shapes(specs: Sequence[InputSpec], input_shapes: Mapping[str, Se
     names = [s.name for s in specs]
     unknown = sorted(set(input_shapes) - set(names))
     if unknown:
-        raise ValueError(f"--input-shape names {', '.join(map(repr, unknown))}, which the model does not have; "
-                         f"its inputs are: {', '.join(names) or 'none'}")
+        raise ValueError(
+            f"--input-shape names {', '.join(map(repr, unknown))}, which the model does not have; "
+            f"its inputs are: {', '.join(names) or 'none'}"
+        )
 
 
-def resolve_shape(spec: InputSpec, batch: int, given: Sequence[int] | None = None,
-                  default_dim: int = DEFAULT_DIM) -> tuple[tuple[int, ...], list[str]]:
+def resolve_shape(
+    spec: InputSpec, batch: int, given: Sequence[int] | None = None, default_dim: int = DEFAULT_DIM
+) -> tuple[tuple[int, ...], list[str]]:
     """The concrete shape to run ``spec`` at, and the assumptions made (for the report).
 
     A None first dimension is the batch; ``given`` (from --input-shape) must have the
@@ -96,22 +116,30 @@ def resolve_shape(spec: InputSpec, batch: int, given: Sequence[int] | None = Non
     if given is not None:
         given = tuple(int(d) for d in given)
         if spec.shape is not None and len(given) != len(spec.shape):
-            raise ValueError(f"--input-shape {spec.name}={','.join(map(str, given))} has rank {len(given)}, but input "
-                             f"{spec.text()} has rank {len(spec.shape)} (give the full shape, batch included)")
+            raise ValueError(
+                f"--input-shape {spec.name}={','.join(map(str, given))} has rank {len(given)}, but input "
+                f"{spec.text()} has rank {len(spec.shape)} (give the full shape, batch included)"
+            )
         out = []
         for i, d in enumerate(given):
             declared = spec.shape[i] if spec.shape is not None else None
             if declared is not None and d != declared:
-                raise ValueError(f"--input-shape {spec.name}: dimension {i} is fixed at {declared} in the signature "
-                                 f"({spec.text()}), not {d}")
+                raise ValueError(
+                    f"--input-shape {spec.name}: dimension {i} is fixed at {declared} in the signature "
+                    f"({spec.text()}), not {d}"
+                )
             if i == 0 and declared is None and spec.shape is not None and d != batch:
-                raise ValueError(f"--input-shape {spec.name}: the batch dimension is {d} but --batch is {batch} "
-                                 f"(the shape is the full one, batch first: write {batch} first)")
+                raise ValueError(
+                    f"--input-shape {spec.name}: the batch dimension is {d} but --batch is {batch} "
+                    f"(the shape is the full one, batch first: write {batch} first)"
+                )
             out.append(d)
         return tuple(out), assumed
     if spec.shape is None:
-        raise ValueError(f"input {spec.name!r} has an unknown rank: give its shape with --input-shape "
-                         f"{spec.name}=D1,D2,... (batch included)")
+        raise ValueError(
+            f"input {spec.name!r} has an unknown rank: give its shape with --input-shape "
+            f"{spec.name}=D1,D2,... (batch included)"
+        )
     out = []
     for i, d in enumerate(spec.shape):
         if d is None:
@@ -119,11 +147,15 @@ def resolve_shape(spec: InputSpec, batch: int, given: Sequence[int] | None = Non
                 d = batch
             else:
                 d = default_dim
-                assumed.append(f"{spec.name}: dimension {i} is None in the signature; {default_dim} assumed "
-                               f"(--input-shape {spec.name}=... to choose)")
+                assumed.append(
+                    f"{spec.name}: dimension {i} is None in the signature; {default_dim} assumed "
+                    f"(--input-shape {spec.name}=... to choose)"
+                )
         elif i == 0 and batch != d:
-            raise ValueError(f"input {spec.name!r} has a fixed batch dimension of {d} ({spec.text()}); "
-                             f"--batch {batch} is impossible with this model (use --batch {d})")
+            raise ValueError(
+                f"input {spec.name!r} has a fixed batch dimension of {d} ({spec.text()}); "
+                f"--batch {batch} is impossible with this model (use --batch {d})"
+            )
         out.append(int(d))
     return tuple(out), assumed
 
@@ -158,7 +190,8 @@ def synthesize(
                 f"input {s.name!r} is a string tensor ({s.text()}): tf-autopar cannot synthesise strings (their "
                 f"meaning is the model's vocabulary). Pass real inputs with --inputs file.npz: an .npz whose "
                 f"arrays are named as the signature's inputs ({', '.join(x.name for x in specs)}), e.g. "
-                f"numpy.savez('inputs.npz', {s.name}=numpy.array([...]))")
+                f"numpy.savez('inputs.npz', {s.name}=numpy.array([...]))"
+            )
     resolved = {s.name: resolve_shape(s, batch, shapes.get(s.name), default_dim) for s in specs}
     check_input_size(specs, {name: shape for name, (shape, _) in resolved.items()}, batch)
     rng = np.random.default_rng(seed)
@@ -170,8 +203,11 @@ def synthesize(
         assumptions += assumed
         bound = None
         if s.dtype in _FLOAT:
-            np_dtype = "float32" if s.dtype == "bfloat16" else ("float16" if s.dtype == "half" else
-                                                               "float64" if s.dtype == "double" else s.dtype)
+            np_dtype = (
+                "float32"
+                if s.dtype == "bfloat16"
+                else ("float16" if s.dtype == "half" else "float64" if s.dtype == "double" else s.dtype)
+            )
             arr = rng.standard_normal(shape).astype(np_dtype)
             values = "standard normal"
         elif s.dtype in _COMPLEX:
@@ -191,8 +227,10 @@ def synthesize(
             arr = rng.integers(0, 2, size=shape).astype(bool)
             values = "random booleans"
         else:
-            raise ValueError(f"input {s.name!r} has dtype {s.dtype}, which tf-autopar cannot synthesise; "
-                             f"pass real inputs with --inputs file.npz (arrays named as the inputs)")
+            raise ValueError(
+                f"input {s.name!r} has dtype {s.dtype}, which tf-autopar cannot synthesise; "
+                f"pass real inputs with --inputs file.npz (arrays named as the inputs)"
+            )
         arrays[s.name] = arr
         infos.append(InputInfo(s.name, s.dtype, tuple(arr.shape), "synthesised", values, bound))
     return arrays, infos, assumptions
@@ -210,8 +248,10 @@ def check_input_size(specs: Sequence[InputSpec], shapes: Mapping[str, Sequence[i
             n *= int(d)
         total += n * size
     if total > MAX_INPUT_BYTES:
-        raise ValueError(f"the inputs at --batch {batch} would take {total / (1 << 30):.1f} GiB (bound "
-                         f"{MAX_INPUT_BYTES >> 30} GiB): give a smaller --batch (or smaller --input-shape dimensions)")
+        raise ValueError(
+            f"the inputs at --batch {batch} would take {total / (1 << 30):.1f} GiB (bound "
+            f"{MAX_INPUT_BYTES >> 30} GiB): give a smaller --batch (or smaller --input-shape dimensions)"
+        )
 
 
 def _dtype_matches(spec_dtype: str, arr: np.ndarray) -> bool:
@@ -235,8 +275,9 @@ def load_npz(path: str, specs: Sequence[InputSpec], batch: int) -> tuple[dict[st
         with np.load(path, allow_pickle=False) as data:
             arrays = {k: np.asarray(data[k]) for k in data.files}
     except (OSError, ValueError) as exc:
-        raise ValueError(f"--inputs {path}: not a readable .npz file (numpy.savez output without object "
-                         f"arrays): {exc}") from None
+        raise ValueError(
+            f"--inputs {path}: not a readable .npz file (numpy.savez output without object arrays): {exc}"
+        ) from None
     names = [s.name for s in specs]
     missing = [n for n in names if n not in arrays]
     extra = sorted(set(arrays) - set(names))
@@ -251,19 +292,27 @@ def load_npz(path: str, specs: Sequence[InputSpec], batch: int) -> tuple[dict[st
     for s in specs:
         arr = arrays[s.name]
         if not _dtype_matches(s.dtype, arr):
-            raise ValueError(f"--inputs {path}: array {s.name!r} has dtype {arr.dtype}, the signature wants "
-                             f"{s.dtype} (save it as {s.dtype})")
+            raise ValueError(
+                f"--inputs {path}: array {s.name!r} has dtype {arr.dtype}, the signature wants "
+                f"{s.dtype} (save it as {s.dtype})"
+            )
         if s.shape is not None:
             if arr.ndim != len(s.shape):
-                raise ValueError(f"--inputs {path}: array {s.name!r} has shape {list(arr.shape)} (rank {arr.ndim}), "
-                                 f"the signature wants {s.text()} (rank {len(s.shape)})")
+                raise ValueError(
+                    f"--inputs {path}: array {s.name!r} has shape {list(arr.shape)} (rank {arr.ndim}), "
+                    f"the signature wants {s.text()} (rank {len(s.shape)})"
+                )
             for i, (d, want) in enumerate(zip(arr.shape, s.shape)):
                 if want is not None and d != want:
-                    raise ValueError(f"--inputs {path}: array {s.name!r} has shape {list(arr.shape)}; dimension {i} "
-                                     f"must be {want} ({s.text()})")
+                    raise ValueError(
+                        f"--inputs {path}: array {s.name!r} has shape {list(arr.shape)}; dimension {i} "
+                        f"must be {want} ({s.text()})"
+                    )
             if s.shape and s.shape[0] is None and arr.shape[0] != batch:
-                raise ValueError(f"--inputs {path}: array {s.name!r} holds a batch of {arr.shape[0]}; pass "
-                                 f"--batch {arr.shape[0]} (or save a batch of {batch})")
+                raise ValueError(
+                    f"--inputs {path}: array {s.name!r} holds a batch of {arr.shape[0]}; pass "
+                    f"--batch {arr.shape[0]} (or save a batch of {batch})"
+                )
         infos.append(InputInfo(s.name, s.dtype, tuple(arr.shape), "file", f"from {os.path.basename(path)}"))
     return {s.name: arrays[s.name] for s in specs}, infos
 

@@ -11,6 +11,7 @@ must not import TF.
   traced at the request's shapes: what ``model.predict`` runs per batch, without its
   per-call data-adapter overhead.
 """
+
 from __future__ import annotations
 
 import logging
@@ -44,8 +45,10 @@ def model_kind(path: str) -> str:
         raise ValueError(f"{path}: pass the SavedModel directory ({os.path.dirname(path) or '.'}), not its .pb file")
     if path.endswith(".keras"):
         if not zipfile.is_zipfile(path):
-            raise ValueError(f"{path} is not a valid .keras file (a .keras file is a zip archive; this one is corrupt "
-                             f"or something else)")
+            raise ValueError(
+                f"{path} is not a valid .keras file (a .keras file is a zip archive; this one is corrupt "
+                f"or something else)"
+            )
         return KERAS
     raise ValueError(f"{path} is neither a SavedModel directory nor a .keras file")
 
@@ -59,8 +62,16 @@ def tf_version() -> str:
 class LoadedModel:
     """A loaded model: its input specs, and a step that runs one request on given arrays."""
 
-    def __init__(self, kind: str, path: str, signature: str | None, inputs: tuple[InputSpec, ...],
-                 outputs: tuple[str, ...], obj: Any, fn: Any) -> None:
+    def __init__(
+        self,
+        kind: str,
+        path: str,
+        signature: str | None,
+        inputs: tuple[InputSpec, ...],
+        outputs: tuple[str, ...],
+        obj: Any,
+        fn: Any,
+    ) -> None:
         self.kind = kind
         self.path = path
         self.signature = signature
@@ -71,8 +82,13 @@ class LoadedModel:
         self._keras_fn: Any = None
 
     def describe(self) -> dict[str, Any]:
-        return {"kind": self.kind, "path": self.path, "signature": self.signature,
-                "inputs": [s.to_dict() for s in self.inputs], "outputs": list(self.outputs)}
+        return {
+            "kind": self.kind,
+            "path": self.path,
+            "signature": self.signature,
+            "inputs": [s.to_dict() for s in self.inputs],
+            "outputs": list(self.outputs),
+        }
 
     # ------------------------------------------------------------------ running
 
@@ -145,8 +161,10 @@ class LoadedModel:
             specs = [tf.TensorSpec(s.shape, s.dtype, name=s.name) for s in self.inputs]
             structure = _keras_structure(self._obj)
             model = self._obj
-            fn = tf.function(lambda *xs: tf.nest.flatten(model(tf.nest.pack_sequence_as(structure, list(xs)),
-                                                                training=False)), input_signature=specs)
+            fn = tf.function(
+                lambda *xs: tf.nest.flatten(model(tf.nest.pack_sequence_as(structure, list(xs)), training=False)),
+                input_signature=specs,
+            )
             return fn.get_concrete_function()
         return self._keras_concrete([self._tensors(arrays)[s.name] for s in self.inputs])
 
@@ -161,8 +179,9 @@ class LoadedModel:
         try:
             cf = self.concrete_function()
             placeholders = _input_placeholders(cf, [s.name for s in self.inputs])
-            return table_bounds(cf.graph, {name: t for name, t in placeholders.items()
-                                           if name in {s.name for s in wanted}})
+            return table_bounds(
+                cf.graph, {name: t for name, t in placeholders.items() if name in {s.name for s in wanted}}
+            )
         except Exception as exc:  # noqa: BLE001 - see docstring
             log.info("could not read embedding table sizes from the graph: %s", exc)
             return {}
@@ -184,7 +203,8 @@ class LoadedModel:
 
         structure = _keras_structure(self._obj)
         specs = tf.nest.pack_sequence_as(
-            structure, [tf.TensorSpec(full[s.name], s.dtype, name=s.name) for s in self.inputs])
+            structure, [tf.TensorSpec(full[s.name], s.dtype, name=s.name) for s in self.inputs]
+        )
         return analyze(self._obj, input_signature=[specs], batch=batch, input_shapes=full), note
 
 
@@ -204,8 +224,10 @@ def _keras_structure(model: Any) -> Any:
     except (AttributeError, ValueError):
         inputs = getattr(model, "inputs", None)
         if not inputs:
-            raise ValueError(f"the Keras model {getattr(model, 'name', '?')!r} has no known inputs (a subclassed "
-                             f"model never built?): save a functional or built model") from None
+            raise ValueError(
+                f"the Keras model {getattr(model, 'name', '?')!r} has no known inputs (a subclassed "
+                f"model never built?): save a functional or built model"
+            ) from None
         return inputs[0] if len(inputs) == 1 else list(inputs)
 
 
@@ -228,8 +250,9 @@ def _load_saved_model(path: str, signature: str | None) -> LoadedModel:
     try:
         obj = tf.saved_model.load(path)
     except Exception as exc:  # noqa: BLE001 - any loader failure is a bad model file for the user
-        raise ValueError(f"cannot load the SavedModel {path} (corrupt or not a SavedModel): {_first_line(exc)}") \
-            from None
+        raise ValueError(
+            f"cannot load the SavedModel {path} (corrupt or not a SavedModel): {_first_line(exc)}"
+        ) from None
     sigs = dict(getattr(obj, "signatures", {}) or {})
     if not sigs:
         functions = _restored_functions(obj)
@@ -237,19 +260,23 @@ def _load_saved_model(path: str, signature: str | None) -> LoadedModel:
         raise ValueError(
             f"the SavedModel {path} has no signatures ({has}). tf-autopar runs a signature, as a server does: "
             f"re-export it with one, e.g. tf.saved_model.save(obj, path, signatures={{'serving_default': "
-            f"obj.f.get_concrete_function(tf.TensorSpec([None, ...], tf.float32))}})")
+            f"obj.f.get_concrete_function(tf.TensorSpec([None, ...], tf.float32))}})"
+        )
     name = signature or DEFAULT_SIGNATURE
     if name not in sigs:
         which = "has no signature" if signature else "has no 'serving_default' signature"
-        raise ValueError(f"the SavedModel {path} {which} {name!r}; its signatures are: {', '.join(sorted(sigs))} "
-                         f"(choose one with --signature)")
+        raise ValueError(
+            f"the SavedModel {path} {which} {name!r}; its signatures are: {', '.join(sorted(sigs))} "
+            f"(choose one with --signature)"
+        )
     fn = sigs[name]
     args, kwargs = fn.structured_input_signature
     if args:
         raise ValueError(f"signature {name!r} of {path} takes positional inputs; signatures take named ones")
     specs = tuple(
         InputSpec(str(k), spec.dtype.name, None if spec.shape.rank is None else tuple(spec.shape.as_list()))
-        for k, spec in sorted(kwargs.items()))
+        for k, spec in sorted(kwargs.items())
+    )
     outputs = tuple(sorted(fn.structured_outputs)) if isinstance(fn.structured_outputs, dict) else ()
     return LoadedModel(SAVEDMODEL, path, name, specs, outputs, obj, fn)
 
@@ -267,8 +294,9 @@ def _restored_functions(obj: Any) -> list[str]:
         if concrete:
             sig = concrete[0].structured_input_signature
             try:
-                text = ", ".join(f"{getattr(s, 'name', None) or '?'}: {s.dtype.name}{s.shape.as_list()}"
-                                 for s in _flat_specs(sig))
+                text = ", ".join(
+                    f"{getattr(s, 'name', None) or '?'}: {s.dtype.name}{s.shape.as_list()}" for s in _flat_specs(sig)
+                )
             except Exception:  # noqa: BLE001
                 text = "..."
             out.append(f"{attr}({text})")
@@ -325,7 +353,7 @@ def _input_placeholders(cf: Any, names: Sequence[str]) -> dict[str, Any]:
         if name in names:
             out[name] = tensor
     if len(out) != len(names):  # names differ from the specs': fall back on order
-        out = dict(zip(names, cf.inputs[:len(names)]))
+        out = dict(zip(names, cf.inputs[: len(names)]))
     return out
 
 
@@ -397,8 +425,11 @@ def table_bounds(graph: Any, inputs: Mapping[str, Any]) -> dict[str, tuple[int, 
                 fg = _function_graph([*stack, g], fname)
                 if fg is None:
                     continue
-                args = {fg.inputs[i - offset].name: ins[i] for i in range(offset, len(ins))
-                        if ins[i] and i - offset < len(fg.inputs)}
+                args = {
+                    fg.inputs[i - offset].name: ins[i]
+                    for i in range(offset, len(ins))
+                    if ins[i] and i - offset < len(fg.inputs)
+                }
                 key = (id(fg), frozenset(args.items()))
                 if key in visited:
                     sub = {}
@@ -424,11 +455,13 @@ def table_bounds(graph: Any, inputs: Mapping[str, Any]) -> dict[str, tuple[int, 
 
 # ------------------------------------------------------------------ a model ready to run
 
+
 class Prepared:
     """A loaded model with the inputs every child runs it on (same seed, same shapes everywhere)."""
 
-    def __init__(self, model: LoadedModel, batch: int, arrays: dict[str, np.ndarray], infos: list[Any],
-                 assumptions: list[str]) -> None:
+    def __init__(
+        self, model: LoadedModel, batch: int, arrays: dict[str, np.ndarray], infos: list[Any], assumptions: list[str]
+    ) -> None:
         self.model = model
         self.batch = batch
         self.arrays = arrays
@@ -444,8 +477,12 @@ class Prepared:
         return self.model.profile(self.batch, self.shapes)
 
     def describe(self) -> dict[str, Any]:
-        return {"model": self.model.describe(), "batch": self.batch, "inputs": [i.to_dict() for i in self.infos],
-                "assumptions": list(self.assumptions)}
+        return {
+            "model": self.model.describe(),
+            "batch": self.batch,
+            "inputs": [i.to_dict() for i in self.infos],
+            "assumptions": list(self.assumptions),
+        }
 
 
 def prepare_model(path: str, batch: int, options: Any = None) -> Prepared:
@@ -457,6 +494,12 @@ def prepare_model(path: str, batch: int, options: Any = None) -> Prepared:
     model = load(path, options.signature)
     inp.check_input_shapes(model.inputs, options.shapes)
     bounds = {} if (options.int_max is not None or options.inputs) else model.int_bounds()
-    arrays, infos, assumptions = inp.prepare(model.inputs, batch, input_shapes=options.shapes,
-                                             int_max=options.int_max, int_bounds=bounds, inputs_file=options.inputs)
+    arrays, infos, assumptions = inp.prepare(
+        model.inputs,
+        batch,
+        input_shapes=options.shapes,
+        int_max=options.int_max,
+        int_bounds=bounds,
+        inputs_file=options.inputs,
+    )
     return Prepared(model, batch, arrays, infos, assumptions)

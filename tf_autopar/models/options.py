@@ -4,12 +4,12 @@ Pure (no TensorFlow, no numpy: numpy starts its own BLAS threads): the parents o
 flags before any process starts, then hand them to every child as command-line flags so
 each fresh process builds the same inputs.
 """
+
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
-
 
 
 from tf_autopar._numbers import count
@@ -40,8 +40,13 @@ class ModelOptions:
     inputs: str | None = None  # absolute path of an .npz with real inputs
 
     @classmethod
-    def from_flags(cls, signature: str | None = None, input_shape: Sequence[str] | None = None,
-                   int_max: int | None = None, inputs: str | None = None) -> "ModelOptions":
+    def from_flags(
+        cls,
+        signature: str | None = None,
+        input_shape: Sequence[str] | None = None,
+        int_max: int | None = None,
+        inputs: str | None = None,
+    ) -> "ModelOptions":
         """Checked: ValueError naming the bad flag (format only; names are checked against the model later)."""
         shapes = parse_input_shapes(input_shape)
         if int_max is not None and int_max < 1:
@@ -83,31 +88,57 @@ class ModelOptions:
         return args
 
     def to_dict(self) -> dict[str, Any]:
-        return {"signature": self.signature, "input_shapes": {k: list(v) for k, v in self.input_shapes},
-                "int_max": self.int_max, "inputs": self.inputs}
+        return {
+            "signature": self.signature,
+            "input_shapes": {k: list(v) for k, v in self.input_shapes},
+            "int_max": self.int_max,
+            "inputs": self.inputs,
+        }
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "ModelOptions":
         shapes = d.get("input_shapes") or {}
-        return cls(signature=d.get("signature"), input_shapes=tuple(sorted((k, tuple(v)) for k, v in shapes.items())),
-                   int_max=d.get("int_max"), inputs=d.get("inputs"))
+        return cls(
+            signature=d.get("signature"),
+            input_shapes=tuple(sorted((k, tuple(v)) for k, v in shapes.items())),
+            int_max=d.get("int_max"),
+            inputs=d.get("inputs"),
+        )
 
 
 def add_model_flags(parser: Any) -> None:
     """The input flags shared by ``bench``, ``validate`` and the child processes."""
-    parser.add_argument("--signature", default=None, metavar="NAME",
-                        help="SavedModel signature to run (default serving_default)")
-    parser.add_argument("--input-shape", action="append", default=None, metavar="NAME=D1,D2,...",
-                        help="full shape of an input, batch first (e.g. ids=1,64); repeatable. Other None "
-                             "dimensions default to 128")
-    parser.add_argument("--int-max", type=count(1 << 63), default=None, metavar="N",
-                        help="synthesised integer inputs lie in [0, N) (default: below the smallest embedding "
-                             "table the input indexes, as the graph shows, else 1000)")
-    parser.add_argument("--inputs", default=None, metavar="FILE.npz",
-                        help="real inputs: an .npz with one array per input, named as the signature's inputs "
-                             "(needed for string inputs)")
+    parser.add_argument(
+        "--signature", default=None, metavar="NAME", help="SavedModel signature to run (default serving_default)"
+    )
+    parser.add_argument(
+        "--input-shape",
+        action="append",
+        default=None,
+        metavar="NAME=D1,D2,...",
+        help="full shape of an input, batch first (e.g. ids=1,64); repeatable. Other None dimensions default to 128",
+    )
+    parser.add_argument(
+        "--int-max",
+        type=count(1 << 63),
+        default=None,
+        metavar="N",
+        help="synthesised integer inputs lie in [0, N) (default: below the smallest embedding "
+        "table the input indexes, as the graph shows, else 1000)",
+    )
+    parser.add_argument(
+        "--inputs",
+        default=None,
+        metavar="FILE.npz",
+        help="real inputs: an .npz with one array per input, named as the signature's inputs "
+        "(needed for string inputs)",
+    )
 
 
 def from_args(args: Any) -> ModelOptions:
-    return ModelOptions.from_flags(getattr(args, "signature", None), getattr(args, "input_shape", None),
-                                   getattr(args, "int_max", None), getattr(args, "inputs", None))
+    return ModelOptions.from_flags(
+        getattr(args, "signature", None),
+        getattr(args, "input_shape", None),
+        getattr(args, "int_max", None),
+        getattr(args, "inputs", None),
+    )

@@ -17,6 +17,7 @@ batch and at the shapes its measured runs use (--input-shape, --inputs, --signat
 
 Child: ``plan([WORKLOAD, ROW_MODE, SIZE, "--batch", B, "--quota", CPUS, model flags ...])``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,8 +43,9 @@ PLAN = f"{__name__}:plan"
 PLAN_CHILD = tuple(command(PLAN))  # the command prefix, for the parents
 
 
-def plan_args(workload: str, row_mode: str, size: str, batch: int, model: ModelOptions | None = None,
-              quota: float | None = None) -> list[str]:
+def plan_args(
+    workload: str, row_mode: str, size: str, batch: int, model: ModelOptions | None = None, quota: float | None = None
+) -> list[str]:
     """The arguments of the child that plans this row (``model``: a model file's input flags)."""
     args = [workload, row_mode, size, "--batch", str(batch)]
     if model is not None:
@@ -62,12 +64,19 @@ def _with_quota(topology: Topology, cpus: float) -> Topology:
     except CgroupUnavailable:
         version = 1
     quota_us = max(MIN_QUOTA_US, int(round(cpus * PERIOD_US)))
-    quota = CpuQuota(cpus=quota_us / PERIOD_US, quota_us=quota_us, period_us=PERIOD_US,
-                     cgroup_version=version, path="injected by tf-autopar validate")
+    quota = CpuQuota(
+        cpus=quota_us / PERIOD_US,
+        quota_us=quota_us,
+        period_us=PERIOD_US,
+        cgroup_version=version,
+        path="injected by tf-autopar validate",
+    )
     return dataclasses.replace(topology, quota=quota, cpu_budget=cpu_budget(len(topology.affinity), quota))
 
 
-def _profile(workload: str, runner_mode: str, size: str, batch: int | None, model_options: Any) -> tuple[GraphProfile, dict]:
+def _profile(
+    workload: str, runner_mode: str, size: str, batch: int | None, model_options: Any
+) -> tuple[GraphProfile, dict]:
     """The row's GraphProfile, and what the report should know about a model file's inputs."""
     if looks_like_model(workload):
         from tf_autopar.models.load import prepare_model
@@ -81,8 +90,9 @@ def _profile(workload: str, runner_mode: str, size: str, batch: int | None, mode
     return analyze(runner.graph_def(workload, runner_mode, size, batch=batch)), {}
 
 
-def compute(workload: str, row_mode: str, size: str, quota: float | None, batch: int | None = None,
-            model_options: Any = None) -> dict:
+def compute(
+    workload: str, row_mode: str, size: str, quota: float | None, batch: int | None = None, model_options: Any = None
+) -> dict:
     if row_mode not in ROW_MODES:
         raise ValueError(f"unknown row mode {row_mode!r}; choose from {', '.join(ROW_MODES)}")
     runner_mode, plan_mode = ROW_MODES[row_mode]
@@ -128,7 +138,12 @@ def plan(argv: list[str]) -> dict:
     parser.add_argument("row_mode", choices=sorted(ROW_MODES))
     parser.add_argument("size")
     parser.add_argument("--quota", type=float, default=None)
-    parser.add_argument("--batch", type=count(MAX_BATCH, "the largest batch tf-autopar synthesises inputs for"), default=None, help="default: 1 for infer1, else the published batch")
+    parser.add_argument(
+        "--batch",
+        type=count(MAX_BATCH, "the largest batch tf-autopar synthesises inputs for"),
+        default=None,
+        help="default: 1 for infer1, else the published batch",
+    )
     add_model_flags(parser)  # a model file's rows only
     args = parser.parse_args(argv)
     return compute(args.workload, args.row_mode, args.size, args.quota, args.batch, from_args(args))

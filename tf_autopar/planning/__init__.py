@@ -1,5 +1,6 @@
 """Thread planning: ``plan()`` (the rule, see planner.py) and ``baseline_plan()`` (published
 recommendations), both returning a ThreadPlan that can explain and render itself."""
+
 from __future__ import annotations
 
 from tf_autopar.planning.baselines import BASELINES, Baseline, baseline_plan

@@ -11,6 +11,7 @@ because in practice they would override the baseline.
 - intel-recommended (TF "Tuning MKL" docs, Intel model zoo): intra = OMP_NUM_THREADS =
   physical cores, inter = sockets, KMP_BLOCKTIME=1, KMP_AFFINITY=granularity=fine,compact,1,0.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -45,15 +46,21 @@ class _Host:
 
 
 def _tf_default(h: _Host) -> tuple[dict[str, Setting], dict]:
-    why = (f"0 = TensorFlow picks: {h.logical} threads (every CPU of the affinity mask, "
-           "hyperthreads counted, cgroup quota ignored)")
-    return ({"inter_op": Setting(0, "baseline", why), "intra_op": Setting(0, "baseline", why)},
-            {"inter_op": 0, "intra_op": 0, "usable_cpus": h.logical})
+    why = (
+        f"0 = TensorFlow picks: {h.logical} threads (every CPU of the affinity mask, "
+        "hyperthreads counted, cgroup quota ignored)"
+    )
+    return (
+        {"inter_op": Setting(0, "baseline", why), "intra_op": Setting(0, "baseline", why)},
+        {"inter_op": 0, "intra_op": 0, "usable_cpus": h.logical},
+    )
 
 
 def _sockets_by_cores(h: _Host) -> dict[str, Setting]:
-    return {"inter_op": Setting(h.sockets, "baseline", f"{h.sockets} socket(s): one inter-op thread per socket"),
-            "intra_op": Setting(h.physical, "baseline", f"{h.physical} physical cores in the affinity mask")}
+    return {
+        "inter_op": Setting(h.sockets, "baseline", f"{h.sockets} socket(s): one inter-op thread per socket"),
+        "intra_op": Setting(h.physical, "baseline", f"{h.physical} physical cores in the affinity mask"),
+    }
 
 
 def _tf_recommended(h: _Host) -> tuple[dict[str, Setting], dict]:
@@ -70,8 +77,14 @@ def _intel_recommended(h: _Host) -> tuple[dict[str, Setting], dict]:
         kmp_blocktime=Setting(KMP_BLOCKTIME, "baseline", "Intel: 0 or 1 ms (OpenMP's default is 200 ms)"),
         kmp_affinity=Setting(KMP_AFFINITY, "baseline", "Intel: compact affinity, fine granularity"),
     )
-    return settings, {"inter_op": h.sockets, "intra_op": h.physical, "omp_threads": h.physical,
-                      "kmp_blocktime": KMP_BLOCKTIME, "kmp_affinity": KMP_AFFINITY, "usable_cpus": h.physical}
+    return settings, {
+        "inter_op": h.sockets,
+        "intra_op": h.physical,
+        "omp_threads": h.physical,
+        "kmp_blocktime": KMP_BLOCKTIME,
+        "kmp_affinity": KMP_AFFINITY,
+        "usable_cpus": h.physical,
+    }
 
 
 # The order is the report's column order.
@@ -95,7 +108,9 @@ def get(name: str) -> Baseline:
     raise ValueError(f"unknown baseline {name!r}; choose from {', '.join(names())}")
 
 
-def baseline_plan(name: str, topology: Topology, env: Mapping[str, str] | None = None, mode: str = "latency") -> ThreadPlan:
+def baseline_plan(
+    name: str, topology: Topology, env: Mapping[str, str] | None = None, mode: str = "latency"
+) -> ThreadPlan:
     """The baseline ``name`` (one of BASELINES) on ``topology``; ``mode`` only labels the plan."""
     baseline = get(name)
     check_mode(mode, MODES)

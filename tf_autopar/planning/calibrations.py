@@ -5,6 +5,7 @@ without one uses the entry for its processor model (``/proc/cpuinfo``'s "model n
 is listed here, else the planner's SMALL_OP_WORK (fitted on an AMD EPYC host), said as a guess.
 Each entry names the measurement it came from (benchmarks/results/).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -14,7 +15,9 @@ MEASURED: dict[str, dict[str, Any]] = {
     # benchmarks/results/calibrate_xeon_2c.json. One thread: 344 us per 19.5 M-MAC convolution against
     # 415 us with two; at 37.7 M two threads won, 461 against 600 us.
     "Intel(R) Xeon(R) Processor": {
-        "small_op_work": 27_131_904, "date": "2026-11-30", "where": "measured on this processor model",
+        "small_op_work": 27_131_904,
+        "date": "2026-11-30",
+        "where": "measured on this processor model",
         "why": "one thread held up to 19.5 M multiply-adds, the budget won from 37.7 M on",
     },
 }

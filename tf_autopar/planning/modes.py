@@ -1,4 +1,5 @@
 """The planner's modes, defined once: every option, check and message reads them from here."""
+
 from __future__ import annotations
 
 LATENCY = "latency"  # one request at a time

@@ -8,6 +8,7 @@ each with ``inter_op`` x ``intra_op`` threads bound to ``cpus[i]``; run them as 
 processes (the env / flags / snippet are per instance), or as separate sessions in one
 process (``config_proto_fields`` then asks for per-session pools).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -183,9 +184,13 @@ class ThreadPlan:
         lines += ["", "import tensorflow as tf", ""]
         # Read back from the environment so a variable set before this snippet still wins.
         if self.inter_op > 0:
-            lines.append("tf.config.threading.set_inter_op_parallelism_threads(int(os.environ['TF_NUM_INTEROP_THREADS']))")
+            lines.append(
+                "tf.config.threading.set_inter_op_parallelism_threads(int(os.environ['TF_NUM_INTEROP_THREADS']))"
+            )
         if self.intra_op > 0:
-            lines.append("tf.config.threading.set_intra_op_parallelism_threads(int(os.environ['TF_NUM_INTRAOP_THREADS']))")
+            lines.append(
+                "tf.config.threading.set_intra_op_parallelism_threads(int(os.environ['TF_NUM_INTRAOP_THREADS']))"
+            )
         if self.tf_data_threads is not None:
             lines += [
                 "",
@@ -243,24 +248,34 @@ class ThreadPlan:
             env["TF_AUTOPAR_CPUS"] = ":".join(format_cpulist(group) for group in self.cpus)
         return env
 
-    def tfserving_text(self, batching_file: str = "batching_parameters.txt", max_batch_size: int = 32,
-                       batching_written: bool = False) -> str:
+    def tfserving_text(
+        self, batching_file: str = "batching_parameters.txt", max_batch_size: int = 32, batching_written: bool = False
+    ) -> str:
         """The server's flags, led by the plan they come from (so the totals can be checked
         against the per-instance numbers), and the batching file's content when not written."""
         lines = [f"# {self.summary(cpu_lists=None)}"]
         server_env = {k: v for k, v in self.to_env().items() if not k.startswith("TF_NUM_")}
         if server_env:
-            lines.append("# the server's environment: " + " ".join(f"{k}={shlex.quote(v)}" for k, v in server_env.items()))
+            lines.append(
+                "# the server's environment: " + " ".join(f"{k}={shlex.quote(v)}" for k, v in server_env.items())
+            )
         if self.instances > 1:
-            intra = (f"intra-op {self.intra_op} (one op's OpenMP team)" if self.runtime == "openmp" else
-                     f"intra-op pool shared by every stream: {self.instances} x {self.intra_op} = "
-                     f"{self.intra_op * self.instances}")
-            lines.append(f"# one tensorflow_model_server serves all {self.instances} instances: inter-op "
-                         f"{self.instances} x {self.inter_op} = {self.inter_op * self.instances}, {intra}, "
-                         f"num_batch_threads {self.instances}")
+            intra = (
+                f"intra-op {self.intra_op} (one op's OpenMP team)"
+                if self.runtime == "openmp"
+                else f"intra-op pool shared by every stream: {self.instances} x {self.intra_op} = "
+                f"{self.intra_op * self.instances}"
+            )
+            lines.append(
+                f"# one tensorflow_model_server serves all {self.instances} instances: inter-op "
+                f"{self.instances} x {self.inter_op} = {self.inter_op * self.instances}, {intra}, "
+                f"num_batch_threads {self.instances}"
+            )
         if len(self.cpus) == 1 or self.instances > 1 and self.cpus:
             every = sorted({c for group in self.cpus for c in group})
-            lines.append(f"# bind the server to its CPUs: taskset -c {format_cpulist(every)} tensorflow_model_server ...")
+            lines.append(
+                f"# bind the server to its CPUs: taskset -c {format_cpulist(every)} tensorflow_model_server ..."
+            )
         text = "\n".join(lines) + "\n" + " \\\n".join(self.tfserving_flags(batching_file)) + "\n"
         if self.mode == "throughput" and not batching_written:
             text += f"# {batching_file} (write it, or pass --batching-file PATH to have it written):\n"

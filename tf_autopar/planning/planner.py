@@ -50,6 +50,7 @@ Frameworks", TACO 2021, adapted to how TensorFlow 2 really threads):
    TF_OVERRIDE_GLOBAL_THREADPOOL) found in ``env`` are kept, never overridden; a kept
    inter-op value feeds the OpenMP division.
 """
+
 from __future__ import annotations
 
 import logging
@@ -127,8 +128,9 @@ def _place(u: Unit) -> tuple[bool, int, int, int]:
 # ------------------------------------------------------------------------------ inputs
 
 
-def _check_inputs(mode: str, profile: GraphProfile | None, width: int | None,
-                  streams: int | None) -> GraphProfile | None:
+def _check_inputs(
+    mode: str, profile: GraphProfile | None, width: int | None, streams: int | None
+) -> GraphProfile | None:
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; choose from {', '.join(MODES)}")
     if width is not None:
@@ -176,12 +178,16 @@ def fractional_quota_budget(topology: Topology) -> tuple[int, str]:
     if q is None or q.period_us <= 0 or q.quota_us % q.period_us == 0 or budget != max(1, q.quota_us // q.period_us):
         return budget, ""
     if not FRACTIONAL_QUOTA_EXTRA_THREAD:
-        return budget, (f"the quota's remainder ({q.cpus - budget:g} CPU) gets no thread of its own: rounded down "
-                        "(FRACTIONAL_QUOTA_EXTRA_THREAD; benchmarks/bench_fractional_quota.py measures the other way)")
+        return budget, (
+            f"the quota's remainder ({q.cpus - budget:g} CPU) gets no thread of its own: rounded down "
+            "(FRACTIONAL_QUOTA_EXTRA_THREAD; benchmarks/bench_fractional_quota.py measures the other way)"
+        )
     if budget + 1 > len(topology.planning_cores()):
         return budget, ""
-    return budget + 1, (f"fractional quota {q.cpus:g}: one thread more than the {budget} whole CPUs "
-                        "(FRACTIONAL_QUOTA_EXTRA_THREAD, measured by benchmarks/bench_fractional_quota.py)")
+    return budget + 1, (
+        f"fractional quota {q.cpus:g}: one thread more than the {budget} whole CPUs "
+        "(FRACTIONAL_QUOTA_EXTRA_THREAD, measured by benchmarks/bench_fractional_quota.py)"
+    )
 
 
 def select_budget(topology: Topology, use_hyperthreads: bool) -> tuple[list[Unit], list[str]]:
@@ -205,8 +211,16 @@ def select_budget(topology: Topology, use_hyperthreads: bool) -> tuple[list[Unit
         per_core = core.cpus if use_hyperthreads else core.cpus[:1]
         for cpu in per_core:
             if len(units) < budget:
-                units.append(Unit(cpu, core.socket, core.numa_node, (core.socket, core.core_id),
-                                  -1 if core.cache_domain is None else core.cache_domain, core.kind == EFFICIENCY))
+                units.append(
+                    Unit(
+                        cpu,
+                        core.socket,
+                        core.numa_node,
+                        (core.socket, core.core_id),
+                        -1 if core.cache_domain is None else core.cache_domain,
+                        core.kind == EFFICIENCY,
+                    )
+                )
     smt = max(len(c.cpus) for c in cores)
     if use_hyperthreads:
         facts.append(f"usable: {plural(len(units), 'logical CPU')} (hyperthreads counted, as asked)")
@@ -218,11 +232,15 @@ def select_budget(topology: Topology, use_hyperthreads: bool) -> tuple[list[Unit
     else:
         facts.append(f"usable: {plural(len(units), 'core')}")
     if len(units) < len(cores) * (smt if use_hyperthreads else 1):
-        facts.append(f"whole cores taken from as few NUMA nodes as possible: CPUs {format_cpulist([u.cpu for u in units])}")
+        facts.append(
+            f"whole cores taken from as few NUMA nodes as possible: CPUs {format_cpulist([u.cpu for u in units])}"
+        )
         domains = {u.domain for u in units if u.domain >= 0}
         if len(topology.cache_domains) > 1 and domains:
-            facts.append(f"... and as few cache domains: {plural(len(domains), 'domain')} ({_domain_list(domains)})"
-                         + (", performance cores first" if topology.hybrid else ""))
+            facts.append(
+                f"... and as few cache domains: {plural(len(domains), 'domain')} ({_domain_list(domains)})"
+                + (", performance cores first" if topology.hybrid else "")
+            )
         elif topology.hybrid:
             facts.append("... performance cores first")
     return units, facts
@@ -239,15 +257,19 @@ def _structure_facts(topology: Topology, cores: tuple[Core, ...]) -> list[str]:
         sizes = sorted({sum(1 for c in cores if c.cache_domain == d.id) for d in topology.cache_domains} - {0})
         size = f"{sizes[0]}" if len(sizes) == 1 else f"{sizes[0]}-{sizes[-1]}"
         levels = "/".join(f"L{lv}" for lv in sorted({d.level for d in topology.cache_domains}))
-        facts.append(f"last-level cache: {len(topology.cache_domains)} {levels} domains of {size} cores; streams, "
-                     "instances and latency plans are cut inside one domain where they fit, across the fewest "
-                     "where they do not")
+        facts.append(
+            f"last-level cache: {len(topology.cache_domains)} {levels} domains of {size} cores; streams, "
+            "instances and latency plans are cut inside one domain where they fit, across the fewest "
+            "where they do not"
+        )
     if topology.hybrid:
         perf = [c for c in cores if c.kind != EFFICIENCY]
         eff = [c for c in cores if c.kind == EFFICIENCY]
-        facts.append(f"hybrid cores: {plural(len(perf), 'performance core')} (CPUs "
-                     f"{format_cpulist(x for c in perf for x in c.cpus)}), {plural(len(eff), 'efficiency core')} "
-                     f"(CPUs {format_cpulist(x for c in eff for x in c.cpus)}), from {topology.core_kinds_from}")
+        facts.append(
+            f"hybrid cores: {plural(len(perf), 'performance core')} (CPUs "
+            f"{format_cpulist(x for c in perf for x in c.cpus)}), {plural(len(eff), 'efficiency core')} "
+            f"(CPUs {format_cpulist(x for c in eff for x in c.cpus)}), from {topology.core_kinds_from}"
+        )
     return facts
 
 
@@ -261,9 +283,11 @@ def performance_only(units: list[Unit]) -> tuple[list[Unit], str]:
     fast = [u for u in units if not u.slow]
     if not fast or len(fast) == len(units):
         return units, ""
-    return fast, (f"latency plan on the {plural(len(fast), 'performance core')}: CPUs "
-                  f"{format_cpulist(u.cpu for u in fast)}; the {plural(len(units) - len(fast), 'efficiency core')} "
-                  "left out: an op's equal chunks wait for the slowest core")
+    return fast, (
+        f"latency plan on the {plural(len(fast), 'performance core')}: CPUs "
+        f"{format_cpulist(u.cpu for u in fast)}; the {plural(len(units) - len(fast), 'efficiency core')} "
+        "left out: an op's equal chunks wait for the slowest core"
+    )
 
 
 def _host_fact(topology: Topology, cores: tuple[Core, ...]) -> str:
@@ -304,10 +328,15 @@ def model_pools(profile: GraphProfile | None, usable: int, runtime: str = "eigen
     the width with one."""
     unknown = profile is None or not getattr(profile, "sizes_known", True)
     if unknown and runtime != "openmp" and usable > 1:
-        what = ("no model given" if profile is None
-                else f"op sizes unknown (the batch is not given; model width {profile.avg_width})")
-        return usable, (f"{what}: {usable} inter-op threads, TensorFlow's default sized to the budget, "
-                        "so that a wide graph keeps its branches parallel (give a model or --width to plan them)")
+        what = (
+            "no model given"
+            if profile is None
+            else f"op sizes unknown (the batch is not given; model width {profile.avg_width})"
+        )
+        return usable, (
+            f"{what}: {usable} inter-op threads, TensorFlow's default sized to the budget, "
+            "so that a wide graph keeps its branches parallel (give a model or --width to plan them)"
+        )
     if profile is None:
         return 1, "no model given: 1 pool (one op at a time; give --width or a model to use branches)"
     p = max(1, min(profile.avg_width, max(profile.max_width, 1), usable))
@@ -379,8 +408,14 @@ def restrict_latency(units: list[Unit], p: int) -> tuple[list[Unit], str]:
 
 
 def intra_threads(
-    runtime: str, cpus: int, inter: int, op_work: int | None = None, training: bool = False,
-    small_op_work: int = SMALL_OP_WORK, teams: int | None = None, lookup_bound: float | None = None,
+    runtime: str,
+    cpus: int,
+    inter: int,
+    op_work: int | None = None,
+    training: bool = False,
+    small_op_work: int = SMALL_OP_WORK,
+    teams: int | None = None,
+    lookup_bound: float | None = None,
 ) -> tuple[int, int | None, str]:
     """(intra_op, omp_threads, reason) for ``cpus`` CPUs shared by ``inter`` inter-op threads,
     for ops of typical size ``op_work`` multiply-adds (None: unknown).
@@ -395,40 +430,68 @@ def intra_threads(
     if runtime == "openmp":
         teams = max(1, min(inter, teams or inter))
         n = max(1, cpus // teams)
-        at_once = (f"{cpus} CPUs / {teams} = {n}" if teams == inter else
-                   f"at most {teams} of the {inter} inter-op threads run oneDNN kernels at once (the rest of the "
-                   f"width is embedding look-ups, on TensorFlow's threads): {cpus} CPUs / {teams} = {n}")
-        small = (f"; small ops too (typical {_mac(op_work)} multiply-adds): unlike TensorFlow's own pool, an OpenMP "
-                 "team did not lose on them" if op_work is not None and op_work < small_op_work and cpus > 1 else "")
-        teams_why = f"OpenMP runtime: oneDNN's kernels run on OpenMP teams, one per inter-op thread; {at_once} OpenMP " \
-                    "thread(s) per team (the paper's rule)"
+        at_once = (
+            f"{cpus} CPUs / {teams} = {n}"
+            if teams == inter
+            else f"at most {teams} of the {inter} inter-op threads run oneDNN kernels at once (the rest of the "
+            f"width is embedding look-ups, on TensorFlow's threads): {cpus} CPUs / {teams} = {n}"
+        )
+        small = (
+            f"; small ops too (typical {_mac(op_work)} multiply-adds): unlike TensorFlow's own pool, an OpenMP "
+            "team did not lose on them"
+            if op_work is not None and op_work < small_op_work and cpus > 1
+            else ""
+        )
+        teams_why = (
+            f"OpenMP runtime: oneDNN's kernels run on OpenMP teams, one per inter-op thread; {at_once} OpenMP "
+            "thread(s) per team (the paper's rule)"
+        )
         if lookup_bound is not None:
-            return n, n, (
-                f"{teams_why}{small}. The embedding look-ups take about {lookup_bound:.0%} of a step (elements read x "
-                f"{LOOKUP_ELEMENT_MACS} multiply-adds each, against the other ops' multiply-adds), at or above "
-                f"{LOOKUP_BOUND_SHARE:.0%}: they run on TensorFlow's own intra-op pool, which gets the team's "
-                f"{plural(n, 'thread')} too, so that each look-up is split instead of running on one thread "
-                "(docs/openmp.md)"
+            return (
+                n,
+                n,
+                (
+                    f"{teams_why}{small}. The embedding look-ups take about {lookup_bound:.0%} of a step (elements read x "
+                    f"{LOOKUP_ELEMENT_MACS} multiply-adds each, against the other ops' multiply-adds), at or above "
+                    f"{LOOKUP_BOUND_SHARE:.0%}: they run on TensorFlow's own intra-op pool, which gets the team's "
+                    f"{plural(n, 'thread')} too, so that each look-up is split instead of running on one thread "
+                    "(docs/openmp.md)"
+                ),
             )
-        return 1, n, (
-            f"{teams_why}{small}; TensorFlow's own intra-op pool runs only the other ops "
-            "and gets 1 thread, since its threads competed with the teams for the cores (measured on "
-            "intel-tensorflow 2.14, docs/openmp.md)"
+        return (
+            1,
+            n,
+            (
+                f"{teams_why}{small}; TensorFlow's own intra-op pool runs only the other ops "
+                "and gets 1 thread, since its threads competed with the teams for the cores (measured on "
+                "intel-tensorflow 2.14, docs/openmp.md)"
+            ),
         )
     if op_work is not None and op_work < small_op_work and cpus > 1:
         training = training and op_work >= TINY_OP_WORK  # tiny ops: one thread each in any mode
         n = max(1, cpus // inter) if training else 1
-        return n, None, (
-            f"small ops: the typical heavy op does {_mac(op_work)} multiply-adds, under {_mac(small_op_work)}"
-            + (f" in training; the {cpus} CPUs are divided among the {inter} inter-op threads: {n} per op"
-               if training else
-               "; waking a second thread per op costs more than it gains, so one thread per op"
-               + (f" (the {inter} inter-op threads run independent ops on the other CPUs)" if inter > 1 else "")))
+        return (
+            n,
+            None,
+            (
+                f"small ops: the typical heavy op does {_mac(op_work)} multiply-adds, under {_mac(small_op_work)}"
+                + (
+                    f" in training; the {cpus} CPUs are divided among the {inter} inter-op threads: {n} per op"
+                    if training
+                    else "; waking a second thread per op costs more than it gains, so one thread per op"
+                    + (f" (the {inter} inter-op threads run independent ops on the other CPUs)" if inter > 1 else "")
+                )
+            ),
+        )
     shared = "the inter-op thread" if inter == 1 else f"all {inter} inter-op threads"
     gets = "its CPU" if cpus == 1 else f"all {cpus} CPUs"
-    return cpus, None, (
-        f"Eigen runtime: one intra-op pool shared by {shared}; it gets {gets} "
-        "(dividing would idle cores whenever one op runs alone); no OpenMP variables"
+    return (
+        cpus,
+        None,
+        (
+            f"Eigen runtime: one intra-op pool shared by {shared}; it gets {gets} "
+            "(dividing would idle cores whenever one op runs alone); no OpenMP variables"
+        ),
     )
 
 
@@ -513,21 +576,41 @@ def throughput_layout(units: list[Unit], streams: int | None, p: int, facts: lis
         spans = [len({u.domain for u in s}) for s in slices]
         inside = sum(1 for k in spans if k == 1)
         low, high = min(k for k in spans if k > 1) if inside < n else 0, max(spans)
-        facts.append(f"{inside} of {plural(n, 'stream')} inside one cache domain"
-                     + (f"; {n - inside} span {low if low == high else f'{low}-{high}'} domains: no domain "
-                        f"has {size} cores left for them" if inside < n else ""))
+        facts.append(
+            f"{inside} of {plural(n, 'stream')} inside one cache domain"
+            + (
+                f"; {n - inside} span {low if low == high else f'{low}-{high}'} domains: no domain "
+                f"has {size} cores left for them"
+                if inside < n
+                else ""
+            )
+        )
     if hybrid:
         slow = [i for i, s in enumerate(slices) if all(u.slow for u in s)]
         mixed = [i for i, s in enumerate(slices) if any(u.slow for u in s) and i not in slow]
-        where = (f" (instance{'s' if len(slow) > 1 else ''} {format_cpulist(slow)}: CPUs "
-                 f"{format_cpulist(u.cpu for i in slow for u in slices[i])})" if slow else "")
-        facts.append(f"{n - len(slow) - len(mixed)} of {plural(n, 'stream')} on performance cores, {len(slow)} on "
-                     f"efficiency cores{where}: streams of their own, never mixed with performance cores" + (
-                         f"; {len(mixed)} mixed (instances {format_cpulist(mixed)}): the core types do not divide "
-                         f"into {size}-CPU streams" if mixed else ""))
-    how = ("asked" if streams is not None else
-           f"default: {plural(size, 'CPU')} per stream, as many as each core type holds" if hybrid else
-           f"default: {budget} CPUs // {budget // n} per stream")
+        where = (
+            f" (instance{'s' if len(slow) > 1 else ''} {format_cpulist(slow)}: CPUs "
+            f"{format_cpulist(u.cpu for i in slow for u in slices[i])})"
+            if slow
+            else ""
+        )
+        facts.append(
+            f"{n - len(slow) - len(mixed)} of {plural(n, 'stream')} on performance cores, {len(slow)} on "
+            f"efficiency cores{where}: streams of their own, never mixed with performance cores"
+            + (
+                f"; {len(mixed)} mixed (instances {format_cpulist(mixed)}): the core types do not divide "
+                f"into {size}-CPU streams"
+                if mixed
+                else ""
+            )
+        )
+    how = (
+        "asked"
+        if streams is not None
+        else f"default: {plural(size, 'CPU')} per stream, as many as each core type holds"
+        if hybrid
+        else f"default: {budget} CPUs // {budget // n} per stream"
+    )
     return Layout(
         instances=n,
         per_instance=size,
@@ -546,9 +629,12 @@ def single_layout(units: list[Unit], mode: str, p: int, topology: Topology, fact
             facts.append(restricted)
         domains = {u.domain for u in units if u.domain >= 0}
         if len(topology.cache_domains) > 1 and domains:
-            facts.append(f"latency plan inside one cache domain ({_domain_list(domains)})" if len(domains) == 1 else
-                         f"latency plan across {len(domains)} cache domains ({_domain_list(domains)}): its "
-                         f"{plural(len(units), 'CPU')} are more than any one domain holds here")
+            facts.append(
+                f"latency plan inside one cache domain ({_domain_list(domains)})"
+                if len(domains) == 1
+                else f"latency plan across {len(domains)} cache domains ({_domain_list(domains)}): its "
+                f"{plural(len(units), 'CPU')} are more than any one domain holds here"
+            )
     else:
         why += "; training uses every socket in the budget (large batches amortise cross-socket traffic)"
     return Layout(instances=1, per_instance=len(units), cpus=_binding(units, topology), inter=p, inter_why=why)
@@ -558,8 +644,15 @@ def single_layout(units: list[Unit], mode: str, p: int, topology: Topology, fact
 
 
 def planned_settings(
-    layout: Layout, mode: str, runtime: str, uses_tf_data: bool, user: UserSettings, op_work: int | None = None,
-    small_op_work: int = SMALL_OP_WORK, dnn_width: int | None = None, lookup_bound: float | None = None,
+    layout: Layout,
+    mode: str,
+    runtime: str,
+    uses_tf_data: bool,
+    user: UserSettings,
+    op_work: int | None = None,
+    small_op_work: int = SMALL_OP_WORK,
+    dnn_width: int | None = None,
+    lookup_bound: float | None = None,
 ) -> dict[str, Setting]:
     """Every knob with its planned value and reason (user settings not applied yet)."""
     inter, floor_why = _tf_data_floor(layout.inter, uses_tf_data)
@@ -569,26 +662,41 @@ def planned_settings(
     }
     # A user's explicit inter-op count is what shares the CPUs, so the OpenMP division uses it.
     inter_for_division = user.inter_op if user.inter_op else inter
-    intra, omp, intra_why = intra_threads(runtime, layout.per_instance, inter_for_division, op_work,
-                                          training=mode == "training", small_op_work=small_op_work,
-                                          teams=dnn_width, lookup_bound=lookup_bound)
+    intra, omp, intra_why = intra_threads(
+        runtime,
+        layout.per_instance,
+        inter_for_division,
+        op_work,
+        training=mode == "training",
+        small_op_work=small_op_work,
+        teams=dnn_width,
+        lookup_bound=lookup_bound,
+    )
     settings["intra_op"] = Setting(intra, "planned", intra_why)
     if omp is not None:
-        settings["omp_threads"] = Setting(omp, "planned", "OMP_NUM_THREADS = MKL_NUM_THREADS: each OpenMP team's threads")
+        settings["omp_threads"] = Setting(
+            omp, "planned", "OMP_NUM_THREADS = MKL_NUM_THREADS: each OpenMP team's threads"
+        )
         settings["mkl_threads"] = Setting(omp, "planned", "")
         settings["kmp_blocktime"] = Setting(
-            KMP_BLOCKTIME, "planned", "idle OpenMP threads sleep after 1 ms instead of spinning 200 ms")
+            KMP_BLOCKTIME, "planned", "idle OpenMP threads sleep after 1 ms instead of spinning 200 ms"
+        )
         settings["kmp_affinity"] = Setting(
-            KMP_AFFINITY, "planned", "compact: one OpenMP thread per core, a team's threads close together")
+            KMP_AFFINITY, "planned", "compact: one OpenMP thread per core, a team's threads close together"
+        )
     if mode == "training":
         settings["tf_data_threads"] = Setting(
-            layout.total, "planned",
-            f"training: private tf.data pool of {layout.total} threads, since input pipelines overlap compute")
+            layout.total,
+            "planned",
+            f"training: private tf.data pool of {layout.total} threads, since input pipelines overlap compute",
+        )
     else:  # TF's default: per-request inputs are small
         settings["tf_data_threads"] = Setting(None, "planned", "")
     settings["cpus"] = Setting(
-        [format_cpulist(g) for g in layout.cpus], "planned",
-        "one CPU list per instance: bind each instance to it" if layout.cpus else "")
+        [format_cpulist(g) for g in layout.cpus],
+        "planned",
+        "one CPU list per instance: bind each instance to it" if layout.cpus else "",
+    )
     return settings
 
 
@@ -597,11 +705,15 @@ def _small_op_threshold(calibration: Mapping[str, Any] | None, facts: list[str])
     measured = calibration or {}
     value = measured.get("small_op_work")
     if isinstance(value, int) and value > 0:
-        facts.append(f"small-op threshold {_mac(value)} multiply-adds, {measured.get('where', 'calibrated on this host')} "
-                     f"on {measured.get('date', '?')} ({measured.get('why', '')})")
+        facts.append(
+            f"small-op threshold {_mac(value)} multiply-adds, {measured.get('where', 'calibrated on this host')} "
+            f"on {measured.get('date', '?')} ({measured.get('why', '')})"
+        )
         return value
-    facts.append(f"small-op threshold {_mac(SMALL_OP_WORK)} multiply-adds, fitted on an AMD EPYC host: a guess on "
-                 "another processor (`tf-autopar calibrate` measures this host's)")
+    facts.append(
+        f"small-op threshold {_mac(SMALL_OP_WORK)} multiply-adds, fitted on an AMD EPYC host: a guess on "
+        "another processor (`tf-autopar calibrate` measures this host's)"
+    )
     return SMALL_OP_WORK
 
 
@@ -618,9 +730,11 @@ def _apply_tuned(settings: dict[str, Setting], tuned: Mapping[str, Any], cpus: i
         rule += f"x{settings['omp_threads'].value}"
         label += f"x{omp}"
     speedup = tuned.get("speedup")
-    note = (f"tuned on {tuned.get('date', '?')}: {label}, "
-            + (f"{speedup:.2f}x over the rule's plan {rule}" if isinstance(speedup, (int, float)) else f"rule: {rule}")
-            + f" ({tuned.get('rounds', '?')} rounds, {tuned.get('runs', '?')} runs)")
+    note = (
+        f"tuned on {tuned.get('date', '?')}: {label}, "
+        + (f"{speedup:.2f}x over the rule's plan {rule}" if isinstance(speedup, (int, float)) else f"rule: {rule}")
+        + f" ({tuned.get('rounds', '?')} rounds, {tuned.get('runs', '?')} runs)"
+    )
     facts.append(note)
     settings["inter_op"] = Setting(inter, "tuned", note)
     settings["intra_op"] = Setting(intra, "tuned", note)
@@ -689,30 +803,40 @@ def plan(
         if op_work < TINY_OP_WORK:
             if p > 1:
                 p = 1
-                facts.append(f"tiny ops (under {_mac(TINY_OP_WORK)} multiply-adds): 1 inter-op pool, since handing an "
-                             "op to another thread takes about as long as running it")
+                facts.append(
+                    f"tiny ops (under {_mac(TINY_OP_WORK)} multiply-adds): 1 inter-op pool, since handing an "
+                    "op to another thread takes about as long as running it"
+                )
         elif mode == "training" and op_work < TRAIN_SMALL_OP_WORK and profile is not None:
             pairs = min(2, profile.max_width, len(units))
             if pairs > p:
                 p = pairs
-                facts.append(f"training with ops under {_mac(TRAIN_SMALL_OP_WORK)} multiply-adds: {p} inter-op pools, "
-                             "so that each layer's independent input and weight gradients run side by side")
+                facts.append(
+                    f"training with ops under {_mac(TRAIN_SMALL_OP_WORK)} multiply-adds: {p} inter-op pools, "
+                    "so that each layer's independent input and weight gradients run side by side"
+                )
     tiny = op_work is not None and op_work < TINY_OP_WORK
     if getattr(profile, "loops", False) and p < 2 <= len(units) and not tiny:
         if runtime == "openmp":
-            facts.append("the model runs While loops, but on OpenMP builds it keeps 1 inter-op pool: a second "
-                         "owns a second OpenMP team, and an LSTM ran 1.07-1.4x slower with it (docs/openmp.md)")
+            facts.append(
+                "the model runs While loops, but on OpenMP builds it keeps 1 inter-op pool: a second "
+                "owns a second OpenMP team, and an LSTM ran 1.07-1.4x slower with it (docs/openmp.md)"
+            )
         else:
             p = 2
-            facts.append("the model runs While loops (recurrent layers): 2 inter-op pools, so that the loop's "
-                         "iterations and bookkeeping overlap (an LSTM at batch 32 ran 1.15x faster with 2 than 1)")
+            facts.append(
+                "the model runs While loops (recurrent layers): 2 inter-op pools, so that the loop's "
+                "iterations and bookkeeping overlap (an LSTM at batch 32 ran 1.15x faster with 2 than 1)"
+            )
     dnn_width = onednn_width(profile) if runtime == "openmp" else None
     lookup_bound = _lookup_bound(profile, runtime)
     if dnn_width is not None and p > dnn_width:
         p = dnn_width
-        facts.append(f"{plural(p, 'inter-op pool')}, one per OpenMP team that runs at once: the rest of the width is "
-                     "embedding look-ups, which run on TensorFlow's own threads, and an inter-op thread for them "
-                     "competes with a team that holds the cores (DLRM and DCN-V2 at batch 2048, docs/openmp.md)")
+        facts.append(
+            f"{plural(p, 'inter-op pool')}, one per OpenMP team that runs at once: the rest of the width is "
+            "embedding look-ups, which run on TensorFlow's own threads, and an inter-op thread for them "
+            "competes with a team that holds the cores (DLRM and DCN-V2 at batch 2048, docs/openmp.md)"
+        )
     if mode == "throughput":
         layout = throughput_layout(units, streams, p, facts)
     else:
@@ -726,7 +850,11 @@ def plan(
     _keep_user(settings, user, len(units), facts)
     _mkl_follows_user_omp(settings)
 
-    omp, mkl, blocktime = _value(settings, "omp_threads"), _value(settings, "mkl_threads"), _value(settings, "kmp_blocktime")
+    omp, mkl, blocktime = (
+        _value(settings, "omp_threads"),
+        _value(settings, "mkl_threads"),
+        _value(settings, "kmp_blocktime"),
+    )
     result = ThreadPlan(
         name="tf_autopar",
         mode=mode,
@@ -747,6 +875,7 @@ def plan(
         runtime=runtime,
         usable_cpus=layout.total,
     )
-    log.info("plan %s: inter=%s intra=%s omp=%s instances=%s", mode, result.inter_op, result.intra_op, omp,
-             result.instances)
+    log.info(
+        "plan %s: inter=%s intra=%s omp=%s instances=%s", mode, result.inter_op, result.intra_op, omp, result.instances
+    )
     return result

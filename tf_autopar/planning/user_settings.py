@@ -8,6 +8,7 @@ Values TensorFlow or OpenMP could not possibly honour (``TF_NUM_INTEROP_THREADS=
 ``OMP_NUM_THREADS=-3``) raise ValueError naming the variable, instead of being silently
 kept or silently replaced.
 """
+
 from __future__ import annotations
 
 import re

@@ -5,6 +5,7 @@ plan's ``to_env()``, the user's own settings, enable()'s controller, the measuri
 clean slate and their report of what they ran with. A misspelt name in one place would be a
 setting silently not applied (or a user's setting silently not respected).
 """
+
 from __future__ import annotations
 
 INTEROP = "TF_NUM_INTEROP_THREADS"

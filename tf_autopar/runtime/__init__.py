@@ -18,6 +18,7 @@ hooks, installed now or at ``import tensorflow``), model_arg.py (what ``model=``
 share.py (this process's share of the host), pools.py (apply before the start, else report),
 fork.py (what a fork does), frozen.py (optimize()).
 """
+
 from __future__ import annotations
 
 from typing import Any

@@ -11,6 +11,7 @@ processes): ``MEASURED`` holds what was measured, keyed by processor and the mod
 fingerprint, and ``recommendation`` recommends an allocator only for a model and processor it was
 measured on, only where it won in every round. ``tf-autopar run --model M`` says so.
 """
+
 from __future__ import annotations
 
 import glob
@@ -24,11 +25,21 @@ CHOICES = ("default", "jemalloc", "tcmalloc")
 #: allocator -> (library file names, first preferred; the Debian package(s) that install them)
 LIBRARIES: dict[str, tuple[tuple[str, ...], str]] = {
     "jemalloc": (("libjemalloc.so.2", "libjemalloc.so"), "libjemalloc2"),
-    "tcmalloc": (("libtcmalloc_minimal.so.4", "libtcmalloc.so.4", "libtcmalloc_minimal.so", "libtcmalloc.so"),
-                 "libtcmalloc-minimal4 (or google-perftools)"),
+    "tcmalloc": (
+        ("libtcmalloc_minimal.so.4", "libtcmalloc.so.4", "libtcmalloc_minimal.so", "libtcmalloc.so"),
+        "libtcmalloc-minimal4 (or google-perftools)",
+    ),
 }
-SEARCH_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/lib/x86_64-linux-gnu", "/usr/lib64",
-               "/usr/lib", "/usr/local/lib", "/lib64", "/lib")
+SEARCH_DIRS = (
+    "/usr/lib/x86_64-linux-gnu",
+    "/usr/lib/aarch64-linux-gnu",
+    "/lib/x86_64-linux-gnu",
+    "/usr/lib64",
+    "/usr/lib",
+    "/usr/local/lib",
+    "/lib64",
+    "/lib",
+)
 _ALLOCATOR_MARKS = ("jemalloc", "tcmalloc", "mimalloc")
 
 
@@ -45,9 +56,11 @@ class Recommendation:
     processor: str
 
     def text(self) -> str:
-        return (f"allocator: {self.allocator} measured {self.speedup:.2f}x [{self.spread[0]:.2f}-{self.spread[1]:.2f}] "
-                f"faster than glibc malloc on {self.model} on this processor: "
-                f"tf-autopar run --allocator {self.allocator} -- ...")
+        return (
+            f"allocator: {self.allocator} measured {self.speedup:.2f}x [{self.spread[0]:.2f}-{self.spread[1]:.2f}] "
+            f"faster than glibc malloc on {self.model} on this processor: "
+            f"tf-autopar run --allocator {self.allocator} -- ..."
+        )
 
 
 #: (processor model name, graph fingerprint) -> measured (model, allocator, median speedup, (min, max));
@@ -89,7 +102,8 @@ def find_library(allocator: str, dirs: Iterable[str] = SEARCH_DIRS, ldconfig: bo
                     return path
     raise AllocatorNotFound(
         f"--allocator {allocator}: no {' or '.join(names[:2])} on this system; install the package {package} "
-        f"(Debian/Ubuntu: apt-get install {package.split(' ')[0]}), or use --allocator default")
+        f"(Debian/Ubuntu: apt-get install {package.split(' ')[0]}), or use --allocator default"
+    )
 
 
 def preload_value(library: str, user_preload: str | None) -> tuple[str, str]:

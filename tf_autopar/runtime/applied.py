@@ -16,6 +16,7 @@ own partial changes undone at once (``install``): nothing is left half-applied.
 Plain classes, not dataclasses: enable() runs at every process start (docs/design.md, "Start-up
 cost"). Not thread-safe by itself: callers hold ``STATE.lock``.
 """
+
 from __future__ import annotations
 
 import os

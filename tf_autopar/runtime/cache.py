@@ -26,6 +26,7 @@ planner reads); one that fails is skipped with one short warning naming it, and 
 next write, while every other entry keeps working. The file is bounded (MAX_BYTES, MAX_ENTRIES
 per section, MAX_ENTRY_BYTES per entry written), so reading it costs milliseconds at every start.
 """
+
 from __future__ import annotations
 
 import json
@@ -96,8 +97,15 @@ def program_key(argv: list[str] | None = None) -> str:
 
 
 def _empty() -> dict[str, Any]:
-    return {"version": VERSION, "plans": {}, "programs": {}, "profiles": {}, "tuned": {}, "calibration": {},
-            "served": {}}
+    return {
+        "version": VERSION,
+        "plans": {},
+        "programs": {},
+        "profiles": {},
+        "tuned": {},
+        "calibration": {},
+        "served": {},
+    }
 
 
 def load(path: str | None = None) -> dict[str, Any]:
@@ -128,8 +136,10 @@ def _load(path: str) -> tuple[dict[str, Any], bool]:
         return _empty(), True
     except Untrusted as exc:  # someone else may have written it: neither applied nor moved
         mine = _owned_by_me(path)
-        warn_once(f"cache-untrusted:{path}", f"tf_autopar's plan cache {exc.strerror}: not applied"
-                  + ("" if mine else ", and left as it is"))
+        warn_once(
+            f"cache-untrusted:{path}",
+            f"tf_autopar's plan cache {exc.strerror}: not applied" + ("" if mine else ", and left as it is"),
+        )
         return _empty(), mine
     except (OSError, ValueError) as exc:
         aside = f"{path}.corrupt-{int(time.time())}"
@@ -138,7 +148,9 @@ def _load(path: str) -> tuple[dict[str, Any], bool]:
             where = f"moved to {aside}"
         except OSError:
             where = "left in place"
-        warn_once(f"cache-corrupt:{path}", f"tf_autopar's plan cache {path} is unreadable ({exc}); {where}, starting fresh")
+        warn_once(
+            f"cache-corrupt:{path}", f"tf_autopar's plan cache {path} is unreadable ({exc}); {where}, starting fresh"
+        )
         return _empty(), True
 
 
@@ -158,8 +170,10 @@ def _drop_invalid(data: dict[str, Any], path: str) -> None:
             if problem:
                 del entries[key]
                 shown = key if len(key) <= 48 else key[:45] + "..."
-                warn_once(f"cache-entry:{path}:{section}:{key}",
-                          f"tf_autopar's plan cache {path}: entry {section}[{shown!r}] skipped ({problem})")
+                warn_once(
+                    f"cache-entry:{path}:{section}:{key}",
+                    f"tf_autopar's plan cache {path}: entry {section}[{shown!r}] skipped ({problem})",
+                )
 
 
 def _short(value: Any) -> str:
@@ -239,8 +253,9 @@ def entry_problem(section: str, entry: Any) -> str:
                 return f"{name}: {_short(entry.get(name))} is not a thread count (1..{MAX_THREADS})"
     if section == "served":  # fastpath.py: its readers check each bucket's values again
         functions = entry.get("functions")
-        if not isinstance(functions, dict) or not all(isinstance(f, dict) and isinstance(f.get("buckets", {}), dict)
-                                                      for f in functions.values()):
+        if not isinstance(functions, dict) or not all(
+            isinstance(f, dict) and isinstance(f.get("buckets", {}), dict) for f in functions.values()
+        ):
             return "functions: not a mapping of functions to their buckets"
     if section == "calibration" and not _int_in(1, MAX_COUNT)(entry.get("small_op_work")):
         return f"small_op_work: {_short(entry.get('small_op_work'))} is not a positive count"
@@ -282,7 +297,10 @@ def store(
             return
         now = time.time()
         data["plans"][f"{fingerprint}|{topo_key}|{mode}"] = {
-            "plan": plan, "profile": profile, "name": name, "updated": now,
+            "plan": plan,
+            "profile": profile,
+            "name": name,
+            "updated": now,
         }
         if program is not None:
             pkey = f"{program}|{topo_key}|{mode}"
@@ -347,17 +365,21 @@ def tuned_key(fingerprint: str, topo_key: str, mode: str, batch: int | None) -> 
     return f"{fingerprint}|{topo_key}|{mode}|{batch or 1}"
 
 
-def lookup_tuned(fingerprint: str, topo_key: str, mode: str, batch: int | None,
-                 path: str | None = None) -> dict[str, Any] | None:
+def lookup_tuned(
+    fingerprint: str, topo_key: str, mode: str, batch: int | None, path: str | None = None
+) -> dict[str, Any] | None:
     """A setting measured by ``tune`` for this graph on this host (``host_key``), or None. An
     entry made on another host shape or processor has another key, so it is never used here."""
     entry = load(path)["tuned"].get(tuned_key(fingerprint, topo_key, mode, batch))
-    ok = isinstance(entry, dict) and all(isinstance(entry.get(k), int) and entry[k] > 0 for k in ("inter_op", "intra_op"))
+    ok = isinstance(entry, dict) and all(
+        isinstance(entry.get(k), int) and entry[k] > 0 for k in ("inter_op", "intra_op")
+    )
     return entry if ok else None
 
 
-def store_tuned(fingerprint: str, topo_key: str, mode: str, batch: int | None, entry: dict[str, Any],
-                path: str | None = None) -> None:
+def store_tuned(
+    fingerprint: str, topo_key: str, mode: str, batch: int | None, entry: dict[str, Any], path: str | None = None
+) -> None:
     _put("tuned", tuned_key(fingerprint, topo_key, mode, batch), entry, path)
 
 
@@ -371,8 +393,9 @@ def lookup_served(fingerprint: str, host: str, mode: str, path: str | None = Non
     return entry if isinstance(entry, dict) else None
 
 
-def store_served(fingerprint: str, host: str, mode: str, function: str, summary: dict[str, Any],
-                 path: str | None = None) -> None:
+def store_served(
+    fingerprint: str, host: str, mode: str, function: str, summary: dict[str, Any], path: str | None = None
+) -> None:
     """One function's fast-path summary into the model's entry (the other functions' kept)."""
     from filelock import FileLock
 
@@ -401,9 +424,9 @@ def observed_batch(fingerprint: str, host: str, mode: str, path: str | None = No
     functions = entry.get("functions") if entry else None
     counts: dict[int, int] = {}
     batches: dict[int, int] = {}
-    for summary in (functions.values() if isinstance(functions, dict) else ()):
+    for summary in functions.values() if isinstance(functions, dict) else ():
         buckets = summary.get("buckets") if isinstance(summary, dict) else None
-        for key, b in (buckets.items() if isinstance(buckets, dict) else ()):
+        for key, b in buckets.items() if isinstance(buckets, dict) else ():
             bucket = dominant_bucket({key: 1})
             calls = b.get("calls") if isinstance(b, dict) else None
             if bucket is None or not is_batch(calls):

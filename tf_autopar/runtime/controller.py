@@ -15,6 +15,7 @@ Facts this rests on (TF 2.21, checked by experiment):
   the process pools without initialising the eager context; TF counts sessions in a
   monitoring cell).
 """
+
 from __future__ import annotations
 
 import os
@@ -121,5 +122,3 @@ def running_pools() -> tuple[int, int]:
         text = os.environ.get(var, "")
         result.append(int(text) if is_uint(text) and int(text) > 0 else default_pool_size())
     return result[0], result[1]
-
-

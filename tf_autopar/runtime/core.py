@@ -3,6 +3,7 @@
 Pure-ish decisions: topology (detected once per process), the plan for a profile under
 the user's environment (never our own variables), and which mode a graph gets.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -59,8 +60,15 @@ def effective_mode(mode: str, profile: GraphProfile | None) -> str:
     return mode
 
 
-def plan_for(profile: GraphProfile | None, mode: str, *, width: int | None = None, streams: int | None = None,
-             tuned_fingerprint: str | None = None, batch: int | None = None) -> ThreadPlan:
+def plan_for(
+    profile: GraphProfile | None,
+    mode: str,
+    *,
+    width: int | None = None,
+    streams: int | None = None,
+    tuned_fingerprint: str | None = None,
+    batch: int | None = None,
+) -> ThreadPlan:
     """``tuned_fingerprint``: look up what `tune` measured under this fingerprint (the model file
     a frozen graph came from) rather than the profile's own; ``batch``: the batch it is for (else
     enable()'s)."""
@@ -70,8 +78,13 @@ def plan_for(profile: GraphProfile | None, mode: str, *, width: int | None = Non
     mode = effective_mode(mode, profile)
     measured = tuned_for(tuned_fingerprint or getattr(profile, "fingerprint", ""), mode, batch=batch)
     return plan(
-        topology(), profile, mode, width=width, env=controller.user_env(),
-        streams=streams if mode == "throughput" else None, tuned=measured,
+        topology(),
+        profile,
+        mode,
+        width=width,
+        env=controller.user_env(),
+        streams=streams if mode == "throughput" else None,
+        tuned=measured,
         calibration=calibration_for(topology()) if profile is not None else None,
     )
 
@@ -104,8 +117,9 @@ def tuned_for(fingerprint: str, mode: str, topo: Topology | None = None, batch: 
     from tf_autopar.runtime import cache
 
     try:
-        return cache.lookup_tuned(fingerprint, cache.host_key(topo or topology()), mode,
-                                  batch if batch is not None else STATE.batch)
+        return cache.lookup_tuned(
+            fingerprint, cache.host_key(topo or topology()), mode, batch if batch is not None else STATE.batch
+        )
     except Exception as exc:  # an unreadable cache is reported by cache.load; never fatal here
         log.debug("tuned setting lookup failed: %s", exc)
         return None
@@ -134,9 +148,24 @@ def profile_from_dict(d: dict[str, Any]) -> GraphProfile:
 
 #: The profile fields worth caching (small: no op histograms), all that the planner reads.
 CACHED_PROFILE_FIELDS = (
-    "heavy_ops", "depth", "avg_width", "max_width", "nodes", "functions", "training", "uses_tf_data", "loops",
-    "sizes_known", "source", "fingerprint", "typical_op_work", "assumptions", "lookups", "lookup_work",
-    "contraction_work")
+    "heavy_ops",
+    "depth",
+    "avg_width",
+    "max_width",
+    "nodes",
+    "functions",
+    "training",
+    "uses_tf_data",
+    "loops",
+    "sizes_known",
+    "source",
+    "fingerprint",
+    "typical_op_work",
+    "assumptions",
+    "lookups",
+    "lookup_work",
+    "contraction_work",
+)
 
 
 def profile_summary(profile: GraphProfile) -> dict[str, Any]:

@@ -39,6 +39,7 @@ pools planned for it than called the usual way, beyond the best process-pool set
   ``enable(tune_live=False)`` or ``TF_AUTOPAR_TUNE_LIVE=0`` turns it off.
 - Fail open: any failure of ours runs the original call (one warning) and retires that bucket.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -182,8 +183,9 @@ def replan_all() -> None:
     for s in served:
         for b in list(s.buckets.values()):
             if b.state in (FAST, QUEUED, BUILDING) and b.batch:
-                _builder().submit_call(s, b.bucket, [_synthetic(spec, b.batch) for _, spec in s.specs],
-                                       fastpath_replan.replan)
+                _builder().submit_call(
+                    s, b.bucket, [_synthetic(spec, b.batch) for _, spec in s.specs], fastpath_replan.replan
+                )
 
 
 def records() -> tuple[ServedRecord, ...]:
@@ -225,14 +227,23 @@ def _routed_class(cls: type) -> type:
     """The subclass whose ``__call__`` routes through the object's ServedFunction (made once per class)."""
     sub = _routed_classes.get(cls)
     if sub is None:
+
         def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
             served = self.__dict__.get(_ATTR)
             if served is None:
                 return cls.__call__(self, *args, **kwargs)
             return served.call(self, args, kwargs)
 
-        sub = type(cls)(cls.__name__, (cls,), {"__call__": __call__, "__module__": cls.__module__,
-                                                "__qualname__": cls.__qualname__, "_tf_autopar_original": cls})
+        sub = type(cls)(
+            cls.__name__,
+            (cls,),
+            {
+                "__call__": __call__,
+                "__module__": cls.__module__,
+                "__qualname__": cls.__qualname__,
+                "_tf_autopar_original": cls,
+            },
+        )
         _routed_classes[cls] = sub
     return sub
 
@@ -373,8 +384,12 @@ class ServedFunction:
                     self._retire_bucket(b, f"its frozen session failed: {type(exc).__name__}: {exc}")
                     fail_open("serve a call from the frozen session", exc)
         out = original()
-        if b is None or b.state == STALE or (b.state == FAST and b.generation != self.watch.generation) or (
-                b.state == ORIGINAL and b.retry_at and time.monotonic() > b.retry_at):
+        if (
+            b is None
+            or b.state == STALE
+            or (b.state == FAST and b.generation != self.watch.generation)
+            or (b.state == ORIGINAL and b.retry_at and time.monotonic() > b.retry_at)
+        ):
             self._schedule(bucket_id, arrays, batch, out)  # first call of the bucket, its variables written, a retry
         return out
 
@@ -474,13 +489,19 @@ class ServedFunction:
             if test.verdict == "win":
                 before = b.won  # an earlier win in this bucket: the evidence chains back to the plan
                 earlier = before.get("pairs_total", before.get("pairs", 0))
-                b.won = {"from": rules.label(b.key), "to": label, "speedup": round(test.speedup, 4),
-                         "pairs": len(test.ratios), "spread": round(test.spread, 4),
-                         "pairs_total": len(test.ratios) + (earlier if isinstance(earlier, int) else 0),
-                         "seconds": round(time.monotonic() - trial.started, 1), "date": time.strftime("%Y-%m-%d"),
-                         "plan": before.get("plan", before.get("from", rules.label(b.key))),
-                         "total": round(test.speedup * (_number(before.get("total", before.get("speedup"))) or 1.0), 4),
-                         "by": TUNED_BY}
+                b.won = {
+                    "from": rules.label(b.key),
+                    "to": label,
+                    "speedup": round(test.speedup, 4),
+                    "pairs": len(test.ratios),
+                    "spread": round(test.spread, 4),
+                    "pairs_total": len(test.ratios) + (earlier if isinstance(earlier, int) else 0),
+                    "seconds": round(time.monotonic() - trial.started, 1),
+                    "date": time.strftime("%Y-%m-%d"),
+                    "plan": before.get("plan", before.get("from", rules.label(b.key))),
+                    "total": round(test.speedup * (_number(before.get("total", before.get("speedup"))) or 1.0), 4),
+                    "by": TUNED_BY,
+                }
                 retired, b.pool, b.key = b.pool, trial.pool, trial.key
                 if b.speedup:
                     b.speedup *= test.speedup
@@ -489,8 +510,14 @@ class ServedFunction:
                 self.pools = {k: p for k, p in self.pools.items() if p is not retired}
         if not in_use and retired is not None:
             retired.retire()
-        log.info("tf_autopar: live tuning of %s, batch %s: %s %s (%s)", self.name, _bucket_words(b.bucket), label,
-                 "won" if test.verdict == "win" else "kept the incumbent", test.why)
+        log.info(
+            "tf_autopar: live tuning of %s, batch %s: %s %s (%s)",
+            self.name,
+            _bucket_words(b.bucket),
+            label,
+            "won" if test.verdict == "win" else "kept the incumbent",
+            test.why,
+        )
         _builder().submit_trial(self, b.bucket)
 
     def next_trial(self, bucket_id: int) -> None:
@@ -627,9 +654,13 @@ class ServedFunction:
         if not switch:
             b.attempts += 1
             delay = rules.retry_delay(b.attempts)
-            self._keep_original(b, f"the frozen session measured {speedup:.2f}x the original path's speed "
-                                   f"({rules.SWITCH_ROUNDS} paired rounds): not faster, so not taken"
-                                   + (f"; checked again in {delay:.0f} s" if delay else ""), warn=False)
+            self._keep_original(
+                b,
+                f"the frozen session measured {speedup:.2f}x the original path's speed "
+                f"({rules.SWITCH_ROUNDS} paired rounds): not faster, so not taken"
+                + (f"; checked again in {delay:.0f} s" if delay else ""),
+                warn=False,
+            )
             b.retry_at = time.monotonic() + delay if delay else 0.0
             self._drop_pool(key)
             self._remember()
@@ -642,9 +673,17 @@ class ServedFunction:
                 b.candidates = [c for c in self._candidates(plan, b.key) if c not in b.lost]
         if live_wanted() and not b.tuned:
             _builder().submit_trial(self, bucket_id)  # no neighbour (one CPU): it is marked tuned at once
-        log.info("tf_autopar: %s of %s serves batch %s from a frozen session (%sx%s): %.2fx the original path's "
-                 "speed, ready after %.1f s", self.name, self.model, _bucket_words(bucket_id), key[0], key[1],
-                 speedup, b.build_s)
+        log.info(
+            "tf_autopar: %s of %s serves batch %s from a frozen session (%sx%s): %.2fx the original path's "
+            "speed, ready after %.1f s",
+            self.name,
+            self.model,
+            _bucket_words(bucket_id),
+            key[0],
+            key[1],
+            speedup,
+            b.build_s,
+        )
         self._remember()
 
     def verify(self, bucket_id: int, arrays: list[Any], frozen_out: Any) -> None:
@@ -657,12 +696,14 @@ class ServedFunction:
             return
         args, kwargs = self._call_args(arrays)
         original = self._original(target, args, kwargs)
-        diff = rules.outputs_differ([np.asarray(t) for t in tf.nest.flatten(frozen_out)],
-                                    [np.asarray(t) for t in tf.nest.flatten(original)])
+        diff = rules.outputs_differ(
+            [np.asarray(t) for t in tf.nest.flatten(frozen_out)], [np.asarray(t) for t in tf.nest.flatten(original)]
+        )
         b = self.buckets[bucket_id]
         if diff:
-            self._keep_original(b, f"the frozen graph's outputs differ from the original's ({diff}); one call was "
-                                   "served from it")
+            self._keep_original(
+                b, f"the frozen graph's outputs differ from the original's ({diff}); one call was served from it"
+            )
             return
         if live_wanted() and not b.tuned and b.plan is not None:  # resume where it stopped
             b.warm = arrays
@@ -713,8 +754,9 @@ class ServedFunction:
             self.profiles = {k: v for k, v in self.profiles.items() if k[0] == id(frozen)}
             self.profiles[seen] = profile
         self.max_width = profile.max_width
-        return core.plan_for(profile, STATE.mode, streams=STATE.streams, tuned_fingerprint=self.fingerprint,
-                             batch=batch)
+        return core.plan_for(
+            profile, STATE.mode, streams=STATE.streams, tuned_fingerprint=self.fingerprint, batch=batch
+        )
 
     @staticmethod
     def _key(plan: ThreadPlan) -> tuple[int, int, int]:
@@ -761,8 +803,7 @@ class ServedFunction:
         if pool is not None:
             return pool
         sessions_after = sum(len(p.sessions) for p in self.pools.values()) + key[2]
-        ok, why = rules.memory_verdict(self.variable_bytes, sessions_after, _available_bytes(),
-                                       rules.max_extra_bytes())
+        ok, why = rules.memory_verdict(self.variable_bytes, sessions_after, _available_bytes(), rules.max_extra_bytes())
         if not ok:
             if not self.pools:
                 self.stopped = why
@@ -804,11 +845,18 @@ class ServedFunction:
         with self.lock:
             b.state, b.reason, b.pool = ORIGINAL, reason, None
         if warn:
-            warn_once(f"fast-path:{self.model}:{self.name}",
-                      f"tf_autopar: {self.name} of {self.model} stays on TensorFlow's usual path: {reason}")
+            warn_once(
+                f"fast-path:{self.model}:{self.name}",
+                f"tf_autopar: {self.name} of {self.model} stays on TensorFlow's usual path: {reason}",
+            )
         else:
-            log.info("tf_autopar: %s of %s stays on the original path for batch %s: %s", self.name, self.model,
-                     _bucket_words(b.bucket), reason)
+            log.info(
+                "tf_autopar: %s of %s stays on the original path for batch %s: %s",
+                self.name,
+                self.model,
+                _bucket_words(b.bucket),
+                reason,
+            )
 
     # ------------------------------------------------------------------ memory across starts
     def prebuild(self, remembered: dict[str, Any]) -> None:
@@ -839,18 +887,29 @@ class ServedFunction:
             tuned = "done" if _remembered_key(entry) else ""
             won = entry.get("won") if isinstance(entry.get("won"), dict) else {}
             tried = [str(t)[:300] for t in entry.get("tried", [])[:16]] if isinstance(entry.get("tried"), list) else []
-            self.buckets[bucket_id] = _Bucket(bucket_id, state=FAST, batch=batch, pool=pool, plan=plan,
-                                              generation=self.frozen_generation, verify=True, key=key,
-                                              speedup=_number(entry.get("speedup")), since=time.monotonic(),
-                                              reason="built at load: it won last time", tuned=tuned, won=won,
-                                              tried=tried, by=BY_TUNE if entry.get("by") == BY_TUNE else BY_LIVE)
+            self.buckets[bucket_id] = _Bucket(
+                bucket_id,
+                state=FAST,
+                batch=batch,
+                pool=pool,
+                plan=plan,
+                generation=self.frozen_generation,
+                verify=True,
+                key=key,
+                speedup=_number(entry.get("speedup")),
+                since=time.monotonic(),
+                reason="built at load: it won last time",
+                tuned=tuned,
+                won=won,
+                tried=tried,
+                by=BY_TUNE if entry.get("by") == BY_TUNE else BY_LIVE,
+            )
 
     def _remember(self) -> None:
         if not (STATE.use_cache and self.fingerprint):
             return
         try:
-            cache.store_served(self.fingerprint, cache.host_key(core.topology()), STATE.mode, self.name,
-                               self.summary())
+            cache.store_served(self.fingerprint, cache.host_key(core.topology()), STATE.mode, self.name, self.summary())
         except Exception as exc:
             fail_open("write the plan cache", exc)
 
@@ -863,8 +922,14 @@ class ServedFunction:
             b = self.buckets.get(bucket_id)
             entry: dict[str, Any] = {"calls": n}
             if b is not None and b.state in (FAST, ORIGINAL):
-                entry.update(path=b.state, batch=b.batch, speedup=round(b.speedup, 4), spread=round(b.spread, 4),
-                             tf=tf.__version__, date=time.strftime("%Y-%m-%d"))
+                entry.update(
+                    path=b.state,
+                    batch=b.batch,
+                    speedup=round(b.speedup, 4),
+                    spread=round(b.spread, 4),
+                    tf=tf.__version__,
+                    date=time.strftime("%Y-%m-%d"),
+                )
                 if b.key[0]:
                     entry.update(inter_op=b.key[0], intra_op=b.key[1], streams=b.key[2])
                 if b.tuned:
@@ -880,16 +945,34 @@ class ServedFunction:
 
         with self.lock:
             buckets = tuple(
-                BucketRecord(bucket=b.bucket, batch=b.batch, calls=self.calls.get(b.bucket, 0), served=b.served,
-                             path=b.state,
-                             inter_op=b.key[0], intra_op=b.key[1],
-                             streams=len(b.pool.sessions) if b.pool else 0, speedup=round(b.speedup, 3),
-                             spread=round(b.spread, 3), build_s=round(b.build_s, 2), reason=b.reason,
-                             plan_source=_plan_source(b), tuning=_tuning_words(b), tuned=b.tuned == "done")
-                for b in sorted(self.buckets.values(), key=lambda b: b.bucket))
+                BucketRecord(
+                    bucket=b.bucket,
+                    batch=b.batch,
+                    calls=self.calls.get(b.bucket, 0),
+                    served=b.served,
+                    path=b.state,
+                    inter_op=b.key[0],
+                    intra_op=b.key[1],
+                    streams=len(b.pool.sessions) if b.pool else 0,
+                    speedup=round(b.speedup, 3),
+                    spread=round(b.spread, 3),
+                    build_s=round(b.build_s, 2),
+                    reason=b.reason,
+                    plan_source=_plan_source(b),
+                    tuning=_tuning_words(b),
+                    tuned=b.tuned == "done",
+                )
+                for b in sorted(self.buckets.values(), key=lambda b: b.bucket)
+            )
             calls = dict(self.calls)
-        return ServedRecord(model=self.model, function=self.name, calls=sum(calls.values()),
-                            batches=rules.batch_words(calls), buckets=buckets, stopped=self.stopped)
+        return ServedRecord(
+            model=self.model,
+            function=self.name,
+            calls=sum(calls.values()),
+            batches=rules.batch_words(calls),
+            buckets=buckets,
+            stopped=self.stopped,
+        )
 
     def unroute(self) -> None:
         target = self._target()
@@ -1001,8 +1084,14 @@ def _tuned_how(b: _Bucket) -> str:
 
 def _tuning_words(b: _Bucket) -> str:
     """Live tuning in a user's words: what is being tried, what won and by how much, what it cost."""
-    won = (f"{b.won.get('to')} won over {b.won.get('from')}, {_number(b.won.get('speedup')):.2f}x faster "
-           f"({b.won.get('pairs')} paired calls, {b.won.get('seconds')} s)") if b.won else ""
+    won = (
+        (
+            f"{b.won.get('to')} won over {b.won.get('from')}, {_number(b.won.get('speedup')):.2f}x faster "
+            f"({b.won.get('pairs')} paired calls, {b.won.get('seconds')} s)"
+        )
+        if b.won
+        else ""
+    )
     if b.tuned == "done":
         how = _tuned_how(b)
         if won:
@@ -1011,8 +1100,10 @@ def _tuning_words(b: _Bucket) -> str:
     trial = b.trial
     so_far = f"; so far {won}" if won else ""
     if trial is not None:
-        return (f"live tuning: trying {rules.label(trial.key)} against {rules.label(b.key)} ({len(trial.test.ratios)} pairs so "
-                f"far; {len(b.candidates)} more to try){so_far}")
+        return (
+            f"live tuning: trying {rules.label(trial.key)} against {rules.label(b.key)} ({len(trial.test.ratios)} pairs so "
+            f"far; {len(b.candidates)} more to try){so_far}"
+        )
     if b.candidates:
         return f"live tuning: {len(b.candidates)} neighbour(s) to try{so_far}"
     return ""
@@ -1023,13 +1114,18 @@ def _plan_source(b: _Bucket) -> str:
     live on <date>, N samples, x faster than <the setting before>", the rule, or `tune`."""
     if b.won and rules.label(b.key) == b.won.get("to"):
         w = b.won
-        return (f"{_tuned_how(b)} on {w.get('date', '?')}, {w.get('pairs_total', w.get('pairs'))} samples, "
-                f"{_number(w.get('total', w.get('speedup'))):.2f}x faster than {w.get('plan', w.get('from'))}")
+        return (
+            f"{_tuned_how(b)} on {w.get('date', '?')}, {w.get('pairs_total', w.get('pairs'))} samples, "
+            f"{_number(w.get('total', w.get('speedup'))):.2f}x faster than {w.get('plan', w.get('from'))}"
+        )
     plan = b.plan
     if plan is None:
         return ""
-    source = "planned by `tf-autopar tune --process-pools`'s measurement" if getattr(plan, "tuned", None) \
+    source = (
+        "planned by `tf-autopar tune --process-pools`'s measurement"
+        if getattr(plan, "tuned", None)
         else "planned by the rule"
+    )
     if b.tuned == "done" and b.tried:
         source += f", which held against {len(b.tried)} neighbour(s) {_tuned_how(b)}"
     return source
@@ -1082,12 +1178,15 @@ class _Builder:
         self.thread = threading.Thread(target=self._loop, name="tf_autopar-fastpath", daemon=True)
         self.thread.start()
 
-    def submit(self, served: ServedFunction, bucket_id: int, arrays: list[Any], batch: int, out: Any,
-               verify_out: Any = None) -> None:
+    def submit(
+        self, served: ServedFunction, bucket_id: int, arrays: list[Any], batch: int, out: Any, verify_out: Any = None
+    ) -> None:
         """A build (the original's outputs ``out``) or, with ``verify_out``, a check of a served call."""
         if not self.stopping:
             kind = "verify" if verify_out is not None else "build"
-            self.jobs.put((weakref.ref(served), kind, bucket_id, arrays, batch, verify_out if kind == "verify" else out))
+            self.jobs.put(
+                (weakref.ref(served), kind, bucket_id, arrays, batch, verify_out if kind == "verify" else out)
+            )
 
     def submit_trial(self, served: ServedFunction, bucket_id: int) -> None:
         """Live tuning's next candidate for the bucket."""
@@ -1131,8 +1230,9 @@ class _Builder:
             except Exception as exc:  # fail open: this bucket stays on the original path
                 b = served.buckets.get(bucket_id)
                 if b is not None:
-                    served._keep_original(b, f"its frozen session could not be built: {type(exc).__name__}: {exc}",
-                                          warn=False)
+                    served._keep_original(
+                        b, f"its frozen session could not be built: {type(exc).__name__}: {exc}", warn=False
+                    )
                 fail_open(f"build the frozen session of {served.name}", exc)
             finally:
                 del served, out, arrays

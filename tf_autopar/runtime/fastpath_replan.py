@@ -9,6 +9,7 @@ that was about to use them is answered by the original path (streams.Retired), s
 dropped or waits. A live-tuning trial under way ends with them (its candidates were neighbours
 of the old plan); the bucket's tuning is cleared, so the next start tunes under its own limits.
 """
+
 from __future__ import annotations
 
 import logging
@@ -62,6 +63,7 @@ def replan(served: ServedFunction, bucket_id: int, arrays: list[Any]) -> str:
         what = f"kept {rules.label(old_key)}: the bucket changed while its new sessions were built"
     else:
         what = f"now {rules.label(key)} (was {rules.label(old_key)})"
-    log.info("tf_autopar: %s of %s, batch %s, after the CPU limits changed: %s", served.name, served.model,
-             b.batch, what)
+    log.info(
+        "tf_autopar: %s of %s, batch %s, after the CPU limits changed: %s", served.name, served.model, b.batch, what
+    )
     return what

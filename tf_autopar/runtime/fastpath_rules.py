@@ -7,6 +7,7 @@
   switching to;
 - how the observed batches read in a plan's explanation.
 """
+
 from __future__ import annotations
 
 import os
@@ -94,22 +95,29 @@ def build_peak_bytes(variable_bytes: int) -> int:
     return variable_bytes * BUILD_FACTOR + (BUILD_BASE_MB << 20)
 
 
-def memory_verdict(variable_bytes: int, sessions: int, available_bytes: int | None,
-                   bound_bytes: int) -> tuple[bool, str]:
+def memory_verdict(
+    variable_bytes: int, sessions: int, available_bytes: int | None, bound_bytes: int
+) -> tuple[bool, str]:
     """(take the fast path?, why not). ``available_bytes`` None: unknown, only the bound counts."""
     peak = build_peak_bytes(variable_bytes)
     if available_bytes is not None and peak > available_bytes * BUILD_SHARE:
-        return False, (f"building its frozen copy may take about {_mb(peak)} for a moment (the variables' "
-                       f"{_mb(variable_bytes)} copied by the converter, the import and grappler), over half the "
-                       f"{_mb(available_bytes)} of memory available")
+        return False, (
+            f"building its frozen copy may take about {_mb(peak)} for a moment (the variables' "
+            f"{_mb(variable_bytes)} copied by the converter, the import and grappler), over half the "
+            f"{_mb(available_bytes)} of memory available"
+        )
     extra = frozen_extra_bytes(variable_bytes, sessions)
     if extra > bound_bytes:
-        return False, (f"its frozen copy would add about {_mb(extra)} (the variables' {_mb(variable_bytes)} in the "
-                       f"graph and in each of {max(1, sessions)} session(s)), over the bound of {_mb(bound_bytes)} "
-                       f"({MAX_EXTRA_VAR})")
+        return False, (
+            f"its frozen copy would add about {_mb(extra)} (the variables' {_mb(variable_bytes)} in the "
+            f"graph and in each of {max(1, sessions)} session(s)), over the bound of {_mb(bound_bytes)} "
+            f"({MAX_EXTRA_VAR})"
+        )
     if available_bytes is not None and extra > available_bytes * AVAILABLE_SHARE:
-        return False, (f"its frozen copy would add about {_mb(extra)}, over a quarter of the "
-                       f"{_mb(available_bytes)} of memory available")
+        return False, (
+            f"its frozen copy would add about {_mb(extra)}, over a quarter of the "
+            f"{_mb(available_bytes)} of memory available"
+        )
     return True, ""
 
 
@@ -118,7 +126,7 @@ def _mb(n: int) -> str:
 
 
 def outputs_differ(frozen: Sequence[Any], original: Sequence[Any]) -> str:
-    """"" when every output agrees within the tolerance, else what differs (for the one warning).
+    """ "" when every output agrees within the tolerance, else what differs (for the one warning).
     Takes numpy arrays (or anything ``numpy.asarray`` reads), flat, in the same order."""
     import numpy as np
 
@@ -135,8 +143,10 @@ def outputs_differ(frozen: Sequence[Any], original: Sequence[Any]) -> str:
             scale = float(np.max(np.abs(b[finite]))) if finite.any() else 0.0
             diff = float(np.max(np.abs(a[finite] - b[finite]))) if finite.any() else 0.0
             if diff > RTOL * max(scale, 1e-30) and diff > 0:
-                return f"output {i}: differs by {diff:.3g}, {diff / max(scale, 1e-30):.2g} of its largest value " \
-                       f"(tolerance {RTOL:g})"
+                return (
+                    f"output {i}: differs by {diff:.3g}, {diff / max(scale, 1e-30):.2g} of its largest value "
+                    f"(tolerance {RTOL:g})"
+                )
         elif not np.array_equal(a, b):
             return f"output {i}: {int(np.sum(a != b))} of {a.size} values differ"
     return ""
@@ -155,7 +165,7 @@ def switch_verdict(original_s: Sequence[float], frozen_s: Sequence[float]) -> tu
 
 
 def batch_words(counts: Mapping[int, int]) -> str:
-    """"batch 1 in 97% of 4,212 calls" (the commonest bucket), or "" with no calls."""
+    """ "batch 1 in 97% of 4,212 calls" (the commonest bucket), or "" with no calls."""
     total = sum(counts.values())
     if total <= 0:
         return ""

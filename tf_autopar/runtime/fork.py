@@ -6,6 +6,7 @@ fork, drops the parent's binding and variables, claims its own share and re-plan
 (docs/design.md, "Fork"). Forked after the start, a child keeps the parent's pools (they
 cannot change in a child), told so once.
 """
+
 from __future__ import annotations
 
 import logging
@@ -28,8 +29,9 @@ _RECLAIMED_AT_FORK = ("lease", "single", "rendezvous")
 
 def _reclaims_at_fork() -> bool:
     share = STATE.applied.share
-    return (STATE.enabled and share is not None and share.source in _RECLAIMED_AT_FORK
-            and not controller.runtime_started())
+    return (
+        STATE.enabled and share is not None and share.source in _RECLAIMED_AT_FORK and not controller.runtime_started()
+    )
 
 
 def before_fork() -> None:
@@ -38,8 +40,9 @@ def before_fork() -> None:
         share = STATE.applied.share
         if STATE.pid == os.getpid() and _reclaims_at_fork() and share is not None and share.lease_held:
             share.release()
-            log.info("tf_autopar: pid %s forks before TensorFlow started: its lease slot goes to its workers",
-                     os.getpid())
+            log.info(
+                "tf_autopar: pid %s forks before TensorFlow started: its lease slot goes to its workers", os.getpid()
+            )
     except Exception as exc:  # never break the user's fork
         log.debug("tf_autopar: before-fork handler failed", exc_info=exc)
 
@@ -70,13 +73,17 @@ def _kept_message(parent: int, started: bool, shared: bool) -> str:
     binding = f" and its binding to CPUs {','.join(map(str, bound))}" if bound else ""
     sized = " (sized for the parent's share, not this worker's)" if shared else ""
     if started:
-        return (f"tf_autopar: this process was forked from pid {parent} after TensorFlow's runtime started there; "
-                f"it keeps the parent's thread pools{binding}, which cannot change in a forked child{sized}. "
-                "Fork the workers before the parent's first TensorFlow op (gunicorn: load the model in "
-                "post_fork, not with --preload), or start them with spawn.")
-    return (f"tf_autopar: this process was forked from pid {parent} after tf_autopar.enable(); it keeps "
-            f"the parent's thread plan{binding}{sized}. Call tf_autopar.enable() in the child before its first "
-            "TensorFlow op to plan for its own share, or call enable() after forking.")
+        return (
+            f"tf_autopar: this process was forked from pid {parent} after TensorFlow's runtime started there; "
+            f"it keeps the parent's thread pools{binding}, which cannot change in a forked child{sized}. "
+            "Fork the workers before the parent's first TensorFlow op (gunicorn: load the model in "
+            "post_fork, not with --preload), or start them with spawn."
+        )
+    return (
+        f"tf_autopar: this process was forked from pid {parent} after tf_autopar.enable(); it keeps "
+        f"the parent's thread plan{binding}{sized}. Call tf_autopar.enable() in the child before its first "
+        "TensorFlow op to plan for its own share, or call enable() after forking."
+    )
 
 
 def _replan_in_child(parent: int) -> None:
@@ -91,8 +98,11 @@ def _replan_in_child(parent: int) -> None:
     share = shares.claim(record)
     plan = core.plan_for(STATE.process_profile, STATE.mode, width=None, streams=STATE.streams)
     apply_before_start(record, plan, source)
-    log.info("tf_autopar: forked from pid %s before TensorFlow started: planned for this worker's own share (%s)",
-             parent, share.note if share is not None else "the whole host")
+    log.info(
+        "tf_autopar: forked from pid %s before TensorFlow started: planned for this worker's own share (%s)",
+        parent,
+        share.note if share is not None else "the whole host",
+    )
 
 
 if hasattr(os, "register_at_fork"):

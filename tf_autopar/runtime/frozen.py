@@ -47,6 +47,7 @@ Fail-open: if tf_autopar's own code fails, calls run the model itself on TensorF
 settings (one warning). Input that is no model, or a SavedModel without the signature asked
 for, is a clear error at optimize() time.
 """
+
 from __future__ import annotations
 
 import logging
@@ -57,7 +58,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Sequence
 
 from tf_autopar.planning.modes import MODES
-from tf_autopar.runtime import controller, core, sessions, watch
+from tf_autopar.runtime import controller, core, model_sources, sessions, watch
 from tf_autopar.runtime.streams import Retired, StreamPool
 from tf_autopar.runtime.safety import fail_open
 from tf_autopar.runtime.state import STATE
@@ -80,17 +81,20 @@ class OptimizedFunction:
     """
 
     def __init__(
-        self, target: Any, mode: str = "latency", input_signature: Sequence[Any] | None = None,
-        streams: int | None = None, signature: str | None = None,
+        self,
+        target: Any,
+        mode: str = "latency",
+        input_signature: Sequence[Any] | None = None,
+        streams: int | None = None,
+        signature: str | None = None,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be 'latency', 'throughput' or 'training', got {mode!r}")
-        if streams is not None and (mode != "throughput" or isinstance(streams, bool)
-                                    or not isinstance(streams, int) or streams < 1):
+        if streams is not None and (
+            mode != "throughput" or isinstance(streams, bool) or not isinstance(streams, int) or streams < 1
+        ):
             raise ValueError(f"streams must be a positive integer with mode='throughput', got {streams!r} ({mode})")
-        from tf_autopar.runtime.model_loads import source_fingerprint
-
-        self._tuned_fingerprint = source_fingerprint(target)  # a model loaded after enable(): its tune
+        self._tuned_fingerprint = model_sources.source_fingerprint(target)  # a model loaded after enable(): its tune
         self._target, self._kind = _resolve(target, signature)
         self._input_names: list[str] = _signature_inputs(self._target) if self._kind == SIGNATURE else []
         self._mode = mode
@@ -185,8 +189,12 @@ class OptimizedFunction:
             if kwargs:
                 raise TypeError(f"this model takes its inputs positionally; got keyword arguments {sorted(kwargs)}")
             values = list(args)
-            if (len(values) == 1 and isinstance(values[0], (list, tuple)) and self._signature is not None
-                    and len(self._signature) > 1):
+            if (
+                len(values) == 1
+                and isinstance(values[0], (list, tuple))
+                and self._signature is not None
+                and len(self._signature) > 1
+            ):
                 values = list(values[0])  # model([a, b]) style
         return [np.asarray(v.numpy() if hasattr(v, "numpy") else v) for v in values]
 
@@ -223,8 +231,9 @@ class OptimizedFunction:
                 return self._compile(key, refresh=True)
             return compiled
 
-    def _compile(self, key: Any, refresh: bool = False,
-                 why: str = "the model's variables were written since they were frozen") -> "_Compiled":
+    def _compile(
+        self, key: Any, refresh: bool = False, why: str = "the model's variables were written since they were frozen"
+    ) -> "_Compiled":
         """Trace (once per key), freeze and open the sessions; the caller holds the lock."""
         t0 = time.perf_counter()
         generation = self._watch.generation  # read before the values: a write during freezing shows next call
@@ -235,8 +244,14 @@ class OptimizedFunction:
             self._watch.add(watch.resource_handles(concrete))  # raises if the watch cannot be installed
             self._concretes[key] = concrete
         old = self._compiled.get(key)
-        compiled = _Compiled.build(concrete, self._mode, self._streams, self._input_names,
-                                   reuse=old if refresh else None, tuned_fingerprint=self._tuned_fingerprint)
+        compiled = _Compiled.build(
+            concrete,
+            self._mode,
+            self._streams,
+            self._input_names,
+            reuse=old if refresh else None,
+            tuned_fingerprint=self._tuned_fingerprint,
+        )
         compiled.generation = generation
         self._compiled[key] = compiled
         if old is not None:
@@ -245,8 +260,9 @@ class OptimizedFunction:
             self._refreshes += 1
             ms = (time.perf_counter() - t0) * 1e3
             level = logging.INFO if self._refreshes == 1 else logging.DEBUG
-            log.log(level, "optimize(%s): %s; re-froze them (%.0f ms; %d so far)", compiled.name, why, ms,
-                    self._refreshes)
+            log.log(
+                level, "optimize(%s): %s; re-froze them (%.0f ms; %d so far)", compiled.name, why, ms, self._refreshes
+            )
         self.plan, self.profile = compiled.plan, compiled.profile
         return compiled
 
@@ -294,26 +310,42 @@ class FrozenGraph:
         was in force at start); sessions made here are not re-planned by the session hook."""
         import tensorflow as tf
 
-        config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=inter_op,
-                                          intra_op_parallelism_threads=intra_op, use_per_session_threads=True)
+        config = tf.compat.v1.ConfigProto(
+            inter_op_parallelism_threads=inter_op, intra_op_parallelism_threads=intra_op, use_per_session_threads=True
+        )
         with sessions.bypass():
             return [tf.compat.v1.Session(graph=self.graph, config=config) for _ in range(max(1, count))]
 
-    def record_sessions(self, opened: Sequence[Any], profile: GraphProfile, inter_op: int, intra_op: int,
-                        note: str, analysis_ms: float = 0.0) -> None:
+    def record_sessions(
+        self,
+        opened: Sequence[Any],
+        profile: GraphProfile,
+        inter_op: int,
+        intra_op: int,
+        note: str,
+        analysis_ms: float = 0.0,
+    ) -> None:
         """One status() record per session."""
         from tf_autopar.runtime.records import SessionRecord
 
         with STATE.lock:
             for i in range(len(opened)):
                 stream = f" stream {i + 1}/{len(opened)}" if len(opened) > 1 else ""
-                STATE.sessions.append(SessionRecord(
-                    session=STATE.next_session_name() + " (optimize)", graph_nodes=len(self.graph_def.node),
-                    fingerprint=profile.fingerprint, avg_width=profile.avg_width, heavy_ops=profile.heavy_ops,
-                    inter_op=inter_op, intra_op=intra_op, per_session_threads=True,
-                    intra_per_session=controller.per_session_intra(), note=note + stream,
-                    analysis_ms=round(analysis_ms, 3),
-                ))
+                STATE.sessions.append(
+                    SessionRecord(
+                        session=STATE.next_session_name() + " (optimize)",
+                        graph_nodes=len(self.graph_def.node),
+                        fingerprint=profile.fingerprint,
+                        avg_width=profile.avg_width,
+                        heavy_ops=profile.heavy_ops,
+                        inter_op=inter_op,
+                        intra_op=intra_op,
+                        per_session_threads=True,
+                        intra_per_session=controller.per_session_intra(),
+                        note=note + stream,
+                        analysis_ms=round(analysis_ms, 3),
+                    )
+                )
 
 
 class _Compiled:
@@ -339,8 +371,15 @@ class _Compiled:
         self.pool.retire()
 
     @classmethod
-    def build(cls, concrete: Any, mode: str, streams: int | None = None, input_names: Sequence[str] = (),
-              reuse: "_Compiled | None" = None, tuned_fingerprint: str | None = None) -> "_Compiled":
+    def build(
+        cls,
+        concrete: Any,
+        mode: str,
+        streams: int | None = None,
+        input_names: Sequence[str] = (),
+        reuse: "_Compiled | None" = None,
+        tuned_fingerprint: str | None = None,
+    ) -> "_Compiled":
         """Freeze ``concrete`` and open its sessions; ``reuse``: a stale build whose plan still holds
         (same graph, new constants), so no new analysis and no new session records."""
         frozen = FrozenGraph(concrete)
@@ -414,8 +453,10 @@ def _resolve(target: Any, signature: str | None) -> tuple[Any, str]:
     """(what to trace or freeze, calling convention); TypeError/ValueError for what is no model."""
     if _is_keras(target):
         if signature is not None:
-            raise ValueError("signature= selects a signature of a SavedModel loaded with tf.saved_model.load; "
-                             f"got a Keras {type(target).__name__}")
+            raise ValueError(
+                "signature= selects a signature of a SavedModel loaded with tf.saved_model.load; "
+                f"got a Keras {type(target).__name__}"
+            )
         return target, KERAS
     if _is_concrete(target):
         if signature is not None:
@@ -426,13 +467,20 @@ def _resolve(target: Any, signature: str | None) -> tuple[Any, str]:
         names = sorted(signatures)
         wanted = "serving_default" if signature is None else signature
         if wanted not in signatures:
-            functions = sorted(n for n in dir(target) if not n.startswith("_")
-                               and hasattr(getattr(target, n, None), "get_concrete_function"))
+            functions = sorted(
+                n
+                for n in dir(target)
+                if not n.startswith("_") and hasattr(getattr(target, n, None), "get_concrete_function")
+            )
             if not names:
                 raise ValueError(
                     "this SavedModel has no signatures, so optimize() does not know which inputs it serves"
-                    + (f"; pass one of its tf.functions instead, e.g. optimize(loaded.{functions[0]}) "
-                       f"(it has: {', '.join(functions)})" if functions else "")
+                    + (
+                        f"; pass one of its tf.functions instead, e.g. optimize(loaded.{functions[0]}) "
+                        f"(it has: {', '.join(functions)})"
+                        if functions
+                        else ""
+                    )
                     + ", or export it with signatures (model.export(path) for Keras; "
                     "tf.saved_model.save(obj, path, signatures=...))"
                 )
@@ -441,8 +489,10 @@ def _resolve(target: Any, signature: str | None) -> tuple[Any, str]:
     if signature is not None:
         raise ValueError(f"signature= needs a SavedModel loaded with tf.saved_model.load, got {type(target).__name__}")
     if isinstance(target, (str, bytes, os.PathLike)):
-        raise TypeError(f"optimize() takes a model object, not a path ({target!r}): load it first with "
-                        "tf.saved_model.load(path) or keras.models.load_model(path)")
+        raise TypeError(
+            f"optimize() takes a model object, not a path ({target!r}): load it first with "
+            "tf.saved_model.load(path) or keras.models.load_model(path)"
+        )
     if hasattr(target, "get_concrete_function") or callable(target):
         return target, POSITIONAL
     raise TypeError(
@@ -499,8 +549,12 @@ def _concrete(target: Any, signature: tuple[Any, ...]) -> Any:
 
 
 def optimize(
-    fn_or_model: Any, *, mode: str = "latency", input_signature: Sequence[Any] | None = None,
-    streams: int | None = None, signature: str | None = None,
+    fn_or_model: Any,
+    *,
+    mode: str = "latency",
+    input_signature: Sequence[Any] | None = None,
+    streams: int | None = None,
+    signature: str | None = None,
 ) -> OptimizedFunction:
     """A callable running the model's frozen inference graph in a session planned for it.
 
@@ -514,5 +568,6 @@ def optimize(
     the watch cannot see. ``mode="throughput"``: one session per planned stream (``streams`` to
     choose how many); concurrent callers run on separate streams. Thread-safe.
     """
-    return OptimizedFunction(fn_or_model, mode=mode, input_signature=input_signature, streams=streams,
-                             signature=signature)
+    return OptimizedFunction(
+        fn_or_model, mode=mode, input_signature=input_signature, streams=streams, signature=signature
+    )

@@ -13,6 +13,7 @@ The process pools are fixed by the time a function runs, so a function whose pla
 from them cannot be re-pooled in place: one warning points to tf_autopar.optimize(), and the
 plan is written to the persistent cache so the next start of the same program applies it.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -86,8 +87,13 @@ def on_trace(concrete_fn: Any) -> None:
         try:
             maybe_fail("cache")
             cache.store(
-                profile.fingerprint, cache.topology_key(core.topology()), STATE.mode, plan.to_dict(),
-                core.profile_summary(profile), name, program=cache.program_key(),
+                profile.fingerprint,
+                cache.topology_key(core.topology()),
+                STATE.mode,
+                plan.to_dict(),
+                core.profile_summary(profile),
+                name,
+                program=cache.program_key(),
             )
             cached = True
         except Exception as exc:
@@ -96,9 +102,15 @@ def on_trace(concrete_fn: Any) -> None:
     from tf_autopar.runtime.records import FunctionRecord, user_function_name
 
     record = FunctionRecord(
-        name=name, fingerprint=profile.fingerprint, heavy_ops=profile.heavy_ops,
-        avg_width=profile.avg_width, planned_inter=plan.inter_op, planned_intra=plan.intra_op,
-        matches_process=matches, cached=cached, analysis_ms=round(ms, 3),
+        name=name,
+        fingerprint=profile.fingerprint,
+        heavy_ops=profile.heavy_ops,
+        avg_width=profile.avg_width,
+        planned_inter=plan.inter_op,
+        planned_intra=plan.intra_op,
+        matches_process=matches,
+        cached=cached,
+        analysis_ms=round(ms, 3),
     )
     key = (name, profile.fingerprint)
     with STATE.lock:
@@ -110,8 +122,11 @@ def on_trace(concrete_fn: Any) -> None:
             f"{user_function_name(name)} (width {profile.avg_width}, {plural(profile.heavy_ops, 'heavy op')}) would run best with "
             f"inter_op={plan.inter_op} intra_op={plan.intra_op}, but the process pools are already fixed at "
             f"{running[0]}x{running[1]}. For inference now: fn = tf_autopar.optimize(model_or_function). "
-            + ("The plan is cached: the next start of this program applies it when enable() runs before TensorFlow starts."
-               if cached else ""),
+            + (
+                "The plan is cached: the next start of this program applies it when enable() runs before TensorFlow starts."
+                if cached
+                else ""
+            ),
         )
 
 

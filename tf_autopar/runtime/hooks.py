@@ -6,6 +6,7 @@ functions.py (tf.function at first trace), model_loads.py (planning at model loa
 installed into enable()'s record, which undoes its patches at disable(); one whose install
 fails is left out with one warning (fail open), the others still go in.
 """
+
 from __future__ import annotations
 
 import sys

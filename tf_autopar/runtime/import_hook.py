@@ -5,6 +5,7 @@ Session and the first model load: hooks.py installs the hooks from the callback.
 only watches for the names it was armed with, removes itself once it has seen them all, and
 is put on ``sys.meta_path`` through enable()'s record, which takes it off at disable().
 """
+
 from __future__ import annotations
 
 import importlib.util

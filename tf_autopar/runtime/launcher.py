@@ -14,6 +14,7 @@ even mid-line (each child writes whatever its buffer holds), so each one's outpu
 its own log file (``log_dir``) or through a pipe read line by line and written whole, prefixed
 ``[instance i]``.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -62,8 +63,12 @@ class LaunchPlan:
     warnings: tuple[str, ...] = ()  # what the person starting it should know first (shared CPUs)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"instances": [i.to_dict() for i in self.instances], "plan": self.plan, "explain": self.explain,
-                "warnings": list(self.warnings)}
+        return {
+            "instances": [i.to_dict() for i in self.instances],
+            "plan": self.plan,
+            "explain": self.explain,
+            "warnings": list(self.warnings),
+        }
 
     def describe(self, index: int) -> str:
         """One line for instance ``index``: its CPUs, binding and threads, and the command."""
@@ -71,7 +76,9 @@ class LaunchPlan:
         cpus = format_cpulist(spec.cpus) if spec.cpus else "all CPUs"
         how = {"none": "not bound", "numactl": "bound with numactl", "sched_setaffinity": "bound"}[spec.binding]
         threads = f"inter_op={spec.inter_op} intra_op={spec.intra_op}"
-        kept = f" (yours kept: {', '.join(f'{k}={v}' for k, v in sorted(spec.env_kept.items()))})" if spec.env_kept else ""
+        kept = (
+            f" (yours kept: {', '.join(f'{k}={v}' for k, v in sorted(spec.env_kept.items()))})" if spec.env_kept else ""
+        )
         return f"instance {spec.index} of {len(self.instances)}: CPUs {cpus} ({how}), {threads}{kept}"
 
 
@@ -91,8 +98,10 @@ def shared_cpus(slices: Sequence[Sequence[int]]) -> str:
 
     shown = "; ".join(f"CPU {cpu}: instances {named(who)}" for cpu, who in list(crowded.items())[:4])
     more = f"; {len(crowded) - 4} more CPUs shared" if len(crowded) > 4 else ""
-    return (f"{len(slices)} instances on {plural(len(owners), 'CPU')}: instances share CPUs ({shown}{more}), so they slow "
-            f"each other down; at most {len(owners)} get a CPU of their own (--instances {len(owners)})")
+    return (
+        f"{len(slices)} instances on {plural(len(owners), 'CPU')}: instances share CPUs ({shown}{more}), so they slow "
+        f"each other down; at most {len(owners)} get a CPU of their own (--instances {len(owners)})"
+    )
 
 
 def restrict_to_cores(topology: Topology, cores: Sequence[int]) -> Topology:
@@ -136,8 +145,9 @@ def launch_specs(
         n, note = bound_count(instances, topology, f"--instances {instances}")
         capped = note if n < instances else ""
     if mode == "throughput":
-        p = make_plan(topology, profile, "throughput", env=environ, streams=n if instances else None,
-                      calibration=calibration)
+        p = make_plan(
+            topology, profile, "throughput", env=environ, streams=n if instances else None, calibration=calibration
+        )
         n = p.instances
         slices = [tuple(c) for c in p.cpus] if p.cpus else [tuple(topology.affinity)]
         plans = [p] * n  # the plan's per-stream numbers are each instance's
@@ -150,8 +160,10 @@ def launch_specs(
 
         parts = split(topology, n)
         slices = [s.cpus for s in parts]
-        plans = [make_plan(restrict(topology, s.cpus, s.cores), profile, mode, env=environ, calibration=calibration)
-                 for s in parts]
+        plans = [
+            make_plan(restrict(topology, s.cpus, s.cores), profile, mode, env=environ, calibration=calibration)
+            for s in parts
+        ]
         p = plans[0]
     multi_numa = len(topology.numa_nodes) > 1
     specs = []
@@ -173,7 +185,12 @@ def launch_specs(
             binding = "none"
         elif numactl and multi_numa:
             nodes = sorted({nd.id for nd in topology.numa_nodes if set(nd.cpus) & set(cpus)})
-            argv = (numactl, f"--physcpubind={','.join(map(str, cpus))}", f"--membind={','.join(map(str, nodes))}", *command)
+            argv = (
+                numactl,
+                f"--physcpubind={','.join(map(str, cpus))}",
+                f"--membind={','.join(map(str, nodes))}",
+                *command,
+            )
             binding = "numactl"
         else:
             binding = "sched_setaffinity"

@@ -4,6 +4,7 @@ enable() makes a fresh record (applied.py) of every change it makes; disable() i
 ``restore()``. The kill switch (``TF_AUTOPAR_DISABLE``) is read first, before anything else can
 go wrong.
 """
+
 from __future__ import annotations
 
 import logging

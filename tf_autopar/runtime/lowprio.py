@@ -14,6 +14,7 @@ requests niced), and the paired timing of the switch check (the original path an
 one measured alike). A niced thread cannot lower its nice value again without privilege, so
 the niced thread is kept for these jobs alone.
 """
+
 from __future__ import annotations
 
 import logging

@@ -4,6 +4,7 @@ a profile, or a TF/Keras object.
 Nothing here may start TensorFlow's runtime before the pools are set: a SavedModel is read
 from its protobuf, a .keras file or a workload is analysed in a child process (model_loads.py).
 """
+
 from __future__ import annotations
 
 import os
@@ -16,8 +17,9 @@ if TYPE_CHECKING:
     from tf_autopar.graph.profile import GraphProfile
 
 
-def profile(model: Any, width: int | None, started: bool, use_cache: bool, batch: int | None,
-            batch_given: bool) -> tuple[GraphProfile | None, str]:
+def profile(
+    model: Any, width: int | None, started: bool, use_cache: bool, batch: int | None, batch_given: bool
+) -> tuple[GraphProfile | None, str]:
     """(profile, where it came from); (None, "host") when neither a model nor a width is given.
 
     ``batch``: what a None batch dimension is read as; ``batch_given``: the user gave it (a

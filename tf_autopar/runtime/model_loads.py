@@ -17,6 +17,7 @@ runs, the model is planned:
 Restored SavedModel functions are not traced, so the tf.function hook never sees them: this
 is the only place a loaded SavedModel is analysed.
 """
+
 from __future__ import annotations
 
 import functools
@@ -24,10 +25,9 @@ import logging
 import os
 import sys
 import threading
-import weakref
 from typing import TYPE_CHECKING, Any, Sequence
 
-from tf_autopar.runtime import cache, controller, core, pools
+from tf_autopar.runtime import cache, controller, core, model_sources, pools
 from tf_autopar.runtime.safety import fail_open, maybe_fail, warn_once
 from tf_autopar.runtime.state import STATE
 
@@ -38,15 +38,21 @@ if TYPE_CHECKING:
 log = logging.getLogger("tf_autopar.runtime")
 
 PATCH_NAME = "model loading (tf.saved_model.load, keras.models.load_model, keras.layers.TFSMLayer)"
-_TF_TARGETS = (("tensorflow.python.saved_model.load", "load"), ("tensorflow.saved_model", "load"),
-               ("tensorflow._api.v2.saved_model", "load"), ("tensorflow._api.v2.compat.v2.saved_model", "load"))
-_KERAS_TARGETS = (("keras.src.saving.saving_api", "load_model"), ("keras.models", "load_model"),
-                  ("keras.saving", "load_model"), ("keras.api.models", "load_model"),
-                  ("keras.api.saving", "load_model"))
+_TF_TARGETS = (
+    ("tensorflow.python.saved_model.load", "load"),
+    ("tensorflow.saved_model", "load"),
+    ("tensorflow._api.v2.saved_model", "load"),
+    ("tensorflow._api.v2.compat.v2.saved_model", "load"),
+)
+_KERAS_TARGETS = (
+    ("keras.src.saving.saving_api", "load_model"),
+    ("keras.models", "load_model"),
+    ("keras.saving", "load_model"),
+    ("keras.api.models", "load_model"),
+    ("keras.api.saving", "load_model"),
+)
 _WRAPPED = "__tf_autopar_wrapped__"
 _planned: set[str] = set()  # models already planned in this process (real paths)
-_fingerprints: dict[str, str] = {}  # real path -> the fingerprint its plan (and a tune) is keyed by
-_sources: "weakref.WeakKeyDictionary[Any, str]" = weakref.WeakKeyDictionary()  # loaded object -> fingerprint
 _ours = threading.local()  # .active while before_load runs: its own loads of the model are not routed
 
 
@@ -88,7 +94,7 @@ def _wrap(record: Applied, module_name: str, attr: str, kind: str) -> None:
         finally:
             _ours.active = False
         loaded = original(path, *args, **kwargs)
-        _remember(loaded, path)
+        model_sources.remember(loaded, path)
         _route(loaded, path, kind)
         return loaded
 
@@ -122,16 +128,6 @@ def before_load(path: Any, kind: str) -> None:
         fail_open(f"plan from the {kind} model being loaded", exc)
 
 
-def _remember(loaded: Any, path: Any) -> None:
-    """Which model file ``loaded`` came from, so optimize(loaded) finds what `tune` measured for it."""
-    try:
-        fingerprint = _fingerprints.get(os.path.realpath(os.fspath(path)))
-        if fingerprint:
-            _sources[loaded] = fingerprint
-    except TypeError:  # not weak-referenceable, or not a path: optimize() plans by the rule
-        pass
-
-
 def _route(loaded: Any, path: Any, kind: str) -> None:
     """The fast path for what was just loaded (fastpath.py); never raises into the user's load."""
     if not STATE.enabled or not STATE.fast_path or not isinstance(path, (str, os.PathLike)):
@@ -140,20 +136,14 @@ def _route(loaded: Any, path: Any, kind: str) -> None:
         from tf_autopar.runtime import fastpath
 
         with STATE.lock:
-            STATE.applied.on_restore("fast path", fastpath.unroute_all, "put the routed models back on their original path")
+            STATE.applied.on_restore(
+                "fast path", fastpath.unroute_all, "put the routed models back on their original path"
+            )
         real = os.path.realpath(os.fspath(path))
         route = fastpath.route if kind == "SavedModel" else fastpath.route_keras
-        route(loaded, os.fspath(path), _fingerprints.get(real))
+        route(loaded, os.fspath(path), model_sources.path_fingerprint(real))
     except Exception as exc:
         fail_open("route the loaded model to its frozen session", exc)
-
-
-def source_fingerprint(loaded: Any) -> str | None:
-    """The fingerprint of the model file ``loaded`` was loaded from after enable(), if known."""
-    try:
-        return _sources.get(loaded)
-    except TypeError:
-        return None
 
 
 def on_load(path: str) -> None:
@@ -169,21 +159,28 @@ def on_load(path: str) -> None:
         return
     if not STATE.batch_given:
         profile = _at_observed_batch(real, profile, started)
-    _fingerprints[real] = profile.fingerprint
+    model_sources.note_path(real, profile.fingerprint)
     source = f"model {path} (loaded)"
     plan = core.plan_for(profile, STATE.mode, streams=STATE.streams)
     if STATE.use_cache:
         try:
-            cache.store(profile.fingerprint, cache.topology_key(core.topology()), STATE.mode, plan.to_dict(),
-                        core.profile_summary(profile), os.path.basename(real.rstrip(os.sep)) or real,
-                        program=cache.program_key())
+            cache.store(
+                profile.fingerprint,
+                cache.topology_key(core.topology()),
+                STATE.mode,
+                plan.to_dict(),
+                core.profile_summary(profile),
+                os.path.basename(real.rstrip(os.sep)) or real,
+                program=cache.program_key(),
+            )
         except Exception as exc:
             fail_open("write the plan cache", exc)
     STATE.process_profile = profile
     if not started:
         pools.apply_before_start(STATE.applied, plan, source)
-        log.info("planned from %s before TensorFlow started: inter_op=%s intra_op=%s", path, plan.inter_op,
-                 plan.intra_op)
+        log.info(
+            "planned from %s before TensorFlow started: inter_op=%s intra_op=%s", path, plan.inter_op, plan.intra_op
+        )
     else:
         pools.report_late(plan, source)
         running = controller.running_pools()
@@ -240,8 +237,9 @@ def model_profile(path: str, batch: int | None, started: bool) -> GraphProfile |
     return None
 
 
-def child_profile(target: str, key: str, use_cache: bool = True, preload: Sequence[str] = (),
-                  **options: Any) -> GraphProfile:
+def child_profile(
+    target: str, key: str, use_cache: bool = True, preload: Sequence[str] = (), **options: Any
+) -> GraphProfile:
     """``analyze(target, **options)`` in a child process (building a model here would start TF's
     runtime and fix the pools), cached under ``key`` in the plan cache. ``preload``: modules the
     child imports first (the providers of registered model names, graph/named.py). The child is
@@ -266,4 +264,3 @@ def child_profile(target: str, key: str, use_cache: bool = True, preload: Sequen
     if use_cache:
         cache.store_profile(key, core.profile_summary(profile))
     return profile
-

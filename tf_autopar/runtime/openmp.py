@@ -5,6 +5,7 @@ unset (OMP_NUM_THREADS = the physical cores, KMP_BLOCKTIME = 1 ms, at the first 
 environment alone does not say what a process ran with: the runtime's C API does. Stock
 TensorFlow loads no OpenMP runtime and this returns None.
 """
+
 from __future__ import annotations
 
 import ctypes

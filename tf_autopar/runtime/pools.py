@@ -4,6 +4,7 @@ Used by enable() (lifecycle.py), by the loader hooks when a model is loaded (mod
 by a forked worker re-planning its own share (fork.py). What is applied goes through the
 record (applied.py), so that disable() undoes it.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -45,10 +46,19 @@ def apply_before_start(record: Applied, plan: ThreadPlan, source: str) -> None:
     controller.note_start_settings()
     running = controller.running_pools()
     STATE.process = ProcessRecord(
-        phase="before-start", planned_inter=plan.inter_op, planned_intra=plan.intra_op,
-        applied=applied, kept_user=kept, running_inter=running[0], running_intra=running[1],
-        per_session_intra=controller.per_session_intra(), source=source, explain=plan.explain(),
-        share=share.to_dict() if share is not None else None, bound_cpus=bound, tf_default=tf_default,
+        phase="before-start",
+        planned_inter=plan.inter_op,
+        planned_intra=plan.intra_op,
+        applied=applied,
+        kept_user=kept,
+        running_inter=running[0],
+        running_intra=running[1],
+        per_session_intra=controller.per_session_intra(),
+        source=source,
+        explain=plan.explain(),
+        share=share.to_dict() if share is not None else None,
+        bound_cpus=bound,
+        tf_default=tf_default,
         origin=plan_origin(plan, source),
     )
 
@@ -79,10 +89,17 @@ def report_late(plan: ThreadPlan, source: str) -> None:
     if not per_session:
         not_applied.append("per-session intra-op pools (TF_OVERRIDE_GLOBAL_THREADPOOL must be set before start)")
     STATE.process = ProcessRecord(
-        phase="after-start", planned_inter=plan.inter_op, planned_intra=plan.intra_op,
-        not_applied=tuple(not_applied), running_inter=running[0], running_intra=running[1],
-        per_session_intra=per_session, source=source, explain=plan.explain(),
-        tf_default=controller.default_pool_size(), origin=plan_origin(plan, source),
+        phase="after-start",
+        planned_inter=plan.inter_op,
+        planned_intra=plan.intra_op,
+        not_applied=tuple(not_applied),
+        running_inter=running[0],
+        running_intra=running[1],
+        per_session_intra=per_session,
+        source=source,
+        explain=plan.explain(),
+        tf_default=controller.default_pool_size(),
+        origin=plan_origin(plan, source),
     )
     if not_applied:
         hooks = []
@@ -92,7 +109,8 @@ def report_late(plan: ThreadPlan, source: str) -> None:
             "late-enable",
             "tf_autopar.enable() ran after TensorFlow's runtime started. Applied: "
             + (", ".join(hooks) or "nothing yet")
-            + ". Not applied: " + "; ".join(not_applied)
+            + ". Not applied: "
+            + "; ".join(not_applied)
             + ". Fix: call tf_autopar.enable() before the first TensorFlow op (after `import tensorflow` is fine), "
             "or start the program with `tf-autopar run -- python ...`, or use tf_autopar.optimize(model) for inference.",
         )

@@ -19,6 +19,7 @@ readers (topology/limits.py): a few reads of files of a few bytes and one sched_
 the groups found once at start. No request waits for it; nothing is read on the request path.
 Each change is logged once. The thread ends when tf_autopar is disabled.
 """
+
 from __future__ import annotations
 
 import logging
@@ -94,9 +95,14 @@ class QuotaWatch:
         n = self.record.changes + 1 if self.record else 1
         self.record = LimitsRecord(n, what, time.strftime("%H:%M:%S"), new.quota_words(), budget, pools)
         where = f" ({new.quota.path})" if new.quota is not None else ""
-        log.info("tf_autopar: %s%s: plans now use %d CPU(s)%s; the process pools stay at %s", what, where, budget,
-                 ", the frozen sessions are re-planned off the request path" if self.listeners else "",
-                 pools or "what TensorFlow started them with")
+        log.info(
+            "tf_autopar: %s%s: plans now use %d CPU(s)%s; the process pools stay at %s",
+            what,
+            where,
+            budget,
+            ", the frozen sessions are re-planned off the request path" if self.listeners else "",
+            pools or "what TensorFlow started them with",
+        )
         for listener in list(self.listeners):
             listener()
         return what

@@ -3,6 +3,7 @@
 A module of its own so that enable() does not define these dataclasses until a session or a
 function actually appears.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

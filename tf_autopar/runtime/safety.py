@@ -1,4 +1,5 @@
 """Fail-open helpers: one warning per kind of trouble, never an exception into user code."""
+
 from __future__ import annotations
 
 import logging

@@ -12,6 +12,7 @@ the session's own when TF_OVERRIDE_GLOBAL_THREADPOOL=1 was set before the runtim
 A graph that is still empty when the session is created (the user builds it afterwards) gets
 the process plan: a session's pools are created with the session and cannot change later.
 """
+
 from __future__ import annotations
 
 import threading

@@ -4,6 +4,7 @@ The lease slot and the narrowed topology the plans are made for are changes of e
 both are kept in its record (applied.py), which gives the slot back and plans for the whole
 host again at disable().
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING

@@ -4,6 +4,7 @@ Records are frozen dataclasses so ``status()`` hands out a consistent snapshot; 
 registry (``STATE``) is the only mutable object and is guarded by a lock because sessions
 and functions can be created from several threads.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -67,8 +68,10 @@ class Status:
         from tf_autopar.runtime.records import user_function_name
 
         if self.disabled_by:
-            return (f"tf_autopar: switched off by {self.disabled_by}; enable() changed nothing and TensorFlow runs "
-                    "with its own settings")
+            return (
+                f"tf_autopar: switched off by {self.disabled_by}; enable() changed nothing and TensorFlow runs "
+                "with its own settings"
+            )
         if not self.enabled and not self.sessions and not self.functions:
             return "tf_autopar: not enabled (call tf_autopar.enable() before the first TensorFlow op)"
         p = self.process
@@ -82,57 +85,80 @@ class Status:
                 lines.append(f"    the numbers: {p.origin}")
             if p.phase == "after-start":
                 lines.append("  applied: not to the process pools: TensorFlow had already started and fixed them")
-                todo.append("call tf_autopar.enable() before the first TensorFlow op (after `import tensorflow` is "
-                            "fine), or start the program with `tf-autopar run -- python ...`")
+                todo.append(
+                    "call tf_autopar.enable() before the first TensorFlow op (after `import tensorflow` is "
+                    "fine), or start the program with `tf-autopar run -- python ...`"
+                )
             else:
                 how = " ".join(f"{k}={v}" for k, v in sorted(p.applied.items())) or "nothing needed setting"
                 lines.append(f"  applied before TensorFlow started: {how}")
                 if p.applied:
-                    lines.append("    (tf.config.threading.get_*_parallelism_threads() report 0 for settings made "
-                                 "this way: TensorFlow read them from the environment)")
+                    lines.append(
+                        "    (tf.config.threading.get_*_parallelism_threads() report 0 for settings made "
+                        "this way: TensorFlow read them from the environment)"
+                    )
             if p.kept_user:
                 lines.append("  kept yours: " + " ".join(f"{k}={v}" for k, v in sorted(p.kept_user.items())))
             for item in p.not_applied:
                 lines.append(f"  not applied: {item}")
             if p.running_inter:
-                lines.append(f"  TensorFlow runs {_threads(p.running_inter, p.running_intra)}; its default here: "
-                             + (_threads(p.tf_default, p.tf_default) + " (one per CPU it may use)"
-                                if p.tf_default else "one thread per CPU it may use, in each pool"))
+                lines.append(
+                    f"  TensorFlow runs {_threads(p.running_inter, p.running_intra)}; its default here: "
+                    + (
+                        _threads(p.tf_default, p.tf_default) + " (one per CPU it may use)"
+                        if p.tf_default
+                        else "one thread per CPU it may use, in each pool"
+                    )
+                )
             if p.bound_cpus:
                 lines.append("  bound to CPUs " + format_cpulist(p.bound_cpus))
             if p.share is not None and p.share.get("count", 1) > 1:
-                lines.append(f"  one of {p.share.get('count')} processes sharing this host: worker "
-                             f"{p.share.get('index')} ({p.share.get('note', '')})")
+                lines.append(
+                    f"  one of {p.share.get('count')} processes sharing this host: worker "
+                    f"{p.share.get('index')} ({p.share.get('note', '')})"
+                )
             if p.source == "host" and p.phase != "after-start":
-                todo.append("to plan for your model, pass it: tf_autopar.enable('path/to/saved_model'), or load it "
-                            "with tf.saved_model.load / keras.models.load_model after enable(); enable(batch=N) "
-                            "gives its batch")
+                todo.append(
+                    "to plan for your model, pass it: tf_autopar.enable('path/to/saved_model'), or load it "
+                    "with tf.saved_model.load / keras.models.load_model after enable(); enable(batch=N) "
+                    "gives its batch"
+                )
         if self.limits is not None:
             pools = self.limits.process_pools or "what TensorFlow started them with"
-            lines.append(f"  CPU limits changed while running ({self.limits.what}, seen at {self.limits.at}): "
-                         f"process pools stay at {pools}; the quota is now {self.limits.quota} (plans for "
-                         f"{self.limits.budget} CPU{'' if self.limits.budget == 1 else 's'}); frozen sessions follow it")
+            lines.append(
+                f"  CPU limits changed while running ({self.limits.what}, seen at {self.limits.at}): "
+                f"process pools stay at {pools}; the quota is now {self.limits.quota} (plans for "
+                f"{self.limits.budget} CPU{'' if self.limits.budget == 1 else 's'}); frozen sessions follow it"
+            )
             todo.append("restart the process for its process pools to follow the new CPU limits")
         if self.patches:
             lines.append("  watching: " + ", ".join(_HOOK_WORDS.get(h.split(" (")[0], h) for h in self.patches))
         for rec in self.sessions:
             pools = "its own pools" if rec.per_session_threads else "the process pools"
             intra = "" if rec.intra_per_session else " (intra-op: the process pool)"
-            lines.append(f"  TF1 session {rec.session.rsplit('#', 1)[-1]}: {_ops(rec.heavy_ops)}, width {rec.avg_width} -> "
-                         f"{_threads(rec.inter_op, rec.intra_op)}, {pools}{intra}"
-                         + (f"; kept yours: {', '.join(rec.user_fields)}" if rec.user_fields else "")
-                         + (f"; {rec.note}" if rec.note else ""))
+            lines.append(
+                f"  TF1 session {rec.session.rsplit('#', 1)[-1]}: {_ops(rec.heavy_ops)}, width {rec.avg_width} -> "
+                f"{_threads(rec.inter_op, rec.intra_op)}, {pools}{intra}"
+                + (f"; kept yours: {', '.join(rec.user_fields)}" if rec.user_fields else "")
+                + (f"; {rec.note}" if rec.note else "")
+            )
         for f in self.functions:
             best = _threads(f.planned_inter, f.planned_intra)
             if f.matches_process:
-                lines.append(f"  {user_function_name(f.name)}: {_ops(f.heavy_ops)}, width {f.avg_width} -> {best}, "
-                             "as the process runs")
+                lines.append(
+                    f"  {user_function_name(f.name)}: {_ops(f.heavy_ops)}, width {f.avg_width} -> {best}, "
+                    "as the process runs"
+                )
                 continue
-            lines.append(f"  {user_function_name(f.name)}: {_ops(f.heavy_ops)}, width {f.avg_width} -> best at "
-                         f"{best}, but the process pools were already fixed"
-                         + ("; the plan is saved for the next start" if f.cached else ""))
-            todo.append("for inference now: fast = tf_autopar.optimize(model) runs it with its own plan"
-                        + ("; the next start of this program applies the saved plan" if f.cached else ""))
+            lines.append(
+                f"  {user_function_name(f.name)}: {_ops(f.heavy_ops)}, width {f.avg_width} -> best at "
+                f"{best}, but the process pools were already fixed"
+                + ("; the plan is saved for the next start" if f.cached else "")
+            )
+            todo.append(
+                "for inference now: fast = tf_autopar.optimize(model) runs it with its own plan"
+                + ("; the next start of this program applies the saved plan" if f.cached else "")
+            )
         for served in self.served:
             lines.extend(_served_lines(served))
         for w in self.warnings:
@@ -162,12 +188,17 @@ def _served_lines(served: ServedRecord) -> list[str]:
         batch = f"batch {b.batch}" if b.batch else f"bucket {b.bucket}"
         if b.path == "frozen session":
             streams = f" in {b.streams} streams" if b.streams > 1 else ""
-            speed = (f", {b.speedup:.2f}x the original path's speed (median of paired rounds, spread {b.spread:.2f}x)"
-                     if b.speedup else "")
-            lines.append(f"    {batch}: frozen session, {_threads(b.inter_op, b.intra_op)}{streams} "
-                         f"(batch {b.batch}: {b.plan_source or 'planned by the rule'}){speed}"
-                         + (f", switched after {b.build_s:.1f} s" if b.build_s else "")
-                         + (f"; {b.reason}" if b.reason else ""))
+            speed = (
+                f", {b.speedup:.2f}x the original path's speed (median of paired rounds, spread {b.spread:.2f}x)"
+                if b.speedup
+                else ""
+            )
+            lines.append(
+                f"    {batch}: frozen session, {_threads(b.inter_op, b.intra_op)}{streams} "
+                f"(batch {b.batch}: {b.plan_source or 'planned by the rule'}){speed}"
+                + (f", switched after {b.build_s:.1f} s" if b.build_s else "")
+                + (f"; {b.reason}" if b.reason else "")
+            )
             if b.tuning:
                 lines.append(f"      {b.tuning}")
         elif b.path == "original":
@@ -214,7 +245,9 @@ class Registry:
         self.batch: int | None = None  # what a model's None batch is read as (enable(batch=...))
         self.batch_given = False  # the user gave the batch (else it is assumed: graph/dims.py)
         self.applied = Applied()  # what enable() changed, undone by disable() (applied.py)
-        self.process_profile: GraphProfile | None = None  # the profile the process pools were planned for (None: host only)
+        self.process_profile: GraphProfile | None = (
+            None  # the profile the process pools were planned for (None: host only)
+        )
         self.process: ProcessRecord | None = None
         self.sessions: list[SessionRecord] = []
         self.functions: dict[tuple[str, str], FunctionRecord] = {}

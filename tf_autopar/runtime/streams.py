@@ -12,6 +12,7 @@ A single session is not gated at all: ``Session.run`` is thread-safe, concurrent
 session's fixed pools (no oversubscription), and callers are served as the original path serves
 them.
 """
+
 from __future__ import annotations
 
 import collections

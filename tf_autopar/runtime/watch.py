@@ -21,6 +21,7 @@ one integer comparison. Not seen: writes through ``tf.raw_ops`` or inside tf.dat
 for those, ``refresh()`` by hand. The hooks are installed with the first watch and removed
 with the last one.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -37,8 +38,13 @@ _by_handle: dict[int, list["weakref.ReferenceType[Watch]"]] = {}  # id(handle) -
 _writes_of: dict[bytes, tuple[int, ...]] = {}  # function name -> argument indices it may write
 _patches: list[tuple[Any, str, Any]] = []  # (owner, attribute, original)
 _EAGER_WRITE_PREFIXES = (
-    "assign_variable_op", "assign_add_variable_op", "assign_sub_variable_op", "resource_scatter_",
-    "resource_strided_slice_assign", "resource_apply_", "resource_sparse_apply_",
+    "assign_variable_op",
+    "assign_add_variable_op",
+    "assign_sub_variable_op",
+    "resource_scatter_",
+    "resource_strided_slice_assign",
+    "resource_apply_",
+    "resource_sparse_apply_",
 )
 _HANDLE_KWARGS = ("resource", "ref", "var")
 _MAX_FUNCTIONS = 10000
@@ -172,7 +178,7 @@ def _after_function(function: Any, args: tuple[Any, ...]) -> None:
         written = _function_writes(function)
         if not written:
             return
-        for i in (range(len(args)) if written == (-1,) else written):
+        for i in range(len(args)) if written == (-1,) else written:
             if i < len(args) and id(args[i]) in _by_handle and function._bound_context.executing_eagerly():
                 _notify(args[i])
     except Exception:  # never break the user's call; unsure whether it wrote: assume it did
@@ -242,16 +248,24 @@ def _install() -> None:
     original = getattr(atomic_function.AtomicFunction, flat)
     plan.append((atomic_function.AtomicFunction, flat, _wrap_call_flat(original)))
     wrapped: dict[int, Any] = {}
-    for module_name in ("tensorflow.python.ops.gen_resource_variable_ops", "tensorflow.python.ops.gen_state_ops",
-                        "tensorflow.python.ops.gen_array_ops", "tensorflow.python.ops.gen_training_ops",
-                        "tensorflow.python.training.training_ops"):
+    for module_name in (
+        "tensorflow.python.ops.gen_resource_variable_ops",
+        "tensorflow.python.ops.gen_state_ops",
+        "tensorflow.python.ops.gen_array_ops",
+        "tensorflow.python.ops.gen_training_ops",
+        "tensorflow.python.training.training_ops",
+    ):
         try:
             module = importlib.import_module(module_name)
         except ImportError:
             continue
         for attr, fn in list(vars(module).items()):
-            if (callable(fn) and attr.startswith(_EAGER_WRITE_PREFIXES) and not attr.endswith("_eager_fallback")
-                    and getattr(fn, "__module__", "").startswith("tensorflow.python.ops.gen_")):
+            if (
+                callable(fn)
+                and attr.startswith(_EAGER_WRITE_PREFIXES)
+                and not attr.endswith("_eager_fallback")
+                and getattr(fn, "__module__", "").startswith("tensorflow.python.ops.gen_")
+            ):
                 if id(fn) not in wrapped:
                     wrapped[id(fn)] = _wrap_eager_write(fn)
                 plan.append((module, attr, wrapped[id(fn)]))

@@ -5,6 +5,7 @@ NUMA), caches (last-level cache domains, hybrid core types), cgroup (quota, cpus
 budget rule), cpuinfo (vendor, model, ISA; cached),
 tf_runtime (Eigen or OpenMP build of the installed TF; cached).
 """
+
 from __future__ import annotations
 
 from .cgroup import cpu_budget

@@ -5,6 +5,7 @@ The directory is $TF_AUTOPAR_CACHE_DIR if set, else $XDG_CACHE_HOME/tf_autopar, 
 directory may be shared: a file that is a symlink, another user's or writable by others is not
 read (_files.check_owned), and another user's is never replaced.
 """
+
 from __future__ import annotations
 
 import logging

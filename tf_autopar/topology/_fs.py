@@ -4,6 +4,7 @@ Every reader takes a root so tests can point it at a recorded /sys + /proc tree
 (tests/fixtures/hosts/<name>). Reads go through HostFS.read so that
 tests/fixtures/make_hosts.py can record exactly which files a real detection read.
 """
+
 from __future__ import annotations
 
 import logging
@@ -62,8 +63,7 @@ class HostFS:
             return host_path
         return os.path.join(self.root, host_path.lstrip("/"))
 
-    def read(self, host_path: str, limit: int = -1, *, notes: Notes | None = None,
-             consequence: str = "") -> str | None:
+    def read(self, host_path: str, limit: int = -1, *, notes: Notes | None = None, consequence: str = "") -> str | None:
         """Text of a host file (at most `limit` bytes if >= 0), or None when it is missing or unreadable.
 
         Through read_regular: a FIFO or device planted in a recorded tree (or at a cgroup

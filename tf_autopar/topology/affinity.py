@@ -5,6 +5,7 @@ cooperating worker binds to its share (coordination), and the launcher and the v
 runner bind a child between fork and exec: all of them go through here, so what "bound" means
 (which threads, which errors) is one thing.
 """
+
 from __future__ import annotations
 
 import os

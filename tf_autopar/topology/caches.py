@@ -19,6 +19,7 @@ homogeneous host hybrid.
 Missing files (containers, VMs, older recordings) mean "nothing known" and no warning;
 a garbled file gives one warning naming it and is ignored.
 """
+
 from __future__ import annotations
 
 import re
@@ -119,11 +120,15 @@ def last_level_caches(fs: HostFS, cpus: Sequence[int], notes: Notes) -> tuple[Ca
     if not found:
         return ()
     if uncovered and not garbled:
-        notes.warn(f"no last-level cache information for CPUs {format_cpulist(uncovered)} "
-                   f"({fs.path(CPU_DIR + '/cpu' + str(uncovered[0]) + '/cache')}); they are in no cache domain")
+        notes.warn(
+            f"no last-level cache information for CPUs {format_cpulist(uncovered)} "
+            f"({fs.path(CPU_DIR + '/cpu' + str(uncovered[0]) + '/cache')}); they are in no cache domain"
+        )
     found.sort(key=lambda f: f[2][0])
-    return tuple(CacheDomain(id=i, level=level, cpus=members, cache_id=cache_id)
-                 for i, (level, cache_id, members) in enumerate(found))
+    return tuple(
+        CacheDomain(id=i, level=level, cpus=members, cache_id=cache_id)
+        for i, (level, cache_id, members) in enumerate(found)
+    )
 
 
 def core_kinds(fs: HostFS, cpus: Sequence[int], core_of: Mapping[int, Sequence[int]], notes: Notes) -> CoreKinds:
@@ -160,11 +165,17 @@ def core_kinds(fs: HostFS, cpus: Sequence[int], core_of: Mapping[int, Sequence[i
         return CoreKinds({}, {}, "")  # one type: the host is planned as before
     unknown = [c for c in wanted if c not in kind]
     if unknown:
-        notes.warn(f"no cpu_capacity for CPUs {format_cpulist(unknown)} ({fs.path(CPU_DIR)}/cpuN/cpu_capacity); "
-                   "counted as performance cores")
+        notes.warn(
+            f"no cpu_capacity for CPUs {format_cpulist(unknown)} ({fs.path(CPU_DIR)}/cpuN/cpu_capacity); "
+            "counted as performance cores"
+        )
         kind.update({c: PERFORMANCE for c in unknown})
-    return CoreKinds(kind, capacity, f"{CPU_DIR}/cpuN/cpu_capacity (performance: at least "
-                                     f"{PERFORMANCE_CAPACITY_SHARE:.0%} of the fastest, {fastest})")
+    return CoreKinds(
+        kind,
+        capacity,
+        f"{CPU_DIR}/cpuN/cpu_capacity (performance: at least "
+        f"{PERFORMANCE_CAPACITY_SHARE:.0%} of the fastest, {fastest})",
+    )
 
 
 def _pmu_list(fs: HostFS, paths: Iterable[str], notes: Notes) -> tuple[tuple[int, ...], list[str]] | None:
@@ -198,7 +209,9 @@ def _pmu_kinds(fs: HostFS, cpus: Sequence[int], notes: Notes) -> CoreKinds | Non
         return CoreKinds({}, {}, "")  # one type in this process's mask: nothing to tell apart
     unknown = [c for c in cpus if c not in kind]
     if unknown:
-        notes.warn(f"CPUs {format_cpulist(unknown)} are in no core-type list ({', '.join(perf[1] + eff[1])}); "
-                   "counted as performance cores")
+        notes.warn(
+            f"CPUs {format_cpulist(unknown)} are in no core-type list ({', '.join(perf[1] + eff[1])}); "
+            "counted as performance cores"
+        )
         kind.update({c: PERFORMANCE for c in unknown})
     return CoreKinds(kind, {}, " and ".join(perf[1] + eff[1]))

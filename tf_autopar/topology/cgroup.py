@@ -32,6 +32,7 @@ size general worker pools (joblib workers, goroutine schedulers, .NET thread poo
 whose work is mostly not a tight compute kernel, where idle capacity costs more than
 occasional throttling. The minimum is 1: a process always gets one CPU's worth.
 """
+
 from __future__ import annotations
 
 import logging
@@ -48,8 +49,10 @@ from .model import CpuQuota
 log = logging.getLogger("tf_autopar.topology")
 
 CGROUP_BASE = "/sys/fs/cgroup"
-UNREAD_QUOTA = ("this group's CPU quota is unknown and not applied: the CPU budget may exceed the quota "
-                "and the process be throttled")
+UNREAD_QUOTA = (
+    "this group's CPU quota is unknown and not applied: the CPU budget may exceed the quota "
+    "and the process be throttled"
+)
 
 
 class Mount(NamedTuple):
@@ -133,7 +136,7 @@ def _map(path: str, mount: Mount) -> str | None:
     if not root:
         rel = path
     elif path == root or path.startswith(root + "/"):
-        rel = path[len(root):]
+        rel = path[len(root) :]
     else:
         return None
     return posixpath.normpath(mount.mountpoint + "/" + rel.lstrip("/")) if rel.strip("/") else mount.mountpoint
@@ -211,20 +214,26 @@ def cpu_hierarchies(fs: HostFS) -> list[Hierarchy]:
     text = fs.read(f"{fs.proc_self}/mountinfo")
     mounts = parse_mountinfo(text) if text is not None else []
     if not mounts:
-        log.debug("no cgroup mount in %s; trying the usual places under %s",
-                  fs.path(f"{fs.proc_self}/mountinfo"), CGROUP_BASE)
+        log.debug(
+            "no cgroup mount in %s; trying the usual places under %s", fs.path(f"{fs.proc_self}/mountinfo"), CGROUP_BASE
+        )
         return conventional_cpu_hierarchies(fs)
     found: list[Hierarchy] = []
     for version in (2, 1):
         seen: set[str] = set()
-        usual = sorted(hierarchy_mounts(mounts, version, "cpu"),
-                       key=lambda mt: not (mt.mountpoint + "/").startswith(CGROUP_BASE + "/"))
+        usual = sorted(
+            hierarchy_mounts(mounts, version, "cpu"),
+            key=lambda mt: not (mt.mountpoint + "/").startswith(CGROUP_BASE + "/"),
+        )
         for mt in usual:
             if mt.mountpoint in seen:
                 continue
             seen.add(mt.mountpoint)
-            controllers = (_v2_controllers(fs, mt.mountpoint) if version == 2
-                           else frozenset(o for o in mt.options if o in ("cpu", "cpuacct")))
+            controllers = (
+                _v2_controllers(fs, mt.mountpoint)
+                if version == 2
+                else frozenset(o for o in mt.options if o in ("cpu", "cpuacct"))
+            )
             found.append(Hierarchy(version, mt.mountpoint, controllers))
     return found
 
@@ -236,11 +245,16 @@ def conventional_cpu_hierarchies(fs: HostFS, base: str = CGROUP_BASE) -> list[Hi
     base/cpu,cpuacct or base/cpuacct,cpu with a cpu.cfs_quota_us file (often symlinks to one
     another: callers needing one path resolve them).
     """
-    found = [Hierarchy(2, d, _v2_controllers(fs, d)) for d in (base, posixpath.join(base, "unified"))
-             if fs.exists(f"{d}/cgroup.controllers")]
-    found += [Hierarchy(1, posixpath.join(base, name), frozenset(name.split(",")))
-              for name in ("cpu", "cpu,cpuacct", "cpuacct,cpu")
-              if fs.exists(f"{posixpath.join(base, name)}/cpu.cfs_quota_us")]
+    found = [
+        Hierarchy(2, d, _v2_controllers(fs, d))
+        for d in (base, posixpath.join(base, "unified"))
+        if fs.exists(f"{d}/cgroup.controllers")
+    ]
+    found += [
+        Hierarchy(1, posixpath.join(base, name), frozenset(name.split(",")))
+        for name in ("cpu", "cpu,cpuacct", "cpuacct,cpu")
+        if fs.exists(f"{posixpath.join(base, name)}/cpu.cfs_quota_us")
+    ]
     return found
 
 

@@ -8,6 +8,7 @@ by a hash of the first processor's "model name"/"flags" (or aarch64 "Features") 
 recorded tree (root != "/") the tree's proc/cpuinfo is parsed directly. When py-cpuinfo is
 missing or fails, /proc/cpuinfo is parsed directly too (with a warning).
 """
+
 from __future__ import annotations
 
 import logging
@@ -25,27 +26,66 @@ log = logging.getLogger("tf_autopar.topology")
 # Per architecture: "sme" is AMD's memory encryption on x86 but the matrix extension on ARM.
 NOTABLE_ISA = {
     "x86": (
-        "sse4_2", "avx", "avx2", "fma", "f16c",
-        "avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl", "avx512_vnni", "avx512_bf16",
-        "avx512_fp16", "avx_vnni", "avx_vnni_int8", "amx_tile", "amx_bf16", "amx_int8", "amx_fp16",
+        "sse4_2",
+        "avx",
+        "avx2",
+        "fma",
+        "f16c",
+        "avx512f",
+        "avx512cd",
+        "avx512bw",
+        "avx512dq",
+        "avx512vl",
+        "avx512_vnni",
+        "avx512_bf16",
+        "avx512_fp16",
+        "avx_vnni",
+        "avx_vnni_int8",
+        "amx_tile",
+        "amx_bf16",
+        "amx_int8",
+        "amx_fp16",
     ),
     "arm": ("asimd", "asimddp", "asimdhp", "i8mm", "bf16", "sve", "sve2", "svebf16", "svei8mm", "sme"),
 }
 # py-cpuinfo's cpuid-derived spellings -> /proc/cpuinfo spellings
-_ALIASES = {"avx512vnni": "avx512_vnni", "avx512bf16": "avx512_bf16", "avx512fp16": "avx512_fp16",
-            "avxvnni": "avx_vnni", "amxtile": "amx_tile", "amxbf16": "amx_bf16", "amxint8": "amx_int8"}
+_ALIASES = {
+    "avx512vnni": "avx512_vnni",
+    "avx512bf16": "avx512_bf16",
+    "avx512fp16": "avx512_fp16",
+    "avxvnni": "avx_vnni",
+    "amxtile": "amx_tile",
+    "amxbf16": "amx_bf16",
+    "amxint8": "amx_int8",
+}
 
 _VENDORS = {"GenuineIntel": "Intel", "AuthenticAMD": "AMD", "HygonGenuine": "Hygon", "CentaurHauls": "Centaur"}
 # aarch64 "CPU implementer" codes
 _ARM_IMPLEMENTERS = {
-    0x41: "ARM", 0x42: "Broadcom", 0x43: "Cavium", 0x46: "Fujitsu", 0x48: "HiSilicon",
-    0x4E: "NVIDIA", 0x50: "APM", 0x51: "Qualcomm", 0x61: "Apple", 0xC0: "Ampere",
+    0x41: "ARM",
+    0x42: "Broadcom",
+    0x43: "Cavium",
+    0x46: "Fujitsu",
+    0x48: "HiSilicon",
+    0x4E: "NVIDIA",
+    0x50: "APM",
+    0x51: "Qualcomm",
+    0x61: "Apple",
+    0xC0: "Ampere",
 }
 # ARM Ltd. "CPU part" codes of server cores, and the big.LITTLE partners of common boards
 _ARM_PARTS = {
-    0xD0C: "Neoverse-N1", 0xD40: "Neoverse-V1", 0xD49: "Neoverse-N2", 0xD4F: "Neoverse-V2",
-    0xD8E: "Neoverse-N3", 0xD84: "Neoverse-V3", 0xD08: "Cortex-A72", 0xD0B: "Cortex-A76",
-    0xD03: "Cortex-A53", 0xD05: "Cortex-A55", 0xD41: "Cortex-A78",
+    0xD0C: "Neoverse-N1",
+    0xD40: "Neoverse-V1",
+    0xD49: "Neoverse-N2",
+    0xD4F: "Neoverse-V2",
+    0xD8E: "Neoverse-N3",
+    0xD84: "Neoverse-V3",
+    0xD08: "Cortex-A72",
+    0xD0B: "Cortex-A76",
+    0xD03: "Cortex-A53",
+    0xD05: "Cortex-A55",
+    0xD41: "Cortex-A78",
 }
 
 _memory: dict[str, CpuInfo] = {}
@@ -107,7 +147,13 @@ _CACHE_FORMAT = "3"  # bump when CpuInfo's content or NOTABLE_ISA changes
 
 
 def _key(fields: dict[str, str]) -> str:
-    basis = _CACHE_FORMAT + "\n" + "\n".join(fields.get(k, "") for k in ("vendor_id", "model name", "flags", "CPU implementer", "CPU part", "Features"))
+    basis = (
+        _CACHE_FORMAT
+        + "\n"
+        + "\n".join(
+            fields.get(k, "") for k in ("vendor_id", "model name", "flags", "CPU implementer", "CPU part", "Features")
+        )
+    )
     return stable_key(basis)
 
 

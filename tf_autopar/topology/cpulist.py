@@ -3,6 +3,7 @@
 Used for /sys/devices/system/cpu/online, node cpulists, thread_siblings_list,
 Cpus_allowed_list and cpuset files. Pure functions: no I/O.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable

@@ -10,6 +10,7 @@ Fallbacks when /sys topology is missing (some containers and ARM VMs): the "phys
 then one core per logical CPU. Every fallback leaves a warning; nothing here raises on a
 missing or garbled file.
 """
+
 from __future__ import annotations
 
 import os

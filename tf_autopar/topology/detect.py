@@ -1,4 +1,5 @@
 """detect_topology: assemble a Topology from the readers (cpus, cgroup, cpuinfo, tf_runtime)."""
+
 from __future__ import annotations
 
 import logging
@@ -51,15 +52,22 @@ def detect_topology(root: str = "/", *, pid: int | None = None, cpu_details: boo
         still = [c for c in missing if c not in places]
         where = fs.path(f"{cpus.CPU_DIR}/cpu{missing[0]}/topology")
         if not still:
-            notes.warn(f"no sysfs core topology for CPUs {format_cpulist(missing)} ({where} missing); "
-                       f"used the physical id/core id lines of /proc/cpuinfo")
+            notes.warn(
+                f"no sysfs core topology for CPUs {format_cpulist(missing)} ({where} missing); "
+                f"used the physical id/core id lines of /proc/cpuinfo"
+            )
         else:
             physical = cpus.psutil_physical_cores() if fs.live else None
             guessed = cpus.guess_places(still, len(online), physical)
             places.update(guessed)
-            how = (f"psutil reports {physical} physical cores for {len(online)} CPUs: guessed siblings i, i+{physical}"
-                   if guessed else "counting each logical CPU as a physical core")
-            notes.warn(f"no core topology for CPUs {format_cpulist(still)} ({where} missing, nothing in /proc/cpuinfo); {how}")
+            how = (
+                f"psutil reports {physical} physical cores for {len(online)} CPUs: guessed siblings i, i+{physical}"
+                if guessed
+                else "counting each logical CPU as a physical core"
+            )
+            notes.warn(
+                f"no core topology for CPUs {format_cpulist(still)} ({where} missing, nothing in /proc/cpuinfo); {how}"
+            )
 
     node_cpus = cpus.numa_nodes(fs, notes)
     if not node_cpus:
@@ -68,7 +76,9 @@ def detect_topology(root: str = "/", *, pid: int | None = None, cpu_details: boo
     else:
         unplaced = set(affinity) - {c for members in node_cpus.values() for c in members}
         if unplaced:
-            notes.warn(f"CPUs {format_cpulist(unplaced)} are in no NUMA node's cpulist; counted in node {min(node_cpus)}")
+            notes.warn(
+                f"CPUs {format_cpulist(unplaced)} are in no NUMA node's cpulist; counted in node {min(node_cpus)}"
+            )
             first = min(node_cpus)
             node_cpus[first] = tuple(sorted(set(node_cpus[first]) | unplaced))
     cores = cpus.group_cores(affinity, places, cpus.numa_of(node_cpus))
@@ -97,9 +107,15 @@ def _annotate(cores: tuple[Core, ...], domain_of: dict[int, int], kinds: caches.
     if not domain_of and not kinds.source:
         return cores
     return tuple(
-        Core(socket=c.socket, core_id=c.core_id, cpus=c.cpus, numa_node=c.numa_node,
-             cache_domain=domain_of.get(c.cpus[0]), kind=kinds.kind.get(c.cpus[0], ""),
-             capacity=kinds.capacity.get(c.cpus[0]))
+        Core(
+            socket=c.socket,
+            core_id=c.core_id,
+            cpus=c.cpus,
+            numa_node=c.numa_node,
+            cache_domain=domain_of.get(c.cpus[0]),
+            kind=kinds.kind.get(c.cpus[0], ""),
+            capacity=kinds.capacity.get(c.cpus[0]),
+        )
         for c in cores
     )
 
@@ -117,7 +133,9 @@ def _effective_affinity(
     the intersection does it.
     """
     if mask is None:
-        notes.warn(f"cannot read this process's affinity ({fs.path(fs.proc_self + '/status')}); assuming all online CPUs")
+        notes.warn(
+            f"cannot read this process's affinity ({fs.path(fs.proc_self + '/status')}); assuming all online CPUs"
+        )
         mask = online
     allowed = set(mask) & set(online)
     if cpuset is not None:

@@ -9,6 +9,7 @@ and one syscall. ``what_changed`` and ``follow`` are pure: they say what changed
 words, and give the topology under the new limits when only the quota moved (the cores are the
 same); when the CPUs themselves changed, the caller detects the host again.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -78,8 +79,9 @@ def what_changed(old: Limits, new: Limits) -> str:
     if old.cpuset != new.cpuset and new.cpuset is not None:
         parts.append(f"the cpuset went from {format_cpulist(old.cpuset or ())} to {format_cpulist(new.cpuset)}")
     if old.affinity != new.affinity and new.affinity:
-        parts.append(f"the affinity mask went from CPUs {format_cpulist(old.affinity)} to "
-                     f"{format_cpulist(new.affinity)}")
+        parts.append(
+            f"the affinity mask went from CPUs {format_cpulist(old.affinity)} to {format_cpulist(new.affinity)}"
+        )
     return "; ".join(parts)
 
 
@@ -88,5 +90,6 @@ def follow(topology: Topology, old: Limits, new: Limits) -> Topology | None:
     budget); None when the CPUs changed, for the caller to detect the host again."""
     if old.cpuset != new.cpuset or old.affinity != new.affinity:
         return None
-    return dataclasses.replace(topology, quota=new.quota,
-                               cpu_budget=cgroup.cpu_budget(len(topology.affinity), new.quota))
+    return dataclasses.replace(
+        topology, quota=new.quota, cpu_budget=cgroup.cpu_budget(len(topology.affinity), new.quota)
+    )

@@ -3,6 +3,7 @@
 Readers fill these; the planner consumes them. Nothing here reads the system, so
 tests and the planner can build topologies by hand.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -148,8 +149,16 @@ def ordered_cores(cores: tuple[Core, ...]) -> list[Core]:
     def key(c: Core) -> tuple[int, ...]:
         slow = c.kind == EFFICIENCY
         dom = -1 if c.cache_domain is None else c.cache_domain
-        return (slow, -per_socket[(slow, c.socket)], c.socket, -per_node[(slow, c.socket, c.numa_node)],
-                c.numa_node, -per_domain[(slow, c.socket, c.numa_node, dom)], dom, c.cpus[0])
+        return (
+            slow,
+            -per_socket[(slow, c.socket)],
+            c.socket,
+            -per_node[(slow, c.socket, c.numa_node)],
+            c.numa_node,
+            -per_domain[(slow, c.socket, c.numa_node, dom)],
+            dom,
+            c.cpus[0],
+        )
 
     return sorted(cores, key=key)
 
@@ -157,7 +166,12 @@ def ordered_cores(cores: tuple[Core, ...]) -> list[Core]:
 def place_of(core: Core) -> tuple[bool, int, int, int]:
     """The placement group of a core, coarsest first: its kind (efficiency or not), socket, NUMA
     node and cache domain (-1 = unknown). Slices are cut inside the finest group that holds them."""
-    return (core.kind == EFFICIENCY, core.socket, core.numa_node, -1 if core.cache_domain is None else core.cache_domain)
+    return (
+        core.kind == EFFICIENCY,
+        core.socket,
+        core.numa_node,
+        -1 if core.cache_domain is None else core.cache_domain,
+    )
 
 
 def cut_nested(items: Sequence[T], sizes: Sequence[int], place: Callable[[T], tuple[Hashable, ...]]) -> list[list[T]]:
@@ -190,7 +204,7 @@ def cut_nested(items: Sequence[T], sizes: Sequence[int], place: Callable[[T], tu
     def take(pieces: list[list[T]], size: int) -> list[T]:
         m = fewest(pieces, size)
         for start in range(len(pieces)):  # neighbouring pieces, fill order, if m of them hold it
-            run = pieces[start:start + m]
+            run = pieces[start : start + m]
             if sum(len(p) for p in run) >= size:
                 idx = list(range(start, start + m))
                 break

@@ -15,6 +15,7 @@ TensorFlow to ask would cost ~2.5 s and fix its thread pools, which is what we p
 The answer depends on the Python environment, not on a topology reader's root. It is
 cached in-process and on disk, keyed by the package path and the mtimes of the files looked at.
 """
+
 from __future__ import annotations
 
 import glob
@@ -37,9 +38,17 @@ CORE_LIBS = (
     "python/lib_pywrap_tensorflow_common.so",
 )
 INTEL_DISTRIBUTIONS = ("intel-tensorflow", "intel-tensorflow-avx512", "tensorflow-intel")
-TF_DISTRIBUTIONS = ("tensorflow", "tensorflow-cpu", "tensorflow-intel", "intel-tensorflow",
-                    "intel-tensorflow-avx512", "tf-nightly", "tf-nightly-cpu", "tensorflow-aarch64",
-                    "tensorflow-cpu-aws")
+TF_DISTRIBUTIONS = (
+    "tensorflow",
+    "tensorflow-cpu",
+    "tensorflow-intel",
+    "intel-tensorflow",
+    "intel-tensorflow-avx512",
+    "tf-nightly",
+    "tf-nightly-cpu",
+    "tensorflow-aarch64",
+    "tensorflow-cpu-aws",
+)
 
 
 @dataclass(frozen=True)
@@ -157,7 +166,9 @@ def _distribution() -> str | None:
     return None
 
 
-def decide(libs: dict[str, list[str] | None], bundled: list[str], itex: bool, distribution: str | None) -> tuple[str, str]:
+def decide(
+    libs: dict[str, list[str] | None], bundled: list[str], itex: bool, distribution: str | None
+) -> tuple[str, str]:
     """Pure decision from gathered evidence -> (runtime, evidence line)."""
     for lib, needed in libs.items():
         omp = [n for n in needed or () if is_openmp_library(n)]
@@ -209,8 +220,9 @@ def detect_tf_runtime(package_dir: str | None = None) -> TfRuntime:
         runtime, evidence = decide(needed, _bundled_openmp(pkg), itex_spec is not None, distribution)
         result = TfRuntime(runtime, evidence, pkg, distribution)
         if runtime != "unknown":
-            store_cache("tf_runtime.json", key,
-                        {"runtime": runtime, "evidence": evidence, "distribution": distribution})
+            store_cache(
+                "tf_runtime.json", key, {"runtime": runtime, "evidence": evidence, "distribution": distribution}
+            )
     log.debug("TensorFlow threading runtime: %s (%s)", result.runtime, result.evidence)
     _memory[key] = result
     return result

@@ -4,6 +4,7 @@ Importing this package does not import TensorFlow; entering a trace does (and bu
 the native tracer on first use, cached per TF version; see ``tf_autopar.tracing.build``).
 Names are resolved lazily so ``python -m tf_autopar.tracing.build`` runs cleanly.
 """
+
 from __future__ import annotations
 
 from tf_autopar._lazy import lazy_exports

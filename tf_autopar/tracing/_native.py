@@ -1,4 +1,5 @@
 """ctypes binding to the native recorder (native/tf_autopar_trace.cc)."""
+
 from __future__ import annotations
 
 import ctypes
@@ -113,13 +114,19 @@ class NativeBackend:
             return RawChunk((), (), (), np.zeros((0, 4), dtype=np.int64))
         try:
             n = lib.tfap_result_num_events(res)
-            events = (np.ctypeslib.as_array(lib.tfap_result_events(res), shape=(n * 4,)).reshape(n, 4).copy()
-                      if n else np.zeros((0, 4), dtype=np.int64))
+            events = (
+                np.ctypeslib.as_array(lib.tfap_result_events(res), shape=(n * 4,)).reshape(n, 4).copy()
+                if n
+                else np.zeros((0, 4), dtype=np.int64)
+            )
             names = _split(lib.tfap_result_names, res, lib.tfap_result_num_names(res))
             n_threads = lib.tfap_result_num_threads(res)
             threads = _split(lib.tfap_result_thread_names, res, n_threads)
-            tids = (tuple(int(x) for x in np.ctypeslib.as_array(lib.tfap_result_thread_ids(res), shape=(n_threads,)))
-                    if n_threads else ())
+            tids = (
+                tuple(int(x) for x in np.ctypeslib.as_array(lib.tfap_result_thread_ids(res), shape=(n_threads,)))
+                if n_threads
+                else ()
+            )
         finally:
             lib.tfap_result_free(res)
         return RawChunk(names, threads, tids, events)

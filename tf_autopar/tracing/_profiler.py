@@ -2,6 +2,7 @@
 the xplane.pb it writes. The same TraceMe events as the native recorder (host tracer,
 same level), so the same structures come out; it costs more (thread-pool listener and
 memory events while recording, proto serialisation and a file at stop)."""
+
 from __future__ import annotations
 
 import glob
@@ -21,8 +22,11 @@ log = logging.getLogger("tf_autopar.tracing")
 
 def _xplane_pb2():
     """The XSpace proto module shipped in the TF pip package (location moved across releases)."""
-    for mod in ("tensorflow.tsl.profiler.protobuf.xplane_pb2", "tsl.profiler.protobuf.xplane_pb2",
-                "xla.tsl.profiler.protobuf.xplane_pb2"):
+    for mod in (
+        "tensorflow.tsl.profiler.protobuf.xplane_pb2",
+        "tsl.profiler.protobuf.xplane_pb2",
+        "xla.tsl.profiler.protobuf.xplane_pb2",
+    ):
         try:
             return __import__(mod, fromlist=["XSpace"])
         except ImportError:

@@ -10,6 +10,7 @@ gives a correct library after any TF upgrade and costs ~10 s once per TF version
 
 ``python -m tf_autopar.tracing.build`` (or ``tf-autopar trace --build``) prebuilds it.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -83,14 +84,25 @@ def find_compiler() -> str | None:
     return None
 
 
-def compile_command(compiler: str, source: Path, compile_flags: list[str], link_flags: list[str],
-                    extra_includes: Sequence[str] = ()) -> list[str]:
+def compile_command(
+    compiler: str, source: Path, compile_flags: list[str], link_flags: list[str], extra_includes: Sequence[str] = ()
+) -> list[str]:
     """The g++ command line ({out} is replaced by the output path). Pure: no side effects."""
     lib_dirs = [f[2:] for f in link_flags if f.startswith("-L")]
     rpath = [f"-Wl,-rpath,{d}" for d in lib_dirs]
     return [
-        *shlex.split(compiler), "-shared", "-fPIC", "-O2", "-w",
-        *compile_flags, *(f"-I{d}" for d in extra_includes), str(source), "-o", "{out}", *link_flags, *rpath,
+        *shlex.split(compiler),
+        "-shared",
+        "-fPIC",
+        "-O2",
+        "-w",
+        *compile_flags,
+        *(f"-I{d}" for d in extra_includes),
+        str(source),
+        "-o",
+        "{out}",
+        *link_flags,
+        *rpath,
     ]
 
 
@@ -100,7 +112,11 @@ def legacy_tsl_includes(compile_flags: Sequence[str]) -> list[str]:
     out = []
     for flag in compile_flags:
         inc = flag[2:] if flag.startswith("-I") else None
-        if inc and not os.path.isdir(os.path.join(inc, "tsl")) and os.path.isdir(os.path.join(inc, "tensorflow", "tsl")):
+        if (
+            inc
+            and not os.path.isdir(os.path.join(inc, "tsl"))
+            and os.path.isdir(os.path.join(inc, "tensorflow", "tsl"))
+        ):
             out.append(os.path.join(inc, "tensorflow"))
     return out
 
@@ -125,8 +141,12 @@ def make_plan() -> BuildPlan:
     h.update(compiler_version(compiler).encode())
     key = f"tf{tf.__version__}-{h.hexdigest()[:16]}"
     return BuildPlan(
-        source=source, compiler=compiler, command=tuple(command), tf_version=tf.__version__,
-        key=key, cache_dir=cache_root() / "native" / key,
+        source=source,
+        compiler=compiler,
+        command=tuple(command),
+        tf_version=tf.__version__,
+        key=key,
+        cache_dir=cache_root() / "native" / key,
     )
 
 
@@ -178,7 +198,9 @@ def build(force: bool = False, plan: BuildPlan | None = None) -> Path:
             write_text_atomic(str(failed), " ".join(shlex.quote(c) for c in cmd) + "\n\n" + err)
             tail = "\n".join(err.strip().splitlines()[-15:])
             status = f"exit status {proc.returncode}" if proc is not None else "could not run the compiler"
-            raise NativeBuildError(f"compiling the native tracer failed ({status}; log: {failed})" + (f":\n{tail}" if tail else ""))
+            raise NativeBuildError(
+                f"compiling the native tracer failed ({status}; log: {failed})" + (f":\n{tail}" if tail else "")
+            )
         os.chmod(tmp, 0o755)
         os.replace(tmp, lib)
         failed.unlink(missing_ok=True)

@@ -20,6 +20,7 @@ Conventions (documented in docs/tracing.md):
   executor runs inline (small element-wise ops) appear only with ``cheap_ops=True``
   (level 3), which costs more because TF then also formats every op's input shapes.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -39,21 +40,47 @@ EXCLUDED_TYPES = frozenset(
 )
 CONTAINER_TYPES = frozenset(
     {
-        "PartitionedCall", "StatefulPartitionedCall", "TPUPartitionedCall", "RemoteCall", "SymbolicGradient",
-        "While", "StatelessWhile", "_While", "If", "StatelessIf", "_If", "Case", "StatelessCase",
-        "For", "MapDefun",
+        "PartitionedCall",
+        "StatefulPartitionedCall",
+        "TPUPartitionedCall",
+        "RemoteCall",
+        "SymbolicGradient",
+        "While",
+        "StatelessWhile",
+        "_While",
+        "If",
+        "StatelessIf",
+        "_If",
+        "Case",
+        "StatelessCase",
+        "For",
+        "MapDefun",
     }
 )
 
 #: Used only when tf_autopar.graph.heavy_ops is not importable.
 _LOCAL_HEAVY = {
-    "Conv2D": "convolution", "Conv3D": "convolution", "DepthwiseConv2dNative": "convolution",
-    "_FusedConv2D": "convolution", "_FusedConv3D": "convolution", "_FusedDepthwiseConv2dNative": "convolution",
-    "Conv2DBackpropInput": "convolution", "Conv2DBackpropFilter": "convolution",
-    "MatMul": "matmul", "BatchMatMul": "matmul", "BatchMatMulV2": "matmul", "BatchMatMulV3": "matmul",
-    "Einsum": "matmul", "_FusedMatMul": "matmul", "_FusedBatchMatMulV2": "matmul",
-    "ResourceGather": "embedding", "SparseSegmentSum": "embedding", "SparseSegmentMean": "embedding",
-    "LSTMBlockCell": "recurrent", "BlockLSTM": "recurrent", "GRUBlockCell": "recurrent",
+    "Conv2D": "convolution",
+    "Conv3D": "convolution",
+    "DepthwiseConv2dNative": "convolution",
+    "_FusedConv2D": "convolution",
+    "_FusedConv3D": "convolution",
+    "_FusedDepthwiseConv2dNative": "convolution",
+    "Conv2DBackpropInput": "convolution",
+    "Conv2DBackpropFilter": "convolution",
+    "MatMul": "matmul",
+    "BatchMatMul": "matmul",
+    "BatchMatMulV2": "matmul",
+    "BatchMatMulV3": "matmul",
+    "Einsum": "matmul",
+    "_FusedMatMul": "matmul",
+    "_FusedBatchMatMulV2": "matmul",
+    "ResourceGather": "embedding",
+    "SparseSegmentSum": "embedding",
+    "SparseSegmentMean": "embedding",
+    "LSTMBlockCell": "recurrent",
+    "BlockLSTM": "recurrent",
+    "GRUBlockCell": "recurrent",
 }
 
 
@@ -146,7 +173,7 @@ def normalize_type(kernel: str) -> str:
     """
     for prefix in ("_MklNative", "_Mkl"):
         if kernel.startswith(prefix) and len(kernel) > len(prefix):
-            rest = kernel[len(prefix):]
+            rest = kernel[len(prefix) :]
             if rest.startswith("Fused") and not rest.startswith(("FusedBatchNorm", "FusedPad", "FusedResize")):
                 return "_" + rest
             return rest
@@ -165,7 +192,10 @@ def embedding_gather_names(graph_def) -> frozenset[str]:
     Identity-like ops. The same rule as tf_autopar.graph.heavy_ops applies to graphs."""
     try:
         from tf_autopar.graph.heavy_ops import (
-            CONDITIONAL_GATHER_OP_TYPES, EMBEDDING_TABLE_SOURCES, PASS_THROUGH_OP_TYPES, is_table_const,
+            CONDITIONAL_GATHER_OP_TYPES,
+            EMBEDDING_TABLE_SOURCES,
+            PASS_THROUGH_OP_TYPES,
+            is_table_const,
         )
     except ImportError:  # pragma: no cover
         return frozenset()
@@ -206,8 +236,11 @@ def heavy_classifier(embedding_gathers: frozenset[str] = frozenset()) -> Callabl
 
     def classify(op_type: str, kernel: str, name: str) -> str | None:
         cls = lookup(op_type) or lookup(kernel)
-        if cls is None and op_type in ("GatherV2", "Gather") and (
-                name in embedding_gathers or "embedding" in name.lower()):
+        if (
+            cls is None
+            and op_type in ("GatherV2", "Gather")
+            and (name in embedding_gathers or "embedding" in name.lower())
+        ):
             cls = "embedding"
         return cls
 
@@ -238,8 +271,9 @@ class OpTable:
         out = []
         for i in order:
             name, op_type, kernel = self.keys[int(self.key[i])]
-            out.append(OpEvent(name, op_type, kernel, self.threads[int(self.thread[i])], int(self.start[i]),
-                               int(self.end[i])))
+            out.append(
+                OpEvent(name, op_type, kernel, self.threads[int(self.thread[i])], int(self.start[i]), int(self.end[i]))
+            )
         return out
 
 
@@ -248,7 +282,7 @@ def _eager_ops(names: Sequence[str], ev: np.ndarray) -> list[tuple[int, str]]:
     ``EagerLocalExecute: <Type>`` on the same thread. Function calls are skipped (their
     ops are traced one by one)."""
     kernel_ids = [i for i, n in enumerate(names) if n == _EAGER_KERNEL]
-    outer_ids = {i: n[len(_EAGER_OP):].strip() for i, n in enumerate(names) if n.startswith(_EAGER_OP)}
+    outer_ids = {i: n[len(_EAGER_OP) :].strip() for i, n in enumerate(names) if n.startswith(_EAGER_OP)}
     if not kernel_ids or not outer_ids or len(ev) == 0:
         return []
     out: list[tuple[int, str]] = []
@@ -303,8 +337,9 @@ def op_table(chunks: Iterable[RawChunk], start_ns: int, end_ns: int) -> OpTable:
         eager = _eager_ops(ch.names, ev)
         if eager:
             rows = np.array([r for r, _ in eager], dtype=np.int64)
-            ek = np.array([key_id((f"eager/{normalize_type(t)}", normalize_type(t), t)) for _, t in eager],
-                          dtype=np.int64)
+            ek = np.array(
+                [key_id((f"eager/{normalize_type(t)}", normalize_type(t), t)) for _, t in eager], dtype=np.int64
+            )
             cols.append((ek, tmap[ev[rows, 1]], ev[rows, 2] - start_ns, ev[rows, 3] - start_ns))
     if cols:
         key, thread, start, end = (np.concatenate([c[j] for c in cols]) for j in range(4))
@@ -323,8 +358,7 @@ def runtime_events(chunks: Iterable[RawChunk], start_ns: int, end_ns: int) -> li
         ev = ev[(ev[:, 2] >= start_ns) & (ev[:, 2] <= end_ns)]
         is_op = np.array([parse_op_event(n) is not None for n in ch.names] or [False], dtype=bool)
         for row in ev[~is_op[ev[:, 0]]]:
-            out.append((ch.names[int(row[0])], ch.threads[int(row[1])], int(row[2]) - start_ns,
-                        int(row[3]) - start_ns))
+            out.append((ch.names[int(row[0])], ch.threads[int(row[1])], int(row[2]) - start_ns, int(row[3]) - start_ns))
     return out
 
 
@@ -350,16 +384,24 @@ def aggregate_ops(table: OpTable) -> list[OpRecord]:
         return []
     d = table.duration.astype(np.float64)
     count, total, median = _group_stats(table.key, d, n_keys)
-    per_thread = np.bincount(table.key * n_threads + table.thread, weights=d + 1e-3,
-                             minlength=n_keys * n_threads).reshape(n_keys, n_threads)
+    per_thread = np.bincount(
+        table.key * n_threads + table.thread, weights=d + 1e-3, minlength=n_keys * n_threads
+    ).reshape(n_keys, n_threads)
     out = []
     for k in np.flatnonzero(count):
         name, op_type, kernel = table.keys[k]
-        out.append(OpRecord(
-            type=op_type, name=name, count=int(count[k]), total_s=float(total[k]) * 1e-9,
-            median_s=float(median[k]) * 1e-9, thread=table.threads[int(np.argmax(per_thread[k]))],
-            kernel=kernel if kernel != op_type else "", threads=int(np.count_nonzero(per_thread[k])),
-        ))
+        out.append(
+            OpRecord(
+                type=op_type,
+                name=name,
+                count=int(count[k]),
+                total_s=float(total[k]) * 1e-9,
+                median_s=float(median[k]) * 1e-9,
+                thread=table.threads[int(np.argmax(per_thread[k]))],
+                kernel=kernel if kernel != op_type else "",
+                threads=int(np.count_nonzero(per_thread[k])),
+            )
+        )
     out.sort(key=lambda r: (-r.total_s, r.name))
     return out
 
@@ -386,9 +428,17 @@ def aggregate_types(table: OpTable, classify: Callable[[str, str, str], str | No
     ops_per_type = {t: len({table.keys[k][0] for k in present if table.keys[k][1] == t}) for t in types}
     all_s = float(d.sum()) or 1.0
     out = [
-        TypeRecord(type=t, count=int(count[i]), ops=ops_per_type[t], total_s=float(total[i]) * 1e-9,
-                   median_s=float(median[i]) * 1e-9, share=float(total[i]) / all_s, heavy=heavy.get(t))
-        for i, t in enumerate(types) if count[i] > 0
+        TypeRecord(
+            type=t,
+            count=int(count[i]),
+            ops=ops_per_type[t],
+            total_s=float(total[i]) * 1e-9,
+            median_s=float(median[i]) * 1e-9,
+            share=float(total[i]) / all_s,
+            heavy=heavy.get(t),
+        )
+        for i, t in enumerate(types)
+        if count[i] > 0
     ]
     out.sort(key=lambda r: (-r.total_s, r.type))
     return out
@@ -428,10 +478,15 @@ def heavy_share(table: OpTable, wall_s: float, classify: Callable[[str, str, str
     is_heavy = np.isin(table.key, heavy_keys) if heavy_keys else np.zeros(len(table), dtype=bool)
     busy_s = union_length(table.start[is_heavy], table.end[is_heavy]) * 1e-9
     return HeavyShare(
-        heavy_s=heavy_ns * 1e-9, other_s=other_ns * 1e-9, op_s=op_ns * 1e-9,
-        heavy_fraction=heavy_ns / op_ns if op_ns else 0.0, wall_s=wall_s, heavy_busy_s=busy_s,
+        heavy_s=heavy_ns * 1e-9,
+        other_s=other_ns * 1e-9,
+        op_s=op_ns * 1e-9,
+        heavy_fraction=heavy_ns / op_ns if op_ns else 0.0,
+        wall_s=wall_s,
+        heavy_busy_s=busy_s,
         tax_fraction=max(0.0, 1.0 - busy_s / wall_s) if wall_s > 0 else 0.0,
-        by_class=dict(sorted(by_class.items())), heavy_types=tuple(sorted(types)),
+        by_class=dict(sorted(by_class.items())),
+        heavy_types=tuple(sorted(types)),
     )
 
 
@@ -445,8 +500,9 @@ def timeline(events: Sequence[OpEvent]) -> dict[str, list[OpEvent]]:
     return dict(sorted(out.items()))
 
 
-def chrome_trace(events: Sequence[OpEvent], runtime: Sequence[tuple[str, str, int, int]] = (),
-                 metadata: dict | None = None) -> dict:
+def chrome_trace(
+    events: Sequence[OpEvent], runtime: Sequence[tuple[str, str, int, int]] = (), metadata: dict | None = None
+) -> dict:
     """A Trace Event Format document (Perfetto, chrome://tracing): complete ("X") events in µs."""
     threads = sorted({e.thread for e in events} | {r[1] for r in runtime})
     tid = {t: i + 1 for i, t in enumerate(threads)}
@@ -454,14 +510,28 @@ def chrome_trace(events: Sequence[OpEvent], runtime: Sequence[tuple[str, str, in
     for t in threads:
         trace_events.append({"ph": "M", "pid": 1, "tid": tid[t], "name": "thread_name", "args": {"name": t}})
     for e in events:
-        trace_events.append({
-            "ph": "X", "pid": 1, "tid": tid[e.thread], "name": e.name, "cat": "op",
-            "ts": e.start_ns / 1000.0, "dur": (e.end_ns - e.start_ns) / 1000.0,
-            "args": {"type": e.type, "kernel": e.kernel},
-        })
+        trace_events.append(
+            {
+                "ph": "X",
+                "pid": 1,
+                "tid": tid[e.thread],
+                "name": e.name,
+                "cat": "op",
+                "ts": e.start_ns / 1000.0,
+                "dur": (e.end_ns - e.start_ns) / 1000.0,
+                "args": {"type": e.type, "kernel": e.kernel},
+            }
+        )
     for name, thread, s, t_end in runtime:
-        trace_events.append({
-            "ph": "X", "pid": 1, "tid": tid[thread], "name": name, "cat": "runtime",
-            "ts": s / 1000.0, "dur": (t_end - s) / 1000.0,
-        })
+        trace_events.append(
+            {
+                "ph": "X",
+                "pid": 1,
+                "tid": tid[thread],
+                "name": name,
+                "cat": "runtime",
+                "ts": s / 1000.0,
+                "dur": (t_end - s) / 1000.0,
+            }
+        )
     return {"traceEvents": trace_events, "displayTimeUnit": "ms", "metadata": metadata or {}}

@@ -15,6 +15,7 @@ Recording is process-wide in TensorFlow (one TraceMe recorder, one profiler lock
 - ``tf.profiler`` active: ``TraceBusyError`` (and tf.profiler cannot start while a trace
   is recording: the native tracer holds TF's profiler lock).
 """
+
 from __future__ import annotations
 
 import logging
@@ -65,8 +66,11 @@ def _make_backend(choice: str):
         except NativeBuildError as exc:
             if choice == "native":
                 raise
-            _warn.warn_once("tracer-fallback", f"native op tracer unavailable, using the tf.profiler fallback "
-                            f"(slower): {exc}", log.name)
+            _warn.warn_once(
+                "tracer-fallback",
+                f"native op tracer unavailable, using the tf.profiler fallback (slower): {exc}",
+                log.name,
+            )
     from tf_autopar.tracing._profiler import ProfilerBackend
 
     return ProfilerBackend()
@@ -247,18 +251,40 @@ class Trace:
             "steps": steps,
             "incomplete": self.incomplete,
             "heavy_share": {
-                "heavy_s": hs.heavy_s, "other_s": hs.other_s, "op_s": hs.op_s,
-                "heavy_fraction": hs.heavy_fraction, "wall_s": hs.wall_s, "heavy_busy_s": hs.heavy_busy_s,
-                "tax_fraction": hs.tax_fraction, "by_class": hs.by_class, "heavy_types": list(hs.heavy_types),
+                "heavy_s": hs.heavy_s,
+                "other_s": hs.other_s,
+                "op_s": hs.op_s,
+                "heavy_fraction": hs.heavy_fraction,
+                "wall_s": hs.wall_s,
+                "heavy_busy_s": hs.heavy_busy_s,
+                "tax_fraction": hs.tax_fraction,
+                "by_class": hs.by_class,
+                "heavy_types": list(hs.heavy_types),
             },
             "by_type": [
-                {"type": r.type, "count": r.count, "ops": r.ops, "total_s": r.total_s, "per_step_s": per(r.total_s),
-                 "median_s": r.median_s, "share": r.share, "heavy": r.heavy}
+                {
+                    "type": r.type,
+                    "count": r.count,
+                    "ops": r.ops,
+                    "total_s": r.total_s,
+                    "per_step_s": per(r.total_s),
+                    "median_s": r.median_s,
+                    "share": r.share,
+                    "heavy": r.heavy,
+                }
                 for r in self.by_type()
             ],
             "ops": [
-                {"type": r.type, "name": r.name, "count": r.count, "total_s": r.total_s, "median_s": r.median_s,
-                 "thread": r.thread, "kernel": r.kernel, "threads": r.threads}
+                {
+                    "type": r.type,
+                    "name": r.name,
+                    "count": r.count,
+                    "total_s": r.total_s,
+                    "median_s": r.median_s,
+                    "thread": r.thread,
+                    "kernel": r.kernel,
+                    "threads": r.threads,
+                }
                 for r in self.ops()
             ],
         }

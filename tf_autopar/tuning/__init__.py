@@ -7,6 +7,7 @@ session tuned live on synthesised calls; the next enable() start serves the winn
 process pools (tuner.py; search.py, pure), whose winner the planner takes as a measured fact
 (``planning.plan(..., tuned=...)``). Importing this package does not import TensorFlow.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -14,8 +15,15 @@ from typing import Any
 __all__ = ["tune"]
 
 
-def tune(model: Any, *, mode: str = "latency", batch: int | None = None, budget_s: float = 120.0,
-         process_pools: bool = False, **kwargs: Any) -> Any:
+def tune(
+    model: Any,
+    *,
+    mode: str = "latency",
+    batch: int | None = None,
+    budget_s: float = 120.0,
+    process_pools: bool = False,
+    **kwargs: Any,
+) -> Any:
     """See tuning/inprocess.py (a model file in an inference mode) and tuning/tuner.py
     (``process_pools=True``, training, bundled workloads)."""
     from tf_autopar.models.load import looks_like_model

@@ -12,6 +12,7 @@ the smallest size from which the budget wins at every larger size.
 
 Parent (``calibrate()``) never imports TensorFlow; ``ladder`` is the child function (measure/child.py).
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -48,12 +49,18 @@ def threshold(one: Mapping[int, float], many: Mapping[int, float]) -> tuple[int 
     if first == 0:
         return works[0], f"the budget won at every size, from {works[0] / 1e6:.1f} M multiply-adds"
     lo, hi = works[first - 1], works[first]
-    return int(math.sqrt(lo * hi)), (f"one thread held up to {lo / 1e6:.1f} M multiply-adds, the budget won from "
-                                      f"{hi / 1e6:.1f} M on")
+    return int(math.sqrt(lo * hi)), (
+        f"one thread held up to {lo / 1e6:.1f} M multiply-adds, the budget won from {hi / 1e6:.1f} M on"
+    )
 
 
-def calibrate(rounds: int = 3, *, run: Callable[[int, int], Mapping[int, float] | None] | None = None,
-              store: bool = True, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+def calibrate(
+    rounds: int = 3,
+    *,
+    run: Callable[[int, int], Mapping[int, float] | None] | None = None,
+    store: bool = True,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
     """Measure, decide, and (``store``) remember the threshold for this host; returns the entry.
     ``run(intra, round)`` -> {work: seconds per op} (default: a fresh child process)."""
     from tf_autopar.topology import detect_topology
@@ -75,8 +82,12 @@ def calibrate(rounds: int = 3, *, run: Callable[[int, int], Mapping[int, float] 
     many = {w: median(ts) for w, ts in times[budget].items()}
     value, why = threshold(one, many)
     entry = {
-        "small_op_work": value, "why": why, "date": _dt.date.today().isoformat(),
-        "cpu_model": getattr(topology.cpu, "model", "unknown"), "budget": budget, "rounds": rounds,
+        "small_op_work": value,
+        "why": why,
+        "date": _dt.date.today().isoformat(),
+        "cpu_model": getattr(topology.cpu, "model", "unknown"),
+        "budget": budget,
+        "rounds": rounds,
         "per_op_s": {str(w): {"1": one.get(w), str(budget): many.get(w)} for w in sorted(set(one) | set(many))},
     }
     if store and value is not None:
@@ -106,7 +117,7 @@ def _measure_ladder(reps: int = 15, warmup: int = 3) -> dict[str, float]:
 
         @tf.function
         def chain(y: Any) -> Any:
-            for f in filters:
+            for f in filters:  # noqa: B023
                 y = tf.nn.relu(tf.nn.conv2d(y, f, 1, "SAME"))
             return y
 

@@ -19,6 +19,7 @@ process (the CLI) never imports TensorFlow.
 columns: a model, a mode, a batch and settings in, per-setting samples and medians out, all in
 the calling process (which must not have started TensorFlow with other pools than it needs).
 """
+
 from __future__ import annotations
 
 import json
@@ -76,21 +77,30 @@ def setting_label(s: Setting) -> str:
 
 
 def parse_setting(text: str) -> Setting:
-    """"2x1" or "1x1x2" (inter x intra [x streams]); ValueError naming the problem."""
+    """ "2x1" or "1x1x2" (inter x intra [x streams]); ValueError naming the problem."""
     parts = text.strip().split("x")
     try:
         nums = [int(p) for p in parts]
     except ValueError:
         nums = []
     if len(nums) not in (2, 3) or any(n < 1 for n in nums):
-        raise ValueError(f"a frozen-path setting is INTERxINTRA or INTERxINTRAxSTREAMS of positive integers, "
-                         f"got {text!r}")
+        raise ValueError(
+            f"a frozen-path setting is INTERxINTRA or INTERxINTRAxSTREAMS of positive integers, got {text!r}"
+        )
     return nums[0], nums[1], nums[2] if len(nums) == 3 else 1
 
 
-def measure(model: str, settings: Sequence[Setting], *, mode: str = "latency", batch: int = 1,
-            seconds: float = 10.0, block: int = 8, drop: int = 2,
-            model_options: ModelOptions | None = None) -> Measurement:
+def measure(
+    model: str,
+    settings: Sequence[Setting],
+    *,
+    mode: str = "latency",
+    batch: int = 1,
+    seconds: float = 10.0,
+    block: int = 8,
+    drop: int = 2,
+    model_options: ModelOptions | None = None,
+) -> Measurement:
     """Each setting's frozen session(s) on ``model`` at ``batch``, interleaved in blocks of
     ``block`` calls (the first ``drop`` of each block left out: the previous session's threads
     wind down), for about ``seconds`` in all, in this process. Every setting's sessions are
@@ -104,8 +114,10 @@ def measure(model: str, settings: Sequence[Setting], *, mode: str = "latency", b
     if "tensorflow" not in sys.modules:
         os.environ.setdefault("TF_OVERRIDE_GLOBAL_THREADPOOL", "1")
     elif os.environ.get("TF_OVERRIDE_GLOBAL_THREADPOOL") != "1":
-        raise RuntimeError("TensorFlow started without TF_OVERRIDE_GLOBAL_THREADPOOL=1: a session's intra-op "
-                           "setting would not apply to it alone; measure in a fresh process")
+        raise RuntimeError(
+            "TensorFlow started without TF_OVERRIDE_GLOBAL_THREADPOOL=1: a session's intra-op "
+            "setting would not apply to it alone; measure in a fresh process"
+        )
     from tf_autopar.models.load import SAVEDMODEL, prepare_model
     from tf_autopar.runtime.frozen import FrozenGraph, _concrete, _keras_signature
     from tf_autopar.runtime.streams import StreamPool
@@ -131,7 +143,7 @@ def measure(model: str, settings: Sequence[Setting], *, mode: str = "latency", b
             label = setting_label(s)
             callers = s[2] if mode == "throughput" else 1
             times, wall = _block(pool, frozen, feeds, callers, block)
-            out.samples[label].extend(times[drop * callers:])
+            out.samples[label].extend(times[drop * callers :])
             busy[label] += wall
         out.rounds += 1
     out.calls_per_s = {k: len(v) / busy[k] for k, v in out.samples.items() if busy[k] > 0}
@@ -194,29 +206,45 @@ class InProcessOutcome:
 
     def text(self) -> str:
         b = self.bucket
-        lines = [f"tuned {self.model} ({self.mode}, batch {self.batch}) on {self.host.get('cpu_model', '?')} in one "
-                 f"process: {self.calls} calls, decided after {self.decided_s:.1f} s of calls, "
-                 f"{self.seconds:.0f} s in all" + ("" if self.settled else " (the budget ran out first)")]
+        lines = [
+            f"tuned {self.model} ({self.mode}, batch {self.batch}) on {self.host.get('cpu_model', '?')} in one "
+            f"process: {self.calls} calls, decided after {self.decided_s:.1f} s of calls, "
+            f"{self.seconds:.0f} s in all" + ("" if self.settled else " (the budget ran out first)")
+        ]
         for t in b.get("tried") or []:
             lines.append(f"  {t}")
         won = b.get("won") or {}
         if b.get("path") != "frozen session":
-            lines.append("the original path serves: the frozen session was not faster at the plan's setting or "
-                         "its neighbours" if self.settled else "the original path serves so far")
+            lines.append(
+                "the original path serves: the frozen session was not faster at the plan's setting or its neighbours"
+                if self.settled
+                else "the original path serves so far"
+            )
         elif won:
-            lines.append(f"chosen {self.chosen}: {_num(won.get('total', won.get('speedup'))):.2f}x faster than the plan's "
-                         f"{won.get('plan', won.get('from'))} ({won.get('pairs_total', won.get('pairs'))} paired calls)")
+            lines.append(
+                f"chosen {self.chosen}: {_num(won.get('total', won.get('speedup'))):.2f}x faster than the plan's "
+                f"{won.get('plan', won.get('from'))} ({won.get('pairs_total', won.get('pairs'))} paired calls)"
+            )
         else:
             lines.append(f"kept the plan's {self.chosen}: no neighbour was faster beyond the noise")
         if self.stored:
-            lines.append("stored in the plan cache (served models): the next enable() start serves this setting "
-                         "from its first call")
+            lines.append(
+                "stored in the plan cache (served models): the next enable() start serves this setting "
+                "from its first call"
+            )
         return "\n".join(lines)
 
 
-def tune(model: str, *, mode: str = "latency", batch: int | None = None, budget_s: float = DEFAULT_BUDGET_S,
-         model_options: ModelOptions | None = None, store: bool = True,
-         progress: Callable[[str], None] | None = None) -> InProcessOutcome:
+def tune(
+    model: str,
+    *,
+    mode: str = "latency",
+    batch: int | None = None,
+    budget_s: float = DEFAULT_BUDGET_S,
+    model_options: ModelOptions | None = None,
+    store: bool = True,
+    progress: Callable[[str], None] | None = None,
+) -> InProcessOutcome:
     """Live tuning of ``model`` (SavedModel directory or .keras file) on synthesised calls at
     ``batch`` in one child process, within about ``budget_s`` seconds of calls; the winner is
     remembered where enable() finds it (unless ``store`` is False). ValueError for what cannot
@@ -225,28 +253,45 @@ def tune(model: str, *, mode: str = "latency", batch: int | None = None, budget_
     from tf_autopar.tuning.tuner import check_budget
 
     if mode not in TUNE_MODES:
-        raise ValueError(f"in-process tune serves an inference mode ({' or '.join(TUNE_MODES)}), not {mode!r}; "
-                         "training steps are tuned with --process-pools")
+        raise ValueError(
+            f"in-process tune serves an inference mode ({' or '.join(TUNE_MODES)}), not {mode!r}; "
+            "training steps are tuned with --process-pools"
+        )
     check_budget(budget_s)
     if batch is not None and batch < 1:
         raise ValueError(f"--batch must be a positive integer, got {batch}")
     if not looks_like_model(model):
-        raise ValueError(f"{model}: in-process tune runs a SavedModel directory or a .keras file as a server "
-                         "would; bundled workloads are tuned with --process-pools")
+        raise ValueError(
+            f"{model}: in-process tune runs a SavedModel directory or a .keras file as a server "
+            "would; bundled workloads are tuned with --process-pools"
+        )
     model_kind(model)  # a missing or unreadable path: its own clear error, before a process starts
     say = progress or (lambda text: None)
-    request = {"model": os.path.abspath(model), "mode": mode, "batch": batch or 1, "budget_s": float(budget_s),
-               "store": store, "options": (model_options or ModelOptions()).to_dict()}
+    request = {
+        "model": os.path.abspath(model),
+        "mode": mode,
+        "batch": batch or 1,
+        "budget_s": float(budget_s),
+        "store": store,
+        "options": (model_options or ModelOptions()).to_dict(),
+    }
     t0 = time.perf_counter()
-    say(f"one process: enable({mode!r}), load {model} once, then calls at batch {batch or 1} until live tuning "
-        f"has tried the plan's neighbours (at most {budget_s:g} s)")
+    say(
+        f"one process: enable({mode!r}), load {model} once, then calls at batch {batch or 1} until live tuning "
+        f"has tried the plan's neighbours (at most {budget_s:g} s)"
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TF_NUM_", "TF_OVERRIDE"))}
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     env.pop("TF_AUTOPAR_TUNE_LIVE", None)
     env["TF_AUTOPAR_BUILD_NICE"] = "0"  # no traffic to protect here: builds at full speed
     env.pop("TF_AUTOPAR_FAST_PATH", None)
-    proc = subprocess.Popen([sys.executable, "-m", "tf_autopar.tuning.inprocess", json.dumps(request)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tf_autopar.tuning.inprocess", json.dumps(request)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         out, err = proc.communicate(timeout=budget_s + 600)
     except subprocess.TimeoutExpired:
@@ -257,16 +302,26 @@ def tune(model: str, *, mode: str = "latency", batch: int | None = None, budget_
         proc.kill()
         proc.wait()
         raise
-    found = [line[len(_RESULT):] for line in out.splitlines() if line.startswith(_RESULT)]
+    found = [line[len(_RESULT) :] for line in out.splitlines() if line.startswith(_RESULT)]
     if not found:
         raise RuntimeError(f"tune of {model} failed (exit {proc.returncode}): {_tail(err)}")
     res = json.loads(found[-1])
     if res.get("error"):
         raise ValueError(res["error"])
-    return InProcessOutcome(model=model, mode=mode, batch=batch or 1, function=res["function"], bucket=res["bucket"],
-                            settled=bool(res["settled"]), decided_s=float(res["decided_s"]), calls=int(res["calls"]),
-                            seconds=time.perf_counter() - t0, host=res["host"], stored=store and bool(res["bucket"]),
-                            status=res.get("status", ""))
+    return InProcessOutcome(
+        model=model,
+        mode=mode,
+        batch=batch or 1,
+        function=res["function"],
+        bucket=res["bucket"],
+        settled=bool(res["settled"]),
+        decided_s=float(res["decided_s"]),
+        calls=int(res["calls"]),
+        seconds=time.perf_counter() - t0,
+        host=res["host"],
+        stored=store and bool(res["bucket"]),
+        status=res.get("status", ""),
+    )
 
 
 def live_reset(model: str) -> dict[str, Any]:
@@ -283,8 +338,10 @@ def live_reset(model: str) -> dict[str, Any]:
     try:
         profile = model_profile(real, 1, False)
     except Exception as exc:  # noqa: BLE001 - any parse failure means a file that is not a readable model
-        raise ValueError(f"{model}: cannot read it as a model (corrupt or not a SavedModel): "
-                         f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
+        raise ValueError(
+            f"{model}: cannot read it as a model (corrupt or not a SavedModel): "
+            f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        ) from None
     if profile is None or not profile.fingerprint:
         raise ValueError(f"{model}: cannot read it as a model (no graph found)")
     dropped = cache.forget_tuning(profile.fingerprint, cache.host_key(core.topology()))
@@ -319,8 +376,10 @@ def _child(request: Mapping[str, Any]) -> dict[str, Any]:
     bucket_id = fastpath_rules.bucket_of(batch)
     function = _routed_function(prepared.model)
     if function is None:
-        return {"error": f"{request['model']} is not served by the fast path here (see the warning above): "
-                         "nothing to tune in one process; --process-pools tunes the process pools"}
+        return {
+            "error": f"{request['model']} is not served by the fast path here (see the warning above): "
+            "nothing to tune in one process; --process-pools tunes the process pools"
+        }
     budget = float(request["budget_s"])
     start = time.perf_counter()
     calls = [0]
@@ -361,10 +420,15 @@ def _child(request: Mapping[str, Any]) -> dict[str, Any]:
     from tf_autopar.runtime import core
 
     topo = core.topology()
-    return {"function": function[1], "bucket": bucket, "settled": done, "decided_s": round(decided, 2),
-            "calls": calls[0], "host": {"cpu_model": getattr(topo.cpu, "model", "unknown"),
-                                        "cpu_budget": topo.cpu_budget},
-            "status": tf_autopar.status().text()}
+    return {
+        "function": function[1],
+        "bucket": bucket,
+        "settled": done,
+        "decided_s": round(decided, 2),
+        "calls": calls[0],
+        "host": {"cpu_model": getattr(topo.cpu, "model", "unknown"), "cpu_budget": topo.cpu_budget},
+        "status": tf_autopar.status().text(),
+    }
 
 
 def _routed_function(loaded: Any) -> tuple[str, str] | None:

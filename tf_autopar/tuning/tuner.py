@@ -7,6 +7,7 @@ cache under the model's graph fingerprint, this host's key (topology and process
 mode and the batch, so enable() (at the model's load), ``plan`` and ``run --model`` use it; a host
 whose key differs ignores it. This process never imports TensorFlow.
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -56,14 +57,24 @@ class TuneOutcome:
         return self.result.best
 
     def to_dict(self) -> dict[str, Any]:
-        return {"model": self.model, "mode": self.mode, "batch": self.batch, "rule": self.rule.label,
-                "tuned": self.best.label, "search": self.result.to_dict(), "stored": self.entry,
-                "seconds": round(self.seconds, 1), "host": self.host}
+        return {
+            "model": self.model,
+            "mode": self.mode,
+            "batch": self.batch,
+            "rule": self.rule.label,
+            "tuned": self.best.label,
+            "search": self.result.to_dict(),
+            "stored": self.entry,
+            "seconds": round(self.seconds, 1),
+            "host": self.host,
+        }
 
     def text(self) -> str:
         r = self.result
-        lines = [f"tuned {self.model} ({self.mode}, batch {self.batch}) on {self.host.get('cpu_model', '?')}: "
-                 f"{r.runs} runs in {r.rounds} rounds, {self.seconds:.0f} s; {r.stopped}"]
+        lines = [
+            f"tuned {self.model} ({self.mode}, batch {self.batch}) on {self.host.get('cpu_model', '?')}: "
+            f"{r.runs} runs in {r.rounds} rounds, {self.seconds:.0f} s; {r.stopped}"
+        ]
         for c in sorted(r.times, key=r.median):
             tag = " <- rule's plan" if c == self.rule else ""
             tag += " <- chosen" if c == self.best else ""
@@ -71,8 +82,10 @@ class TuneOutcome:
         if self.best == self.rule:
             lines.append(f"kept the rule's plan {self.rule.label}: no neighbour was faster beyond the noise")
         else:
-            lines.append(f"chosen {self.best.label}: {r.speedup():.2f}x over the rule's plan {self.rule.label} "
-                         "(median of per-round ratios)")
+            lines.append(
+                f"chosen {self.best.label}: {r.speedup():.2f}x over the rule's plan {self.rule.label} "
+                "(median of per-round ratios)"
+            )
         if self.entry:
             lines.append("stored in the plan cache: enable(), `plan` and `run --model` use it on this host")
         return "\n".join(lines)
@@ -88,17 +101,24 @@ def candidate_env(plan_env: Mapping[str, str], c: Candidate) -> dict[str, str]:
     return env
 
 
-def search_plan(plan: Mapping[str, Any], profile: Mapping[str, Any], usable: int,
-                run: Callable[[Candidate, int], float], max_runs: int,
-                say: Callable[[str], None]) -> tuple[Candidate, SearchResult]:
+def search_plan(
+    plan: Mapping[str, Any],
+    profile: Mapping[str, Any],
+    usable: int,
+    run: Callable[[Candidate, int], float],
+    max_runs: int,
+    say: Callable[[str], None],
+) -> tuple[Candidate, SearchResult]:
     """The search around ``plan`` (a ThreadPlan.to_dict()): ``run(candidate, round)`` measures one
     candidate once in a fresh process and returns its step time (NaN: failed). Shared by ``tune``
     and ``validate --tuned``, so what validation reports is what a user's tune does."""
     omp = plan.get("omp_threads")
     rule = Candidate(int(plan["inter_op"]), int(plan["intra_op"]), int(omp) if omp else None)
     candidates = neighbourhood(rule.inter, rule.intra, usable, int(profile.get("max_width") or 1), rule.omp)
-    say(f"rule's plan {rule.label}; {len(candidates)} candidates "
-        f"({', '.join(c.label for c in candidates)}); up to {max_runs} runs")
+    say(
+        f"rule's plan {rule.label}; {len(candidates)} candidates "
+        f"({', '.join(c.label for c in candidates)}); up to {max_runs} runs"
+    )
 
     def measure(live: Sequence[Candidate], rnd: int) -> Mapping[Candidate, float]:
         out = {}
@@ -118,7 +138,8 @@ def _max_runs(budget_s: float, one_run_s: float, rule: str) -> int:
         raise ValueError(
             f"a budget of {budget_s:g} s cannot compare two settings (preparing this model took {one_run_s:.1f} s, "
             f"and each run takes about as long here): the rule's plan {rule} is kept; give --budget "
-            f"{math.ceil(5 * max(one_run_s, 1.0))} or more")
+            f"{math.ceil(5 * max(one_run_s, 1.0))} or more"
+        )
     return max_runs
 
 
@@ -129,15 +150,26 @@ def check_budget(budget_s: float) -> None:
     if not math.isfinite(budget_s) or budget_s > MAX_BUDGET_S:
         raise ValueError(f"--budget {budget_s:g} is beyond {MAX_BUDGET_S:g} s: give a finite budget")
     if budget_s < MIN_BUDGET_S:
-        raise ValueError(f"a budget of {budget_s:g} s cannot compare two settings: every run starts TensorFlow in "
-                         f"a fresh process, which takes seconds; the rule's plan is kept; give --budget "
-                         f"{MIN_BUDGET_S:g} or more")
+        raise ValueError(
+            f"a budget of {budget_s:g} s cannot compare two settings: every run starts TensorFlow in "
+            f"a fresh process, which takes seconds; the rule's plan is kept; give --budget "
+            f"{MIN_BUDGET_S:g} or more"
+        )
 
 
-def tune(model: str, *, mode: str = "latency", batch: int | None = None, budget_s: float = DEFAULT_BUDGET_S,
-         requests: int = DEFAULT_REQUESTS, warmup: int = 3, size: str = "tiny",
-         model_options: ModelOptions | None = None, store: bool = True,
-         progress: Callable[[str], None] | None = None) -> TuneOutcome:
+def tune(
+    model: str,
+    *,
+    mode: str = "latency",
+    batch: int | None = None,
+    budget_s: float = DEFAULT_BUDGET_S,
+    requests: int = DEFAULT_REQUESTS,
+    warmup: int = 3,
+    size: str = "tiny",
+    model_options: ModelOptions | None = None,
+    store: bool = True,
+    progress: Callable[[str], None] | None = None,
+) -> TuneOutcome:
     """Measure the plan and its neighbours for ``model`` (SavedModel dir, .keras file or bundled
     workload) within about ``budget_s`` seconds of machine time; store the winner.
 
@@ -146,8 +178,10 @@ def tune(model: str, *, mode: str = "latency", batch: int | None = None, budget_
     carries no training step). ValueError when the budget cannot pay for two candidates (the
     rule's plan is kept) or the model cannot be fed (the same messages as ``bench``)."""
     if mode not in TUNE_MODES:
-        raise ValueError(f"tune measures {' or '.join(TUNE_MODES)}, not {mode!r} (throughput: tune the latency "
-                         "of one instance, then `run --mode throughput` splits the host)")
+        raise ValueError(
+            f"tune measures {' or '.join(TUNE_MODES)}, not {mode!r} (throughput: tune the latency "
+            "of one instance, then `run --mode throughput` splits the host)"
+        )
     check_budget(budget_s)
     if batch is not None and batch < 1:
         raise ValueError(f"--batch must be a positive integer, got {batch}")
@@ -157,9 +191,17 @@ def tune(model: str, *, mode: str = "latency", batch: int | None = None, budget_
         return _tune_training(model, batch, budget_s, steps, warmup, size, model_options, store, say)
     t0 = time.perf_counter()
     batch = batch or 1
-    options = BenchOptions(model=model, batch=batch, mode="latency", requests=steps,
-                           warmup=warmup, rounds=1, compare=("plan",), size=size,
-                           model_options=model_options or ModelOptions())
+    options = BenchOptions(
+        model=model,
+        batch=batch,
+        mode="latency",
+        requests=steps,
+        warmup=warmup,
+        rounds=1,
+        compare=("plan",),
+        size=size,
+        model_options=model_options or ModelOptions(),
+    )
     with Bench(options) as bench:
         prepared = bench.prepare()
         prepare_s = time.perf_counter() - t0
@@ -175,24 +217,38 @@ def tune(model: str, *, mode: str = "latency", batch: int | None = None, budget_
             res = bench.run_once(BenchConfig(c.label, "threads", env, plan_cpus), rnd)
             return res["median_s"] if res["status"] == "ok" and res["median_s"] else math.nan
 
-        rule, result = search_plan(plan, profile, int(plan.get("usable_cpus") or bench.topology.cpu_budget),
-                                   run, max_runs, say)
+        rule, result = search_plan(
+            plan, profile, int(plan.get("usable_cpus") or bench.topology.cpu_budget), run, max_runs, say
+        )
         topology = bench.topology
     plan_mode = str(prepared.get("plan_mode") or mode)
     return _finish(model, mode, plan_mode, batch, rule, result, profile, topology, store, t0)
 
 
-def _tune_training(model: str, batch: int | None, budget_s: float, steps: int, warmup: int, size: str,
-                   model_options: ModelOptions | None, store: bool, say: Callable[[str], None]) -> TuneOutcome:
+def _tune_training(
+    model: str,
+    batch: int | None,
+    budget_s: float,
+    steps: int,
+    warmup: int,
+    size: str,
+    model_options: ModelOptions | None,
+    store: bool,
+    say: Callable[[str], None],
+) -> TuneOutcome:
     """Training steps of a bundled workload, through the workloads runner that ``validate`` uses."""
     from tf_autopar.topology import detect_topology
 
     if looks_like_model(model):
-        raise ValueError(f"{model}: a SavedModel or .keras file is tuned for inference (--mode latency); "
-                         "training is tuned on the bundled workloads")
+        raise ValueError(
+            f"{model}: a SavedModel or .keras file is tuned for inference (--mode latency); "
+            "training is tuned on the bundled workloads"
+        )
     if model_options is not None and model_options.given:
-        raise ValueError("--signature, --input-shape, --int-max and --inputs apply to model files, "
-                         f"not to the bundled workload {model!r}")
+        raise ValueError(
+            "--signature, --input-shape, --int-max and --inputs apply to model files, "
+            f"not to the bundled workload {model!r}"
+        )
     t0 = time.perf_counter()
     if batch is None:
         import tf_autopar_workloads as workloads  # the registry, only when the published batch is wanted
@@ -212,27 +268,45 @@ def _tune_training(model: str, batch: int | None, budget_s: float, steps: int, w
     cmd = [*STEPS_CHILD, *runner_args(model, "train", batch, steps, size, warmup)]
 
     def run(c: Candidate, rnd: int) -> float:
-        res = run_child(cmd, {**env, **candidate_env(info.get("env") or {}, c)}, timeout_s, cpus=cpus,
-                        validate=check_step_payload)
+        res = run_child(
+            cmd, {**env, **candidate_env(info.get("env") or {}, c)}, timeout_s, cpus=cpus, validate=check_step_payload
+        )
         if res.status != OK or res.payload is None:
             return math.nan
         return stats.median(float(t) for t in res.payload["step_times_s"])
 
     topology = detect_topology(cpu_details=True)
-    rule, result = search_plan(plan, profile, int(plan.get("usable_cpus") or topology.cpu_budget), run, max_runs,
-                               say)
+    rule, result = search_plan(plan, profile, int(plan.get("usable_cpus") or topology.cpu_budget), run, max_runs, say)
     return _finish(model, TRAINING, TRAINING, batch, rule, result, profile, topology, store, t0)
 
 
-def _finish(model: str, mode: str, plan_mode: str, batch: int, rule: Candidate, result: SearchResult,
-            profile: Mapping[str, Any], topology: Any, store: bool, t0: float) -> TuneOutcome:
+def _finish(
+    model: str,
+    mode: str,
+    plan_mode: str,
+    batch: int,
+    rule: Candidate,
+    result: SearchResult,
+    profile: Mapping[str, Any],
+    topology: Any,
+    store: bool,
+    t0: float,
+) -> TuneOutcome:
     host = {"cpu_model": getattr(topology.cpu, "model", "unknown"), "cpu_budget": topology.cpu_budget}
     entry: dict[str, Any] = {}
     fingerprint = profile.get("fingerprint")
     if store and fingerprint and result.rounds >= 2:
-        entry = {"inter_op": result.best.inter, "intra_op": result.best.intra, "rule": rule.label,
-                 **({"omp_threads": result.best.omp} if result.best.omp is not None else {}),
-                 "speedup": round(result.speedup(), 3), "rounds": result.rounds, "runs": result.runs,
-                 "date": _dt.date.today().isoformat(), "cpu_model": host["cpu_model"], "model": model}
+        entry = {
+            "inter_op": result.best.inter,
+            "intra_op": result.best.intra,
+            "rule": rule.label,
+            **({"omp_threads": result.best.omp} if result.best.omp is not None else {}),
+            "speedup": round(result.speedup(), 3),
+            "rounds": result.rounds,
+            "runs": result.runs,
+            "date": _dt.date.today().isoformat(),
+            "cpu_model": host["cpu_model"],
+            "model": model,
+        }
         cache.store_tuned(fingerprint, cache.host_key(topology), plan_mode, batch, entry)
     return TuneOutcome(model, mode, batch, rule, result, entry, time.perf_counter() - t0, host)

@@ -6,6 +6,7 @@ tf_autopar.measure (fresh processes, quota groups, statistics, progress, configu
 tf_autopar.models (the children: a row's plan, a workload's or a model file's steps), and on
 tf_autopar.tuning for ``--tuned``. Importing this package never imports TensorFlow.
 """
+
 from __future__ import annotations
 
 from tf_autopar.validation.harness import DEFAULT_RUNNER, Harness, Options, RowSpec, make_rows
@@ -14,6 +15,14 @@ from tf_autopar.measure.configs import Config
 from tf_autopar.validation.space import SearchSpace, search_space
 
 __all__ = [
-    "DEFAULT_RUNNER", "Config", "Harness", "Options", "RowSpec", "SearchSpace", "make_rows", "search_space",
-    "summarize_row", "validate_document",
+    "DEFAULT_RUNNER",
+    "Config",
+    "Harness",
+    "Options",
+    "RowSpec",
+    "SearchSpace",
+    "make_rows",
+    "search_space",
+    "summarize_row",
+    "validate_document",
 ]

@@ -12,6 +12,7 @@ and removing its group; the document then holds everything measured so far.
 
 This process never imports TensorFlow: it would compete for the CPUs it measures.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -96,8 +97,9 @@ class Options:
             raise ValueError(f"--tune-runs must be 0 (no tuning) or at least 2, got {self.tune_runs}")
 
 
-def make_rows(workload_names: Sequence[str], modes: Sequence[str], size: str,
-              batches: Mapping[str, int] | None = None) -> list[RowSpec]:
+def make_rows(
+    workload_names: Sequence[str], modes: Sequence[str], size: str, batches: Mapping[str, int] | None = None
+) -> list[RowSpec]:
     """Rows in workload-major order; the published batch comes from the workload registry."""
     for m in modes:
         if m not in ROW_MODES:
@@ -114,8 +116,9 @@ def make_rows(workload_names: Sequence[str], modes: Sequence[str], size: str,
     return rows
 
 
-def make_model_rows(paths: Sequence[str], modes: Sequence[str] | None, batch: int | None,
-                    options: ModelOptions | None = None) -> list[RowSpec]:
+def make_model_rows(
+    paths: Sequence[str], modes: Sequence[str] | None, batch: int | None, options: ModelOptions | None = None
+) -> list[RowSpec]:
     """Rows for users' model files: inference only; ``infer1`` at batch 1, ``infer`` at ``batch``.
 
     Without ``modes``: one row at ``batch`` (default 1). ValueError naming the problem.
@@ -124,8 +127,9 @@ def make_model_rows(paths: Sequence[str], modes: Sequence[str] | None, batch: in
         modes = ["infer1"] if batch in (None, 1) else ["infer"]
     for m in modes:
         if m not in MODEL_ROW_MODES:
-            raise ValueError(f"a model file is validated for inference only: mode {m!r} is not one of "
-                             f"{', '.join(MODEL_ROW_MODES)}")
+            raise ValueError(
+                f"a model file is validated for inference only: mode {m!r} is not one of {', '.join(MODEL_ROW_MODES)}"
+            )
     if "infer" in modes and batch is None:
         raise ValueError("mode 'infer' of a model file needs --batch N (its batch dimension is the signature's)")
     rows = []
@@ -143,8 +147,10 @@ def runner_command(runner: Sequence[str], row: RowSpec, options: Options) -> lis
     """
     if row.model is not None:
         runner = options.model_runner
-    return [*runner, *runner_args(row.workload, row.runner_mode, row.batch, options.steps, row.size,
-                                  options.warmup, row.model)]
+    return [
+        *runner,
+        *runner_args(row.workload, row.runner_mode, row.batch, options.steps, row.size, options.warmup, row.model),
+    ]
 
 
 # (row, child env, quota group or None, quota CPUs or None) -> (our Config or None, info for the report)
@@ -158,15 +164,20 @@ class ChildPlanProvider:
         self.command = tuple(command)
         self.timeout_s = timeout_s
 
-    def __call__(self, row: RowSpec, env: Mapping[str, str], group: QuotaGroup | None,
-                 quota: float | None) -> tuple[Config | None, dict]:
+    def __call__(
+        self, row: RowSpec, env: Mapping[str, str], group: QuotaGroup | None, quota: float | None
+    ) -> tuple[Config | None, dict]:
         cmd = [*self.command, *plan_args(row.workload, row.mode, row.size, row.batch, row.model, quota)]
         res = run_child(cmd, env, self.timeout_s, group=group)
         if res.status != OK or res.payload is None:
             return None, {"status": res.status, "error": res.error, "stderr_tail": res.stderr_tail}
-        info = {"status": "ok", **{k: res.payload.get(k) for k in
-                                   ("plan_mode", "plan", "env", "explain", "profile", "quota_source",
-                                    "model_info")}}
+        info = {
+            "status": "ok",
+            **{
+                k: res.payload.get(k)
+                for k in ("plan_mode", "plan", "env", "explain", "profile", "quota_source", "model_info")
+            },
+        }
         return config_from_plan(results.OURS, res.payload, "plan"), info
 
 
@@ -183,7 +194,9 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def distinct_slots(configs: Sequence[Config], runtime: str, affinity: tuple[int, ...]) -> tuple[list[str], dict[str, str]]:
+def distinct_slots(
+    configs: Sequence[Config], runtime: str, affinity: tuple[int, ...]
+) -> tuple[list[str], dict[str, str]]:
     """Configs to run (first of each effect class, in order) and alias -> the config it is the same as."""
     first: dict[tuple, str] = {}
     order: list[str] = []
@@ -239,8 +252,9 @@ class Harness:
 
     def _max_slots(self) -> int:
         """Distinct processes per round: baselines and search deduplicated, plus our plan if it is new."""
-        order, _ = distinct_slots([*self.baselines, *self.space.configs], self.topology.threading_runtime,
-                                  tuple(self.topology.affinity))
+        order, _ = distinct_slots(
+            [*self.baselines, *self.space.configs], self.topology.threading_runtime, tuple(self.topology.affinity)
+        )
         return len(order) + 1
 
     @contextlib.contextmanager
@@ -263,12 +277,17 @@ class Harness:
             "interrupted": False,
             "args": self.args,
             "options": {
-                "rounds": self.options.rounds, "steps": self.options.steps, "warmup": self.options.warmup,
-                "timeout_s": self.options.timeout_s, "cpu_quota": self.options.cpu_quota,
-                "runner": list(self.options.runner), "model_runner": list(self.options.model_runner),
+                "rounds": self.options.rounds,
+                "steps": self.options.steps,
+                "warmup": self.options.warmup,
+                "timeout_s": self.options.timeout_s,
+                "cpu_quota": self.options.cpu_quota,
+                "runner": list(self.options.runner),
+                "model_runner": list(self.options.model_runner),
             },
-            "cgroup": None if self.controller is None else
-            {"version": self.controller.version, "path": self.controller.path},
+            "cgroup": None
+            if self.controller is None
+            else {"version": self.controller.version, "path": self.controller.path},
             "space": self.space.to_dict(),
             "scrubbed_env": self.scrubbed,
             "rows": [],
@@ -298,8 +317,9 @@ class Harness:
 
     def _finish(self, doc: dict[str, Any]) -> None:
         for row in doc["rows"]:
-            row["summary"] = results.summarize_row(row, self.topology.logical_cpus,
-                                                   results.statistic_for(self.options.cpu_quota))
+            row["summary"] = results.summarize_row(
+                row, self.topology.logical_cpus, results.statistic_for(self.options.cpu_quota)
+            )
         doc["geomean"] = results.geomeans(doc["rows"])
 
     def _tick(self, label: str) -> None:
@@ -307,8 +327,15 @@ class Harness:
             self.progress.update(label)
 
     def _run_row(self, row: RowSpec, doc: dict[str, Any]) -> None:
-        row_doc: dict[str, Any] = {"workload": row.workload, "mode": row.mode, "batch": row.batch,
-                                   "size": row.size, "plan": {"status": "pending"}, "order": [], "configs": {}}
+        row_doc: dict[str, Any] = {
+            "workload": row.workload,
+            "mode": row.mode,
+            "batch": row.batch,
+            "size": row.size,
+            "plan": {"status": "pending"},
+            "order": [],
+            "configs": {},
+        }
         if row.model is not None:
             row_doc["model"] = row.model.to_dict()
         doc["rows"].append(row_doc)  # in the document before anything runs: Ctrl-C keeps partial rows
@@ -320,8 +347,12 @@ class Harness:
         self._tick(f"{row.key} planned" + ("" if ours else " (plan FAILED)"))
         cmd = runner_command(self.options.runner, row, self.options)
         tuned = self._tune(row, ours, info, cmd, row_doc) if ours is not None and self.options.tune_runs else None
-        configs = [*self.baselines, *([ours] if ours is not None else []), *([tuned] if tuned else []),
-                   *self.space.configs]
+        configs = [
+            *self.baselines,
+            *([ours] if ours is not None else []),
+            *([tuned] if tuned else []),
+            *self.space.configs,
+        ]
         names = [c.name for c in configs]
         if len(set(names)) != len(names):
             raise ValueError(f"configuration names must be unique, got {names}")
@@ -342,8 +373,9 @@ class Harness:
                 shown = f"{med * 1e3:.2f} ms" if run["status"] == OK and med else run["status"].upper()
                 self._tick(f"{row.key} round {r}/{self.options.rounds} {name}: {shown}")
 
-    def _tune(self, row: RowSpec, ours: Config, info: Mapping[str, Any], cmd: Sequence[str],
-              row_doc: dict[str, Any]) -> Config | None:
+    def _tune(
+        self, row: RowSpec, ours: Config, info: Mapping[str, Any], cmd: Sequence[str], row_doc: dict[str, Any]
+    ) -> Config | None:
         """What ``tf-autopar tune`` would choose for this row, measured here with the row's own
         runner and settings (tuning/tuner.py's search), before the rounds; its runs and machine
         time are kept in ``row_doc["tune"]`` so the report can set them against the sweep's."""
@@ -354,21 +386,28 @@ class Harness:
         def config(c: Candidate, name: str, kind: str) -> Config:
             env = candidate_env(ours.env_dict, c)
             omp = c.omp if c.omp is not None else (c.intra if ours.omp else None)
-            return Config(name, c.inter, c.intra, omp=omp, env=tuple(sorted(env.items())),
-                          cpus=ours.cpus, kind=kind)
+            return Config(name, c.inter, c.intra, omp=omp, env=tuple(sorted(env.items())), cpus=ours.cpus, kind=kind)
 
         def run(c: Candidate, rnd: int) -> float:
             rec = {"config": c.label, **self._run_one(cmd, config(c, c.label, "tune"), rnd)}
             runs.append(rec)
-            self._tick(f"{row.key} tuning round {rnd} {c.label}: "
-                       + (f"{rec['median_s'] * 1e3:.2f} ms" if rec["status"] == OK and rec["median_s"] else rec["status"]))
+            self._tick(
+                f"{row.key} tuning round {rnd} {c.label}: "
+                + (f"{rec['median_s'] * 1e3:.2f} ms" if rec["status"] == OK and rec["median_s"] else rec["status"])
+            )
             return rec["median_s"] if rec["status"] == OK and rec["median_s"] else math.nan
 
         inter, intra = ours.effective_threads(self.topology.logical_cpus)
         usable = int((info.get("plan") or {}).get("usable_cpus") or self.topology.cpu_budget)
         try:
-            rule, result = search_plan({"inter_op": inter, "intra_op": intra}, info.get("profile") or {}, usable, run,
-                                       self.options.tune_runs, lambda text: log.info("%s: %s", row.key, text))
+            rule, result = search_plan(
+                {"inter_op": inter, "intra_op": intra},
+                info.get("profile") or {},
+                usable,
+                run,
+                self.options.tune_runs,
+                lambda text: log.info("%s: %s", row.key, text),
+            )
         except (ValueError, KeyError) as exc:
             tune_doc["error"] = str(exc)
             return None
@@ -385,8 +424,7 @@ class Harness:
         self._seq += 1
         env = {**self.env, **cfg.env_dict}
         with self._group(cfg.name.replace("/", "_")) as group:
-            res = run_child(cmd, env, self.options.timeout_s, cpus=cfg.cpus, group=group,
-                            validate=check_step_payload)
+            res = run_child(cmd, env, self.options.timeout_s, cpus=cfg.cpus, group=group, validate=check_step_payload)
         return run_record(res, rnd, self._seq)
 
 
@@ -415,6 +453,17 @@ def run_record(res: ChildResult, rnd: int, seq: int) -> dict[str, Any]:
 
 
 __all__ = [
-    "DEFAULT_RUNNER", "MODEL_RUNNER", "ChildPlanProvider", "Harness", "Options", "PlanProvider", "RowSpec",
-    "distinct_slots", "fixed_plan_provider", "make_model_rows", "make_rows", "run_record", "runner_command",
+    "DEFAULT_RUNNER",
+    "MODEL_RUNNER",
+    "ChildPlanProvider",
+    "Harness",
+    "Options",
+    "PlanProvider",
+    "RowSpec",
+    "distinct_slots",
+    "fixed_plan_provider",
+    "make_model_rows",
+    "make_rows",
+    "run_record",
+    "runner_command",
 ]

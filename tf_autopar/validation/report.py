@@ -1,4 +1,5 @@
 """Rendering a validation document: the text table, the JSON file and the PNG chart."""
+
 from __future__ import annotations
 
 import json
@@ -8,7 +9,7 @@ from typing import Any, Mapping
 from tf_autopar import _plots
 from tf_autopar._files import write_text_atomic
 from tf_autopar._text import table
-from tf_autopar.measure.stats import BELOW_OPTIMUM
+from tf_autopar.measure.stats import BELOW_OPTIMUM, format_ratio
 from tf_autopar.planning import baselines
 from tf_autopar.validation.results import OURS, TUNED, canonical
 
@@ -25,16 +26,6 @@ def _ms(x: float | None) -> str:
 
 def _range(sp: Mapping[str, Any]) -> str:
     return "-" if sp.get("min") is None else f"{_ms(sp['min'])}-{_ms(sp['max'])}"
-
-
-def format_ratio(c: Mapping[str, Any] | None) -> str:
-    """A Comparison.to_dict() as "1.23 (1.10-1.31)": the value and its per-round range."""
-    if not c or c.get("value") is None:
-        return "-"
-    p = c.get("paired") or {}
-    if p.get("n", 0) >= 2 and p.get("min") is not None:
-        return f"{c['value']:.2f} ({p['min']:.2f}-{p['max']:.2f})"
-    return f"{c['value']:.2f}"
 
 
 def _threads(row: Mapping[str, Any], name: str | None) -> str:
@@ -65,8 +56,18 @@ def format_table(doc: Mapping[str, Any], details: bool = False) -> str:
     tuned_cols = any(row.get("tune") for row in doc["rows"])
     known = baselines.BASELINES
     names = [b.name for b in known]
-    header = ["workload", "mode", "batch", "ours", "ours ms (min-max)", *(f"vs {b.label}" for b in known),
-              "optimum", "ours/opt", *(["tuned", "tuned/opt", "tune cost"] if tuned_cols else []), ""]
+    header = [
+        "workload",
+        "mode",
+        "batch",
+        "ours",
+        "ours ms (min-max)",
+        *(f"vs {b.label}" for b in known),
+        "optimum",
+        "ours/opt",
+        *(["tuned", "tuned/opt", "tune cost"] if tuned_cols else []),
+        "",
+    ]
     lines = []
     for row in doc["rows"]:
         s = row.get("summary") or {}
@@ -79,8 +80,11 @@ def format_table(doc: Mapping[str, Any], details: bool = False) -> str:
             ours_ms = "plan failed" if row.get("plan", {}).get("status") not in (None, "ok", "pending") else "-"
         cols = []
         for b in names:
-            if b in row["configs"] and OURS in row["configs"] and \
-                    canonical(row["configs"], b) == canonical(row["configs"], OURS):
+            if (
+                b in row["configs"]
+                and OURS in row["configs"]
+                and canonical(row["configs"], b) == canonical(row["configs"], OURS)
+            ):
                 cols.append("1.00 (same)")
             else:
                 cols.append(format_ratio(s.get("speedup", {}).get(b)))
@@ -92,24 +96,56 @@ def format_table(doc: Mapping[str, Any], details: bool = False) -> str:
         if opt and TUNED in row["configs"] and canonical(row["configs"], TUNED) == opt and opt_text != "ours":
             opt_text = "tuned"
         tuned = _tuned_cells(row, s) if tuned_cols else []
-        lines.append([row["workload"], row["mode"], str(row["batch"]), _threads(row, OURS) if OURS in row["configs"] else "-",
-                      ours_ms, *cols, opt_text, format_ratio(s.get("ours_vs_optimum")), *tuned, flag])
+        lines.append(
+            [
+                row["workload"],
+                row["mode"],
+                str(row["batch"]),
+                _threads(row, OURS) if OURS in row["configs"] else "-",
+                ours_ms,
+                *cols,
+                opt_text,
+                format_ratio(s.get("ours_vs_optimum")),
+                *tuned,
+                flag,
+            ]
+        )
     geo = doc.get("geomean", {})
     g = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
     share = geo.get("tune_cost_share")
-    lines.append(["geomean", "", "", "", "", *(g(geo.get("speedup", {}).get(b)) for b in names), "",
-                  g(geo.get("ours_vs_optimum")),
-                  *(["", g(geo.get("tuned_vs_optimum")), "-" if share is None else f"{share:.0%} of sweep"]
-                    if tuned_cols else []), ""])
+    lines.append(
+        [
+            "geomean",
+            "",
+            "",
+            "",
+            "",
+            *(g(geo.get("speedup", {}).get(b)) for b in names),
+            "",
+            g(geo.get("ours_vs_optimum")),
+            *(
+                ["", g(geo.get("tuned_vs_optimum")), "-" if share is None else f"{share:.0%} of sweep"]
+                if tuned_cols
+                else []
+            ),
+            "",
+        ]
+    )
     out += table(header, lines)
-    out.append("speedups = baseline time / our time (>1: ours faster), median of per-round paired ratios (min-max);"
-               " ours/opt = optimum time / our time.")
+    out.append(
+        "speedups = baseline time / our time (>1: ours faster), median of per-round paired ratios (min-max);"
+        " ours/opt = optimum time / our time."
+    )
     if tuned_cols:
-        out.append("tuned = what `tf-autopar tune` chose, measured before the rounds (its runs are not reused);"
-                   " tune cost = its machine time (runs), and its share of the search space's runs in the rounds.")
+        out.append(
+            "tuned = what `tf-autopar tune` chose, measured before the rounds (its runs are not reused);"
+            " tune cost = its machine time (runs), and its share of the search space's runs in the rounds."
+        )
     if any((r.get("summary") or {}).get("statistic") == "mean" for r in doc["rows"]):
-        out.append("step time = each run's MEAN step (under a CPU quota a median hides the throttled steps),"
-                   " median over rounds.")
+        out.append(
+            "step time = each run's MEAN step (under a CPU quota a median hides the throttled steps),"
+            " median over rounds."
+        )
     flagged = [r for r in doc["rows"] if r.get("summary", {}).get("below_optimum")]
     if flagged:
         out.append(f"rows below {BELOW_OPTIMUM:.2f} of the optimum:")
@@ -118,19 +154,25 @@ def format_table(doc: Mapping[str, Any], details: bool = False) -> str:
     failures = []
     for row in doc["rows"]:
         if row.get("plan", {}).get("status") not in (None, "ok", "pending"):
-            failures.append(f"  {row['workload']}/{row['mode']} plan: {row['plan']['status']}: "
-                            f"{row['plan'].get('error', '')} {_last_line(row['plan'].get('stderr_tail', ''))}")
+            failures.append(
+                f"  {row['workload']}/{row['mode']} plan: {row['plan']['status']}: "
+                f"{row['plan'].get('error', '')} {_last_line(row['plan'].get('stderr_tail', ''))}"
+            )
         for name, cfg in row["configs"].items():
             for run in cfg.get("runs", []):
                 if run["status"] != "ok":
-                    failures.append(f"  {row['workload']}/{row['mode']} {name} round {run['round']}: {run['status']}"
-                                    f" ({run.get('error', '')}) {_last_line(run.get('stderr_tail', ''))}")
+                    failures.append(
+                        f"  {row['workload']}/{row['mode']} {name} round {run['round']}: {run['status']}"
+                        f" ({run.get('error', '')}) {_last_line(run.get('stderr_tail', ''))}"
+                    )
     if failures:
         out.append("failed runs (recorded; the run went on):")
         out += failures
     if opts.get("cpu_quota"):
-        out.append(f"throttled CFS periods under the {opts['cpu_quota']:g}-CPU quota (cpu.stat nr_throttled/nr_periods,"
-                   " whole process incl. start-up):")
+        out.append(
+            f"throttled CFS periods under the {opts['cpu_quota']:g}-CPU quota (cpu.stat nr_throttled/nr_periods,"
+            " whole process incl. start-up):"
+        )
         for row in doc["rows"]:
             parts = []
             for name, c in (row.get("summary") or {}).get("configs", {}).items():
@@ -164,16 +206,24 @@ def format_details(doc: Mapping[str, Any]) -> list[str]:
         for name, c in (row.get("summary") or {}).get("configs", {}).items():
             sp = c["spread_s"]
             thr = c.get("throttling") or {}
-            lines.append([name, _threads(row, name), c["status"], f"{c['rounds_ok']}/{c['rounds']}",
-                          _ms(c["median_s"]), _range(sp),
-                          f"same as {c['same_as']}" if c.get("same_as") else "",
-                          "" if thr.get("throttled_fraction") is None else f"throttled {thr['throttled_fraction']:.0%}"])
-        out += ["  " + l for l in table(["config", "threads", "status", "ok", "median ms", "range ms", "", ""], lines)]
+            lines.append(
+                [
+                    name,
+                    _threads(row, name),
+                    c["status"],
+                    f"{c['rounds_ok']}/{c['rounds']}",
+                    _ms(c["median_s"]),
+                    _range(sp),
+                    f"same as {c['same_as']}" if c.get("same_as") else "",
+                    "" if thr.get("throttled_fraction") is None else f"throttled {thr['throttled_fraction']:.0%}",
+                ]
+            )
+        out += ["  " + l for l in table(["config", "threads", "status", "ok", "median ms", "range ms", "", ""], lines)]  # noqa: E741
     return out
 
 
 def _last_line(text: str) -> str:
-    lines = [l for l in (text or "").strip().splitlines() if l.strip()]
+    lines = [l for l in (text or "").strip().splitlines() if l.strip()]  # noqa: E741
     return lines[-1][-160:] if lines else ""
 
 
@@ -219,16 +269,26 @@ def plot(doc: Mapping[str, Any], path: str) -> None:
     ax.set_xticks(range(len(rows)))
     ax.set_xticklabels([f"{r['workload']}\n{r['mode']} b{r['batch']}" for r in rows], fontsize=8)
     ax.set_ylabel("speedup of tf_autopar (x); share of optimum")
-    fig.text(0.01, 0.01, "bars: median of per-round paired ratios; whiskers: their interquartile range",
-             fontsize=7, color="#555555")
+    fig.text(
+        0.01,
+        0.01,
+        "bars: median of per-round paired ratios; whiskers: their interquartile range",
+        fontsize=7,
+        color="#555555",
+    )
     geo = doc.get("geomean", {})
-    parts = [f"vs {b.label} {geo['speedup'][b.name]:.2f}" for b in baselines.BASELINES
-             if geo.get("speedup", {}).get(b.name)]
+    parts = [
+        f"vs {b.label} {geo['speedup'][b.name]:.2f}" for b in baselines.BASELINES if geo.get("speedup", {}).get(b.name)
+    ]
     if geo.get("ours_vs_optimum"):
         parts.append(f"of optimum {geo['ours_vs_optimum']:.2f}")
     quota = doc.get("options", {}).get("cpu_quota")
-    ax.set_title("tf_autopar vs baselines" + (f" (CPU quota {quota:g})" if quota else "")
-                 + ("\ngeomean " + ", ".join(parts) if parts else ""), fontsize=10)
+    ax.set_title(
+        "tf_autopar vs baselines"
+        + (f" (CPU quota {quota:g})" if quota else "")
+        + ("\ngeomean " + ", ".join(parts) if parts else ""),
+        fontsize=10,
+    )
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -17,6 +17,7 @@ Document (``SCHEMA_VERSION`` 1)::
              "summary": {...}}],
    "geomean": {...}}
 """
+
 from __future__ import annotations
 
 import math
@@ -122,8 +123,16 @@ def summarize_row(row: Mapping[str, Any], logical_cpus: int, statistic: str = "m
         }
     canon_medians = {n: stats.median(medians[n].values()) for n in configs if not configs[n].get("same_as")}
     optimum = stats.best(canon_medians)
-    summary: dict[str, Any] = {"configs": per_config, "statistic": statistic, "optimum": optimum, "ours": None,
-                               "speedup": {}, "ours_vs_optimum": None, "below_optimum": False, "reasons": []}
+    summary: dict[str, Any] = {
+        "configs": per_config,
+        "statistic": statistic,
+        "optimum": optimum,
+        "ours": None,
+        "speedup": {},
+        "ours_vs_optimum": None,
+        "below_optimum": False,
+        "reasons": [],
+    }
     if optimum is not None:
         summary["optimum_aliases"] = sorted(n for n in configs if canonical(configs, n) == optimum)
     if OURS not in configs or not medians.get(OURS):
@@ -160,31 +169,46 @@ def tune_cost(row: Mapping[str, Any]) -> dict[str, Any]:
     sweep_s = sum(float(r.get("wall_s") or 0.0) for r in sweep_runs)
     tune = row.get("tune") or {}
     tune_s = float(tune.get("wall_s") or 0.0)
-    return {"wall_s": tune_s, "runs": len(tune.get("runs") or []), "sweep_wall_s": round(sweep_s, 3),
-            "sweep_runs": len(sweep_runs), "share": tune_s / sweep_s if sweep_s else None,
-            "status": tune.get("status"), "chosen": tune.get("tuned"), "error": tune.get("error")}
+    return {
+        "wall_s": tune_s,
+        "runs": len(tune.get("runs") or []),
+        "sweep_wall_s": round(sweep_s, 3),
+        "sweep_runs": len(sweep_runs),
+        "share": tune_s / sweep_s if sweep_s else None,
+        "status": tune.get("status"),
+        "chosen": tune.get("tuned"),
+        "error": tune.get("error"),
+    }
 
 
 def geomeans(rows: list[Mapping[str, Any]]) -> dict[str, Any]:
     """Geometric means over rows of the headline speedups and of our share of the optimum."""
     out: dict[str, Any] = {"speedup": {}, "rows": 0, "below_optimum": []}
     for base in baselines.names():
-        vals = [r["summary"]["speedup"][base]["value"] for r in rows
-                if r.get("summary") and base in r["summary"].get("speedup", {})]
+        vals = [
+            r["summary"]["speedup"][base]["value"]
+            for r in rows
+            if r.get("summary") and base in r["summary"].get("speedup", {})
+        ]
         out["speedup"][base] = _none_nan(stats.geomean(v for v in vals if v is not None))
-    fracs = [r["summary"]["ours_vs_optimum"]["value"] for r in rows
-             if r.get("summary") and r["summary"].get("ours_vs_optimum")]
+    fracs = [
+        r["summary"]["ours_vs_optimum"]["value"]
+        for r in rows
+        if r.get("summary") and r["summary"].get("ours_vs_optimum")
+    ]
     out["ours_vs_optimum"] = _none_nan(stats.geomean(v for v in fracs if v is not None))
     out["rows"] = len([f for f in fracs if f is not None])
-    tuned = [r["summary"]["tuned_vs_optimum"]["value"] for r in rows
-             if r.get("summary") and r["summary"].get("tuned_vs_optimum")]
+    tuned = [
+        r["summary"]["tuned_vs_optimum"]["value"]
+        for r in rows
+        if r.get("summary") and r["summary"].get("tuned_vs_optimum")
+    ]
     if tuned:
         out["tuned_vs_optimum"] = _none_nan(stats.geomean(v for v in tuned if v is not None))
         costs = [r["summary"]["tune_cost"] for r in rows if r.get("summary", {}).get("tune_cost")]
         sweep_s = sum(c["sweep_wall_s"] for c in costs)
         out["tune_cost_share"] = sum(c["wall_s"] for c in costs) / sweep_s if sweep_s else None
-    out["below_optimum"] = [f"{r['workload']}/{r['mode']}" for r in rows
-                            if r.get("summary", {}).get("below_optimum")]
+    out["below_optimum"] = [f"{r['workload']}/{r['mode']}" for r in rows if r.get("summary", {}).get("below_optimum")]
     return out
 
 
@@ -193,6 +217,7 @@ def _none_nan(x: float) -> float | None:
 
 
 # ------------------------------------------------------------------ schema check
+
 
 def _need(obj: Mapping[str, Any], key: str, types: type | tuple, where: str) -> Any:
     if key not in obj:

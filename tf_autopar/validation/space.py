@@ -21,6 +21,7 @@ Search space (documented bound; the paper swept hundreds of thousands of setting
   KMP_BLOCKTIME and KMP_AFFINITY are left to the build (TensorFlow sets 1 ms itself; neither
   changed a measured row beyond noise).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -78,7 +79,9 @@ class SearchSpace:
         }
 
 
-def grid_values(logical_cpus: int, physical_cores: int, sockets: int, numa_nodes: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+def grid_values(
+    logical_cpus: int, physical_cores: int, sockets: int, numa_nodes: int
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """The bounded (inter, intra) value lists for a host with more than 4 logical CPUs."""
     L = logical_cpus
     inter = {v for v in _GRID_INTER if v <= min(L, _GRID_INTER_MAX)} | {max(1, sockets)}
@@ -116,12 +119,20 @@ def search_space(topology: Any, kind: str = "auto") -> SearchSpace:
         configs = tuple(thread_config(i, j, openmp=True, omp=o) for i in inter for j in intra for o in omp)
     else:
         configs = tuple(thread_config(i, j, openmp=openmp) for i in inter for j in intra)
-    return SearchSpace(kind=kind, logical_cpus=L, inter_values=inter, intra_values=intra, openmp=openmp,
-                       configs=configs, omp_values=omp)
+    return SearchSpace(
+        kind=kind,
+        logical_cpus=L,
+        inter_values=inter,
+        intra_values=intra,
+        openmp=openmp,
+        configs=configs,
+        omp_values=omp,
+    )
 
 
 def baseline_configs(topology: Any) -> list[Config]:
     """Every baseline of planning/baselines.py (TensorFlow's default, TF's and Intel's recommended
     settings) as a configuration on ``topology``."""
-    return [config_from_plan(b.name, baselines.baseline_plan(b.name, topology), "baseline")
-            for b in baselines.BASELINES]
+    return [
+        config_from_plan(b.name, baselines.baseline_plan(b.name, topology), "baseline") for b in baselines.BASELINES
+    ]

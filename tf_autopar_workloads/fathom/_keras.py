@@ -1,4 +1,5 @@
 """Small Keras pieces shared by the Fathom modules (imported lazily, inside build_model/loss)."""
+
 from __future__ import annotations
 
 from typing import Any

@@ -4,6 +4,7 @@ conv 11x11/4 (96) -> LRN -> max pool 3/2 -> conv 5x5 (256) -> LRN -> max pool ->
 conv 3x3 (384) -> conv 3x3 (384) -> conv 3x3 (256) -> max pool -> fc 4096 -> fc 4096 -> classes,
 dropout 0.5 on the fully connected layers.
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping
@@ -70,5 +71,8 @@ WORKLOAD = Workload(
         "single tower (no two-GPU split, no grouped convolutions); 224x224 input with SAME padding on "
         "conv1 (the original's 227 VALID gives the same 55x55 map); Keras default initialisers; Adam."
     ),
-    references=("Krizhevsky et al., ImageNet Classification with Deep CNNs, 2012", "rdadolf/fathom: fathom/alexnet/alexnet.py"),
+    references=(
+        "Krizhevsky et al., ImageNet Classification with Deep CNNs, 2012",
+        "rdadolf/fathom: fathom/alexnet/alexnet.py",
+    ),
 )

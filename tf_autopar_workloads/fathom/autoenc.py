@@ -4,6 +4,7 @@ As in Fathom's ``fathom/autoenc/variational.py``: linear encoder 784 -> (mean, l
 of a 200-d latent, linear decoder 200 -> 784; loss = 0.5 * squared reconstruction error +
 KL divergence to N(0, I); Adam 1e-3.
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping

@@ -4,6 +4,7 @@ Input 84x84x4 (four stacked frames), conv 8x8/4 (32) -> conv 4x4/2 (64) -> conv 
 -> fc 512 -> one Q-value per action. The training step regresses Q(s, a) of the taken action
 onto a target return with the Huber loss, as DQN does.
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping
@@ -77,5 +78,8 @@ WORKLOAD = Workload(
         "of r + gamma * max Q_target(s'). No separate target network. 18 actions (the full Atari set). "
         "Adam instead of RMSProp."
     ),
-    references=("Mnih et al., Human-level control through deep RL, Nature 2015", "rdadolf/fathom: fathom/deepq/deepq.py"),
+    references=(
+        "Mnih et al., Human-level control through deep RL, Nature 2015",
+        "rdadolf/fathom: fathom/deepq/deepq.py",
+    ),
 )

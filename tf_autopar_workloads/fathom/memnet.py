@@ -5,6 +5,7 @@ output memory) and B (query) with position encoding, a temporal embedding TA add
 memory, ``hops`` rounds of softmax attention u_{k+1} = H u_k + sum_i p_i m_i, and a final
 projection W onto the vocabulary; loss = softmax cross-entropy on the answer word.
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping

@@ -7,6 +7,7 @@ bias-free 1x1 "upscale" conv between stages, no further downsampling (every unit
 56x56 for 224x224 input), global average pool, linear classifier. That is deliberately
 unlike the paper's ResNet-50 (which downsamples per stage and uses batch norm).
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping
@@ -18,7 +19,13 @@ from tf_autopar_workloads.fathom._data import class_images
 from tf_autopar_workloads.fathom._keras import sparse_xent
 
 SIZES = {
-    "paper": {"image": 224, "classes": 1000, "stem": 64, "stages": ((128, 32), (256, 64), (512, 128), (1024, 256)), "repeats": 3},
+    "paper": {
+        "image": 224,
+        "classes": 1000,
+        "stem": 64,
+        "stages": ((128, 32), (256, 64), (512, 128), (1024, 256)),
+        "repeats": 3,
+    },
     "tiny": {"image": 32, "classes": 10, "stem": 8, "stages": ((16, 4), (32, 8), (64, 16), (128, 32)), "repeats": 1},
 }
 

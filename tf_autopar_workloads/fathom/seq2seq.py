@@ -6,6 +6,7 @@ outputs, [decoder; context] -> dense tanh(256) -> logits over the target vocabul
 forcing: the decoder reads the target shifted right. Fathom's largest bucket (40 source /
 50 target tokens) is the fixed shape at paper size.
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping

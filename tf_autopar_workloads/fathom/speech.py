@@ -4,6 +4,7 @@ Three time-distributed dense layers (26 MFCC-like features -> 1024 -> 1024 -> 10
 ReLU at 20), a bidirectional simple RNN (1024 units each way, clipped ReLU), and a dense
 output layer over 61 TIMIT phonemes + the CTC blank; CTC loss on phoneme label sequences.
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping
@@ -32,7 +33,9 @@ def build_model(hp: Mapping[str, Any]) -> Any:
     # Two explicit directions (keras.layers.Bidirectional clones its layer through a config,
     # which cannot carry the local clipped_relu); outputs summed per time step.
     fw = layers.SimpleRNN(hp["hidden"], activation=clipped_relu, return_sequences=True, name="rnn_fw")(h)
-    bw = layers.SimpleRNN(hp["hidden"], activation=clipped_relu, return_sequences=True, go_backwards=True, name="rnn_bw")(h)
+    bw = layers.SimpleRNN(
+        hp["hidden"], activation=clipped_relu, return_sequences=True, go_backwards=True, name="rnn_bw"
+    )(h)
     bw = layers.Lambda(lambda t: ops.flip(t, axis=1), name="rnn_bw_reverse")(bw)
     h = layers.Add(name="birnn_sum")([fw, bw])
     logits = layers.Dense(hp["labels"], name="logits")(h)  # last class = CTC blank
@@ -68,8 +71,12 @@ def loss(y_true: Any, y_pred: Any) -> Any:
     labels, lengths = y_true
     batch, frames = tf.shape(y_pred)[0], tf.shape(y_pred)[1]
     per_example = tf.nn.ctc_loss(
-        labels=labels, logits=y_pred, label_length=lengths,
-        logit_length=tf.fill([batch], frames), logits_time_major=False, blank_index=-1,
+        labels=labels,
+        logits=y_pred,
+        label_length=lengths,
+        logit_length=tf.fill([batch], frames),
+        logits_time_major=False,
+        blank_index=-1,
     )
     return tf.reduce_mean(per_example)
 

@@ -3,6 +3,7 @@
 Five blocks of 3x3 convolutions (2, 2, 4, 4, 4 convs of 64, 128, 256, 512, 512 channels),
 each followed by 2x2 max pooling, then fully connected 4096 -> 4096 -> classes with dropout.
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping
@@ -14,8 +15,20 @@ from tf_autopar_workloads.fathom._data import class_images
 from tf_autopar_workloads.fathom._keras import sparse_xent
 
 SIZES = {
-    "paper": {"image": 224, "classes": 1000, "blocks": ((2, 64), (2, 128), (4, 256), (4, 512), (4, 512)), "fc": 4096, "dropout": 0.5},
-    "tiny": {"image": 32, "classes": 10, "blocks": ((2, 4), (2, 8), (4, 8), (4, 16), (4, 16)), "fc": 32, "dropout": 0.5},
+    "paper": {
+        "image": 224,
+        "classes": 1000,
+        "blocks": ((2, 64), (2, 128), (4, 256), (4, 512), (4, 512)),
+        "fc": 4096,
+        "dropout": 0.5,
+    },
+    "tiny": {
+        "image": 32,
+        "classes": 10,
+        "blocks": ((2, 4), (2, 8), (4, 8), (4, 16), (4, 16)),
+        "fc": 32,
+        "dropout": 0.5,
+    },
 }
 
 

@@ -3,6 +3,7 @@
 Kept here so the four vision modules make their data the same way. Nothing here imports
 TensorFlow or Keras at module import time.
 """
+
 from __future__ import annotations
 
 from functools import lru_cache

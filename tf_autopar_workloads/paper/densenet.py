@@ -5,6 +5,7 @@ new feature maps onto everything before it; transitions halve the channels (comp
 0.5) and the grid (2x2 average pool). Every layer depends on the previous one, so the
 graph is a long chain (width about 1) despite its many concatenations.
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping
@@ -55,10 +56,22 @@ WORKLOAD = Workload(
     description="DenseNet-121: growth rate 32, dense blocks [6, 12, 24, 16], 224x224 ImageNet",
     default_batch=16,
     sizes={
-        "paper": {"image_size": 224, "num_classes": 1000, "growth": 32, "stem": 64, "compression": 0.5,
-                  "blocks": (6, 12, 24, 16)},
-        "tiny": {"image_size": 64, "num_classes": 10, "growth": 8, "stem": 16, "compression": 0.5,
-                 "blocks": (2, 2, 2, 2)},
+        "paper": {
+            "image_size": 224,
+            "num_classes": 1000,
+            "growth": 32,
+            "stem": 64,
+            "compression": 0.5,
+            "blocks": (6, 12, 24, 16),
+        },
+        "tiny": {
+            "image_size": 64,
+            "num_classes": 10,
+            "growth": 8,
+            "stem": 16,
+            "compression": 0.5,
+            "blocks": (2, 2, 2, 2),
+        },
     },
     build_model=build_model,
     make_data=make_image_data,

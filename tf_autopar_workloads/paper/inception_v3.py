@@ -7,6 +7,7 @@ Inception-C with the expanded 1x3/3x1 filter bank (four branches, six leaves). T
 parallel branches are real independent subgraphs joined by a Concat, which is what gives
 this model an average width above 1 in the paper's guideline.
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping

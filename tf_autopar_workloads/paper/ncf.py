@@ -5,6 +5,7 @@ embeddings) and an MLP (concatenated 128-dim embeddings through 256-128-64 ReLU 
 joined by a single logistic output. The four embedding look-ups and the GMF product are
 independent of the MLP tower, which is the model's parallelism.
 """
+
 from __future__ import annotations
 
 from functools import lru_cache
@@ -83,8 +84,13 @@ WORKLOAD = Workload(
     default_batch=256,
     sizes={
         "paper": {"num_users": 138_493, "num_items": 26_744, "mf_dim": 64, "mlp_layers": (256, 128, 64)},
-        "tiny": {"num_users": 1_000, "num_items": 500, "mf_dim": 8, "mlp_layers": (32, 16, 8),
-                 "lr": 0.01},  # Adam 1e-3 (He et al.) moves 0.01-scale embeddings slowly in a few steps
+        "tiny": {
+            "num_users": 1_000,
+            "num_items": 500,
+            "mf_dim": 8,
+            "mlp_layers": (32, 16, 8),
+            "lr": 0.01,
+        },  # Adam 1e-3 (He et al.) moves 0.01-scale embeddings slowly in a few steps
     },
     build_model=build_model,
     make_data=make_data,

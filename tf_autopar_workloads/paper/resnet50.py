@@ -7,6 +7,7 @@ Convolutions carry no bias (BatchNorm follows), as in the torchvision/TF-officia
 The projection shortcut is the only branch parallel to the main path, so the width
 stays close to 1.
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping
@@ -66,7 +67,5 @@ WORKLOAD = Workload(
         "64x64 input, base width 8 instead of 64, two bottlenecks per stage (a projection and an identity block), "
         "10 classes."
     ),
-    references=(
-        "He, Zhang, Ren, Sun. Deep Residual Learning for Image Recognition. CVPR 2016. arXiv:1512.03385",
-    ),
+    references=("He, Zhang, Ren, Sun. Deep Residual Learning for Image Recognition. CVPR 2016. arXiv:1512.03385",),
 )

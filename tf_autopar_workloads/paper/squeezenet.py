@@ -4,6 +4,7 @@ Fire modules: a 1x1 "squeeze" convolution feeding two PARALLEL "expand" convolut
 (1x1 and 3x3) whose outputs are concatenated, so each module has a two-wide stage.
 No batch normalization, as published.
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping

@@ -8,6 +8,7 @@ ordinary MatMul/BatchMatMul ops; the Q, K and V projections are three independen
 MatMuls and the encoder runs independently of the decoder's first self-attention, which
 is all the parallelism this model has.
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping
@@ -119,10 +120,26 @@ WORKLOAD = Workload(
     description="Transformer base encoder-decoder (6+6 layers, d 512, 8 heads, FFN 2048, shared 37k vocabulary)",
     default_batch=64,
     sizes={
-        "paper": {"vocab": 37_000, "seq_len": 50, "d_model": 512, "heads": 8, "ff": 2048,
-                  "encoder_layers": 6, "decoder_layers": 6, "dropout": 0.1},
-        "tiny": {"vocab": 256, "seq_len": 12, "d_model": 64, "heads": 4, "ff": 128,
-                 "encoder_layers": 2, "decoder_layers": 2, "dropout": 0.0},
+        "paper": {
+            "vocab": 37_000,
+            "seq_len": 50,
+            "d_model": 512,
+            "heads": 8,
+            "ff": 2048,
+            "encoder_layers": 6,
+            "decoder_layers": 6,
+            "dropout": 0.1,
+        },
+        "tiny": {
+            "vocab": 256,
+            "seq_len": 12,
+            "d_model": 64,
+            "heads": 4,
+            "ff": 128,
+            "encoder_layers": 2,
+            "decoder_layers": 2,
+            "dropout": 0.0,
+        },
     },
     build_model=build_model,
     make_data=make_data,

@@ -8,6 +8,7 @@ summed (joint training). Each categorical column is its own table and its own lo
 so the look-ups (52 plus the crosses) are all independent: the widest of the paper's
 models.
 """
+
 from __future__ import annotations
 
 from functools import lru_cache
@@ -19,8 +20,32 @@ from tf_autopar_workloads.base import Workload
 
 # Cardinalities of the 26 categorical columns of the Criteo Kaggle display-advertising set.
 CRITEO_CARDINALITIES = (
-    1460, 583, 10_131_227, 2_202_608, 305, 24, 12_517, 633, 3, 93_145, 5_683, 8_351_593, 3_194,
-    27, 14_992, 5_461_306, 10, 5_652, 2_173, 4, 7_046_547, 18, 15, 286_181, 105, 142_572,
+    1460,
+    583,
+    10_131_227,
+    2_202_608,
+    305,
+    24,
+    12_517,
+    633,
+    3,
+    93_145,
+    5_683,
+    8_351_593,
+    3_194,
+    27,
+    14_992,
+    5_461_306,
+    10,
+    5_652,
+    2_173,
+    4,
+    7_046_547,
+    18,
+    15,
+    286_181,
+    105,
+    142_572,
 )
 # Feature pairs crossed in the wide part (low/medium-cardinality columns, as one would pick by hand).
 CROSSES = ((0, 1), (4, 5), (6, 8), (13, 16), (19, 21), (22, 24), (1, 7), (10, 18))
@@ -53,12 +78,12 @@ def build_model(hp: Mapping[str, Any]) -> Any:
     columns = [cat_in[:, i] for i in range(len(cards))]
 
     # wide: one scalar weight per categorical value and per hashed cross, plus the dense features
-    wide_terms = [layers.Embedding(c, 1, embeddings_initializer="zeros", name=f"wide_c{i}")(col)
-                  for i, (c, col) in enumerate(zip(cards, columns))]
+    wide_terms = [
+        layers.Embedding(c, 1, embeddings_initializer="zeros", name=f"wide_c{i}")(col)
+        for i, (c, col) in enumerate(zip(cards, columns))
+    ]
     for i, j in _cross_pairs(hp):
-        ids = ops.cast(
-            (ops.cast(columns[i], "int64") * cards[j] + ops.cast(columns[j], "int64")) % buckets, "int32"
-        )
+        ids = ops.cast((ops.cast(columns[i], "int64") * cards[j] + ops.cast(columns[j], "int64")) % buckets, "int32")
         wide_terms.append(layers.Embedding(buckets, 1, embeddings_initializer="zeros", name=f"wide_x{i}_{j}")(ids))
     wide_terms.append(layers.Dense(1, name="wide_dense")(dense_in))
     wide = layers.Add(name="wide_logit")(wide_terms)
@@ -124,10 +149,24 @@ WORKLOAD = Workload(
     ),
     default_batch=256,
     sizes={
-        "paper": {"num_dense": 13, "num_categorical": 26, "max_cardinality": 100_000, "embed_dim": 32,
-                  "num_crosses": 8, "cross_buckets": 100_000, "hidden": (1024, 512, 256)},
-        "tiny": {"num_dense": 13, "num_categorical": 26, "max_cardinality": 64, "embed_dim": 4,
-                 "num_crosses": 8, "cross_buckets": 128, "hidden": (32, 16, 8)},
+        "paper": {
+            "num_dense": 13,
+            "num_categorical": 26,
+            "max_cardinality": 100_000,
+            "embed_dim": 32,
+            "num_crosses": 8,
+            "cross_buckets": 100_000,
+            "hidden": (1024, 512, 256),
+        },
+        "tiny": {
+            "num_dense": 13,
+            "num_categorical": 26,
+            "max_cardinality": 64,
+            "embed_dim": 4,
+            "num_crosses": 8,
+            "cross_buckets": 128,
+            "hidden": (32, 16, 8),
+        },
     },
     build_model=build_model,
     make_data=make_data,
