@@ -45,7 +45,13 @@ setup(
         "characterize": ["scipy>=1.11", "matplotlib>=3.8"],  # `tf-autopar characterize`: clustering, figures
         # the serving example and its tests: FastAPI under gunicorn/uvicorn, Ray Serve on a local cluster
         "serve": ["fastapi>=0.110", "uvicorn>=0.29", "gunicorn>=22", "ray[serve]>=2.40"],
-        "test": ["pytest>=8", "hypothesis>=6.100", "matplotlib>=3.8", "scipy>=1.11", "ruff>=0.6"],  # the tests draw and cluster too; ruff lints
+        "test": [
+            "pytest>=8",
+            "hypothesis>=6.100",
+            "matplotlib>=3.8",
+            "scipy>=1.11",
+            "ruff>=0.6",
+        ],  # the tests draw and cluster too; ruff lints
     },
     cmdclass={"build_py": build_py},
     entry_points={"console_scripts": ["tf-autopar=tf_autopar.cli.main:main"]},
