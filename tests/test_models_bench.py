@@ -15,6 +15,7 @@ import sys
 
 import pytest
 
+from tf_autopar.models.bench import parse_compare
 from tf_autopar.validation import results
 
 pytestmark = pytest.mark.tf
@@ -320,3 +321,42 @@ def test_validate_rejects_a_model_it_cannot_feed(models, tmp_path):
     assert proc.returncode == 2 and "--inputs" in proc.stderr and not out.exists()
     proc = cli("validate", models / "missing", "--space", "none", tmp=tmp_path)
     assert proc.returncode == 2 and "no such file or directory" in proc.stderr
+
+
+def test_bench_times_the_frozen_path_at_a_setting_and_after_live_tuning(models, tmp_path):
+    # frozen:1x1 is the model's frozen graph in a session of its own pools (no tf_autopar in the
+    # child); live is enable() once live tuning has tried the served setting's neighbours.
+    out = tmp_path / "f.json"
+    proc = cli(
+        "bench",
+        models / "sm",
+        "--compare",
+        "default,frozen:1x1,live",
+        "--rounds",
+        1,
+        "--requests",
+        3,
+        "--warmup",
+        1,
+        "--json-out",
+        out,
+        "--no-progress",
+        tmp=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    assert doc["configs"]["frozen:1x1"]["frozen"] == "1x1"
+    frozen = doc["summary"]["frozen:1x1"]
+    assert frozen["status"] == "ok" and frozen["settings"]["frozen_session"] == "1x1"
+    assert frozen["settings"]["env"] == {"TF_OVERRIDE_GLOBAL_THREADPOOL": "1"}  # a session's own intra-op pool
+    live = doc["configs"]["live"]["runs"][0]["processes"][0]["tf_autopar"]
+    assert live["tuned_s"] is not None and live["tuned_s"] >= 0  # it waited for tuning to finish
+    buckets = [b for s in live["served"] for b in s["buckets"] if b["calls"]]
+    assert buckets and all(b["tuned"] or b["path"] != "frozen session" for b in buckets)
+    assert "frozen graph, session 1x1" in proc.stdout
+
+
+@pytest.mark.parametrize("bad", ["frozen:0x1", "frozen:2", "frozen:axb", "frozen:1x1x2"])
+def test_a_bad_frozen_setting_is_named(bad):
+    with pytest.raises(ValueError, match="frozen:INTERxINTRA"):
+        parse_compare(f"default,{bad}")

@@ -71,7 +71,9 @@ def add_parser(subparsers: Any) -> None:
         default=",".join(b.DEFAULT_COMPARE),
         help="comma-separated configurations: default (TF's default), plan (tf_autopar's plan), "
         "enable (enable() with no model, empty cache: a first start), enable-cached (its second "
-        "start), INTERxINTRA (e.g. 1x2), and on OpenMP builds INTERxINTRAxOMP[:btMS] (OpenMP "
+        "start), live (enable() once live tuning has settled), frozen (the frozen graph in a session "
+        "with the plan's pools: the fast path), frozen:INTERxINTRA (the same with these pools), "
+        "INTERxINTRA (e.g. 1x2), and on OpenMP builds INTERxINTRAxOMP[:btMS] (OpenMP "
         "threads apart from TF's intra-op pool, KMP_BLOCKTIME; e.g. 1x1x2:bt1); default "
         "'default,plan'. Speedups are over 'default'",
     )

@@ -13,6 +13,11 @@ Configurations:
 - ``enable``: the child calls ``tf_autopar.enable(mode=...)`` with no model before loading
   it, with an empty plan cache (``TF_AUTOPAR_CACHE_DIR``, fresh per run): a server's first start.
 - ``enable-cached``: the same with a cache one unmeasured ``enable`` run filled: its next start.
+- ``live``: ``enable`` fed calls until live tuning has tried the served setting's neighbours
+  (runtime/fastpath.py), then timed: what a server settles on.
+- ``frozen``, ``frozen:INTERxINTRA``: no tf_autopar in the child; the model's frozen graph
+  (variables folded into constants, as the fast path serves it) in one session with the plan's
+  pools or these: the path ``enable()`` switches to, at a setting of your choice.
 - ``INTERxINTRA``: TF_NUM_INTEROP_THREADS / TF_NUM_INTRAOP_THREADS (and, on OpenMP builds,
   OMP_NUM_THREADS = MKL_NUM_THREADS = intra); ``INTERxINTRAxOMP`` sets the OpenMP threads
   apart from TF's intra-op pool, ``:btMS`` KMP_BLOCKTIME and ``:compact`` compact KMP_AFFINITY
@@ -54,7 +59,8 @@ log = logging.getLogger("tf_autopar.models")
 
 SCHEMA_VERSION = 1
 MODES = INFERENCE_MODES  # a model file has no training step
-SPECIAL = ("default", "plan", "enable", "enable-cached")
+SPECIAL = ("default", "plan", "enable", "enable-cached", "frozen", "live")
+FROZEN_PREFIX = "frozen:"  # frozen:INTERxINTRA, the frozen graph in a session with these pools
 DEFAULT_COMPARE = ("default", "plan")
 DEFAULT_REQUESTS = 50
 DEFAULT_WARMUP = 5
@@ -62,21 +68,34 @@ DEFAULT_ROUNDS = 3
 DEFAULT_TIMEOUT_S = 600.0
 PREPARE_TIMEOUT_S = 900.0
 BARRIER_TIMEOUT_S = 600.0
+# A session's own intra-op pool needs TensorFlow's global pool overridden at start.
+FROZEN_ENV = (("TF_OVERRIDE_GLOBAL_THREADPOOL", "1"),)
 
 
 @dataclass(frozen=True)
 class BenchConfig:
     name: str
-    kind: str  # "default", "plan", "enable", "enable-cached", "threads"
+    kind: str  # "default", "plan", "enable", "enable-cached", "live", "frozen", "threads"
     env: tuple[tuple[str, str], ...] = ()
     cpus: tuple[tuple[int, ...], ...] = ()  # per instance; () = unbound
+    frozen: str = ""  # kind "frozen": the session's pools, "INTERxINTRA"
 
     @property
     def enable(self) -> bool:
-        return self.kind in ("enable", "enable-cached")
+        return self.kind in ("enable", "enable-cached", "live")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "env": dict(self.env), "cpus": [list(c) for c in self.cpus]}
+        out = {"kind": self.kind, "env": dict(self.env), "cpus": [list(c) for c in self.cpus]}
+        return {**out, "frozen": self.frozen} if self.frozen else out
+
+
+def frozen_setting(name: str) -> str:
+    """'frozen:2x1' -> '2x1'; ValueError naming the problem."""
+    text = name[len(FROZEN_PREFIX) :]
+    parts = text.split("x")
+    if len(parts) != 2 or not all(p.isascii() and p.isdigit() and int(p) >= 1 for p in parts):
+        raise ValueError(f"--compare: {name!r}: the frozen path's pools are frozen:INTERxINTRA, e.g. frozen:2x1")
+    return f"{int(parts[0])}x{int(parts[1])}"
 
 
 def parse_compare(text: str, *, openmp: bool = True) -> tuple[str, ...]:
@@ -89,7 +108,9 @@ def parse_compare(text: str, *, openmp: bool = True) -> tuple[str, ...]:
     if not names:
         raise ValueError("--compare needs at least one configuration")
     for n in names:
-        if n not in SPECIAL:
+        if n.startswith(FROZEN_PREFIX):
+            frozen_setting(n)
+        elif n not in SPECIAL:
             try:
                 parse_config(n, openmp=openmp)
             except ValueError as exc:
@@ -263,8 +284,14 @@ class Bench:
                 cpus = tuple(tuple(int(c) for c in group) for group in plan.get("cpus") or ())
                 env = tuple(sorted((str(k), str(v)) for k, v in (self.prepared.get("env") or {}).items()))
                 out.append(BenchConfig(name, "plan", env, cpus))
-            elif name in ("enable", "enable-cached"):
+            elif name in ("enable", "enable-cached", "live"):
                 out.append(BenchConfig(name, name))
+            elif name == "frozen":  # at the plan's pools, as the fast path's first session
+                plan = self.prepared["plan"]
+                setting = f"{max(1, int(plan.get('inter_op') or 1))}x{max(1, int(plan.get('intra_op') or 1))}"
+                out.append(BenchConfig(name, "frozen", FROZEN_ENV, frozen=setting))
+            elif name.startswith(FROZEN_PREFIX):
+                out.append(BenchConfig(name, "frozen", FROZEN_ENV, frozen=frozen_setting(name)))
             else:
                 out.append(BenchConfig(name, "threads", parse_config(name, openmp=self.openmp).env))
         return out
@@ -373,6 +400,10 @@ class Bench:
             cmd += ["--time", repr(o.time_s)]
         if cfg.enable:
             cmd += ["--enable", o.mode]
+        if cfg.kind == "live":
+            cmd += ["--until-tuned"]
+        if cfg.frozen:
+            cmd += ["--frozen", cfg.frozen]
         return cmd + self._model_args()
 
     def _run_config(
@@ -572,6 +603,16 @@ def settings_of(config: Mapping[str, Any]) -> dict[str, Any] | None:
             "openmp": first.get("openmp"),
             "processes": len(per),
         }
+        if first.get("frozen_session"):
+            out["frozen_session"] = first["frozen_session"]
+        served = [
+            f"{b.get('inter_op')}x{b.get('intra_op')}"
+            for s in (run["processes"][0].get("tf_autopar") or {}).get("served") or []
+            for b in s.get("buckets") or []
+            if b.get("path") == "frozen session"
+        ]
+        if served:
+            out["served"] = sorted(set(served))  # the fast path's sessions at the end of the run
         tfa = (run["processes"][0].get("tf_autopar") or {}).get("process")
         if tfa:
             out["tf_autopar"] = {

@@ -42,6 +42,10 @@ def settings_text(s: Mapping[str, Any] | None, affinity: list[int]) -> str:
     cpus = [c for c in s.get("cpus") or [] if c and sorted(c) != sorted(affinity)]
     if cpus:
         text += " bound " + "|".join(",".join(map(str, c)) for c in cpus)
+    if s.get("frozen_session"):
+        text = f"frozen graph, session {s['frozen_session']}"
+    if s.get("served"):
+        text += f", served from a frozen session {'/'.join(s['served'])}"
     tfa = s.get("tf_autopar")
     if tfa:
         text += f" (enable: {tfa.get('phase')}, from {tfa.get('source')})"

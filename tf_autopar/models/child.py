@@ -189,6 +189,9 @@ def _workload_step(name: str, size: str, batch: int) -> tuple[Callable[[], None]
     return step, info
 
 
+LIVE_LIMIT_S = 300.0  # --until-tuned: the longest a child feeds live tuning before it measures anyway
+
+
 def _until_served(step: Callable[[], Any]) -> float | None:
     """With enable(), a loaded SavedModel switches to its frozen session after its first call (built
     in the background, runtime/fastpath.py): one call, then the wait for the build, so that the
@@ -202,9 +205,44 @@ def _until_served(step: Callable[[], Any]) -> float | None:
     return round(time.perf_counter() - t0, 3)
 
 
+def _until_tuned(step: Callable[[], Any], limit_s: float = LIVE_LIMIT_S) -> float | None:
+    """With enable(), live tuning measures the served setting's neighbours on the calls it gets:
+    calls until every bucket has tried them all (or ``limit_s``), so that the measured calls are
+    what a server settles on. Seconds it took (None: nothing was tuned)."""
+    import tf_autopar
+
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < limit_s:
+        buckets = [b for s in tf_autopar.status().served for b in s.buckets if b.calls]
+        if buckets and all(b.path != "frozen session" or b.tuned for b in buckets):
+            break
+        step()
+    else:
+        return None
+    return round(time.perf_counter() - t0, 3)
+
+
+def _frozen_step(prepared: Any, setting: str) -> Callable[[], Any]:
+    """The prepared model's frozen graph in one session with ``setting`` ("INTERxINTRA") as its
+    own pools (TF_OVERRIDE_GLOBAL_THREADPOOL=1, set by the parent): the fast path's call."""
+    try:
+        inter, intra = (int(x) for x in setting.split("x"))
+    except ValueError:
+        raise ChildError(f"--frozen takes INTERxINTRA (e.g. 2x1), got {setting!r}") from None
+    if inter < 1 or intra < 1:
+        raise ChildError(f"--frozen takes positive thread counts, got {setting!r}")
+    from tf_autopar.runtime.streams import StreamPool
+
+    frozen, feeds = prepared.frozen()
+    pool = StreamPool(frozen.open_sessions(inter, intra, 1))
+    return lambda: pool.run(frozen.outputs, feeds)
+
+
 def run(argv: list[str]) -> dict[str, Any]:
     """Time requests (the workloads-runner contract); see the module docstring."""
     args = _run_parser().parse_args(argv)
+    if args.frozen and (args.enable or not looks_like_model(args.model)):
+        raise ChildError("--frozen measures a model file's frozen graph, without --enable")
     t_start = time.perf_counter()
     status = None
     cache_at_start = None
@@ -225,7 +263,7 @@ def run(argv: list[str]) -> dict[str, Any]:
             from tf_autopar.models.load import prepare_model
 
             prepared = prepare_model(args.model, args.batch, options)
-            step = prepared.model.step(prepared.arrays)
+            step = _frozen_step(prepared, args.frozen) if args.frozen else prepared.model.step(prepared.arrays)
             info: dict[str, Any] = prepared.describe()
         else:
             if options.given:
@@ -235,8 +273,11 @@ def run(argv: list[str]) -> dict[str, Any]:
         raise ChildError(str(exc)) from None
     load_s = time.perf_counter() - t_start
     switch_s = _until_served(step) if args.enable else None
+    tuned_s = _until_tuned(step) if args.enable and args.until_tuned else None
     result = measure(step, args.warmup, args.steps, args.time)
     settings = effective_settings()
+    if args.frozen:
+        settings["frozen_session"] = args.frozen  # the session's own pools; the process's are above
     if args.enable:
         import tf_autopar
 
@@ -248,6 +289,7 @@ def run(argv: list[str]) -> dict[str, Any]:
             "cache_files_at_start": cache_at_start,
             "served": st.get("served"),
             "switch_s": switch_s,
+            "tuned_s": tuned_s,
         }
     import tensorflow as tf
 
@@ -426,6 +468,10 @@ def _run_parser() -> argparse.ArgumentParser:
     rp.add_argument("--json", action="store_true", help="accepted for the runner contract; output is always JSON")
     rp.add_argument(
         "--enable", choices=MODES, default=None, help="call tf_autopar.enable(mode=...) first, with no model"
+    )
+    rp.add_argument("--until-tuned", action="store_true", help="with --enable: call until live tuning is done first")
+    rp.add_argument(
+        "--frozen", metavar="INTERxINTRA", default=None, help="time the frozen graph in a session with these pools"
     )
     add_model_flags(rp)
     return rp

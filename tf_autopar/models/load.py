@@ -476,6 +476,20 @@ class Prepared:
         """The GraphProfile at the shapes that run (see LoadedModel.profile)."""
         return self.model.profile(self.batch, self.shapes)
 
+    def frozen(self) -> tuple[Any, dict[Any, np.ndarray]]:
+        """The model's inference graph with its variables folded into constants, as the fast path
+        serves it (runtime/frozen.py), and the feeds of these inputs: what ``bench``'s frozen
+        configurations and ``tune`` measure."""
+        from tf_autopar.runtime.frozen import FrozenGraph, _concrete, _keras_signature
+
+        if self.model.kind == SAVEDMODEL:
+            frozen = FrozenGraph(self.model.concrete_function())
+        else:
+            target = self.model._obj  # the Keras model
+            frozen = FrozenGraph(_concrete(target, tuple(_keras_signature(target) or ())))
+        feeds = dict(zip(frozen.inputs, [self.arrays[s.name] for s in self.model.inputs]))  # sorted, as TF flattens
+        return frozen, feeds
+
     def describe(self) -> dict[str, Any]:
         return {
             "model": self.model.describe(),

@@ -118,19 +118,10 @@ def measure(
             "TensorFlow started without TF_OVERRIDE_GLOBAL_THREADPOOL=1: a session's intra-op "
             "setting would not apply to it alone; measure in a fresh process"
         )
-    from tf_autopar.models.load import SAVEDMODEL, prepare_model
-    from tf_autopar.runtime.frozen import FrozenGraph, _concrete, _keras_signature
+    from tf_autopar.models.load import prepare_model
     from tf_autopar.runtime.streams import StreamPool
 
-    prepared = prepare_model(model, batch, model_options)
-    loaded = prepared.model
-    if loaded.kind == SAVEDMODEL:
-        frozen = FrozenGraph(loaded.concrete_function())
-        feeds = dict(zip(frozen.inputs, [prepared.arrays[s.name] for s in loaded.inputs]))  # sorted, as TF flattens
-    else:
-        target = loaded._obj  # the Keras model
-        frozen = FrozenGraph(_concrete(target, tuple(_keras_signature(target) or ())))
-        feeds = dict(zip(frozen.inputs, [prepared.arrays[s.name] for s in loaded.inputs]))
+    frozen, feeds = prepare_model(model, batch, model_options).frozen()
     pools = {s: StreamPool(frozen.open_sessions(*s)) for s in dict.fromkeys(settings)}
     for pool in pools.values():
         for session in pool.sessions:
