@@ -20,11 +20,6 @@ house = importlib.util.module_from_spec(_spec)
 sys.modules["house_metrics"] = house  # its dataclasses look their module up
 _spec.loader.exec_module(house)
 
-# Packages whose inner cycles are being removed by work under way (issue 29): runtime/ (one
-# owner of applied state) and graph/ (cut by role). A cycle that leaves its package, or one in
-# any other package, fails now; a listed package found clean fails too, so the entry goes.
-PENDING = {"tf_autopar.graph", "tf_autopar.runtime"}
-
 
 @pytest.fixture(scope="module")
 def metrics():
@@ -35,15 +30,8 @@ def test_no_package_import_cycle(metrics):
     assert metrics.package_cycles == [], metrics.package_cycles
 
 
-def test_no_module_import_cycle_outside_the_packages_being_rebuilt(metrics):
-    def inside(cycle: list[str]) -> str | None:
-        packages = {house.package_of(m) for m in cycle}
-        return packages.pop() if len(packages) == 1 and packages <= PENDING else None
-
-    unexpected = [c for c in metrics.file_cycles if inside(c) is None]
-    assert unexpected == [], unexpected
-    stale = PENDING - {inside(c) for c in metrics.file_cycles}
-    assert not stale, f"no cycle left in {sorted(stale)}: remove them from PENDING in this test"
+def test_no_module_import_cycle(metrics):
+    assert metrics.file_cycles == [], metrics.file_cycles
 
 
 def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
@@ -77,16 +65,29 @@ def test_a_package_face_importing_its_module_that_imports_the_face_is_a_cycle(tm
         tmp_path,
         {
             "tf_autopar/p/__init__.py": "from tf_autopar.p.core import x\n",
+            "tf_autopar/p/core.py": "from tf_autopar.p import helpers, y\nx = 1\n",
+            "tf_autopar/p/helpers.py": "",
+        },
+    )
+    # core needs the face's own name y: a cycle; helpers is a submodule (p's __init__ runs
+    # before any submodule anyway): not one
+    assert house.measure(root).file_cycles == [["tf_autopar.p", "tf_autopar.p.core"]]
+
+
+def test_a_submodule_importing_a_sibling_through_the_face_is_no_cycle(tmp_path):
+    root = _tree(
+        tmp_path,
+        {
+            "tf_autopar/p/__init__.py": "from tf_autopar.p.core import x\n",
             "tf_autopar/p/core.py": "from tf_autopar.p import helpers\nx = 1\n",
             "tf_autopar/p/helpers.py": "",
         },
     )
-    assert house.measure(root).file_cycles == [["tf_autopar.p", "tf_autopar.p.core"]]
+    assert house.measure(root).file_cycles == []
 
 
 def test_each_shared_name_is_spelt_in_one_module(metrics):
     assert metrics.modules_naming_a_baseline == ["tf_autopar/planning/baselines.py"]
     assert metrics.modules_naming_a_thread_variable == ["tf_autopar/planning/variables.py"]
-    # the modes: planning/modes.py (by name, not as a literal list), and runtime/__init__.py's
-    # own copy until the runtime's face is rebuilt (issue 29, item 2)
-    assert set(metrics.modules_defining_the_modes) <= {"tf_autopar/runtime/__init__.py"}
+    # the modes: planning/modes.py, by name, not as a literal list
+    assert metrics.modules_defining_the_modes == []

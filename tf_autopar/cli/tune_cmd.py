@@ -17,6 +17,7 @@ from tf_autopar._numbers import count, seconds
 from tf_autopar.cli.notes import sayer
 from tf_autopar.graph.dims import MAX_BATCH
 from tf_autopar.models.options import add_model_flags, from_args
+from tf_autopar.planning.modes import MODES
 
 
 def add_parser(subparsers: Any) -> None:
@@ -35,7 +36,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("model", metavar="MODEL", help="SavedModel directory, .keras file, or bundled workload name")
     p.add_argument(
         "--mode",
-        choices=("latency", "throughput", "training"),
+        choices=MODES,
         default="latency",
         help="latency: one request at a time; throughput: one caller per stream (in-process only); "
         "training: a bundled workload's training step (--process-pools)",
@@ -78,7 +79,7 @@ def add_parser(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tf_autopar.models.load import looks_like_model
+    from tf_autopar._model_path import looks_like_model
     from tf_autopar.tuning import inprocess
 
     if args.batch is not None and args.batch < 1:

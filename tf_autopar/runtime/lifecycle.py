@@ -12,6 +12,7 @@ import os
 import time
 from typing import Any
 
+from tf_autopar.planning.modes import MODES
 from tf_autopar.runtime import cache, controller, core, hooks, model_arg, pools, share as shares
 from tf_autopar.runtime import fork  # noqa: F401  (its import registers the at-fork handlers)
 from tf_autopar.runtime.applied import Applied
@@ -19,7 +20,6 @@ from tf_autopar.runtime.safety import fail_open, maybe_fail
 from tf_autopar.runtime.state import STATE, Status
 
 log = logging.getLogger("tf_autopar.runtime")
-MODES = ("latency", "throughput", "training")
 DISABLE_VAR = "TF_AUTOPAR_DISABLE"
 
 

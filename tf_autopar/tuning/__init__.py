@@ -26,7 +26,7 @@ def tune(
 ) -> Any:
     """See tuning/inprocess.py (a model file in an inference mode) and tuning/tuner.py
     (``process_pools=True``, training, bundled workloads)."""
-    from tf_autopar.models.load import looks_like_model
+    from tf_autopar._model_path import looks_like_model
 
     if not process_pools and mode != "training" and isinstance(model, str) and looks_like_model(model):
         from tf_autopar.tuning.inprocess import tune as _in_process

@@ -34,10 +34,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from tf_autopar.models.options import ModelOptions
+from tf_autopar.planning.modes import INFERENCE_MODES
 
 DEFAULT_BUDGET_S = 120.0
 MIN_BUDGET_S = 10.0
-TUNE_MODES = ("latency", "throughput")
+TUNE_MODES = INFERENCE_MODES  # the frozen path serves inference
 _RESULT = "RESULT "
 
 Setting = tuple[int, int, int]  # (inter-op, intra-op, streams)
@@ -240,7 +241,8 @@ def tune(
     ``batch`` in one child process, within about ``budget_s`` seconds of calls; the winner is
     remembered where enable() finds it (unless ``store`` is False). ValueError for what cannot
     be tuned this way, naming the problem."""
-    from tf_autopar.models.load import looks_like_model, model_kind
+    from tf_autopar._model_path import looks_like_model
+    from tf_autopar.models.load import model_kind
     from tf_autopar.tuning.tuner import check_budget
 
     if mode not in TUNE_MODES:
