@@ -12,6 +12,7 @@ import pytest
 
 from tf_autopar.coordination import Share, split
 from tf_autopar.coordination.reshare import NOTE, reshare
+from tf_autopar.runtime.applied import Applied
 from tf_autopar.runtime import core, quota_watch
 from tf_autopar.runtime.state import STATE, ProcessRecord
 from tf_autopar.topology import detect_topology
@@ -87,7 +88,7 @@ def watched(host_variant, monkeypatch):
     root = host_variant("container-v2-quota-2.5")
     monkeypatch.setattr(core, "_host", detect_topology(root, cpu_details=False))
     monkeypatch.setattr(core, "_share", None)
-    monkeypatch.setattr(STATE, "share", None)
+    monkeypatch.setattr(STATE, "applied", Applied())
     monkeypatch.setattr(STATE, "enabled", True)
     monkeypatch.setattr(STATE, "mode", "latency")
     monkeypatch.setattr(
@@ -122,9 +123,10 @@ def test_a_share_follows_the_quota(watched, monkeypatch):
     host = core.host_topology()
     s = split(host, 2)[0]
     share = Share(0, 2, s.cpus, "env:LOCAL_RANK", budget=s.cores, pin=False, note="rank 0 of 2")
-    monkeypatch.setattr(STATE, "share", share)
+    STATE.applied.hold(share)
     core.use_share(share.topology(host))
     assert core.topology().cpu_budget == 1  # 2 of 2.5 CPUs split in two
     _rewrite(root, LEAF, "400000 100000\n")
     watch.check()
-    assert STATE.share.budget == 2 and core.topology().cpu_budget == 2 and STATE.share.index == 0
+    now = STATE.applied.share
+    assert now.budget == 2 and core.topology().cpu_budget == 2 and now.index == 0

@@ -8,12 +8,12 @@ the rest take the names they are given.
 from __future__ import annotations
 
 import os
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import tf_autopar_workloads
 
-from tf_autopar.characterization.run import Result
-from tf_autopar.characterization.run import characterize as _characterize
+if TYPE_CHECKING:
+    from tf_autopar.characterization.run import Result
 
 
 def characterize(
@@ -22,5 +22,9 @@ def characterize(
     """Run the characterization of ``workloads`` (default: all bundled) into ``out``. Keyword
     arguments: size, modes, threads, inter, steps, warmup, rounds, batch, timeout_s, classes,
     progress (see run.characterize)."""
+    # imported here: run.py's analysis needs numpy, which the CLI's parent process never loads
+    # (it would start BLAS threads beside the children it measures)
+    from tf_autopar.characterization.run import characterize as _characterize
+
     known = tf_autopar_workloads.names()
     return _characterize(list(workloads) if workloads else known, out, known=known, **kwargs)

@@ -243,6 +243,13 @@ class Applied:
         """The share this process claimed (None: alone, or not claimed here)."""
         return next((s.share for s in reversed(self._steps) if isinstance(s, _Slot)), None)
 
+    def recut_share(self, share: Share) -> None:
+        """The held share cut again (new CPU limits, coordination/reshare.py): same lease slot."""
+        for step in reversed(self._steps):
+            if isinstance(step, _Slot):
+                step.share = share
+                return
+
     def forget_share(self) -> None:
         """A forked child's copy of the parent's share: not its own to give back, nor to plan for."""
         self._steps = [s for s in self._steps if not isinstance(s, _Slot)]

@@ -110,11 +110,11 @@ class QuotaWatch:
 
 def _reshare(host: Topology) -> None:
     """This process's share re-cut for the new host (and re-bound if pinned and its CPUs moved)."""
-    share = STATE.share
+    share = STATE.applied.share
     if share is None:
         return
     new = reshare(share, host)
-    STATE.share = new
+    STATE.applied.recut_share(new)
     core.use_share(new.topology(host))
     if new.pin and set(new.cpus) != set(share.cpus):
         apply_affinity(new, all_threads=True)
