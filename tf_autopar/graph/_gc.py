@@ -11,8 +11,7 @@ from typing import Iterator
 def paused_gc() -> Iterator[None]:
     """Walking a graph allocates a few objects per node and frees nothing cyclic, while a live
     tf.Graph keeps several Python objects per op alive: collector passes over them cost ~40% of
-    the time on a 100,000-node GraphDef and more than half on a 60,000-op tf.Graph (measured:
-    benchmarks/bench_graph.py). Re-entrant: only the outermost pause re-enables it."""
+    the time on a 100,000-node GraphDef. Re-entrant: only the outermost pause re-enables it."""
     enabled = gc.isenabled()
     gc.disable()
     try:

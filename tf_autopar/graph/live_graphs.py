@@ -34,7 +34,8 @@ def structure_graph_def(graph: Any, assumed: Assumed | None = None, used: set[st
     nested function bodies too) carries its work as a private int attribute (work.py),
     computed from the live op's static shapes; unknown dimensions are read as ``assumed``
     says, and ``used`` collects which were. ``as_graph_def(add_shapes=True)`` would give the
-    shapes too, but writes every op's (measured: 4.5x the time of the plain export).
+    shapes too, but writes every op's (measured: 5.8x the plain export's time on 100,000
+    ops, benchmarks/results/graph_live.json).
     """
     with paused_gc():
         return _structure_graph_def(graph, assumed, set() if used is None else used)
