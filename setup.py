@@ -50,7 +50,7 @@ setup(
             "hypothesis>=6.100",
             "matplotlib>=3.8",
             "scipy>=1.11",
-            "ruff>=0.6",
+            "ruff==0.17.6",
         ],  # the tests draw and cluster too; ruff lints
     },
     cmdclass={"build_py": build_py},
