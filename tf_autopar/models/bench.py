@@ -50,7 +50,7 @@ from tf_autopar.measure.child import EXIT_BAD_INPUT
 from tf_autopar.measure.configs import parse_config
 from tf_autopar.measure.progress import Progress
 from tf_autopar.measure.runner import OK, TRACKER, ChildResult, check_step_payload, clean_env, run_child
-from tf_autopar.models.child import PREPARE_CHILD, RUN_CHILD
+from tf_autopar.models.child import PREPARE_CHILD, RUN_CHILD, frozen_pools
 from tf_autopar.models.load import model_kind
 from tf_autopar.models.options import ModelOptions
 from tf_autopar.planning.modes import INFERENCE_MODES
@@ -91,11 +91,13 @@ class BenchConfig:
 
 def frozen_setting(name: str) -> str:
     """'frozen:2x1' -> '2x1'; ValueError naming the problem."""
-    text = name[len(FROZEN_PREFIX) :]
-    parts = text.split("x")
-    if len(parts) != 2 or not all(p.isascii() and p.isdigit() and int(p) >= 1 for p in parts):
-        raise ValueError(f"--compare: {name!r}: the frozen path's pools are frozen:INTERxINTRA, e.g. frozen:2x1")
-    return f"{int(parts[0])}x{int(parts[1])}"
+    try:
+        inter, intra = frozen_pools(name[len(FROZEN_PREFIX) :])
+    except ValueError:
+        raise ValueError(
+            f"--compare: {name!r}: the frozen path's pools are frozen:INTERxINTRA, e.g. frozen:2x1"
+        ) from None
+    return f"{inter}x{intra}"
 
 
 def parse_compare(text: str, *, openmp: bool = True) -> tuple[str, ...]:

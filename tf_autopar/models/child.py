@@ -189,6 +189,7 @@ def _workload_step(name: str, size: str, batch: int) -> tuple[Callable[[], None]
     return step, info
 
 
+TUNED_CHECK_S = 0.25  # --until-tuned: how often it asks status() whether tuning is done
 LIVE_LIMIT_S = 300.0  # --until-tuned: the longest a child feeds live tuning before it measures anyway
 
 
@@ -212,25 +213,34 @@ def _until_tuned(step: Callable[[], Any], limit_s: float = LIVE_LIMIT_S) -> floa
     import tf_autopar
 
     t0 = time.perf_counter()
+    checked = t0 - TUNED_CHECK_S  # the first check right after the first call
     while time.perf_counter() - t0 < limit_s:
+        step()
+        if time.perf_counter() - checked < TUNED_CHECK_S:
+            continue  # status() builds every record: not once per call
+        checked = time.perf_counter()
         buckets = [b for s in tf_autopar.status().served for b in s.buckets if b.calls]
         if buckets and all(b.path != "frozen session" or b.tuned for b in buckets):
-            break
-        step()
-    else:
-        return None
-    return round(time.perf_counter() - t0, 3)
+            return round(checked - t0, 3)
+    return None
+
+
+def frozen_pools(setting: str) -> tuple[int, int]:
+    """'2x1' -> (2, 1): a frozen session's own pools (bench's ``frozen:INTERxINTRA``); ValueError
+    naming the problem."""
+    parts = setting.split("x")
+    if len(parts) != 2 or not all(p.isascii() and p.isdigit() and int(p) >= 1 for p in parts):
+        raise ValueError(f"a frozen session's pools are INTERxINTRA of positive integers (e.g. 2x1), got {setting!r}")
+    return int(parts[0]), int(parts[1])
 
 
 def _frozen_step(prepared: Any, setting: str) -> Callable[[], Any]:
     """The prepared model's frozen graph in one session with ``setting`` ("INTERxINTRA") as its
     own pools (TF_OVERRIDE_GLOBAL_THREADPOOL=1, set by the parent): the fast path's call."""
     try:
-        inter, intra = (int(x) for x in setting.split("x"))
-    except ValueError:
-        raise ChildError(f"--frozen takes INTERxINTRA (e.g. 2x1), got {setting!r}") from None
-    if inter < 1 or intra < 1:
-        raise ChildError(f"--frozen takes positive thread counts, got {setting!r}")
+        inter, intra = frozen_pools(setting)
+    except ValueError as exc:
+        raise ChildError(f"--frozen: {exc}") from None
     from tf_autopar.runtime.streams import StreamPool
 
     frozen, feeds = prepared.frozen()

@@ -346,7 +346,6 @@ class ServedFunction:
         self.frozen: FrozenGraph | None = None
         self.frozen_generation = -1
         self.pools: dict[tuple[int, int, int], StreamPool] = {}
-        self.profiles: dict[tuple[Any, ...], Any] = {}  # (frozen graph, batch, shapes) -> its GraphProfile
         self.max_width = 1
         self.variable_bytes = 0
         self.stopped = ""  # why the whole function stays on the original path
@@ -745,14 +744,13 @@ class ServedFunction:
         frozen = self.frozen
         assert frozen is not None
         shapes = {name.split(":")[0]: tuple(a.shape) for name, a in zip(frozen.inputs, arrays) if a.ndim}
-        seen = (id(frozen), batch, tuple(sorted(shapes.items())))
-        profile = self.profiles.get(seen)
+        seen = (batch, tuple(sorted(shapes.items())))
+        profile = frozen.profiles.get(seen)
         if profile is None:  # a re-plan for new CPU limits reuses it: the graph and the shapes did not change
             graph_def = frozen.graph_def if frozen.graph_def is not None else frozen.graph.as_graph_def(add_shapes=True)
             profile = analyze(graph_def, batch=batch, input_shapes=shapes)
             frozen.graph_def = None  # a third copy of the constants otherwise: re-read from the graph when needed
-            self.profiles = {k: v for k, v in self.profiles.items() if k[0] == id(frozen)}
-            self.profiles[seen] = profile
+            frozen.profiles[seen] = profile
         self.max_width = profile.max_width
         return core.plan_for(
             profile, STATE.mode, streams=STATE.streams, tuned_fingerprint=self.fingerprint, batch=batch

@@ -302,6 +302,7 @@ class FrozenGraph:
         self.inputs = [t.name for t in frozen.inputs]
         self.outputs = [t.name for t in frozen.outputs]
         self.structure = concrete.structured_outputs  # freezing flattens it to a list
+        self.profiles: dict[tuple[Any, ...], GraphProfile] = {}  # (batch, input shapes) -> its analysis
         name = getattr(concrete, "name", "function")
         self.name = name.decode() if isinstance(name, bytes) else str(name)
 
