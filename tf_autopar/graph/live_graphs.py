@@ -129,10 +129,20 @@ class LiveOpShapes:
 
     @staticmethod
     def dims(tensor: Any) -> Dims | None:
-        try:
-            dims = tensor.shape.as_list()
-        except ValueError:  # unknown rank
-            return None
+        # A graph tensor's ``_shape`` is TensorFlow's C++ read of its static shape, (dims with
+        # None, unknown rank) (tensor.py builds ``.shape`` from it): 0.3 us, against 6 us for
+        # ``.shape``, which builds a TensorShape of Dimensions; on 100,000 ops that was most of
+        # the live path's extra time over a GraphDef's. Anything else falls back to ``.shape``.
+        raw = getattr(tensor, "_shape", None)
+        if type(raw) is tuple and len(raw) == 2:
+            dims, unknown_rank = raw
+            if unknown_rank:
+                return None
+        else:
+            try:
+                dims = tensor.shape.as_list()
+            except ValueError:  # unknown rank
+                return None
         return [-1 if d is None else d for d in dims]
 
     @staticmethod

@@ -97,7 +97,7 @@ def estimate(node: Any, shapes: OpShapes, assumed: Assumed | None) -> tuple[int 
         dims = filled(raw)
         return None if dims is None else math.prod(dims)
 
-    work = op_work(node, filled(shapes.output_dims(node)), input_shape, input_elements)
+    work = op_work(node, lambda: filled(shapes.output_dims(node)), input_shape, input_elements)
     return work, frozenset(needed) if work is not None else frozenset()
 
 
@@ -218,13 +218,15 @@ def _einsum_contracted(equation: str, inputs: Sequence[Shape | None]) -> int | N
 
 def op_work(
     node: Any,
-    out: Shape | None,
+    output_shape: Callable[[], Shape | None],
     input_shape: Callable[[int], Shape | None],
     input_elements: Callable[[int], int | None] | None = None,
 ) -> int | None:
     """Multiply-adds (or elements moved) of one run of ``node``; None when shapes are unknown.
 
-    ``out``: the node's first output shape. ``input_shape(i)``: the shape of its i-th input.
+    ``output_shape()``: the node's first output shape, asked for only where the rule needs it (a
+    MatMul's work usually comes from its inputs, and a live op's shapes cost a call into
+    TensorFlow each). ``input_shape(i)``: the shape of its i-th input.
     ``input_elements(i)``: its element count, which a caller can know when the shape is not:
     Keras' Dense on a 3-D input reshapes it to a matrix with a computed shape ([-1, -1] in the
     graph), so a plain MatMul's rows are only known as the Reshape input's elements / K. For a
@@ -239,7 +241,8 @@ def op_work(
             b = input_shape(1)
             a_elements = input_elements(0) if b is not None and len(b) == 2 else None
             if a_elements is not None:
-                transposed_b = node.attr["transpose_b"].b if "transpose_b" in node.attr else False
+                attr = node.attr.get("transpose_b")  # one map look-up, not `in` then `[]`
+                transposed_b = attr.b if attr is not None else False
                 return a_elements * (b[0] if transposed_b else b[1])  # type: ignore[index]
         if "Einsum" in op:
             equation = node.attr["equation"].s.decode() if "equation" in node.attr else ""
@@ -247,17 +250,17 @@ def op_work(
             k = _einsum_contracted(equation, [input_shape(i) for i in range(n_in)])
         else:
             k = _matmul_k(node, input_shape(0), input_shape(1))
-        n = _elements(out)
+        n = _elements(output_shape())
         return None if k is None or n is None else n * k
     if cls == H.EMBEDDING or op in H.CONDITIONAL_GATHER_OP_TYPES:
-        return _elements(out)  # look-ups: rows read
+        return _elements(output_shape())  # look-ups: rows read
     if cls == H.CONVOLUTION:
         backprop_filter = "BackpropFilter" in op
         backprop_input = "BackpropInput" in op
         if "Quantized" in op or "Pad" in op:
             return None
-        filt = out if backprop_filter else input_shape(1)
-        flow = input_shape(2) if (backprop_filter or backprop_input) else out
+        filt = output_shape() if backprop_filter else input_shape(1)
+        flow = input_shape(2) if (backprop_filter or backprop_input) else output_shape()
         if filt is None or flow is None or len(filt) < 3:
             return None
         if "Depthwise" in op:
