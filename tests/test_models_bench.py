@@ -311,6 +311,17 @@ def test_validate_accepts_a_savedmodel_as_a_row(models, tmp_path):
     assert ran and all(r["status"] == "ok" and len(r["step_times_s"]) == 3 for r in ran)
     assert row["summary"]["ours_vs_optimum"] is not None
     assert str(models / "sm") in proc.stdout and "ids int32[2,128]" in proc.stdout
+    # the frozen path (--space none: no sweep): the model file's frozen graph at our plan's pools, and live
+    assert row["frozen_path"]["status"] == "ok" and "export" not in row["frozen_path"]
+    assert row["order"][-2:] == ["frozen", "live"]
+    inter, intra = row["summary"]["configs"][results.OURS]["threads"]
+    (frozen,) = row["configs"]["frozen"]["runs"]
+    assert frozen["frozen_session"] == f"{inter}x{intra}" and len(frozen["step_times_s"]) == 3
+    (live,) = row["configs"]["live"]["runs"]
+    assert live["tuned_s"] is not None and isinstance(live["served"], list)  # it waited for live tuning
+    s = row["summary"]
+    assert s["frozen_vs_optimum"]["value"] > 0 and s["live_vs_optimum"]["value"] > 0
+    assert s["optimum_path"] in results.PATHS and "frozen/opt" in proc.stdout
 
 
 def test_validate_rejects_a_model_it_cannot_feed(models, tmp_path):

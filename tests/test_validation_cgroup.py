@@ -98,7 +98,16 @@ def test_harness_under_a_quota_records_throttling_per_run(standin_log, monkeypat
     # 0.05 CPU: below what even a loaded host's scheduler grants a busy group, so it is throttled
     h = Harness(
         topo(),
-        Options(rounds=1, steps=2, warmup=0, runner=RUNNER, space="none", cpu_quota=0.05),
+        Options(
+            rounds=1,
+            steps=2,
+            warmup=0,
+            runner=RUNNER,
+            model_runner=RUNNER,
+            export_runner=RUNNER,
+            space="none",
+            cpu_quota=0.05,
+        ),
         plan_provider=provider,
         controller=controller,
     )

@@ -30,7 +30,8 @@ def cli_env(log, **extra):
 
 def validate_cmd(*args):
     runner = shlex.join([sys.executable, STANDIN])
-    # real registry names (only their names are checked for infer1 rows); --space none keeps it host-independent
+    # real registry names (only their names are checked for infer1 rows); --space none keeps it host-independent;
+    # --no-frozen: the frozen path runs tf_autopar's own children, not --runner (test_validation_frozen.py)
     return [
         sys.executable,
         "-m",
@@ -52,6 +53,7 @@ def validate_cmd(*args):
         "2",
         "--warmup",
         "0",
+        "--no-frozen",
         *args,
     ]
 

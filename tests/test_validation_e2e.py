@@ -13,7 +13,7 @@ import pytest
 from tf_autopar.validation import results
 from tf_autopar.measure.cgroup import CgroupUnavailable, check_writable, find_cpu_controller, leftover_groups
 
-pytestmark = pytest.mark.tf  # ~25 s on a quiet 2-core host (plan child + 3 fresh TF processes)
+pytestmark = pytest.mark.tf  # ~35 s on a 2-core host (plan child, 3 fresh TF processes, the export, frozen, live)
 
 MAIN = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -68,6 +68,16 @@ def test_validate_a_real_workload_with_the_real_plan(tmp_path):
         assert run["status"] == "ok", run
         assert len(run["step_times_s"]) == 2 and run["path"] == "function"
     assert row["summary"]["ours"] == "tf_autopar" and "tf-default" in row["summary"]["speedup"]
+    # the frozen path of a bundled workload: exported once as a SavedModel, then the model child on it
+    fp = row["frozen_path"]
+    assert fp["status"] == "ok" and fp["export"]["status"] == "ok", fp
+    assert fp["export"]["input_shapes"] == {"input_0": [1, 64]}
+    assert row["order"][-2:] == ["frozen", "live"]  # the runs' status and step times are checked above
+    assert row["configs"]["frozen"]["runs"][0]["frozen_session"] == "{}x{}".format(
+        *row["summary"]["configs"]["tf_autopar"]["threads"]
+    )
+    assert row["configs"]["live"]["runs"][0]["tuned_s"] is not None
+    assert row["summary"]["live_vs_optimum"]["value"] > 0
     if controller:
         # the plan was computed inside the quota group and saw the quota: one CPU's worth of threads
         assert row["plan"]["quota_source"] == "detected"

@@ -40,7 +40,9 @@ def alive(pid: int) -> bool:
 
 def test_rounds_are_interleaved_and_every_timing_is_kept(standin_log, tmp_path):
     t = topo()
-    h = Harness(t, Options(rounds=2, steps=3, warmup=1, runner=RUNNER, timeout_s=60), plan_provider=OURS_1x2)
+    h = Harness(
+        t, Options(rounds=2, steps=3, warmup=1, runner=RUNNER, timeout_s=60, frozen=False), plan_provider=OURS_1x2
+    )
     rows = [RowSpec("wa", "infer1", 1, "tiny"), RowSpec("wb", "train", 4, "tiny")]
     doc = h.run(rows)
     assert "TF_NUM_INTRAOP_THREADS" in doc["scrubbed_env"] and "OMP_NUM_THREADS" in doc["scrubbed_env"]
@@ -81,7 +83,9 @@ def test_crashes_timeouts_and_garbage_are_recorded_and_the_run_goes_on(standin_l
     monkeypatch.setenv("STANDIN_CRASH", "2x1")
     monkeypatch.setenv("STANDIN_HANG", "2x2")
     monkeypatch.setenv("STANDIN_BADJSON", "1x1")
-    h = Harness(topo(), Options(rounds=2, steps=2, warmup=0, runner=RUNNER, timeout_s=2.0), plan_provider=OURS_1x2)
+    h = Harness(
+        topo(), Options(rounds=2, steps=2, warmup=0, runner=RUNNER, timeout_s=2.0, frozen=False), plan_provider=OURS_1x2
+    )
     doc = h.run([RowSpec("wa", "infer1", 1, "tiny")])
     row = doc["rows"][0]
     statuses = {name: [r["status"] for r in c["runs"]] for name, c in row["configs"].items() if not c["same_as"]}
@@ -115,7 +119,9 @@ def test_plan_computed_in_a_child_and_a_failed_plan_does_not_stop_the_run(standi
         "plan_mode": "latency",
     }
     good = ChildPlanProvider(command=[sys.executable, "-c", f"print({json.dumps(json.dumps(payload))})"])
-    h = Harness(topo(), Options(rounds=1, steps=2, warmup=0, runner=RUNNER, space="none"), plan_provider=good)
+    h = Harness(
+        topo(), Options(rounds=1, steps=2, warmup=0, runner=RUNNER, space="none", frozen=False), plan_provider=good
+    )
     doc = h.run([RowSpec("wa", "infer1", 1, "tiny")])
     row = doc["rows"][0]
     assert row["plan"]["status"] == "ok" and row["order"] == ["tf-default", "tf-recommended", "tf_autopar"]
@@ -129,7 +135,9 @@ def test_plan_computed_in_a_child_and_a_failed_plan_does_not_stop_the_run(standi
     bad = ChildPlanProvider(
         command=[sys.executable, "-c", "import sys; print('no graph', file=sys.stderr); sys.exit(4)"]
     )
-    h = Harness(topo(), Options(rounds=1, steps=2, warmup=0, runner=RUNNER, space="none"), plan_provider=bad)
+    h = Harness(
+        topo(), Options(rounds=1, steps=2, warmup=0, runner=RUNNER, space="none", frozen=False), plan_provider=bad
+    )
     doc = h.run([RowSpec("wb", "train", 2, "tiny")])
     row = doc["rows"][0]
     assert row["plan"]["status"] == "crash" and "no graph" in row["plan"]["stderr_tail"]
@@ -153,7 +161,9 @@ def test_bad_options_are_rejected_with_a_clear_message():
 def test_tuned_finds_the_faster_neighbour_and_reports_its_cost(standin_log, monkeypatch):
     monkeypatch.setenv("STANDIN_FAST", "2x1")  # 2x1 does a quarter of the work: the setting to find
     h = Harness(
-        topo(), Options(rounds=2, steps=5, warmup=1, runner=RUNNER, timeout_s=60, tune_runs=12), plan_provider=OURS_1x2
+        topo(),
+        Options(rounds=2, steps=5, warmup=1, runner=RUNNER, timeout_s=60, tune_runs=12, frozen=False),
+        plan_provider=OURS_1x2,
     )
     doc = h.run([RowSpec("wa", "infer1", 1, "tiny")])
     row = doc["rows"][0]

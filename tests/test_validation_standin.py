@@ -12,6 +12,12 @@ runner's JSON object. Environment knobs make it misbehave on purpose:
 - STANDIN_BADJSON=IxJ  print something that is not JSON in that configuration
 - STANDIN_BURN_S=S     two processes burn CPU for S seconds before the steps (throttling under a quota)
 - STANDIN_FAST=IxJ     steps in that configuration do a quarter of the work (a setting to be found)
+- STANDIN_EXPORT_FAIL=1 the export (``--out DIR``) exits 3
+
+The IxJ of the knobs is the process's TF_NUM_* pools, ``frozen:IxJ`` for a frozen session
+(``--frozen IxJ``, the model child's flag) and ``live`` for ``--enable MODE --until-tuned``,
+whose output reports one frozen session served (STANDIN_LIVE_SERVES, default 1x1). With
+``--out DIR`` it stands in for the export child: empty files and the export's JSON object.
 """
 
 from __future__ import annotations
@@ -36,8 +42,16 @@ def main() -> int:
     p.add_argument("--size")
     p.add_argument("--warmup", type=int)
     p.add_argument("--json", action="store_true")
+    p.add_argument("--inputs")
+    p.add_argument("--int-max")  # a model file's input flag (validate's tests pass this one)
+    p.add_argument("--frozen")
+    p.add_argument("--enable")
+    p.add_argument("--until-tuned", action="store_true")
+    p.add_argument("--out")
     a = p.parse_args()
-    threads = _threads()
+    if a.out is not None:
+        return export(a)
+    threads = f"frozen:{a.frozen}" if a.frozen else "live" if a.enable else _threads()
     log = os.environ.get("STANDIN_LOG")
     previous = 0
     if log:
@@ -55,6 +69,12 @@ def main() -> int:
                         "omp": os.environ.get("OMP_NUM_THREADS"),
                         "pid": os.getpid(),
                         "affinity": sorted(os.sched_getaffinity(0)),
+                        "inputs": a.inputs,
+                        "env": {
+                            k: v
+                            for k, v in os.environ.items()
+                            if k.startswith(("TF_OVERRIDE", "TF_AUTOPAR_CACHE", "TF_AUTOPAR_LEASE"))
+                        },
                     }
                 )
                 + "\n"
@@ -87,9 +107,17 @@ def main() -> int:
         times.append(time.perf_counter() - t)
     times = times[a.warmup :]
     s = sorted(times)
+    extra = {}
+    if a.frozen:
+        extra["settings"] = {"frozen_session": a.frozen}
+    if a.enable:
+        inter, intra = os.environ.get("STANDIN_LIVE_SERVES", "1x1").split("x")
+        bucket = {"path": "frozen session", "inter_op": int(inter), "intra_op": int(intra), "calls": 9, "tuned": True}
+        extra["tf_autopar"] = {"served": [{"buckets": [bucket]}], "tuned_s": 0.01, "switch_s": 0.01}
     print(
         json.dumps(
             {
+                **extra,
                 "workload": a.name,
                 "mode": a.mode,
                 "size": a.size,
@@ -106,6 +134,19 @@ def main() -> int:
             }
         )
     )
+    return 0
+
+
+def export(a: argparse.Namespace) -> int:
+    """The export child's stand-in: a SavedModel directory and an inputs file in ``a.out``."""
+    if os.environ.get("STANDIN_EXPORT_FAIL"):
+        print("stand-in: simulated export failure", file=sys.stderr)
+        return 3
+    path, inputs = os.path.join(a.out, "saved_model"), os.path.join(a.out, "inputs.npz")
+    os.makedirs(path)
+    open(os.path.join(path, "saved_model.pb"), "w").close()
+    open(inputs, "w").close()
+    print(json.dumps({"ok": True, "path": path, "inputs": inputs, "signature": "serving_default", "export_s": 0.0}))
     return 0
 
 

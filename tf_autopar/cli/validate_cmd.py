@@ -24,7 +24,10 @@ from tf_autopar.models.plan_child import ROW_MODES
 # inference at batch 1 and training), a wide recommender at batch 1 (Wide&Deep: the
 # latency-bound case where fewer threads won on this kind of host) and a sequential conv net
 # (AlexNet, training), at tiny size. 4 rows x (5 distinct configurations x 3 rounds + 1 plan)
-# = 64 fresh processes on a 2-CPU host, ~6 s each: about 6 minutes (5 min 55 s measured).
+# = 64 fresh processes on a 2-CPU host, ~6 s each: about 6 minutes (5 min 55 s measured). The
+# two inference rows' frozen path adds 5 distinct processes per round (4 sessions, ours among
+# them, and live) and one export: 2 x 16 = 32 more, about 4 minutes (one round measured per row:
+# Inception v3's 5 runs 34 s and its export 9 s; Wide&Deep's slower on a busy host).
 QUICK_ROWS = (("inception_v3", "infer1"), ("inception_v3", "train"), ("wide_deep", "infer1"), ("alexnet", "train"))
 QUICK_WORKLOADS = tuple(dict.fromkeys(w for w, _ in QUICK_ROWS))
 QUICK_MODES = ("infer1", "train")
@@ -65,7 +68,7 @@ def add_parser(subparsers: Any) -> None:
         "infer rows (default: the published batch)",
     )
     p.add_argument(
-        "--quick", action="store_true", help="representative subset at tiny size, 3 rounds: about 6 minutes on 2 cores"
+        "--quick", action="store_true", help="representative subset at tiny size, 3 rounds: about 10 minutes on 2 cores"
     )
     p.add_argument("--rounds", type=count(), default=None, help="interleaved rounds (default 5; --quick 3)")
     p.add_argument("--steps", type=count(), default=None, help="timed steps per run (default 20; --quick 10)")
@@ -126,6 +129,13 @@ def add_parser(subparsers: Any) -> None:
         default=None,
         metavar="N",
         help="most runs one row's tuning may use (default 12; implies --tuned)",
+    )
+    p.add_argument(
+        "--no-frozen",
+        action="store_true",
+        help="inference rows without the frozen path (the frozen graph in sessions of its own over the "
+        "search space, at our plan's pools, and live tuning); those runs use tf_autopar's model child "
+        "even with --runner",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     add_model_flags(p)
@@ -216,6 +226,7 @@ def run(args: argparse.Namespace) -> int:
         if args.tuned or args.tune_runs
         else 0,
         runner=tuple(shlex.split(args.runner)) if args.runner else DEFAULT_RUNNER,
+        frozen=not args.no_frozen,
     )
     options.check()
     out = sys.stderr if args.json else sys.stdout
@@ -249,6 +260,13 @@ def run(args: argparse.Namespace) -> int:
         f"{harness.space.describe()}",
         file=out,
     )
+    if options.frozen and any(r.runner_mode == "infer" for r in rows):
+        print(
+            f"inference rows also run the frozen path: the frozen graph in a session of its own at each of "
+            f"{len(harness.space.frozen)} inter x intra settings and at our plan's pools, and live tuning "
+            "(--no-frozen: without)",
+            file=out,
+        )
     print(
         f"up to {procs} fresh processes, roughly {seconds / 60:.0f} min (estimate; the progress bar's ETA is measured)",
         file=out,

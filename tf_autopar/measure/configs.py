@@ -39,9 +39,12 @@ class Config:
     omp: int | None = None
     env: tuple[tuple[str, str], ...] = ()  # thread variables set in the child (sorted)
     cpus: tuple[int, ...] = ()  # logical CPUs to bind the child to; () = no binding
-    kind: str = "search"  # "baseline", "plan" or "search"
+    kind: str = "search"  # "baseline", "plan", "tuned", "search"; validate's frozen path: "frozen", "live"
     blocktime: int | None = None  # KMP_BLOCKTIME in ms; None = the build's default
     compact: bool = False  # KMP_AFFINITY compact: each OpenMP team's threads pinned to cores, close together
+    # What the runner is told besides the environment (validate's frozen path: ``--frozen 1x2``,
+    # live tuning: ``--enable latency --until-tuned``): part of what makes two processes the same.
+    runner_args: tuple[str, ...] = ()
 
     @property
     def env_dict(self) -> dict[str, str]:
@@ -57,7 +60,8 @@ class Config:
 
         With stock TF ("eigen": no OpenMP linked) OMP_*/KMP_*/MKL_* change nothing (its
         oneDNN runs on TensorFlow's own pool), TF_NUM_*=0 means unset, and binding to the whole
-        affinity mask is no binding.
+        affinity mask is no binding. The runner's arguments count: two frozen sessions differ
+        only in them.
         """
         env = {}
         for k, v in self.env:
@@ -69,10 +73,10 @@ class Config:
         cpus = tuple(sorted(self.cpus))
         if cpus and set(cpus) == set(affinity):
             cpus = ()
-        return (tuple(sorted(env.items())), cpus)
+        return (tuple(sorted(env.items())), cpus, self.runner_args)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "kind": self.kind,
             "inter": self.inter,
             "intra": self.intra,
@@ -82,6 +86,7 @@ class Config:
             "env": self.env_dict,
             "cpus": list(self.cpus),
         }
+        return {**out, "runner_args": list(self.runner_args)} if self.runner_args else out
 
 
 def thread_config(

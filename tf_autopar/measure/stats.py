@@ -135,6 +135,9 @@ def best(medians: Mapping[str, float]) -> str | None:
     return best_name
 
 
+SAME_THREADS = "same thread counts as the optimum: other settings (binding, OpenMP) or noise"
+
+
 def below_optimum_reasons(
     fraction: Comparison,
     ours_threads: tuple[int, int],
@@ -159,7 +162,7 @@ def below_optimum_reasons(
     elif ours_threads[1] != optimum_threads[1]:
         reasons.append(f"intra-op threads differ (optimum {optimum_threads[1]}, ours {ours_threads[1]})")
     if not reasons:
-        reasons.append("same thread counts as the optimum: other settings (binding, OpenMP) or noise")
+        reasons.append(SAME_THREADS)
     if fraction.paired.n < MIN_ROUNDS_FOR_NOISE:
         reasons.append(f"only {fraction.paired.n} paired round(s): too few to tell from noise")
     return reasons

@@ -59,8 +59,9 @@ log = logging.getLogger("tf_autopar.models")
 
 SCHEMA_VERSION = 1
 MODES = INFERENCE_MODES  # a model file has no training step
-SPECIAL = ("default", "plan", "enable", "enable-cached", "frozen", "live")
-FROZEN_PREFIX = "frozen:"  # frozen:INTERxINTRA, the frozen graph in a session with these pools
+FROZEN, LIVE = "frozen", "live"  # the frozen graph at the plan's pools; enable() once live tuning decided
+SPECIAL = ("default", "plan", "enable", "enable-cached", FROZEN, LIVE)
+FROZEN_PREFIX = f"{FROZEN}:"  # frozen:INTERxINTRA, the frozen graph in a session with these pools
 DEFAULT_COMPARE = ("default", "plan")
 DEFAULT_REQUESTS = 50
 DEFAULT_WARMUP = 5
@@ -423,19 +424,13 @@ class Bench:
         workdir = tempfile.mkdtemp(prefix=f"run{seq}-", dir=self._tmp)
         env = {**self.env, **dict(cfg.env)}
         if cfg.enable:
-            env["TF_AUTOPAR_LEASE_DIR"] = os.path.join(workdir, "lease")
-            os.makedirs(env["TF_AUTOPAR_LEASE_DIR"])
-            if cache_dir is None:
+            if cache_dir is None and cfg.kind == "enable-cached":
+                if filled is None or not fill_run or fill_run.get("status") != OK:
+                    shutil.rmtree(workdir, ignore_errors=True)
+                    return _failed_run(rnd, seq, "the unmeasured enable run that fills the cache failed")
                 cache_dir = os.path.join(workdir, "cache")
-                if cfg.kind == "enable-cached":
-                    if filled is None or not fill_run or fill_run.get("status") != OK:
-                        shutil.rmtree(workdir, ignore_errors=True)
-                        return _failed_run(rnd, seq, "the unmeasured enable run that fills the cache failed")
-                    shutil.copytree(filled, cache_dir)  # every run starts from the same second-start cache
-                else:
-                    os.makedirs(cache_dir)
-            env["TF_AUTOPAR_CACHE_DIR"] = cache_dir
-            env["TF_AUTOPAR_INSTANCES"] = str(n)  # the count is known: no rendezvous wait, even for one
+                shutil.copytree(filled, cache_dir)  # every run starts from the same second-start cache
+            env.update(enable_env(workdir, n, cache_dir))
         cmd = self._command(cfg)
         try:
             if n == 1:
@@ -476,6 +471,31 @@ class Bench:
             raise
         finally:
             pool.shutdown(wait=True)
+
+
+def enable_env(workdir: str, instances: int, cache_dir: str | None = None) -> dict[str, str]:
+    """An ``enable()`` child's own lease directory and plan cache (empty unless ``cache_dir``: a
+    server's first start) under ``workdir``, and its instance count (known: no rendezvous wait,
+    even for one). Nothing of the user's cache, another run's or another program's share is read."""
+    lease = os.path.join(workdir, "lease")
+    os.makedirs(lease)
+    if cache_dir is None:
+        cache_dir = os.path.join(workdir, "cache")
+        os.makedirs(cache_dir)
+    return {"TF_AUTOPAR_LEASE_DIR": lease, "TF_AUTOPAR_CACHE_DIR": cache_dir, "TF_AUTOPAR_INSTANCES": str(instances)}
+
+
+def served_sessions(status: Mapping[str, Any] | None) -> list[str]:
+    """The fast path's frozen sessions (INTERxINTRA) serving at the end of a run, from the child's
+    ``tf_autopar`` status: what live tuning settled on."""
+    return sorted(
+        {
+            f"{b.get('inter_op')}x{b.get('intra_op')}"
+            for s in (status or {}).get("served") or []
+            for b in s.get("buckets") or []
+            if b.get("path") == "frozen session"
+        }
+    )
 
 
 def prepare_in_child(
@@ -607,14 +627,9 @@ def settings_of(config: Mapping[str, Any]) -> dict[str, Any] | None:
         }
         if first.get("frozen_session"):
             out["frozen_session"] = first["frozen_session"]
-        served = [
-            f"{b.get('inter_op')}x{b.get('intra_op')}"
-            for s in (run["processes"][0].get("tf_autopar") or {}).get("served") or []
-            for b in s.get("buckets") or []
-            if b.get("path") == "frozen session"
-        ]
+        served = served_sessions(run["processes"][0].get("tf_autopar"))
         if served:
-            out["served"] = sorted(set(served))  # the fast path's sessions at the end of the run
+            out["served"] = served  # the fast path's sessions at the end of the run
         tfa = (run["processes"][0].get("tf_autopar") or {}).get("process")
         if tfa:
             out["tf_autopar"] = {
@@ -679,8 +694,15 @@ __all__ = [
     "BenchConfig",
     "BenchOptions",
     "DEFAULT_COMPARE",
+    "FROZEN",
+    "FROZEN_ENV",
+    "FROZEN_PREFIX",
+    "LIVE",
+    "enable_env",
+    "frozen_setting",
     "parse_compare",
     "prepare_in_child",
     "run_record",
+    "served_sessions",
     "summarize",
 ]

@@ -18,6 +18,13 @@ or its error object; TensorFlow's logging goes to stderr):
 - ``steps WORKLOAD --mode infer|train --batch B --steps S --size SIZE --warmup W [--json]``: a
   bundled workload's steps timed by its runner (what ``tf-autopar workloads run --json``
   prints): the validation harness's runner for workload rows, and ``tune --mode training``'s.
+- ``export WORKLOAD --batch B --size SIZE --out DIR``: a bundled workload's inference function
+  as a SavedModel (``DIR/saved_model``, signature ``serving_default``) and its synthetic batch
+  as ``DIR/inputs.npz``, named as the signature's inputs. Why: the frozen path is a loaded
+  SavedModel's (``enable()``'s fast path routes ``tf.saved_model.load``'s signatures, not a
+  tf.function), so ``validate`` measures a workload's frozen sessions and live tuning by
+  running ``run`` on this export with ``--inputs``: the same weights and the same batch as
+  ``steps`` times.
 
 Run only in a fresh process: loading the model starts TensorFlow, which fixes its pools.
 """
@@ -41,10 +48,12 @@ from tf_autopar.runtime.openmp import openmp_state
 
 BARRIER_VAR = "TF_AUTOPAR_BENCH_BARRIER"
 EXIT_BARRIER = 3
-RUN, PREPARE, STEPS = (f"{__name__}:{f}" for f in ("run", "prepare", "steps"))
+RUN, PREPARE, STEPS, EXPORT = (f"{__name__}:{f}" for f in ("run", "prepare", "steps", "export"))
 RUN_CHILD = tuple(command(RUN))  # the command prefixes, for the parents
 PREPARE_CHILD = tuple(command(PREPARE))
 STEPS_CHILD = tuple(command(STEPS))
+EXPORT_CHILD = tuple(command(EXPORT))
+EXPORT_SIGNATURE = "serving_default"
 
 
 def _affinity() -> list[int]:
@@ -424,6 +433,60 @@ def run_steps(args: argparse.Namespace) -> dict[str, Any]:
         warmup=args.warmup,
         seed=args.seed,
     )
+
+
+def export_args(workload: str, batch: int, size: str, out: str) -> list[str]:
+    """The arguments of ``export`` (the parent's side)."""
+    return [workload, "--batch", str(batch), "--size", size, "--out", out]
+
+
+def export(argv: list[str]) -> dict[str, Any]:
+    """A bundled workload as a SavedModel and an .npz of its batch (see the module docstring)."""
+    parser = argparse.ArgumentParser(prog=EXPORT)
+    parser.add_argument("name")
+    parser.add_argument("--batch", type=count(MAX_BATCH, "the largest batch tf-autopar synthesises inputs for"))
+    parser.add_argument("--size", choices=("tiny", "paper"), default="tiny")
+    parser.add_argument("--out", required=True, help="an existing empty directory")
+    args = parser.parse_args(argv)
+    import tf_autopar_workloads as workloads
+
+    try:
+        workloads.module_path(args.name)  # ValueError listing the bundled names
+    except ValueError as exc:
+        raise ChildError(str(exc)) from None
+    import numpy as np
+    import tensorflow as tf
+    from tf_autopar_workloads import runner
+
+    t0 = time.perf_counter()
+    built = runner.build(args.name, size=args.size, batch=args.batch)
+    fn = built.infer_function()
+    flat = [np.asarray(a) for a in tf.nest.flatten(built.inputs)]
+    names = [f"input_{i}" for i in range(len(flat))]  # as _workload_step describes them
+
+    def serve(*xs: Any) -> dict[str, Any]:
+        return {f"output_{i}": t for i, t in enumerate(fn(*xs))}
+
+    specs = [tf.TensorSpec(a.shape, a.dtype, name=n) for a, n in zip(flat, names)]
+    module = tf.Module()
+    module.model = built.model  # tracked: its variables are saved
+    module.serve = tf.function(serve, input_signature=specs, autograph=False)
+    path = os.path.join(args.out, "saved_model")
+    inputs = os.path.join(args.out, "inputs.npz")
+    tf.saved_model.save(module, path, signatures={EXPORT_SIGNATURE: module.serve.get_concrete_function()})
+    np.savez(inputs, **dict(zip(names, flat)))
+    return {
+        "ok": True,
+        "workload": args.name,
+        "size": args.size,
+        "batch": built.batch,
+        "path": path,
+        "inputs": inputs,
+        "signature": EXPORT_SIGNATURE,
+        "input_shapes": {n: list(a.shape) for n, a in zip(names, flat)},
+        "export_s": round(time.perf_counter() - t0, 3),
+        "tf_version": tf.__version__,
+    }
 
 
 def runner_args(

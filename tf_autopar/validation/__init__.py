@@ -3,8 +3,8 @@
 Modules: space (the bounded search space, the baselines' configurations), results (document
 summaries and schema), report (table, JSON, PNG), harness (interleaved rounds). It stands on
 tf_autopar.measure (fresh processes, quota groups, statistics, progress, configurations) and
-tf_autopar.models (the children: a row's plan, a workload's or a model file's steps), and on
-tf_autopar.tuning for ``--tuned``. Importing this package never imports TensorFlow.
+tf_autopar.models (the children: a row's plan, a workload's or a model file's steps, a workload's
+export for the frozen path), and on tf_autopar.tuning for ``--tuned``. Importing this package never imports TensorFlow.
 """
 
 from __future__ import annotations

@@ -6,7 +6,15 @@ default, the TF- and Intel-recommended settings, our plan, the search space), ru
 *distinct* one once per round in a fresh process, round after round (A B C ... A B C ...),
 and records every timing. A model file's rows run tf_autopar/models/child.py instead of the
 workloads runner (same JSON contract). Configurations that start identical processes run
-once and are reported as "same as" the first. A crash or timeout is recorded and the run goes on. Ctrl-C (or
+once and are reported as "same as" the first.
+
+Inference rows also measure the frozen path (``Options.frozen``; space.py): the frozen graph
+in a session of its own at our plan's pools (``frozen``) and at every inter x intra of the
+space (``frozen:INTERxINTRA``), and ``live`` (``enable()`` until live tuning has decided), in
+the same rounds. They run models/child.py's ``run`` on the row's model file; a bundled
+workload is first exported once per row (``export``: its inference function as a SavedModel
+and its batch as an .npz, in a temporary directory removed after the row), because the fast
+path serves loaded SavedModels. Training rows have no frozen path (``frozen_path`` says so). A crash or timeout is recorded and the run goes on. Ctrl-C (or
 SIGTERM, turned into KeyboardInterrupt by the CLI) stops after killing the running child
 and removing its group; the document then holds everything measured so far.
 
@@ -21,6 +29,7 @@ import datetime as _dt
 import logging
 import math
 import os
+import tempfile
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
@@ -30,13 +39,15 @@ from tf_autopar.measure.configs import Config, config_from_plan
 from tf_autopar.measure.progress import Progress
 from tf_autopar.measure.runner import OK, ChildResult, check_step_payload, clean_env, run_child
 from tf_autopar.measure.search import Candidate
-from tf_autopar.models.child import RUN_CHILD, STEPS_CHILD, runner_args
+from tf_autopar.models.bench import FROZEN, LIVE, enable_env, served_sessions
+from tf_autopar.models.child import EXPORT_CHILD, RUN_CHILD, STEPS_CHILD, export_args, runner_args
+from tf_autopar.models.load import KERAS, model_kind
 from tf_autopar.models.options import ModelOptions
 from tf_autopar.models.plan_child import PLAN_CHILD, ROW_MODES, plan_args
 from tf_autopar.topology.model import Topology
 from tf_autopar.tuning.tuner import candidate_env, search_plan
 import tf_autopar.validation.results as results
-from tf_autopar.validation.space import SearchSpace, baseline_configs, search_space
+from tf_autopar.validation.space import SearchSpace, baseline_configs, frozen_config, live_config, search_space
 
 log = logging.getLogger("tf_autopar.validation")
 
@@ -48,6 +59,7 @@ MODEL_SIZE = "model"  # the size column of a model file's rows (sizes are the bu
 # Seconds per fresh process used for the up-front estimate (import TF ~2.5 s, build, steps);
 # the progress bar's ETA uses measured times instead.
 EST_PROCESS_S = {"tiny": 6.0, "paper": 45.0}
+NO_FROZEN_TRAINING = "training: a frozen graph's variables are constants, they do not train"
 
 
 @dataclass(frozen=True)
@@ -78,7 +90,9 @@ class Options:
     space: str = "auto"
     tune_runs: int = 0  # > 0: tune each row (at most this many runs) and validate the tuned setting too
     runner: tuple[str, ...] = DEFAULT_RUNNER
-    model_runner: tuple[str, ...] = MODEL_RUNNER  # the runner of model-file rows
+    model_runner: tuple[str, ...] = MODEL_RUNNER  # the runner of model-file rows and of every frozen-path run
+    frozen: bool = True  # inference rows: the frozen path too (frozen sessions over the space, live)
+    export_runner: tuple[str, ...] = EXPORT_CHILD  # a bundled workload as a SavedModel, for its frozen path
 
     def check(self) -> None:
         if self.rounds < 1:
@@ -244,18 +258,27 @@ class Harness:
 
     def estimate(self, rows: Sequence[RowSpec]) -> tuple[int, float]:
         """(processes, seconds): an upper bound on children and a rough duration."""
-        per_row = self._max_slots()
-        procs = len(rows) * (per_row * self.options.rounds + 1 + self.options.tune_runs)
+        procs = sum(
+            self._max_slots(row) * self.options.rounds + 1 + self.options.tune_runs + self._exports(row) for row in rows
+        )
         per_proc = EST_PROCESS_S.get(rows[0].size if rows else "tiny", 6.0)
         per_proc += (self.options.steps + self.options.warmup) * (0.05 if rows and rows[0].size == "tiny" else 0.5)
         return procs, procs * per_proc
 
-    def _max_slots(self) -> int:
-        """Distinct processes per round: baselines and search deduplicated, plus our plan if it is new."""
+    def _max_slots(self, row: RowSpec) -> int:
+        """Distinct processes per round: baselines and search deduplicated, plus our plan if it is new;
+        on an inference row the frozen sweep, plus the frozen session at our plan if it is new, and live."""
         order, _ = distinct_slots(
             [*self.baselines, *self.space.configs], self.topology.threading_runtime, tuple(self.topology.affinity)
         )
-        return len(order) + 1
+        return len(order) + 1 + (len(self.space.frozen) + 2 if self._frozen_row(row) else 0)
+
+    def _frozen_row(self, row: RowSpec) -> bool:
+        return self.options.frozen and row.runner_mode == "infer"
+
+    def _exports(self, row: RowSpec) -> int:
+        """The export child a bundled workload's inference row runs once (0 or 1)."""
+        return int(self._frozen_row(row) and row.model is None)
 
     @contextlib.contextmanager
     def _group(self, tag: str) -> Iterator[QuotaGroup | None]:
@@ -284,6 +307,7 @@ class Harness:
                 "cpu_quota": self.options.cpu_quota,
                 "runner": list(self.options.runner),
                 "model_runner": list(self.options.model_runner),
+                "frozen": self.options.frozen,
             },
             "cgroup": None
             if self.controller is None
@@ -347,31 +371,93 @@ class Harness:
         self._tick(f"{row.key} planned" + ("" if ours else " (plan FAILED)"))
         cmd = runner_command(self.options.runner, row, self.options)
         tuned = self._tune(row, ours, info, cmd, row_doc) if ours is not None and self.options.tune_runs else None
-        configs = [
-            *self.baselines,
-            *([ours] if ours is not None else []),
-            *([tuned] if tuned else []),
-            *self.space.configs,
-        ]
-        names = [c.name for c in configs]
-        if len(set(names)) != len(names):
-            raise ValueError(f"configuration names must be unique, got {names}")
-        order, same_as = distinct_slots(configs, self.topology.threading_runtime, tuple(self.topology.affinity))
-        row_doc["order"] = order
-        for c in configs:
-            row_doc["configs"][c.name] = {**c.to_dict(), "same_as": same_as.get(c.name), "runs": []}
-        if self.progress is not None:
-            # the estimate assumed no duplicates; shrink the total now that this row's slots are known
-            self.progress.set_total(self.progress.total - (self._max_slots() - len(order)) * self.options.rounds)
-        by_name = {c.name: c for c in configs}
-        for r in range(1, self.options.rounds + 1):
-            for name in order:
-                cfg = by_name[name]
-                run = self._run_one(cmd, cfg, r)
-                row_doc["configs"][name]["runs"].append(run)
-                med = run.get("median_s")
-                shown = f"{med * 1e3:.2f} ms" if run["status"] == OK and med else run["status"].upper()
-                self._tick(f"{row.key} round {r}/{self.options.rounds} {name}: {shown}")
+        with tempfile.TemporaryDirectory(prefix="tf_autopar_validate_") as tmp:  # removed on Ctrl-C too
+            frozen, frozen_cmd = self._frozen_path(row, ours, row_doc, tmp) if self._frozen_row(row) else ([], [])
+            if self.options.frozen and not self._frozen_row(row):
+                row_doc["frozen_path"] = {"status": "n/a", "reason": NO_FROZEN_TRAINING}
+            configs = [
+                *self.baselines,
+                *([ours] if ours is not None else []),
+                *([tuned] if tuned else []),
+                *self.space.configs,
+                *frozen,
+            ]
+            names = [c.name for c in configs]
+            if len(set(names)) != len(names):
+                raise ValueError(f"configuration names must be unique, got {names}")
+            order, same_as = distinct_slots(configs, self.topology.threading_runtime, tuple(self.topology.affinity))
+            row_doc["order"] = order
+            for c in configs:
+                row_doc["configs"][c.name] = {**c.to_dict(), "same_as": same_as.get(c.name), "runs": []}
+            if self.progress is not None:
+                # the estimate assumed no duplicates; shrink the total now that this row's slots are known
+                self.progress.set_total(self.progress.total - (self._max_slots(row) - len(order)) * self.options.rounds)
+            by_name = {c.name: c for c in configs}
+            for r in range(1, self.options.rounds + 1):
+                for name in order:
+                    cfg = by_name[name]
+                    run = self._run_one([*frozen_cmd, *cfg.runner_args] if cfg.runner_args else cmd, cfg, r)
+                    row_doc["configs"][name]["runs"].append(run)
+                    med = run.get("median_s")
+                    shown = f"{med * 1e3:.2f} ms" if run["status"] == OK and med else run["status"].upper()
+                    self._tick(f"{row.key} round {r}/{self.options.rounds} {name}: {shown}")
+
+    def _frozen_path(
+        self, row: RowSpec, ours: Config | None, row_doc: dict[str, Any], tmp: str
+    ) -> tuple[list[Config], list[str]]:
+        """An inference row's frozen-path configurations and the command that runs them (the model
+        child on the row's model file, or on the workload exported into ``tmp``); ``row_doc
+        ["frozen_path"]`` says what was done, or why nothing (the export failed)."""
+        doc: dict[str, Any] = {"status": "ok", "reason": None}
+        row_doc["frozen_path"] = doc
+        if row.model is None:
+            exported = self._export(row, tmp, doc)
+            if exported is None:
+                return [], []
+            path, model = exported
+            doc["model"] = "the workload exported as a SavedModel (export child, removed after the row)"
+        else:
+            path, model = row.workload, row.model
+            doc["model"] = "the row's model file"
+        configs = []
+        if ours is not None:  # the fast path's first session: our plan's pools, bound as ours is
+            inter, intra = ours.effective_threads(self.topology.logical_cpus)
+            configs.append(frozen_config(inter, intra, name=FROZEN, cpus=ours.cpus))
+        configs += self.space.frozen
+        if model_kind(path) == KERAS:
+            doc["live_reason"] = (
+                "n/a for a .keras file: the model child times its traced call, while enable()'s fast path serves predict()"
+            )
+        else:
+            configs.append(live_config(ROW_MODES[row.mode][1]))
+        doc["configs"] = [c.name for c in configs]
+        o = self.options
+        cmd = [*o.model_runner, *runner_args(path, "infer", row.batch, o.steps, row.size, o.warmup, model)]
+        return configs, cmd
+
+    def _export(self, row: RowSpec, tmp: str, doc: dict[str, Any]) -> tuple[str, ModelOptions] | None:
+        """The bundled workload's inference function as a SavedModel and its batch as an .npz, once
+        per row (the steps child's weights and batch: same seed); None when it failed (in ``doc``)."""
+        out = os.path.join(tmp, "export")
+        os.makedirs(out)
+        cmd = [*self.options.export_runner, *export_args(row.workload, row.batch, row.size, out)]
+        res = run_child(cmd, self.env, self.options.plan_timeout_s)
+        p = res.payload or {}
+        doc["export"] = {
+            "status": res.status,
+            "wall_s": round(res.wall_s, 3),
+            **{k: p.get(k) for k in ("signature", "input_shapes", "export_s") if k in p},
+        }
+        ok = res.status == OK and p.get("ok") and p.get("path") and p.get("inputs")
+        self._tick(f"{row.key} exported for the frozen path" + ("" if ok else " (FAILED)"))
+        if not ok:
+            doc.update(
+                status="failed",
+                reason=f"the export as a SavedModel failed ({res.status}: {res.reported or res.error})",
+                stderr_tail=res.stderr_tail,
+            )
+            return None
+        return str(p["path"]), ModelOptions(inputs=str(p["inputs"]))
 
     def _tune(
         self, row: RowSpec, ours: Config, info: Mapping[str, Any], cmd: Sequence[str], row_doc: dict[str, Any]
@@ -423,7 +509,10 @@ class Harness:
     def _run_one(self, cmd: Sequence[str], cfg: Config, rnd: int) -> dict[str, Any]:
         self._seq += 1
         env = {**self.env, **cfg.env_dict}
-        with self._group(cfg.name.replace("/", "_")) as group:
+        with contextlib.ExitStack() as stack:
+            if cfg.kind == LIVE:  # a first start every round: its own empty plan cache and lease
+                env.update(enable_env(stack.enter_context(tempfile.TemporaryDirectory(prefix="tf_autopar_live_")), 1))
+            group = stack.enter_context(self._group(cfg.name.replace("/", "_").replace(":", "_")))
             res = run_child(cmd, env, self.options.timeout_s, cpus=cfg.cpus, group=group, validate=check_step_payload)
         return run_record(res, rnd, self._seq)
 
@@ -449,6 +538,12 @@ def run_record(res: ChildResult, rnd: int, seq: int) -> dict[str, Any]:
     for key in ("peak_rss_mb", "build_s", "losses", "path"):
         if key in p:
             rec[key] = p[key]
+    if (p.get("settings") or {}).get("frozen_session"):
+        rec["frozen_session"] = p["settings"]["frozen_session"]  # the session's own pools
+    if p.get("tf_autopar"):  # live: what the fast path served at the end, and how long tuning took
+        rec["served"] = served_sessions(p["tf_autopar"])
+        rec["tuned_s"] = p["tf_autopar"].get("tuned_s")
+        rec["switch_s"] = p["tf_autopar"].get("switch_s")
     return rec
 
 

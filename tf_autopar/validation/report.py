@@ -11,7 +11,7 @@ from tf_autopar._files import write_text_atomic
 from tf_autopar._text import table
 from tf_autopar.measure.stats import BELOW_OPTIMUM, format_ratio
 from tf_autopar.planning import baselines
-from tf_autopar.validation.results import OURS, TUNED, canonical
+from tf_autopar.validation.results import FROZEN, LIVE, OURS, PROCESS, TUNED, canonical, path_of, served
 
 OPTIMUM_COLOUR = "#8c8c8c"  # the chart's "ours / optimum" bars (each baseline's colour is in its record)
 
@@ -32,13 +32,55 @@ def _threads(row: Mapping[str, Any], name: str | None) -> str:
     if not name:
         return "-"
     cfg = row["configs"][name]
+    if path_of(cfg) == LIVE:
+        return "live " + _served(row, name)
     inter, intra = cfg.get("inter", 0), cfg.get("intra", 0)
+    if path_of(cfg) == FROZEN:
+        return f"frozen {inter}x{intra}" + (" bound" if cfg.get("cpus") else "")
     text = f"{inter}x{intra}" if (inter or intra) else "0x0"
     if cfg.get("omp"):
         text += f" omp{cfg['omp']}"
     if cfg.get("cpus"):
         text += " bound"
     return text
+
+
+def _served(row: Mapping[str, Any], name: str) -> str:
+    """The sessions a live configuration served at the end of its runs: '1x1', or 'orig' when it
+    stayed on TensorFlow's own path, '-' when no run finished."""
+    cfg = row["configs"][canonical(row["configs"], name)]
+    if not any(r.get("status") == "ok" for r in cfg.get("runs", [])):
+        return "-"
+    return ",".join(served(cfg)) or "orig"
+
+
+def _optimum_text(row: Mapping[str, Any], opt: str | None, names: list[str], by_path: bool) -> str:
+    """The winning configuration; with the frozen path measured, which path and setting won."""
+    if not opt:
+        return "-"
+    cfgs = row["configs"]
+    if path_of(cfgs[opt]) != PROCESS:
+        ours = FROZEN in cfgs and canonical(cfgs, FROZEN) == opt
+        return _threads(row, opt) + (" = ours" if ours else "")
+    text = opt if opt in names or opt == OURS else _threads(row, opt)
+    if OURS in cfgs and canonical(cfgs, OURS) == opt:
+        text = "ours"
+    elif TUNED in cfgs and canonical(cfgs, TUNED) == opt:
+        text = "tuned"
+    return f"pools {text}" if by_path else text
+
+
+def _frozen_cells(row: Mapping[str, Any], summary: Mapping[str, Any]) -> list[str]:
+    """frozen/opt, live/opt, live serves: ratios as ours/opt; n/a (or failed) where the row has no
+    frozen path, the reason in the notes below the table."""
+    fp = row.get("frozen_path") or {}
+    if fp.get("status") != "ok":
+        word = "failed" if fp.get("status") == "failed" else "n/a"
+        return [word, word, ""]
+    frozen = format_ratio(summary.get("frozen_vs_optimum")) if FROZEN in row["configs"] else "n/a"
+    if LIVE not in row["configs"]:
+        return [frozen, "n/a", ""]
+    return [frozen, format_ratio(summary.get("live_vs_optimum")), _served(row, LIVE)]
 
 
 def format_table(doc: Mapping[str, Any], details: bool = False) -> str:
@@ -54,6 +96,7 @@ def format_table(doc: Mapping[str, Any], details: bool = False) -> str:
     if doc.get("interrupted"):
         out.append("INTERRUPTED: partial results below")
     tuned_cols = any(row.get("tune") for row in doc["rows"])
+    frozen_cols = any(row.get("frozen_path") for row in doc["rows"])  # documents before issue 28 have none
     known = baselines.BASELINES
     names = [b.name for b in known]
     header = [
@@ -65,6 +108,7 @@ def format_table(doc: Mapping[str, Any], details: bool = False) -> str:
         *(f"vs {b.label}" for b in known),
         "optimum",
         "ours/opt",
+        *(["frozen/opt", "live/opt", "live serves"] if frozen_cols else []),
         *(["tuned", "tuned/opt", "tune cost"] if tuned_cols else []),
         "",
     ]
@@ -88,13 +132,9 @@ def format_table(doc: Mapping[str, Any], details: bool = False) -> str:
                 cols.append("1.00 (same)")
             else:
                 cols.append(format_ratio(s.get("speedup", {}).get(b)))
-        opt = s.get("optimum")
-        opt_text = "-" if not opt else (opt if opt in names or opt == OURS else _threads(row, opt))
-        if opt and OURS in row["configs"] and canonical(row["configs"], OURS) == opt:
-            opt_text = "ours"
+        opt_text = _optimum_text(row, s.get("optimum"), names, frozen_cols)
         flag = f"< {BELOW_OPTIMUM:.2f}" if s.get("below_optimum") else ""
-        if opt and TUNED in row["configs"] and canonical(row["configs"], TUNED) == opt and opt_text != "ours":
-            opt_text = "tuned"
+        frozen = _frozen_cells(row, s) if frozen_cols else []
         tuned = _tuned_cells(row, s) if tuned_cols else []
         lines.append(
             [
@@ -106,6 +146,7 @@ def format_table(doc: Mapping[str, Any], details: bool = False) -> str:
                 *cols,
                 opt_text,
                 format_ratio(s.get("ours_vs_optimum")),
+                *frozen,
                 *tuned,
                 flag,
             ]
@@ -123,6 +164,7 @@ def format_table(doc: Mapping[str, Any], details: bool = False) -> str:
             *(g(geo.get("speedup", {}).get(b)) for b in names),
             "",
             g(geo.get("ours_vs_optimum")),
+            *([g(geo.get("frozen_vs_optimum")), g(geo.get("live_vs_optimum")), ""] if frozen_cols else []),
             *(
                 ["", g(geo.get("tuned_vs_optimum")), "-" if share is None else f"{share:.0%} of sweep"]
                 if tuned_cols
@@ -136,6 +178,16 @@ def format_table(doc: Mapping[str, Any], details: bool = False) -> str:
         "speedups = baseline time / our time (>1: ours faster), median of per-round paired ratios (min-max);"
         " ours/opt = optimum time / our time."
     )
+    if frozen_cols:
+        out.append(
+            "optimum = the best of both paths: pools = the process pools (baselines, ours, the search space),"
+            " frozen IxJ = the frozen graph in a session of its own with IxJ pools (every inter x intra of the space);"
+        )
+        out.append(
+            "frozen/opt = that session at our plan's pools; live/opt = enable() fed calls until live tuning"
+            " decided, then timed (live serves: the session it settled on, orig = TensorFlow's own path)."
+        )
+        out += _frozen_notes(doc["rows"])
     if tuned_cols:
         out.append(
             "tuned = what `tf-autopar tune` chose, measured before the rounds (its runs are not reused);"
@@ -184,6 +236,21 @@ def format_table(doc: Mapping[str, Any], details: bool = False) -> str:
         out.append("")
         out += format_details(doc)
     return "\n".join(out)
+
+
+def _frozen_notes(rows: list[Mapping[str, Any]]) -> list[str]:
+    """Why a row has no frozen path (or no live run), one line per reason naming its rows."""
+    by_reason: dict[str, list[str]] = {}
+    for row in rows:
+        fp = row.get("frozen_path") or {}
+        if fp.get("status") not in (None, "ok"):
+            note = f"frozen path {fp['status']} ({fp.get('reason')})"
+        elif fp.get("live_reason"):
+            note = f"live {fp['live_reason']}"
+        else:
+            continue
+        by_reason.setdefault(note, []).append(f"{row['workload']}/{row['mode']}")
+    return [f"  {note}: {', '.join(keys)}" for note, keys in by_reason.items()]
 
 
 def _tuned_cells(row: Mapping[str, Any], summary: Mapping[str, Any]) -> list[str]:

@@ -11,11 +11,18 @@ Document (``SCHEMA_VERSION`` 1)::
    "rows": [{"workload", "mode" (infer1|infer|train), "batch", "size", "plan": {...} ,
              "order": [config names run each round, in order],
              "configs": {name: {"kind", "inter", "intra", "omp", "env", "cpus", "same_as",
+                                ["runner_args"],
                                 "runs": [{"round", "seq", "status" (ok|crash|timeout), "median_s",
                                           "step_times_s", "wall_s", "returncode", "error",
                                           "stderr_tail", "cpu_stat", ...}]}},
+             ["frozen_path": {"status" (ok|n/a|failed), "reason", ...}],
              "summary": {...}}],
    "geomean": {...}}
+
+The frozen path (inference rows, since issue 28; absent from older documents and with
+``--no-frozen``): configurations of kind ``frozen`` (``frozen`` at our plan's pools,
+``frozen:INTERxINTRA`` over the space) and ``live`` (whose runs record the ``served`` sessions).
+The optimum is the best configuration of every path; ``optimum_path`` says which won.
 """
 
 from __future__ import annotations
@@ -24,6 +31,8 @@ import math
 from typing import Any, Mapping
 
 from tf_autopar.measure import stats
+from tf_autopar.models.bench import FROZEN, LIVE
+from tf_autopar.models.child import frozen_pools
 from tf_autopar.planning import baselines
 
 SCHEMA_VERSION = 1
@@ -31,6 +40,9 @@ OURS = "tf_autopar"
 TUNED = "tuned"  # validate --tuned: what `tf-autopar tune` chose for the row
 STATUSES = ("ok", "crash", "timeout")
 ROW_MODES = ("infer1", "infer", "train")
+PROCESS = "process"  # the process pools' path: baselines, ours, tuned, the search space
+PATHS = (PROCESS, FROZEN, LIVE)
+FROZEN_STATUSES = ("ok", "n/a", "failed")
 
 
 def canonical(configs: Mapping[str, Any], name: str) -> str:
@@ -72,6 +84,36 @@ def round_times(config: Mapping[str, Any], statistic: str = "median") -> dict[in
 def effective_threads(config: Mapping[str, Any], logical_cpus: int) -> tuple[int, int]:
     width = len(config.get("cpus") or ()) or logical_cpus
     return (int(config.get("inter") or 0) or width, int(config.get("intra") or 0) or width)
+
+
+def path_of(config: Mapping[str, Any]) -> str:
+    """Which path a configuration measures: PROCESS, FROZEN (a frozen session) or LIVE."""
+    kind = config.get("kind")
+    return kind if kind in (FROZEN, LIVE) else PROCESS
+
+
+def served(config: Mapping[str, Any]) -> list[str]:
+    """The frozen sessions (INTERxINTRA) a live configuration's clean runs served at their end:
+    what live tuning settled on ([]: it stayed on TensorFlow's own path)."""
+    return sorted({s for r in config.get("runs", []) if r.get("status") == "ok" for s in r.get("served") or []})
+
+
+def config_threads(configs: Mapping[str, Any], name: str, logical_cpus: int) -> tuple[int, int]:
+    """Effective (inter, intra) of ``name``; a live configuration's are the one session it served."""
+    cfg = configs[name]
+    if path_of(cfg) == LIVE:
+        sessions = served(configs[canonical(configs, name)])
+        if len(sessions) == 1:
+            return frozen_pools(sessions[0])
+    return effective_threads(cfg, logical_cpus)
+
+
+def path_label(configs: Mapping[str, Any], name: str, logical_cpus: int) -> str:
+    """'session 1x2' or 'live tuning, serving 1x1' (the optimum's path, for the reasons)."""
+    if path_of(configs[name]) == LIVE:
+        return "live tuning, serving " + (", ".join(served(configs[name])) or "TensorFlow's own path")
+    inter, intra = config_threads(configs, name, logical_cpus)
+    return f"session {inter}x{intra}"
 
 
 def _config_status(runs: list[Mapping[str, Any]]) -> str:
@@ -118,23 +160,37 @@ def summarize_row(row: Mapping[str, Any], logical_cpus: int, statistic: str = "m
             "rounds_ok": spread.n,
             "median_s": spread.to_dict()["median"],
             "spread_s": spread.to_dict(),
-            "threads": list(effective_threads(cfg, logical_cpus)),
+            "threads": list(config_threads(configs, name, logical_cpus)),
             "throttling": _throttling(runs),
+            "path": path_of(cfg),
         }
+        if path_of(cfg) == LIVE:
+            per_config[name]["served"] = served(configs[canon])
     canon_medians = {n: stats.median(medians[n].values()) for n in configs if not configs[n].get("same_as")}
-    optimum = stats.best(canon_medians)
+    optimum = stats.best(canon_medians)  # the best of every path measured
     summary: dict[str, Any] = {
         "configs": per_config,
         "statistic": statistic,
         "optimum": optimum,
+        "optimum_path": None if optimum is None else path_of(configs[optimum]),
+        "best_by_path": {
+            p: stats.best({n: m for n, m in canon_medians.items() if path_of(configs[n]) == p})
+            for p in PATHS
+            if any(path_of(configs[n]) == p for n in canon_medians)
+        },
         "ours": None,
         "speedup": {},
         "ours_vs_optimum": None,
         "below_optimum": False,
         "reasons": [],
     }
+    if row.get("frozen_path"):
+        summary["frozen_path"] = {k: row["frozen_path"].get(k) for k in ("status", "reason", "live_reason")}
     if optimum is not None:
         summary["optimum_aliases"] = sorted(n for n in configs if canonical(configs, n) == optimum)
+        for key, name in (("frozen_vs_optimum", FROZEN), ("live_vs_optimum", LIVE)):
+            if name in configs and medians.get(name):
+                summary[key] = stats.Comparison.of(medians[optimum], medians[name]).to_dict()
     if OURS not in configs or not medians.get(OURS):
         summary["reasons"] = ["our plan did not run cleanly" if OURS in configs else "our plan is unavailable"]
         return summary
@@ -149,8 +205,14 @@ def summarize_row(row: Mapping[str, Any], logical_cpus: int, statistic: str = "m
         reasons = stats.below_optimum_reasons(
             frac,
             effective_threads(configs[OURS], logical_cpus),
-            effective_threads(configs[optimum], logical_cpus),
+            config_threads(configs, optimum, logical_cpus),
         )
+        if reasons and summary["optimum_path"] != PROCESS:  # the path is the difference, not other settings
+            reasons = [
+                f"the optimum is on the {summary['optimum_path']} path ({path_label(configs, optimum, logical_cpus)}):"
+                " no process-pool setting reaches it",
+                *(r for r in reasons if r != stats.SAME_THREADS),
+            ]
         summary["below_optimum"] = bool(reasons)
         summary["reasons"] = reasons
         if medians.get(TUNED):
@@ -208,6 +270,10 @@ def geomeans(rows: list[Mapping[str, Any]]) -> dict[str, Any]:
         costs = [r["summary"]["tune_cost"] for r in rows if r.get("summary", {}).get("tune_cost")]
         sweep_s = sum(c["sweep_wall_s"] for c in costs)
         out["tune_cost_share"] = sum(c["wall_s"] for c in costs) / sweep_s if sweep_s else None
+    for key in ("frozen_vs_optimum", "live_vs_optimum"):
+        vals = [r["summary"][key]["value"] for r in rows if (r.get("summary") or {}).get(key)]
+        if vals:
+            out[key] = _none_nan(stats.geomean(v for v in vals if v is not None))
     out["below_optimum"] = [f"{r['workload']}/{r['mode']}" for r in rows if r.get("summary", {}).get("below_optimum")]
     return out
 
@@ -248,6 +314,10 @@ def validate_document(doc: Mapping[str, Any]) -> None:
         _need(row, "batch", int, where)
         _need(row, "size", str, where)
         _need(row, "plan", dict, where)
+        if "frozen_path" in row:
+            status = _need(_need(row, "frozen_path", dict, where), "status", str, where + ".frozen_path")
+            if status not in FROZEN_STATUSES:
+                raise ValueError(f"{where}.frozen_path.status: {status!r} not in {FROZEN_STATUSES}")
         order = _need(row, "order", list, where)
         configs = _need(row, "configs", dict, where)
         for name in order:
@@ -258,6 +328,8 @@ def validate_document(doc: Mapping[str, Any]) -> None:
             for key in ("inter", "intra"):
                 _need(cfg, key, int, cw)
             _need(cfg, "env", dict, cw)
+            if "runner_args" in cfg:
+                _need(cfg, "runner_args", list, cw)
             same_as = cfg.get("same_as")
             if same_as is not None and same_as not in configs:
                 raise ValueError(f"{cw}.same_as: {same_as!r} is not a config")

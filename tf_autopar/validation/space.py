@@ -20,6 +20,11 @@ Search space (documented bound; the paper swept hundreds of thousands of setting
   sweeps OMP over the intra values above and TF's intra-op over {1, physical cores}.
   KMP_BLOCKTIME and KMP_AFFINITY are left to the build (TensorFlow sets 1 ms itself; neither
   changed a measured row beyond noise).
+- The frozen path (inference rows): the model's frozen graph in a session of its own
+  (``bench``'s ``frozen:INTERxINTRA``, no tf_autopar in the process) at every inter x intra of
+  the space above, once each: a session's pools are these two (OpenMP threads are the
+  process's). On a 2-CPU host that is 4 settings. ``live`` is ``enable()`` fed calls until
+  live tuning has decided, then timed: what a server settles on.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tf_autopar.measure.configs import Config, config_from_plan, thread_config
+from tf_autopar.models.bench import FROZEN, FROZEN_ENV, FROZEN_PREFIX, LIVE
 from tf_autopar.planning import baselines
 
 SPACE_KINDS = ("auto", "full", "grid", "none")
@@ -47,6 +53,7 @@ class SearchSpace:
     openmp: bool
     configs: tuple[Config, ...] = field(default_factory=tuple)
     omp_values: tuple[int, ...] = ()  # OpenMP builds: the OpenMP threads swept
+    frozen: tuple[Config, ...] = ()  # the frozen path's sweep: one session per inter x intra above
 
     @property
     def full_size(self) -> int:
@@ -76,6 +83,7 @@ class SearchSpace:
             "full_size": self.full_size,
             "description": self.describe(),
             "configs": [c.name for c in self.configs],
+            "frozen_configs": [c.name for c in self.frozen],
         }
 
 
@@ -127,7 +135,31 @@ def search_space(topology: Any, kind: str = "auto") -> SearchSpace:
         openmp=openmp,
         configs=configs,
         omp_values=omp,
+        frozen=tuple(frozen_config(i, j) for i, j in dict.fromkeys((c.inter, c.intra) for c in configs)),
     )
+
+
+def frozen_config(inter: int, intra: int, *, name: str | None = None, cpus: tuple[int, ...] = ()) -> Config:
+    """The frozen graph in a session with ``inter`` x ``intra`` pools of its own (named as
+    bench's ``frozen:INTERxINTRA``); its own intra-op pool needs TensorFlow's global one
+    overridden at start (FROZEN_ENV)."""
+    setting = f"{inter}x{intra}"
+    return Config(
+        name or FROZEN_PREFIX + setting,
+        inter,
+        intra,
+        env=FROZEN_ENV,
+        cpus=cpus,
+        kind=FROZEN,
+        runner_args=("--frozen", setting),
+    )
+
+
+def live_config(plan_mode: str) -> Config:
+    """``enable(mode=plan_mode)`` before the model loads, fed calls until live tuning has decided
+    (the model child's ``--until-tuned``), then timed. Its pools are live tuning's to choose
+    (the run records what it served), so inter and intra are 0 here."""
+    return Config(LIVE, 0, 0, kind=LIVE, runner_args=("--enable", plan_mode, "--until-tuned"))
 
 
 def baseline_configs(topology: Any) -> list[Config]:
