@@ -74,6 +74,22 @@ def max_width(level_widths: Sequence[int]) -> int:
     return max(level_widths, default=0) or 1
 
 
+def _forward(preds: Sequence[Sequence[int]], weight: Sequence[int], levels: list[int]) -> int:
+    """Levels in one pass for the leading nodes whose predecessors all come before them, as
+    TensorFlow writes a graph (ops in creation order); how many were done. No cycle can run
+    through those nodes, so their levels are exact and the search below only does the rest
+    (on 100,000 ops: about half the cost of the search for all)."""
+    for v, ps in enumerate(preds):
+        if not ps:
+            levels[v] = weight[v]
+            continue
+        vals = [levels[p] for p in ps]
+        if -1 in vals:  # a predecessor later in the order (or a cycle): the search takes over
+            return v
+        levels[v] = max(vals) + weight[v]
+    return len(preds)
+
+
 def propagate(
     preds: Sequence[Sequence[int]],
     weight: Sequence[int],
@@ -95,7 +111,10 @@ def propagate(
     """
     n = len(preds)
     levels = [-1] * n
+    done = _forward(preds, weight, levels)
     state = bytearray(n)  # 0 new, 1 waiting for its predecessors (on the stack), 2 done
+    if done:
+        state[:done] = b"\x02" * done
     back_edges = 0
     # Start from the sinks, so that on a cycle the edge dropped is the one closing the
     # loop as seen from the graph's outputs (the one entering the cycle's first node is kept).
