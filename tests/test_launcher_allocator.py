@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from tf_autopar.cli.main import main
@@ -79,3 +82,19 @@ def test_run_with_a_model_recommends_only_what_was_measured_for_it(user_models, 
     monkeypatch.setitem(allocator.MEASURED, (cpu, fingerprint), ("small", "jemalloc", 1.10, (1.05, 1.20)))
     assert main(["run", "--model", user_models["SM"], "--dry-run", "--", "true"]) == 0
     assert "allocator: jemalloc measured 1.10x [1.05-1.20] faster than glibc malloc on small" in capsys.readouterr().err
+
+
+def test_every_measured_entry_is_the_committed_measurement():
+    """MEASURED is copied from benchmarks/results/allocator.json: each entry is there, won every
+    round, and is the fastest allocator that did for that model."""
+    doc = json.loads((Path(__file__).resolve().parents[1] / "benchmarks/results/allocator.json").read_text())
+    assert allocator.MEASURED
+    for (processor, fingerprint), (model, chosen, speedup, spread) in allocator.MEASURED.items():
+        assert processor == doc["processor"] and doc["fingerprints"][model] == fingerprint
+        winners = [r for r in doc["rows"] if r["model"] == model and r["wins_every_round"]]
+        best = max(winners, key=lambda r: r["speedup"][0])
+        assert best["allocator"] == chosen
+        assert (
+            round(best["speedup"][0], 2) == speedup
+            and (round(best["speedup"][1], 2), round(best["speedup"][2], 2)) == spread
+        )

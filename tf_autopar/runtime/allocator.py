@@ -65,7 +65,21 @@ class Recommendation:
 
 #: (processor model name, graph fingerprint) -> measured (model, allocator, median speedup, (min, max));
 #: from benchmarks/results/allocator.json, only where the allocator won in every round.
-MEASURED: dict[tuple[str, str], tuple[str, str, float, tuple[float, float]]] = {}
+MEASURED: dict[tuple[str, str], tuple[str, str, float, tuple[float, float]]] = {
+    # 2-core KVM guest, tensorflow-cpu 2.21, batch 1, 3 rounds (benchmarks/results/allocator.json)
+    ("Intel(R) Xeon(R) Processor", "c350db42721ec6a76f2863f5abb2d2183475228dccc54b3c2645fe9c87d70488"): (
+        "mobilenet_v2",
+        "tcmalloc",
+        1.21,
+        (1.02, 1.23),
+    ),
+    ("Intel(R) Xeon(R) Processor", "0f654095659a12a53b8e3d2b9145eefb6cba3d4062a05675e983b0390aa46be5"): (
+        "dlrm",
+        "tcmalloc",
+        1.07,
+        (1.04, 1.09),
+    ),
+}
 
 
 def recommendation(processor: str, fingerprint: str, table: Mapping | None = None) -> Recommendation | None:
