@@ -33,6 +33,7 @@ import json
 import os
 import platform
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -49,6 +50,7 @@ from examples.serving.harness import Server, warm_until_served  # noqa: E402
 
 MODELS = ("mobilenet_v2", "dlrm")
 CONFIGS = ("default", "enable")
+ALT = "enable-alt"  # --alt DIR: enable() with the tf_autopar of another checkout, interleaved (an A/B of a rule)
 LUA = """wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
 wrk.body = io.open("%s"):read("*a")
@@ -99,6 +101,7 @@ def request_body(model: str) -> dict:
 
 
 def run_wrk(wrk: str, url: str, lua: Path, connections: int, duration: float) -> dict:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = subprocess.run(
         [wrk, "-t1", f"-c{connections}", f"-d{duration:g}s", "--timeout", "10s", "-s", str(lua), url],
         capture_output=True,
@@ -109,7 +112,10 @@ def run_wrk(wrk: str, url: str, lua: Path, connections: int, duration: float) ->
     if not m:
         raise RuntimeError(f"wrk printed no summary: {out.stdout[-1500:]} {out.stderr[-1500:]}")
     r = json.loads(m.group(1))
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    wrk_cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return {
+        "wrk_cpus": wrk_cpu / (r["duration_us"] / 1e6),  # CPUs the load generator itself kept busy
         "throughput": r["requests"] / (r["duration_us"] / 1e6),
         "p50_ms": r["p50_us"] / 1e3,
         "p99_ms": r["p99_us"] / 1e3,
@@ -155,12 +161,18 @@ def one_server(
             os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 
     server = Server(
-        model_path, workers, env=env, default=config == "default", preexec=preexec, log_path=str(tmp / "server.log")
+        model_path,
+        workers,
+        env=env,
+        default=config == "default",
+        preexec=preexec,
+        log_path=str(tmp / "server.log"),
+        pythonpath=[args.alt] if config == ALT else (),
     )
     try:
         server.start(timeout_s=300)
         t0 = time.monotonic()
-        if config == "enable":
+        if config in ("enable", ALT):
             st = warm_until_served(server, body, timeout_s=args.warm_s)
         else:  # the same amount of traffic before the measurement
             for _ in range(args.warm_requests * workers):
@@ -291,6 +303,10 @@ def one_ray(model_path: str, body: dict, lua: Path, config: str, args: argparse.
 # ------------------------------------------------------------------------------ report
 
 
+def _same(r: dict, model: str, kind: str, workers: int, quota: float) -> bool:
+    return (r["model"], r["kind"], r["workers"], r["quota"] or 0.0) == (model, kind, workers, quota)
+
+
 def med(values: list[float]) -> list[float]:
     return [statistics.median(values), min(values), max(values)]
 
@@ -301,7 +317,7 @@ def summarize(runs: list[dict]) -> list[dict]:
     keys = sorted({(r["model"], r["kind"], r["workers"], r["quota"] or 0.0) for r in runs if r["config"] != "solo"})
     for model, kind, workers, quota in keys:
         row: dict = {"model": model, "kind": kind, "workers": workers, "quota": quota or None}
-        for c in CONFIGS:
+        for c in (*CONFIGS, ALT):
             rs = [
                 r
                 for r in runs
@@ -324,12 +340,25 @@ def summarize(runs: list[dict]) -> list[dict]:
                 and (d["model"], d["kind"], d["workers"], d["quota"] or 0.0) == (model, kind, workers, quota)
             ]
             row["enable_vs_default"] = med(pairs)
+        if "enable" in row and ALT in row:  # per-round pairs of the two enable() trees
+            alt = {
+                (r["round"]): r["throughput"]
+                for r in runs
+                if r["config"] == ALT and _same(r, model, kind, workers, quota)
+            }
+            row["alt_vs_enable"] = med(
+                [
+                    alt[r["round"]] / r["throughput"]
+                    for r in runs
+                    if r["config"] == "enable" and _same(r, model, kind, workers, quota) and r["round"] in alt
+                ]
+            )
         solo = [r["throughput"] for r in runs if r["config"] == "solo" and r["model"] == model]
         if solo:
             usable = min(workers, cpus, quota or workers) if kind == "gunicorn" else min(cpus, 2)
             r1 = statistics.median(solo)
             row["ceiling"] = {"solo_rps": r1, "cpus": usable, "throughput": r1 * usable}
-            for c in CONFIGS:
+            for c in (*CONFIGS, ALT):
                 if c in row:
                     row[c]["of_ceiling"] = row[c]["throughput"][0] / row["ceiling"]["throughput"]
         rows.append(row)
@@ -378,6 +407,9 @@ def main() -> int:
     p.add_argument("--warm-requests", type=int, default=30, help="requests per worker warming the default")
     p.add_argument("--ray", action="store_true", help="also the 2-node local Ray cluster")
     p.add_argument("--quick", action="store_true")
+    p.add_argument("--alt", metavar="DIR", help=f"also {ALT!r}: enable() with the tf_autopar of checkout DIR")
+    p.add_argument("--no-ceiling", action="store_true", help="skip the solo ceiling run")
+    p.add_argument("--no-quota-free", action="store_true", help="with --quota: only the rows under the quota")
     p.add_argument("--json", default=None)
     args = p.parse_args()
     if args.quick:
@@ -386,7 +418,8 @@ def main() -> int:
     models = build_models(Path(args.models_dir))
     names = [m for m in args.models.split(",") if m]
     workers = [int(w) for w in args.workers.split(",")]
-    quotas = [None] + ([args.quota] if args.quota else [])
+    quotas = ([] if args.no_quota_free and args.quota else [None]) + ([args.quota] if args.quota else [])
+    configs = (*CONFIGS, ALT) if args.alt else CONFIGS
     tmp = Path(tempfile.mkdtemp(prefix="tf_autopar_bench_http_"))
     luas = {}
     for m in names:
@@ -396,12 +429,13 @@ def main() -> int:
     runs: list[dict] = []
     t_start = time.time()
     for rnd in range(args.rounds):
-        order = CONFIGS if rnd % 2 == 0 else CONFIGS[::-1]
+        order = configs if rnd % 2 == 0 else configs[::-1]
         for m in names:
             body = json.loads((tmp / f"{m}.json").read_text())
-            res = one_server(models[m], body, luas[m], 1, "enable", None, args, tmp, pin=True)
-            runs.append(dict(res, model=m, kind="gunicorn", workers=1, quota=None, config="solo", round=rnd))
-            print(f"round {rnd + 1} {m} solo (1 worker on 1 core): {res['throughput']:.1f} req/s", flush=True)
+            if not args.no_ceiling:
+                res = one_server(models[m], body, luas[m], 1, "enable", None, args, tmp, pin=True)
+                runs.append(dict(res, model=m, kind="gunicorn", workers=1, quota=None, config="solo", round=rnd))
+                print(f"round {rnd + 1} {m} solo (1 worker on 1 core): {res['throughput']:.1f} req/s", flush=True)
             for q in quotas:
                 for w in workers:
                     for c in order:
@@ -409,12 +443,12 @@ def main() -> int:
                         runs.append(dict(res, model=m, kind="gunicorn", workers=w, quota=q, config=c, round=rnd))
                         print(
                             f"round {rnd + 1} {m} {w} workers quota {q or '-'} {c}: {res['throughput']:.1f} req/s "
-                            f"p50 {res['p50_ms']:.1f} p99 {res['p99_ms']:.1f} ms; "
+                            f"p50 {res['p50_ms']:.1f} p99 {res['p99_ms']:.1f} ms; wrk {res['wrk_cpus']:.2f} CPUs; "
                             f"{[s['planned'] + '@' + str(s['affinity']) + ' ' + ','.join(s.get('paths', [])) for s in res['workers_seen']]}",
                             flush=True,
                         )
             if args.ray:
-                for c in order:
+                for c in [o for o in order if o != ALT]:
                     res = one_ray(models[m], body, luas[m], c, args, tmp)
                     runs.append(dict(res, model=m, kind="ray", workers=4, quota=None, config=c, round=rnd))
                     print(
@@ -423,7 +457,16 @@ def main() -> int:
                         flush=True,
                     )
         save(runs, args, t_start)  # after every round: a run cut short keeps its complete rounds
-    print(table(summarize(runs)))
+    rows = summarize(runs)
+    print(table(rows))
+    for r in rows:
+        if "alt_vs_enable" in r:
+            v = r["alt_vs_enable"]
+            print(
+                f"{r['model']} {r['workers']} workers quota {r['quota'] or '-'}: {ALT} ({args.alt}) / enable() "
+                f"throughput {v[0]:.2f} [{v[1]:.2f}-{v[2]:.2f}]; p99 {r[ALT]['p99_ms'][0]:.1f} vs "
+                f"{r['enable']['p99_ms'][0]:.1f} ms"
+            )
     shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
