@@ -50,6 +50,7 @@ from examples.serving.harness import Server, warm_until_served  # noqa: E402
 
 MODELS = ("mobilenet_v2", "dlrm")
 CONFIGS = ("default", "enable")
+ECHO = "echo"  # --ray-ceiling: Ray Serve with the model call left out
 ALT = "enable-alt"  # --alt DIR: enable() with the tf_autopar of another checkout, interleaved (an A/B of a rule)
 LUA = """wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
@@ -220,7 +221,17 @@ env = {k: v for k, v in os.environ.items() if k in ("TF_AUTOPAR_LEASE_DIR", "TF_
 ray.init(address=cluster.address, runtime_env={"env_vars": dict(env, PYTHONPATH=ROOT)})
 cluster.wait_for_nodes()
 serve.start(http_options={"host": "127.0.0.1", "port": PORT})
-app = SavedModelServer.options(num_replicas=4, ray_actor_options={"num_cpus": 0.5}).bind(MODEL, default=DEFAULT)
+if ECHO:  # the ceiling of Serve itself here: same replicas and body, the body parsed and no model run
+    @serve.deployment
+    class Echo:
+        async def __call__(self, request):
+            if request.url.path.rstrip("/").endswith("status"):
+                return {"pid": os.getpid(), "affinity": sorted(os.sched_getaffinity(0))}
+            body = await request.json()
+            return {"outputs": {k: 0 for k in body["inputs"]}}
+    app = Echo.options(num_replicas=4, ray_actor_options={"num_cpus": 0.5}).bind()
+else:
+    app = SavedModelServer.options(num_replicas=4, ray_actor_options={"num_cpus": 0.5}).bind(MODEL, default=DEFAULT)
 serve.run(app, route_prefix="/predict")
 print("READY", flush=True)
 sys.stdin.readline()  # the parent says when to stop
@@ -238,7 +249,8 @@ def one_ray(model_path: str, body: dict, lua: Path, config: str, args: argparse.
     env["TF_AUTOPAR_CACHE_DIR"] = str(tmp / f"cache_{time.monotonic_ns()}")
     env["TF_AUTOPAR_FAST_PATH_DIR"] = str(tmp / f"fast_{time.monotonic_ns()}")
     env["RAY_USAGE_STATS_ENABLED"] = "0"
-    code = f"ROOT = {str(ROOT)!r}\nPORT = {port}\nMODEL = {model_path!r}\nDEFAULT = {config == 'default'}\n" + RAY_CHILD
+    code = f"ROOT = {str(ROOT)!r}\nPORT = {port}\nMODEL = {model_path!r}\nDEFAULT = {config == 'default'}\n"
+    code += f"ECHO = {config == ECHO}\n" + RAY_CHILD
     log = open(tmp / "ray.log", "ab")
     proc = subprocess.Popen(
         [sys.executable, "-c", code],
@@ -274,7 +286,7 @@ def one_ray(model_path: str, body: dict, lua: Path, config: str, args: argparse.
                 replicas[s["pid"]] = s
             paths = [[b["path"] for f in s.get("served", []) for b in f["buckets"]] for s in replicas.values()]
             if len(replicas) >= 4 and (
-                config == "default" or all(p and p[0] in ("frozen session", "original") for p in paths)
+                config in ("default", ECHO) or all(p and p[0] in ("frozen session", "original") for p in paths)
             ):
                 break
         res = run_wrk(args.wrk, f"http://127.0.0.1:{port}/predict", lua, 8, args.duration)
@@ -358,6 +370,10 @@ def summarize(runs: list[dict]) -> list[dict]:
             usable = min(workers, cpus, quota or workers) if kind == "gunicorn" else min(cpus, 2)
             r1 = statistics.median(solo)
             row["ceiling"] = {"solo_rps": r1, "cpus": usable, "throughput": r1 * usable}
+            echo = [r["throughput"] for r in runs if r["config"] == ECHO and _same(r, model, kind, workers, quota)]
+            if echo:  # Serve itself, with no model run, is the lower ceiling
+                row["ceiling"]["serve_rps"] = statistics.median(echo)
+                row["ceiling"]["throughput"] = min(r1 * usable, statistics.median(echo))
             for c in (*CONFIGS, ALT):
                 if c in row:
                     row[c]["of_ceiling"] = row[c]["throughput"][0] / row["ceiling"]["throughput"]
@@ -382,6 +398,8 @@ def table(rows: list[dict]) -> str:
         d, e, cl = r.get("default"), r.get("enable"), r.get("ceiling")
         ratio = cell(r["enable_vs_default"], "{:.2f}") if "enable_vs_default" in r else "-"
         ceiling = f"{cl['throughput']:.1f} ({cl['cpus']:g} x {cl['solo_rps']:.1f})" if cl else "-"
+        if cl and "serve_rps" in cl:
+            ceiling += f"; Serve alone {cl['serve_rps']:.1f}"
         share = f"{e['of_ceiling']:.2f}" if e and "of_ceiling" in e else "-"
         out.append(
             f"| {r['kind']} | {r['model']} | {r['workers']} | {r['quota'] or '-'} | "
@@ -409,6 +427,7 @@ def main() -> int:
     p.add_argument("--quick", action="store_true")
     p.add_argument("--alt", metavar="DIR", help=f"also {ALT!r}: enable() with the tf_autopar of checkout DIR")
     p.add_argument("--no-ceiling", action="store_true", help="skip the solo ceiling run")
+    p.add_argument("--ray-ceiling", action="store_true", help="with --ray: also Serve's own ceiling (no model run)")
     p.add_argument("--no-quota-free", action="store_true", help="with --quota: only the rows under the quota")
     p.add_argument("--json", default=None)
     args = p.parse_args()
@@ -448,7 +467,7 @@ def main() -> int:
                             flush=True,
                         )
             if args.ray:
-                for c in [o for o in order if o != ALT]:
+                for c in [o for o in order if o != ALT] + ([ECHO] if args.ray_ceiling else []):
                     res = one_ray(models[m], body, luas[m], c, args, tmp)
                     runs.append(dict(res, model=m, kind="ray", workers=4, quota=None, config=c, round=rnd))
                     print(
