@@ -33,6 +33,7 @@ import json
 import os
 import platform
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -49,6 +50,8 @@ from examples.serving.harness import Server, warm_until_served  # noqa: E402
 
 MODELS = ("mobilenet_v2", "dlrm")
 CONFIGS = ("default", "enable")
+ECHO = "echo"  # --ray-ceiling: Ray Serve with the model call left out
+ALT = "enable-alt"  # --alt DIR: enable() with the tf_autopar of another checkout, interleaved (an A/B of a rule)
 LUA = """wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
 wrk.body = io.open("%s"):read("*a")
@@ -99,6 +102,7 @@ def request_body(model: str) -> dict:
 
 
 def run_wrk(wrk: str, url: str, lua: Path, connections: int, duration: float) -> dict:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = subprocess.run(
         [wrk, "-t1", f"-c{connections}", f"-d{duration:g}s", "--timeout", "10s", "-s", str(lua), url],
         capture_output=True,
@@ -109,7 +113,10 @@ def run_wrk(wrk: str, url: str, lua: Path, connections: int, duration: float) ->
     if not m:
         raise RuntimeError(f"wrk printed no summary: {out.stdout[-1500:]} {out.stderr[-1500:]}")
     r = json.loads(m.group(1))
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    wrk_cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return {
+        "wrk_cpus": wrk_cpu / (r["duration_us"] / 1e6),  # CPUs the load generator itself kept busy
         "throughput": r["requests"] / (r["duration_us"] / 1e6),
         "p50_ms": r["p50_us"] / 1e3,
         "p99_ms": r["p99_us"] / 1e3,
@@ -155,12 +162,18 @@ def one_server(
             os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 
     server = Server(
-        model_path, workers, env=env, default=config == "default", preexec=preexec, log_path=str(tmp / "server.log")
+        model_path,
+        workers,
+        env=env,
+        default=config == "default",
+        preexec=preexec,
+        log_path=str(tmp / "server.log"),
+        pythonpath=[args.alt] if config == ALT else (),
     )
     try:
         server.start(timeout_s=300)
         t0 = time.monotonic()
-        if config == "enable":
+        if config in ("enable", ALT):
             st = warm_until_served(server, body, timeout_s=args.warm_s)
         else:  # the same amount of traffic before the measurement
             for _ in range(args.warm_requests * workers):
@@ -208,7 +221,17 @@ env = {k: v for k, v in os.environ.items() if k in ("TF_AUTOPAR_LEASE_DIR", "TF_
 ray.init(address=cluster.address, runtime_env={"env_vars": dict(env, PYTHONPATH=ROOT)})
 cluster.wait_for_nodes()
 serve.start(http_options={"host": "127.0.0.1", "port": PORT})
-app = SavedModelServer.options(num_replicas=4, ray_actor_options={"num_cpus": 0.5}).bind(MODEL, default=DEFAULT)
+if ECHO:  # the ceiling of Serve itself here: same replicas and body, the body parsed and no model run
+    @serve.deployment
+    class Echo:
+        async def __call__(self, request):
+            if request.url.path.rstrip("/").endswith("status"):
+                return {"pid": os.getpid(), "affinity": sorted(os.sched_getaffinity(0))}
+            body = await request.json()
+            return {"outputs": {k: 0 for k in body["inputs"]}}
+    app = Echo.options(num_replicas=4, ray_actor_options={"num_cpus": 0.5}).bind()
+else:
+    app = SavedModelServer.options(num_replicas=4, ray_actor_options={"num_cpus": 0.5}).bind(MODEL, default=DEFAULT)
 serve.run(app, route_prefix="/predict")
 print("READY", flush=True)
 sys.stdin.readline()  # the parent says when to stop
@@ -226,7 +249,8 @@ def one_ray(model_path: str, body: dict, lua: Path, config: str, args: argparse.
     env["TF_AUTOPAR_CACHE_DIR"] = str(tmp / f"cache_{time.monotonic_ns()}")
     env["TF_AUTOPAR_FAST_PATH_DIR"] = str(tmp / f"fast_{time.monotonic_ns()}")
     env["RAY_USAGE_STATS_ENABLED"] = "0"
-    code = f"ROOT = {str(ROOT)!r}\nPORT = {port}\nMODEL = {model_path!r}\nDEFAULT = {config == 'default'}\n" + RAY_CHILD
+    code = f"ROOT = {str(ROOT)!r}\nPORT = {port}\nMODEL = {model_path!r}\nDEFAULT = {config == 'default'}\n"
+    code += f"ECHO = {config == ECHO}\n" + RAY_CHILD
     log = open(tmp / "ray.log", "ab")
     proc = subprocess.Popen(
         [sys.executable, "-c", code],
@@ -262,7 +286,7 @@ def one_ray(model_path: str, body: dict, lua: Path, config: str, args: argparse.
                 replicas[s["pid"]] = s
             paths = [[b["path"] for f in s.get("served", []) for b in f["buckets"]] for s in replicas.values()]
             if len(replicas) >= 4 and (
-                config == "default" or all(p and p[0] in ("frozen session", "original") for p in paths)
+                config in ("default", ECHO) or all(p and p[0] in ("frozen session", "original") for p in paths)
             ):
                 break
         res = run_wrk(args.wrk, f"http://127.0.0.1:{port}/predict", lua, 8, args.duration)
@@ -291,6 +315,10 @@ def one_ray(model_path: str, body: dict, lua: Path, config: str, args: argparse.
 # ------------------------------------------------------------------------------ report
 
 
+def _same(r: dict, model: str, kind: str, workers: int, quota: float) -> bool:
+    return (r["model"], r["kind"], r["workers"], r["quota"] or 0.0) == (model, kind, workers, quota)
+
+
 def med(values: list[float]) -> list[float]:
     return [statistics.median(values), min(values), max(values)]
 
@@ -301,7 +329,7 @@ def summarize(runs: list[dict]) -> list[dict]:
     keys = sorted({(r["model"], r["kind"], r["workers"], r["quota"] or 0.0) for r in runs if r["config"] != "solo"})
     for model, kind, workers, quota in keys:
         row: dict = {"model": model, "kind": kind, "workers": workers, "quota": quota or None}
-        for c in CONFIGS:
+        for c in (*CONFIGS, ALT):
             rs = [
                 r
                 for r in runs
@@ -324,12 +352,29 @@ def summarize(runs: list[dict]) -> list[dict]:
                 and (d["model"], d["kind"], d["workers"], d["quota"] or 0.0) == (model, kind, workers, quota)
             ]
             row["enable_vs_default"] = med(pairs)
+        if "enable" in row and ALT in row:  # per-round pairs of the two enable() trees
+            alt = {
+                (r["round"]): r["throughput"]
+                for r in runs
+                if r["config"] == ALT and _same(r, model, kind, workers, quota)
+            }
+            row["alt_vs_enable"] = med(
+                [
+                    alt[r["round"]] / r["throughput"]
+                    for r in runs
+                    if r["config"] == "enable" and _same(r, model, kind, workers, quota) and r["round"] in alt
+                ]
+            )
         solo = [r["throughput"] for r in runs if r["config"] == "solo" and r["model"] == model]
         if solo:
             usable = min(workers, cpus, quota or workers) if kind == "gunicorn" else min(cpus, 2)
             r1 = statistics.median(solo)
             row["ceiling"] = {"solo_rps": r1, "cpus": usable, "throughput": r1 * usable}
-            for c in CONFIGS:
+            echo = [r["throughput"] for r in runs if r["config"] == ECHO and _same(r, model, kind, workers, quota)]
+            if echo:  # Serve itself, with no model run, is the lower ceiling
+                row["ceiling"]["serve_rps"] = statistics.median(echo)
+                row["ceiling"]["throughput"] = min(r1 * usable, statistics.median(echo))
+            for c in (*CONFIGS, ALT):
                 if c in row:
                     row[c]["of_ceiling"] = row[c]["throughput"][0] / row["ceiling"]["throughput"]
         rows.append(row)
@@ -353,6 +398,8 @@ def table(rows: list[dict]) -> str:
         d, e, cl = r.get("default"), r.get("enable"), r.get("ceiling")
         ratio = cell(r["enable_vs_default"], "{:.2f}") if "enable_vs_default" in r else "-"
         ceiling = f"{cl['throughput']:.1f} ({cl['cpus']:g} x {cl['solo_rps']:.1f})" if cl else "-"
+        if cl and "serve_rps" in cl:
+            ceiling += f"; Serve alone {cl['serve_rps']:.1f}"
         share = f"{e['of_ceiling']:.2f}" if e and "of_ceiling" in e else "-"
         out.append(
             f"| {r['kind']} | {r['model']} | {r['workers']} | {r['quota'] or '-'} | "
@@ -378,6 +425,10 @@ def main() -> int:
     p.add_argument("--warm-requests", type=int, default=30, help="requests per worker warming the default")
     p.add_argument("--ray", action="store_true", help="also the 2-node local Ray cluster")
     p.add_argument("--quick", action="store_true")
+    p.add_argument("--alt", metavar="DIR", help=f"also {ALT!r}: enable() with the tf_autopar of checkout DIR")
+    p.add_argument("--no-ceiling", action="store_true", help="skip the solo ceiling run")
+    p.add_argument("--ray-ceiling", action="store_true", help="with --ray: also Serve's own ceiling (no model run)")
+    p.add_argument("--no-quota-free", action="store_true", help="with --quota: only the rows under the quota")
     p.add_argument("--json", default=None)
     args = p.parse_args()
     if args.quick:
@@ -386,7 +437,8 @@ def main() -> int:
     models = build_models(Path(args.models_dir))
     names = [m for m in args.models.split(",") if m]
     workers = [int(w) for w in args.workers.split(",")]
-    quotas = [None] + ([args.quota] if args.quota else [])
+    quotas = ([] if args.no_quota_free and args.quota else [None]) + ([args.quota] if args.quota else [])
+    configs = (*CONFIGS, ALT) if args.alt else CONFIGS
     tmp = Path(tempfile.mkdtemp(prefix="tf_autopar_bench_http_"))
     luas = {}
     for m in names:
@@ -396,12 +448,13 @@ def main() -> int:
     runs: list[dict] = []
     t_start = time.time()
     for rnd in range(args.rounds):
-        order = CONFIGS if rnd % 2 == 0 else CONFIGS[::-1]
+        order = configs if rnd % 2 == 0 else configs[::-1]
         for m in names:
             body = json.loads((tmp / f"{m}.json").read_text())
-            res = one_server(models[m], body, luas[m], 1, "enable", None, args, tmp, pin=True)
-            runs.append(dict(res, model=m, kind="gunicorn", workers=1, quota=None, config="solo", round=rnd))
-            print(f"round {rnd + 1} {m} solo (1 worker on 1 core): {res['throughput']:.1f} req/s", flush=True)
+            if not args.no_ceiling:
+                res = one_server(models[m], body, luas[m], 1, "enable", None, args, tmp, pin=True)
+                runs.append(dict(res, model=m, kind="gunicorn", workers=1, quota=None, config="solo", round=rnd))
+                print(f"round {rnd + 1} {m} solo (1 worker on 1 core): {res['throughput']:.1f} req/s", flush=True)
             for q in quotas:
                 for w in workers:
                     for c in order:
@@ -409,12 +462,12 @@ def main() -> int:
                         runs.append(dict(res, model=m, kind="gunicorn", workers=w, quota=q, config=c, round=rnd))
                         print(
                             f"round {rnd + 1} {m} {w} workers quota {q or '-'} {c}: {res['throughput']:.1f} req/s "
-                            f"p50 {res['p50_ms']:.1f} p99 {res['p99_ms']:.1f} ms; "
+                            f"p50 {res['p50_ms']:.1f} p99 {res['p99_ms']:.1f} ms; wrk {res['wrk_cpus']:.2f} CPUs; "
                             f"{[s['planned'] + '@' + str(s['affinity']) + ' ' + ','.join(s.get('paths', [])) for s in res['workers_seen']]}",
                             flush=True,
                         )
             if args.ray:
-                for c in order:
+                for c in [o for o in order if o != ALT] + ([ECHO] if args.ray_ceiling else []):
                     res = one_ray(models[m], body, luas[m], c, args, tmp)
                     runs.append(dict(res, model=m, kind="ray", workers=4, quota=None, config=c, round=rnd))
                     print(
@@ -423,7 +476,16 @@ def main() -> int:
                         flush=True,
                     )
         save(runs, args, t_start)  # after every round: a run cut short keeps its complete rounds
-    print(table(summarize(runs)))
+    rows = summarize(runs)
+    print(table(rows))
+    for r in rows:
+        if "alt_vs_enable" in r:
+            v = r["alt_vs_enable"]
+            print(
+                f"{r['model']} {r['workers']} workers quota {r['quota'] or '-'}: {ALT} ({args.alt}) / enable() "
+                f"throughput {v[0]:.2f} [{v[1]:.2f}-{v[2]:.2f}]; p99 {r[ALT]['p99_ms'][0]:.1f} vs "
+                f"{r['enable']['p99_ms'][0]:.1f} ms"
+            )
     shutil.rmtree(tmp, ignore_errors=True)
     return 0
 

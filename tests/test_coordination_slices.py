@@ -10,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 import pytest
 
 from tf_autopar.coordination import Share, claim_share
-from tf_autopar.coordination.slices import restrict, slice_for, split
+from tf_autopar.coordination.slices import capacity_cores, restrict, slice_for, split
 from tf_autopar.planning import plan
 from tf_autopar.topology.model import Core, CpuQuota, NumaNode, Topology
 
@@ -68,6 +68,22 @@ def test_quota_limits_the_cores_shared_out():
     slices = split(t, 4)  # 2 cores of capacity, 4 workers: sharing rule on cores 0 and 1
     assert [s.cpus for s in slices] == [(0,), (1,), (0,), (1,)]
     assert [s.shared_with for s in slices] == [2, 2, 2, 2]
+
+
+def test_a_fractional_quota_shared_by_workers_is_rounded_up_and_one_process_keeps_the_floor():
+    q = CpuQuota(cpus=1.5, quota_us=150000, period_us=100000, cgroup_version=1, path="/x")
+    t = make_topology(cores_per_node=2, budget=1, quota=q)
+    assert [c.core_id for c in capacity_cores(t)] == [0]  # one process: floor(1.5), measured no worse
+    assert [s.cpus for s in split(t, 1)] == [(0,)]
+    two = split(t, 2)  # two independent workers: each its own core, the 0.5 CPU is theirs
+    assert [s.cpus for s in two] == [(0,), (1,)] and [s.cores for s in two] == [1, 1]
+    four = split(t, 4)
+    assert [s.cpus for s in four] == [(0,), (1,), (0,), (1,)] and {s.shared_with for s in four} == {2}
+    assert slice_for(t, 3, 4) == four[3]
+    q25 = CpuQuota(cpus=2.5, quota_us=250000, period_us=100000, cgroup_version=2, path="/x")
+    t8 = make_topology(cores_per_node=8, budget=2, quota=q25)
+    assert sum(s.cores for s in split(t8, 2)) == 3  # ceil(2.5), not all 8 cores
+    assert sum(s.cores for s in split(t8, 1)) == 2
 
 
 def test_restrict_shrinks_mask_cores_nodes_budget_and_plans_the_slice():

@@ -164,7 +164,7 @@ def _from_slice(
     whole = set(s.cpus) == set(topology.affinity)
     if s.shared_with > 1:
         note = (note + "; " if note else "") + (
-            f"{count} workers for {len(capacity_cores(topology))} core(s): core shared by {s.shared_with} workers, "
+            f"{count} workers for {len(capacity_cores(topology, count))} core(s): core shared by {s.shared_with} workers, "
             "1 x 1 threads each (sharing rule)"
         )
     if index is None:
@@ -348,7 +348,7 @@ def _warn_count(message: str) -> None:
 
 
 def _even_split(topology: Topology, n: int | None, why: str) -> Share:
-    cap = len(capacity_cores(topology))
+    cap = len(capacity_cores(topology, n or 1))
     if n is None or n == 1:
         _warn_once("lease:" + why, f"tf_autopar: lease unusable ({why}); planning for the whole host as one process")
         return _whole(topology, "even-split", 1, None, f"lease unusable: {why}")

@@ -26,7 +26,7 @@ def reshare(share: Share, host: Topology) -> Share:
     note = f"{_SHARING.sub('', share.note.partition('; ' + NOTE)[0])}; {NOTE}".lstrip("; ")
     lease = share._lease
     if share.source == "even-split":
-        budget = max(1, len(capacity_cores(host)) // max(1, share.count))
+        budget = max(1, len(capacity_cores(host, share.count)) // max(1, share.count))
         return _whole(host, share.source, share.count, share.index, note, budget=budget, lease=lease)
     if share.source in _WHOLE_SOURCES or share.count <= 1 or share.index is None:
         return _whole(host, share.source, share.count, share.index, note, lease=lease)

@@ -5,7 +5,11 @@ Pure: Topology in, CPU ids out. The rules (documented in docs/design.md, "Produc
 - Capacity. The cores cut are the first ``min(physical cores, cpu_budget)`` cores in the
   planner's fill order (biggest socket, biggest NUMA node first). Under a cgroup quota the
   workers therefore share as many whole cores as the quota pays for, instead of spreading
-  over every core and being throttled together.
+  over every core and being throttled together. A fractional quota shared by two or more
+  workers is rounded up instead (1.5 CPUs: 2 cores): independent workers have no barrier
+  between them, so the fraction is throughput (benchmarks/bench_http.py measured both); one
+  process keeps floor(quota), where an extra thread measured no better
+  (benchmarks/bench_fractional_quota.py).
 - N <= capacity. Slice sizes differ by at most one core (the first ``capacity % N`` slices
   get the extra core: an idle core is lost throughput for independent servers, and an extra
   core never slows a data-parallel rank). Slices are cut inside one NUMA node where the node
@@ -23,6 +27,7 @@ Pure: Topology in, CPU ids out. The rules (documented in docs/design.md, "Produc
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Iterable, NamedTuple, Sequence
 
 from tf_autopar.topology.model import Core, Topology, cut_nested, ordered_cores, place_of
@@ -38,10 +43,17 @@ class Slice(NamedTuple):
     shared_with: int  # workers on these cores, this one included (1 = the cores are its own)
 
 
-def capacity_cores(topology: Topology) -> list[Core]:
-    """The cores workers may share out, in the planner's fill order, limited to the CPU budget."""
+def capacity_cores(topology: Topology, count: int = 1) -> list[Core]:
+    """The cores ``count`` workers may share out, in the planner's fill order, limited to the CPU
+    budget; under a fractional quota shared by several workers, to the quota rounded up."""
     ordered = ordered_cores(topology.planning_cores())
-    return ordered[: max(1, min(len(ordered), int(topology.cpu_budget)))]
+    cores = int(topology.cpu_budget)
+    quota = topology.quota
+    if count > 1 and quota is not None and quota.cpus > cores:
+        # Independent workers have no barrier between them: on ceil(quota) cores they use the whole
+        # quota (1.5 CPUs of 1.5), where floor(quota) cores leave the fraction idle.
+        cores = math.ceil(quota.cpus - 1e-9)
+    return ordered[: max(1, min(len(ordered), cores))]
 
 
 def _sizes(total: int, n: int) -> list[int]:
@@ -63,7 +75,7 @@ def split(topology: Topology, count: int) -> list[Slice]:
     """One slice per worker 0..count-1 (see the module docstring for the rules)."""
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise ValueError(f"worker count must be a positive integer, got {count!r}")
-    cores = capacity_cores(topology)
+    cores = capacity_cores(topology, count)
     mask = set(topology.affinity) or {cpu for c in cores for cpu in c.cpus}
     if count <= len(cores):
         return [Slice(i, _cpus(s, mask), len(s), 1) for i, s in enumerate(_cut(cores, _sizes(len(cores), count)))]
@@ -78,7 +90,7 @@ def slice_for(topology: Topology, index: int, count: int) -> Slice:
         raise ValueError(f"worker count must be a positive integer, got {count!r}")
     if not 0 <= index < count:
         raise ValueError(f"worker index {index} is outside 0..{count - 1}")
-    cores = capacity_cores(topology)
+    cores = capacity_cores(topology, count)
     if count <= len(cores):
         return split(topology, count)[index]
     mask = set(topology.affinity) or {cpu for c in cores for cpu in c.cpus}
@@ -93,7 +105,7 @@ def bound_count(count: int, topology: Topology, what: str, *, cap: bool = True) 
     MAX_WORKERS_PER_CORE per usable core: capped there, since no deployment runs that many.
     ``cap=False`` for a size that comes with ranks (a rank is an identity: it cannot be renumbered;
     slice_for costs the same for any size)."""
-    usable = len(capacity_cores(topology))
+    usable = len(capacity_cores(topology, count))
     limit = usable * MAX_WORKERS_PER_CORE
     cpus = f"{usable} usable core{'s' if usable != 1 else ''}"
     if count > limit and cap:
