@@ -125,8 +125,8 @@ def test_a_share_follows_the_quota(watched, monkeypatch):
     share = Share(0, 2, s.cpus, "env:LOCAL_RANK", budget=s.cores, pin=False, note="rank 0 of 2")
     STATE.applied.hold(share)
     core.use_share(share.topology(host))
-    assert core.topology().cpu_budget == 1  # 2 of 2.5 CPUs split in two
-    _rewrite(root, LEAF, "400000 100000\n")
+    assert core.topology().cpu_budget == 2  # 2.5 CPUs for two workers: ceil = 3 cores, cut 2 + 1
+    _rewrite(root, LEAF, "100000 100000\n")  # 1 CPU: both workers share its one core
     watch.check()
     now = STATE.applied.share
-    assert now.budget == 2 and core.topology().cpu_budget == 2 and now.index == 0
+    assert now.budget == 1 and core.topology().cpu_budget == 1 and now.index == 0 and now.shared_with == 2
