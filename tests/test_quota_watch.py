@@ -126,7 +126,10 @@ def test_a_share_follows_the_quota(watched, monkeypatch):
     STATE.applied.hold(share)
     core.use_share(share.topology(host))
     assert core.topology().cpu_budget == 2  # 2.5 CPUs for two workers: ceil = 3 cores, cut 2 + 1
+    bound = []  # the re-bind of a pinned share whose CPUs moved: recorded, not done to the test process
+    monkeypatch.setattr(quota_watch, "apply_affinity", lambda share, all_threads: bound.append(share.cpus))
     _rewrite(root, LEAF, "100000 100000\n")  # 1 CPU: both workers share its one core
     watch.check()
     now = STATE.applied.share
     assert now.budget == 1 and core.topology().cpu_budget == 1 and now.index == 0 and now.shared_with == 2
+    assert bound == [now.cpus] and len(now.cpus) < len(s.cpus)
