@@ -125,6 +125,30 @@ def tuned_for(fingerprint: str, mode: str, topo: Topology | None = None, batch: 
         return None
 
 
+def store_plan(profile: GraphProfile, plan: Any, name: str) -> bool:
+    """``plan`` into the plan cache for this host and mode, so that the next start applies it before
+    TensorFlow starts; False when the write failed (fail_open says so once)."""
+    from tf_autopar.runtime import cache
+    from tf_autopar.runtime.safety import fail_open
+    from tf_autopar.runtime.state import STATE
+
+    try:
+        maybe_fail("cache")
+        cache.store(
+            profile.fingerprint,
+            cache.topology_key(topology()),
+            STATE.mode,
+            plan.to_dict(),
+            profile_summary(profile),
+            name,
+            program=cache.program_key(),
+        )
+        return True
+    except Exception as exc:
+        fail_open("write the plan cache", exc)
+        return False
+
+
 def analyze_graph(graph_def: Any, source: str) -> tuple[GraphProfile, float]:
     """(profile, milliseconds spent)."""
     from tf_autopar.graph import analyze_graph_def

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from tf_autopar.runtime import cache, controller, core, sessions
+from tf_autopar.runtime import controller, core, sessions
 from tf_autopar.runtime.safety import fail_open, maybe_fail, warn_once
 from tf_autopar.runtime.state import STATE
 
@@ -82,22 +82,7 @@ def on_trace(concrete_fn: Any) -> None:
     plan = core.plan_for(profile, STATE.mode, streams=STATE.streams)
     running = controller.running_pools()
     matches = (plan.inter_op, plan.intra_op) == running
-    cached = False
-    if not matches and STATE.use_cache:
-        try:
-            maybe_fail("cache")
-            cache.store(
-                profile.fingerprint,
-                cache.topology_key(core.topology()),
-                STATE.mode,
-                plan.to_dict(),
-                core.profile_summary(profile),
-                name,
-                program=cache.program_key(),
-            )
-            cached = True
-        except Exception as exc:
-            fail_open("write the plan cache", exc)
+    cached = not matches and STATE.use_cache and core.store_plan(profile, plan, name)
     from tf_autopar.planning.plan import plural
     from tf_autopar.runtime.records import FunctionRecord, user_function_name
 

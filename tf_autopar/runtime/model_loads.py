@@ -163,18 +163,7 @@ def on_load(path: str) -> None:
     source = f"model {path} (loaded)"
     plan = core.plan_for(profile, STATE.mode, streams=STATE.streams)
     if STATE.use_cache:
-        try:
-            cache.store(
-                profile.fingerprint,
-                cache.topology_key(core.topology()),
-                STATE.mode,
-                plan.to_dict(),
-                core.profile_summary(profile),
-                os.path.basename(real.rstrip(os.sep)) or real,
-                program=cache.program_key(),
-            )
-        except Exception as exc:
-            fail_open("write the plan cache", exc)
+        core.store_plan(profile, plan, os.path.basename(real.rstrip(os.sep)) or real)
     STATE.process_profile = profile
     if not started:
         pools.apply_before_start(STATE.applied, plan, source)
