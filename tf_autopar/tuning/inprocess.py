@@ -77,20 +77,6 @@ def setting_label(s: Setting) -> str:
     return f"{s[0]}x{s[1]}" + (f"x{s[2]}" if s[2] > 1 else "")
 
 
-def parse_setting(text: str) -> Setting:
-    """ "2x1" or "1x1x2" (inter x intra [x streams]); ValueError naming the problem."""
-    parts = text.strip().split("x")
-    try:
-        nums = [int(p) for p in parts]
-    except ValueError:
-        nums = []
-    if len(nums) not in (2, 3) or any(n < 1 for n in nums):
-        raise ValueError(
-            f"a frozen-path setting is INTERxINTRA or INTERxINTRAxSTREAMS of positive integers, got {text!r}"
-        )
-    return nums[0], nums[1], nums[2] if len(nums) == 3 else 1
-
-
 def measure(
     model: str,
     settings: Sequence[Setting],
