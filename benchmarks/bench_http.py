@@ -319,6 +319,12 @@ def _same(r: dict, model: str, kind: str, workers: int, quota: float) -> bool:
     return (r["model"], r["kind"], r["workers"], r["quota"] or 0.0) == (model, kind, workers, quota)
 
 
+def _paired(runs: list[dict], a: str, b: str) -> list[float]:
+    """Per-round throughput ratios a / b over one row's runs (one run of each configuration per round)."""
+    by_round = {r["round"]: r["throughput"] for r in runs if r["config"] == b}
+    return med([r["throughput"] / by_round[r["round"]] for r in runs if r["config"] == a and r["round"] in by_round])
+
+
 def med(values: list[float]) -> list[float]:
     return [statistics.median(values), min(values), max(values)]
 
@@ -329,42 +335,18 @@ def summarize(runs: list[dict]) -> list[dict]:
     keys = sorted({(r["model"], r["kind"], r["workers"], r["quota"] or 0.0) for r in runs if r["config"] != "solo"})
     for model, kind, workers, quota in keys:
         row: dict = {"model": model, "kind": kind, "workers": workers, "quota": quota or None}
+        mine = [r for r in runs if _same(r, model, kind, workers, quota)]
         for c in (*CONFIGS, ALT):
-            rs = [
-                r
-                for r in runs
-                if (r["model"], r["kind"], r["workers"], r["quota"] or 0.0, r["config"])
-                == (model, kind, workers, quota, c)
-            ]
+            rs = [r for r in mine if r["config"] == c]
             if rs:
                 row[c] = {m: med([r[m] for r in rs]) for m in ("throughput", "p50_ms", "p99_ms")}
                 row[c]["rounds"] = len(rs)
                 row[c]["errors"] = sum(r["errors"] + r["non2xx"] for r in rs)
+
         if "default" in row and "enable" in row:
-            pairs = [
-                e["throughput"] / d["throughput"]
-                for e in runs
-                for d in runs
-                if e["round"] == d["round"]
-                and e["config"] == "enable"
-                and d["config"] == "default"
-                and (e["model"], e["kind"], e["workers"], e["quota"] or 0.0) == (model, kind, workers, quota)
-                and (d["model"], d["kind"], d["workers"], d["quota"] or 0.0) == (model, kind, workers, quota)
-            ]
-            row["enable_vs_default"] = med(pairs)
-        if "enable" in row and ALT in row:  # per-round pairs of the two enable() trees
-            alt = {
-                (r["round"]): r["throughput"]
-                for r in runs
-                if r["config"] == ALT and _same(r, model, kind, workers, quota)
-            }
-            row["alt_vs_enable"] = med(
-                [
-                    alt[r["round"]] / r["throughput"]
-                    for r in runs
-                    if r["config"] == "enable" and _same(r, model, kind, workers, quota) and r["round"] in alt
-                ]
-            )
+            row["enable_vs_default"] = _paired(mine, "enable", "default")
+        if "enable" in row and ALT in row:  # the two enable() trees
+            row["alt_vs_enable"] = _paired(mine, ALT, "enable")
         solo = [r["throughput"] for r in runs if r["config"] == "solo" and r["model"] == model]
         if solo:
             usable = min(workers, cpus, quota or workers) if kind == "gunicorn" else min(cpus, 2)
