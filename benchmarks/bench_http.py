@@ -7,7 +7,10 @@ without (``TF_AUTOPAR_EXAMPLE_DEFAULT=1``), on a vision model (MobileNetV2) and 
 (DLRM) of benchmarks/user_models.py at batch 1. Load: ``wrk`` (installed with apt-get when
 missing and this runs as root), 2 connections per worker for ``--duration`` seconds, after a
 warm-up that, for enable(), lasts until every worker's fast path has switched (or kept the
-original path). Throughput and p50/p99 are wrk's.
+original path), then ``--settle`` seconds of unmeasured wrk load for every configuration alike
+(measured: a worker's first seconds of traffic after the switch run up to 1.4x slower than
+steady state). Throughput and p50/p99 are wrk's; each worker's busy CPUs in the window are read
+from /proc (connections stuck to one worker show as one busy worker and one idle one).
 
 The solo ceiling (as bench_serving.py defines it): ONE worker bound to one core (enable(), so
 1 x 1 pools and the fast path: the best a worker does per CPU), its rate r1; the ceiling at N
@@ -126,6 +129,30 @@ def run_wrk(wrk: str, url: str, lua: Path, connections: int, duration: float) ->
     }
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of one process so far (/proc/PID/stat), None once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def worker_use(pids: list[int], before: dict[int, float | None], wall_s: float, requests: int) -> dict:
+    """Where the CPUs went while wrk ran: each worker's busy CPUs (a worker near 0 while another is
+    near 1 is connections stuck to one worker, not a slow plan) and the workers' CPU per request."""
+    used = []
+    for pid in pids:
+        a, b = before.get(pid), cpu_seconds(pid)
+        used.append(None if a is None or b is None else (b - a) / wall_s)
+    total = sum(u for u in used if u is not None)
+    return {
+        "worker_cpus": [None if u is None else round(u, 3) for u in used],
+        "workers_cpus": round(total, 3),
+        "cpu_ms_per_request": round(1e3 * total * wall_s / requests, 3) if requests else None,
+    }
+
+
 def clean_env(lease: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TF_NUM_", "OMP_", "KMP_"))}
     for var in ("WEB_CONCURRENCY", "TF_AUTOPAR_INSTANCES", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "TF_AUTOPAR_DISABLE"):
@@ -180,8 +207,13 @@ def one_server(
                 server.request("POST", "/predict", body)
             st = server.statuses(workers)
         warm_s = time.monotonic() - t0
+        if args.settle > 0:  # steady state before the window: the first seconds of traffic run slower
+            run_wrk(args.wrk, f"http://127.0.0.1:{server.port}/predict", lua, 2 * workers, args.settle)
         throttled0 = group.stat().nr_throttled if group else None
+        pids = server.worker_pids()
+        cpu0, t_wrk = {pid: cpu_seconds(pid) for pid in pids}, time.monotonic()
         res = run_wrk(args.wrk, f"http://127.0.0.1:{server.port}/predict", lua, 2 * workers, args.duration)
+        res.update(worker_use(pids, cpu0, time.monotonic() - t_wrk, res["requests"]))
         res["nr_throttled"] = group.stat().nr_throttled - throttled0 if group else None
         res["warm_s"] = warm_s
         res["workers_seen"] = [
@@ -289,8 +321,11 @@ def one_ray(model_path: str, body: dict, lua: Path, config: str, args: argparse.
                 config in ("default", ECHO) or all(p and p[0] in ("frozen session", "original") for p in paths)
             ):
                 break
+        warm_s = time.monotonic() - t0
+        if args.settle > 0:
+            run_wrk(args.wrk, f"http://127.0.0.1:{port}/predict", lua, 8, args.settle)
         res = run_wrk(args.wrk, f"http://127.0.0.1:{port}/predict", lua, 8, args.duration)
-        res["warm_s"] = time.monotonic() - t0
+        res["warm_s"] = warm_s
         res["workers_seen"] = [
             {
                 "affinity": s["affinity"],
@@ -404,6 +439,12 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--duration", type=float, default=5.0, help="seconds of wrk load per row")
     p.add_argument("--warm-s", type=float, default=60.0, help="at most this long waiting for the fast path")
+    p.add_argument(
+        "--settle",
+        type=float,
+        default=10.0,
+        help="seconds of unmeasured wrk load after the warm-up, every configuration alike (0: none)",
+    )
     p.add_argument("--warm-requests", type=int, default=30, help="requests per worker warming the default")
     p.add_argument("--ray", action="store_true", help="also the 2-node local Ray cluster")
     p.add_argument("--quick", action="store_true")
@@ -436,7 +477,11 @@ def main() -> int:
             if not args.no_ceiling:
                 res = one_server(models[m], body, luas[m], 1, "enable", None, args, tmp, pin=True)
                 runs.append(dict(res, model=m, kind="gunicorn", workers=1, quota=None, config="solo", round=rnd))
-                print(f"round {rnd + 1} {m} solo (1 worker on 1 core): {res['throughput']:.1f} req/s", flush=True)
+                print(
+                    f"round {rnd + 1} {m} solo (1 worker on 1 core): {res['throughput']:.1f} req/s, "
+                    f"{res['worker_cpus']} CPUs, {res['cpu_ms_per_request']} CPU-ms/request",
+                    flush=True,
+                )
             for q in quotas:
                 for w in workers:
                     for c in order:
@@ -445,6 +490,7 @@ def main() -> int:
                         print(
                             f"round {rnd + 1} {m} {w} workers quota {q or '-'} {c}: {res['throughput']:.1f} req/s "
                             f"p50 {res['p50_ms']:.1f} p99 {res['p99_ms']:.1f} ms; wrk {res['wrk_cpus']:.2f} CPUs; "
+                            f"workers {res['worker_cpus']} CPUs, {res['cpu_ms_per_request']} CPU-ms/request; "
                             f"{[s['planned'] + '@' + str(s['affinity']) + ' ' + ','.join(s.get('paths', [])) for s in res['workers_seen']]}",
                             flush=True,
                         )
