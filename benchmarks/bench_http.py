@@ -153,6 +153,14 @@ def worker_use(pids: list[int], before: dict[int, float | None], wall_s: float, 
     }
 
 
+def worker_words(res: dict) -> list[str]:
+    """Each worker's plan, CPUs, serving path and busy CPUs in the window, for the progress lines."""
+    return [
+        f"{s['planned']}@{s['affinity']} {','.join(s.get('paths', []))} busy {s.get('busy_cpus')}"
+        for s in res["workers_seen"]
+    ]
+
+
 def clean_env(lease: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TF_NUM_", "OMP_", "KMP_"))}
     for var in ("WEB_CONCURRENCY", "TF_AUTOPAR_INSTANCES", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "TF_AUTOPAR_DISABLE"):
@@ -218,6 +226,8 @@ def one_server(
         res["warm_s"] = warm_s
         res["workers_seen"] = [
             {
+                "pid": s["pid"],
+                "busy_cpus": res["worker_cpus"][pids.index(s["pid"])] if s["pid"] in pids else None,
                 "affinity": s["affinity"],
                 "planned": s.get("planned", "tf-default"),
                 "paths": [
@@ -491,7 +501,7 @@ def main() -> int:
                             f"round {rnd + 1} {m} {w} workers quota {q or '-'} {c}: {res['throughput']:.1f} req/s "
                             f"p50 {res['p50_ms']:.1f} p99 {res['p99_ms']:.1f} ms; wrk {res['wrk_cpus']:.2f} CPUs; "
                             f"workers {res['worker_cpus']} CPUs, {res['cpu_ms_per_request']} CPU-ms/request; "
-                            f"{[s['planned'] + '@' + str(s['affinity']) + ' ' + ','.join(s.get('paths', [])) for s in res['workers_seen']]}",
+                            f"{worker_words(res)}",
                             flush=True,
                         )
             if args.ray:

@@ -422,3 +422,50 @@ report(candidates=len(b.candidates), tried=b.tried, trial=b.trial is not None, p
         env={"TF_AUTOPAR_TUNE_LIVE": "0"},
     )
     assert res == {"candidates": 0, "tried": [], "trial": False, "path": "frozen session"}
+
+
+def test_a_build_beside_traffic_is_checked_on_the_live_calls(saved, tmp_path):
+    """Calls keep coming while the bucket builds (two threads, as a threaded server): the switch is
+    decided on those calls, every other one from the frozen session, not in paired rounds on the
+    builder thread beside them; every answer meanwhile is the original's. A check the frozen
+    session cannot pass (SWITCH_RATIO near 0) keeps the original path and says on what evidence."""
+    res = _run(
+        saved,
+        """
+import logging
+said = []
+class Keep(logging.Handler):
+    def emit(self, record): said.append(record.getMessage())
+logging.getLogger("tf_autopar").addHandler(Keep()); logging.getLogger("tf_autopar").setLevel(logging.INFO)
+def drive(fn, kw, model, name):
+    ref, worst, stop, seen = original(fn, **kw), [0.0], threading.Event(), set()
+    def work():
+        while not stop.is_set():
+            worst[0] = max(worst[0], maxdiff(fn(**kw), ref))
+    threads = [threading.Thread(target=work) for _ in range(2)]
+    for t in threads: t.start()
+    t0, path = time.monotonic(), None
+    while time.monotonic() - t0 < 150 and path not in ("frozen session", "original"):
+        rec = bucket(name, model) or {}
+        path = rec.get(1, {}).get("path")
+        seen.add(str(path))
+        time.sleep(0.002)
+    stop.set()
+    for t in threads: t.join()
+    fastpath.wait_idle(60)
+    return dict(path=bucket(name, model)[1]["path"], reason=bucket(name, model)[1]["reason"], worst=worst[0],
+                seen=sorted(seen))
+taken = drive(vision.signatures["serving_default"], V, "vision", "signatures['serving_default']")
+fastpath_rules.SWITCH_RATIO = 1e-9  # the frozen session would have to be a billion times faster
+rnn = load("rnn")
+kept = drive(rnn.signatures["serving_default"], R, "rnn", "signatures['serving_default']")
+report(taken=taken, kept=kept, said=[m for m in said if "paired" in m])
+""",
+        tmp_path,
+        env={"TF_AUTOPAR_TUNE_LIVE": "0"},
+    )
+    assert res["taken"]["path"] == "frozen session" and res["taken"]["worst"] <= 1e-4, res
+    assert any("serves batch 1 from a frozen session" in m and "paired live calls" in m for m in res["said"]), res
+    assert res["kept"]["path"] == "original" and res["kept"]["worst"] <= 1e-4, res
+    assert "paired live calls" in res["kept"]["reason"] and "not taken" in res["kept"]["reason"], res
+    assert not any("paired rounds" in m for m in res["said"]), res  # neither was decided on the builder

@@ -10,11 +10,13 @@ import pytest
 from tf_autopar.measure import live
 
 
-def _run(ratio: float, sigma: float, seed: int, load_noise: float = 0.0) -> live.PairedTrial:
+def _run(
+    ratio: float, sigma: float, seed: int, load_noise: float = 0.0, trial: live.PairedTrial | None = None
+) -> live.PairedTrial:
     """Feed pairs until the rule decides: the incumbent takes ~10 ms with lognormal noise, the
     candidate ``ratio`` times that; ``load_noise`` is a slowdown both members of a pair share."""
     rng = random.Random(seed)
-    trial = live.PairedTrial()
+    trial = trial or live.PairedTrial()
     while trial.verdict == live.UNDECIDED:
         shared = math.exp(rng.gauss(0, load_noise))
         inc = 0.010 * shared * math.exp(rng.gauss(0, sigma))
@@ -130,3 +132,38 @@ def test_build_jobs_run_on_a_niced_thread_and_the_caller_keeps_its_priority():
         low.run(lambda: 1 / 0)
     off = LowPriority(0)
     assert off.run(threading.get_native_id) == threading.get_native_id()  # 0: runs in the caller, unchanged
+
+
+def _switch(ratio: float, sigma: float, seed: int, load_noise: float = 0.0) -> live.PairedTrial:
+    """The fast path's switch check: the bar at "not slower" (noise 0), the mean deciding a tie."""
+    return _run(ratio, sigma, seed, load_noise, live.PairedTrial(noise=0.0, point_at_end=True))
+
+
+def test_the_switch_check_takes_a_faster_frozen_session_under_shared_load():
+    """Frozen 10% faster (BERT at batch 16 in a quiet sweep) while the load swings: taken every time."""
+    trials = [_switch(0.9, 0.1, s, load_noise=0.5) for s in range(50)]
+    assert all(t.verdict == live.WIN for t in trials), [t.why for t in trials if t.verdict != live.WIN]
+    assert all(1.0 < t.speedup < 1.3 for t in trials)  # an early look's estimate runs high (the winner's curse)
+
+
+def test_the_switch_check_refuses_a_slower_frozen_session():
+    trials = [_switch(1.1, 0.1, s, load_noise=0.5) for s in range(50)]
+    assert sum(t.verdict == live.WIN for t in trials) <= 1
+    assert sum(len(t.ratios) < live.MAX_PAIRS for t in trials) >= 45  # decided before the last look
+
+
+def test_an_equal_frozen_session_is_decided_by_the_mean_at_the_last_look():
+    trials = [_switch(1.0, 0.3, s) for s in range(100)]
+    ends = [t for t in trials if len(t.ratios) == live.MAX_PAIRS]
+    assert len(ends) >= 50  # equal: mostly undecided until the end
+    for t in ends:  # slower beyond the interval, or the mean's side
+        assert t.verdict == (live.WIN if t.speedup > 1.0 else live.LOSE), (t.speedup, t.why)
+    assert sum("within the noise" in t.why for t in ends) >= 30
+    assert 20 <= sum(t.verdict == live.WIN for t in trials) <= 80  # a coin, not a bias
+
+
+def test_no_bar_takes_any_candidate_at_the_first_look():
+    """SWITCH_RATIO infinite (the routing tests): noise -1, no bar; never dropped early."""
+    for ratio in (0.5, 1.0, 3.0):
+        t = _run(ratio, 0.05, 0, trial=live.PairedTrial(noise=-1.0, point_at_end=True))
+        assert t.verdict == live.WIN and len(t.ratios) == live.LOOKS[0], (ratio, t.why)

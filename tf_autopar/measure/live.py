@@ -12,7 +12,13 @@ pair. On the log-ratios r = log(candidate / incumbent) of the pairs:
   mean of r (``Z_WIN`` standard errors) is below -log(1 + NOISE): faster beyond noise;
 - **loses**: when the lower end (``Z_LOSE`` standard errors) is above -log(1 + NOISE): it
   cannot be faster by NOISE;
-- **undecided** after the last look: the incumbent stays (a change needs evidence).
+- **undecided** after the last look: the incumbent stays (a change needs evidence), or, for a
+  trial made with ``point_at_end`` (the fast path's switch check, frozen session against the
+  original path, where "not slower" is enough), the trimmed mean decides.
+
+The switch check uses the same rule with the bar at "not slower" (``noise`` 0: the candidate
+wins when it is faster beyond its interval, loses when it is slower beyond it) and a bar of
+``noise`` -1 (``SWITCH_RATIO`` infinite, in tests) lets any candidate win at the first look.
 
 Looking at the evidence after every pair would make a false win likely on a noisy host (each
 look is another chance): measured on synthetic streams, one in four equal candidates "won" with
@@ -57,6 +63,7 @@ class PairedTrial:
 
     noise: float = NOISE
     max_pairs: int = MAX_PAIRS
+    point_at_end: bool = False  # undecided at ``max_pairs``: the trimmed mean decides, not the incumbent
     ratios: list[float] = field(default_factory=list)  # log(candidate / incumbent) per pair
     verdict: str = UNDECIDED
     why: str = ""
@@ -68,7 +75,7 @@ class PairedTrial:
         if not (math.isfinite(incumbent_s) and math.isfinite(candidate_s)):
             return self.verdict
         self.ratios.append(math.log(candidate_s / incumbent_s))
-        self.verdict, self.why = decide(self.ratios, self.noise, self.max_pairs)
+        self.verdict, self.why = decide(self.ratios, self.noise, self.max_pairs, self.point_at_end)
         return self.verdict
 
     @property
@@ -82,24 +89,32 @@ class PairedTrial:
         return math.exp(max(self.ratios) - min(self.ratios)) if self.ratios else math.nan
 
 
-def decide(ratios: Sequence[float], noise: float = NOISE, max_pairs: int = MAX_PAIRS) -> tuple[str, str]:
+def decide(
+    ratios: Sequence[float], noise: float = NOISE, max_pairs: int = MAX_PAIRS, point_at_end: bool = False
+) -> tuple[str, str]:
     """(verdict, why) for log-ratios log(candidate / incumbent) of paired calls (see the module docstring)."""
     n = len(ratios)
-    if n >= EARLY and all(r > math.log(1 + CLEARLY) for r in ratios):
+    bar = -math.log1p(noise) if noise > -1 else math.inf  # the log-ratio a winner must be below
+    if n >= EARLY and all(r > max(math.log(1 + CLEARLY), bar + math.log(1 + CLEARLY)) for r in ratios):
         return LOSE, f"slower by over {CLEARLY:.0%} in each of {n} paired calls"
     if n not in LOOKS and n < max_pairs:
         return UNDECIDED, ""
     kept = winsorized(ratios)
     mean = statistics.fmean(kept)
     se = statistics.stdev(kept) / math.sqrt(n) if n > 1 else math.inf
-    bar = -math.log(1 + noise)
+    if bar == math.inf:
+        return WIN, f"taken at the first look ({n} paired calls, {math.exp(-mean):.3f}x): no bar set"
     if mean + Z_WIN * se < bar:
         return WIN, (
             f"faster by {math.exp(-mean) - 1:.0%} over {n} paired calls "
             f"(at least {math.exp(-(mean + Z_WIN * se)):.3f}x)"
         )
     if mean - Z_LOSE * se > bar:
+        if noise <= 0:
+            return LOSE, f"slower over {n} paired calls ({math.exp(-mean):.3f}x)"
         return LOSE, f"not faster by {noise:.0%} over {n} paired calls ({math.exp(-mean):.3f}x)"
+    if n >= max_pairs and point_at_end:
+        return (WIN if mean < bar else LOSE), f"within the noise after {n} paired calls ({math.exp(-mean):.3f}x)"
     if n >= max_pairs:
         return LOSE, f"undecided after {n} paired calls ({math.exp(-mean):.3f}x): the incumbent stays"
     return UNDECIDED, ""

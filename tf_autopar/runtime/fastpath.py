@@ -21,8 +21,11 @@ pools planned for it than called the usual way, beyond the best process-pool set
   call of a batch bucket (powers of two: fastpath_rules.bucket_of) queues a build on one
   background thread: freeze, analyse at the observed batch, plan, open the sessions, run the
   call's inputs and compare with the original's outputs (fastpath_rules.RTOL), then time both
-  paths in paired rounds. The bucket switches only if the outputs agree and the frozen path is
-  not slower; otherwise it stays on the original path and says why once.
+  paths: on the live calls when the function has traffic (every other call from the frozen
+  session, paired under the same load and decided by measure/live.py's rule, as live tuning
+  is), in paired rounds on the builder thread when it has none. The bucket switches only if the
+  outputs agree and the frozen path is not slower; otherwise it stays on the original path and
+  says why once.
 - Stale constants: the variables are watched (watch.py); after a write, calls run the original
   way until the re-frozen session is ready.
 - Memory: the frozen copy costs about twice the variables per session; over the bound
@@ -76,6 +79,7 @@ SIGNATURE, POSITIONAL, KERAS = "signature", "positional", "keras predict"  # cal
 #: predict() arguments a routed call may carry (others, e.g. callbacks or steps, go to Keras itself)
 _PREDICT_KWARGS = frozenset({"x", "batch_size", "verbose"})
 QUEUED, BUILDING, FAST, STALE, ORIGINAL = "queued", "building", "frozen session", "stale", "original"
+CHECKING = "checking"  # the switch check on live calls: the frozen session takes every other call
 
 _routed_classes: dict[type, type] = {}
 _served: "weakref.WeakSet[ServedFunction]" = weakref.WeakSet()
@@ -182,7 +186,9 @@ def replan_all() -> None:
         served = list(_served)
     for s in served:
         for b in list(s.buckets.values()):
-            if b.state in (FAST, QUEUED, BUILDING) and b.batch:
+            if b.state == CHECKING:
+                s.restart_check(b)
+            elif b.state in (FAST, QUEUED, BUILDING) and b.batch:
                 _builder().submit_call(
                     s, b.bucket, [_synthetic(spec, b.batch) for _, spec in s.specs], fastpath_replan.replan
                 )
@@ -284,11 +290,13 @@ class _Bucket:
     generation: int = 0
     speedup: float = 0.0
     spread: float = 0.0
+    evidence: str = ""  # what speedup and spread were measured on
     build_s: float = 0.0
     reason: str = ""
     verify: bool = False  # built from the cache at load: check against the original on the first call
     served: int = 0  # calls the frozen session answered
     since: float = 0.0  # when the bucket switched (monotonic)
+    started: float = 0.0  # perf_counter at the start of a build whose check runs on live calls
     key: tuple[int, int, int] = (0, 0, 0)  # the serving sessions' (inter-op, intra-op, streams)
     warm: list[Any] = field(default_factory=list)  # the build's inputs, to warm candidate sessions up
     expected: list[Any] = field(default_factory=list)  # the original's outputs for them
@@ -309,11 +317,13 @@ class _Bucket:
 class _Trial:
     """A candidate session taking every other call of a bucket, and the evidence so far."""
 
-    def __init__(self, key: tuple[int, int, int], pool: StreamPool) -> None:
+    def __init__(self, key: tuple[int, int, int], pool: StreamPool, switch: bool = False) -> None:
         from tf_autopar.measure.live import PairedTrial, Pairer
 
         self.key, self.pool = key, pool
-        self.test, self.pairer = PairedTrial(), Pairer()
+        # the switch check: the frozen session against the original path, taken when not slower
+        self.test = PairedTrial(noise=1.0 / rules.SWITCH_RATIO - 1.0, point_at_end=True) if switch else PairedTrial()
+        self.pairer = Pairer()
         self.calls = 0
         self.started = time.monotonic()
 
@@ -382,11 +392,13 @@ class ServedFunction:
                 except Exception as exc:
                     self._retire_bucket(b, f"its frozen session failed: {type(exc).__name__}: {exc}")
                     fail_open("serve a call from the frozen session", exc)
+        elif b is not None and b.state == CHECKING and b.trial is not None and b.generation == self.watch.generation:
+            return self._check_call(b, target, args, kwargs, arrays)
         out = original()
         if (
             b is None
             or b.state == STALE
-            or (b.state == FAST and b.generation != self.watch.generation)
+            or (b.state in (FAST, CHECKING) and b.generation != self.watch.generation)
             or (b.state == ORIGINAL and b.retry_at and time.monotonic() > b.retry_at)
         ):
             self._schedule(bucket_id, arrays, batch, out)  # first call of the bucket, its variables written, a retry
@@ -466,14 +478,59 @@ class ServedFunction:
             seconds = time.perf_counter() - t0
         finally:
             b.in_flight -= 1
-        if trial is not None:
-            if not candidate:
-                trial.pairer.incumbent(level, seconds)
-            else:
-                pair = trial.pairer.candidate(level, seconds)
-                if pair is not None and trial.test.add(*pair) != "undecided":
-                    self._end_trial(b, trial)
+        if trial is not None and self._paired_call(trial, candidate, level, seconds):
+            self._end_trial(b, trial)
         return out
+
+    def _check_call(
+        self, b: _Bucket, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any], arrays: list[Any]
+    ) -> Any:
+        """The switch check on live traffic: every other call from the frozen session (its outputs
+        were checked at the build), the others the original way, each timed and paired under the
+        same load. Measured on the calls the server runs, a check is not skewed by the traffic
+        beside it, as paired rounds on the builder thread were (BERT at batch 16: 0.93x there,
+        where a quiet sweep had the frozen session 10% ahead)."""
+        trial = b.trial
+        assert trial is not None
+        candidate = trial.take()
+        level = b.in_flight
+        b.in_flight += 1
+        try:
+            t0 = time.perf_counter()
+            if candidate:
+                try:
+                    out = self._run(trial.pool, arrays)
+                except Exception as exc:  # Retired by a re-freeze, or ours failing: the original answers
+                    with self.lock:
+                        if b.trial is trial:
+                            b.trial, b.state = None, STALE if isinstance(exc, Retired) else ORIGINAL
+                    if not isinstance(exc, Retired):
+                        self._keep_original(b, f"its frozen session failed: {type(exc).__name__}: {exc}")
+                        fail_open("serve a call from the frozen session", exc)
+                    return self._original(target, args, kwargs)
+            else:
+                out = self._original(target, args, kwargs)
+            seconds = time.perf_counter() - t0
+        finally:
+            b.in_flight -= 1
+        if candidate:
+            b.served += 1
+        if self._paired_call(trial, candidate, level, seconds):
+            with self.lock:
+                if b.trial is not trial:
+                    return out
+                b.trial = None  # the calls go the original way until the builder settles the verdict
+            _builder().submit_call(self, b.bucket, [], lambda served, _bucket, _arrays: served._end_check(b, trial))
+        return out
+
+    @staticmethod
+    def _paired_call(trial: _Trial, candidate: bool, level: int, seconds: float) -> bool:
+        """One timed call into the trial's pairs; True when the rule has decided."""
+        if not candidate:
+            trial.pairer.incumbent(level, seconds)
+            return False
+        pair = trial.pairer.candidate(level, seconds)
+        return pair is not None and trial.test.add(*pair) != "undecided"
 
     def _end_trial(self, b: _Bucket, trial: _Trial) -> None:
         """The verdict is in: a winner becomes the incumbent; the next candidate is built off the request path."""
@@ -601,6 +658,8 @@ class ServedFunction:
                 return
             if b is None:
                 b = self.buckets[bucket_id] = _Bucket(bucket_id)
+            if b.state == CHECKING:
+                b.trial = None  # the variables changed under the check: it starts again after the rebuild
             b.state, b.batch, b.retry_at = QUEUED, max(b.batch, batch), 0.0
         # copies: the caller may reuse its buffers before the build reads them
         _builder().submit(self, bucket_id, [a.copy() for a in arrays], batch, out)
@@ -616,6 +675,7 @@ class ServedFunction:
 
         b = self.buckets[bucket_id]
         t0 = time.perf_counter()
+        calls_before = sum(self.calls.values())  # more by the check's start: traffic beside the build
         with self.lock:
             b.state = BUILDING
         generation = self.watch.generation  # before the values are read: a write during the build shows next call
@@ -642,13 +702,68 @@ class ServedFunction:
         target = self._target()
         if target is None or _exiting():
             return
-        times_o, times_f = self._paired(target, pool, arrays)
-        switch, speedup, spread = rules.switch_verdict(times_o, times_f)
         with self.lock:
-            b.plan, b.speedup, b.spread, b.build_s = plan, speedup, spread, time.perf_counter() - t0
-            b.batch = max(b.batch, batch)
+            b.plan, b.batch, b.warm, b.expected = plan, max(b.batch, batch), arrays, original_flat
+        if sum(self.calls.values()) == calls_before:  # no traffic: paired rounds here, alone
+            times_o, times_f = self._paired(target, pool, arrays)
+            if sum(self.calls.values()) == calls_before:
+                switch, speedup, spread = rules.switch_verdict(times_o, times_f)
+                self._settle(
+                    b, key, pool, generation, t0, switch, speedup, spread, f"{rules.SWITCH_ROUNDS} paired rounds"
+                )
+                return
+        # traffic beside the build: the check runs on the live calls (_check_call)
+        for _ in range(rules.SWITCH_WARMUP):
+            pool.run(self.frozen.outputs, dict(zip(self.frozen.inputs, arrays)))
+        with self.lock:
+            b.trial, b.generation, b.state, b.started = _Trial(key, pool, switch=True), generation, CHECKING, t0
+
+    def restart_check(self, b: _Bucket) -> None:
+        """The CPU limits changed under a switch check: built again for them, checked again."""
+        with self.lock:
+            if b.state != CHECKING or not b.warm:
+                return
+            b.trial, b.state = None, QUEUED
+        _builder().submit(self, b.bucket, b.warm, b.batch, b.expected)
+
+    def _end_check(self, b: _Bucket, trial: _Trial) -> None:
+        """Builder thread: the switch check on live calls has decided."""
+        test = trial.test
+        if b.state != CHECKING or b.trial is not None:  # a re-freeze or a re-plan came first: its build checks again
+            return
+        self._settle(
+            b,
+            trial.key,
+            trial.pool,
+            b.generation,
+            b.started,
+            test.verdict == "win",
+            test.speedup,
+            test.spread,
+            f"{len(test.ratios)} paired live calls",
+        )
+
+    def _settle(
+        self,
+        b: _Bucket,
+        key: tuple[int, int, int],
+        pool: StreamPool,
+        generation: int,
+        t0: float,
+        switch: bool,
+        speedup: float,
+        spread: float,
+        evidence: str,
+    ) -> None:
+        """The switch check's verdict: serve from the session (and tune live), or check the plan's
+        next neighbour, or stay on the original path (checked again later)."""
+        plan, arrays, original_flat = b.plan, b.warm, b.expected
+        assert plan is not None
+        with self.lock:
+            b.speedup, b.spread, b.build_s = speedup, spread, time.perf_counter() - t0
+            b.evidence = evidence
         if not switch and self._check_neighbour(b, plan, key, speedup):
-            _builder().submit(self, bucket_id, arrays, batch, original_out)  # the next neighbour's check, now
+            _builder().submit(self, b.bucket, arrays, b.batch, original_flat)  # the next neighbour's check, now
             return
         if not switch:
             b.attempts += 1
@@ -656,11 +771,11 @@ class ServedFunction:
             self._keep_original(
                 b,
                 f"the frozen session measured {speedup:.2f}x the original path's speed "
-                f"({rules.SWITCH_ROUNDS} paired rounds): not faster, so not taken"
-                + (f"; checked again in {delay:.0f} s" if delay else ""),
+                f"({evidence}): not faster, so not taken" + (f"; checked again in {delay:.0f} s" if delay else ""),
                 warn=False,
             )
             b.retry_at = time.monotonic() + delay if delay else 0.0
+            b.warm, b.expected = [], []
             self._drop_pool(key)
             self._remember()
             return
@@ -668,19 +783,21 @@ class ServedFunction:
             b.pool, b.generation, b.state, b.reason, b.since = pool, generation, FAST, "", time.monotonic()
             b.key, b.checking = key, None
             if live_wanted() and not b.tuned:
-                b.warm, b.expected = arrays, original_flat
                 b.candidates = [c for c in self._candidates(plan, b.key) if c not in b.lost]
+            else:
+                b.warm, b.expected = [], []
         if live_wanted() and not b.tuned:
-            _builder().submit_trial(self, bucket_id)  # no neighbour (one CPU): it is marked tuned at once
+            _builder().submit_trial(self, b.bucket)  # no neighbour (one CPU): it is marked tuned at once
         log.info(
             "tf_autopar: %s of %s serves batch %s from a frozen session (%sx%s): %.2fx the original path's "
-            "speed, ready after %.1f s",
+            "speed (%s), ready after %.1f s",
             self.name,
             self.model,
-            _bucket_words(bucket_id),
+            _bucket_words(b.bucket),
             key[0],
             key[1],
             speedup,
+            evidence,
             b.build_s,
         )
         self._remember()
@@ -895,6 +1012,8 @@ class ServedFunction:
                 verify=True,
                 key=key,
                 speedup=_number(entry.get("speedup")),
+                spread=_number(entry.get("spread")),
+                evidence=f"{str(entry.get('evidence') or 'paired rounds')[:80]} at an earlier start",
                 since=time.monotonic(),
                 reason="built at load: it won last time",
                 tuned=tuned,
@@ -925,6 +1044,7 @@ class ServedFunction:
                     batch=b.batch,
                     speedup=round(b.speedup, 4),
                     spread=round(b.spread, 4),
+                    evidence=b.evidence,
                     tf=tf.__version__,
                     date=time.strftime("%Y-%m-%d"),
                 )
@@ -954,6 +1074,7 @@ class ServedFunction:
                     streams=len(b.pool.sessions) if b.pool else 0,
                     speedup=round(b.speedup, 3),
                     spread=round(b.spread, 3),
+                    evidence=b.evidence,
                     build_s=round(b.build_s, 2),
                     reason=b.reason,
                     plan_source=_plan_source(b),
@@ -1104,6 +1225,13 @@ def _tuning_words(b: _Bucket) -> str:
             return f"{how}: {won}; {len(b.tried)} setting(s) tried"
         return f"{how}: the plan held against {len(b.tried)} neighbour(s)" if b.tried else how
     trial = b.trial
+    if b.state == CHECKING:
+        return (
+            f"switch check: {rules.label(trial.key)} against the original path on live calls "
+            f"({len(trial.test.ratios)} pairs so far)"
+            if trial is not None
+            else "switch check: decided, settling"
+        )
     so_far = f"; so far {won}" if won else ""
     if trial is not None:
         return (

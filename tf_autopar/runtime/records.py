@@ -58,13 +58,14 @@ class BucketRecord:
     bucket: int  # calls with a batch up to this power of two, above the previous one
     batch: int  # the batch its plan was made for (the largest seen in the bucket)
     calls: int
-    path: str  # "frozen session", "original", "queued", "building", "stale"
+    path: str  # "frozen session", "original", "queued", "building", "checking" (on live calls), "stale"
     served: int = 0  # of the calls, those the frozen session answered
     inter_op: int = 0
     intra_op: int = 0
     streams: int = 0
-    speedup: float = 0.0  # the frozen session against the original path, median of paired rounds
-    spread: float = 0.0  # max/min of those rounds' ratios
+    speedup: float = 0.0  # the frozen session against the original path, from paired measurements
+    spread: float = 0.0  # max/min of their ratios
+    evidence: str = ""  # what the speedup was measured on: "7 paired rounds", "24 paired live calls"
     build_s: float = 0.0  # from the bucket's first call to the switch
     reason: str = ""  # why it stays on the original path
     plan_source: str = ""  # where the numbers came from: "planned by the rule", "tuned live on <date>, ..."

@@ -189,7 +189,7 @@ def _served_lines(served: ServedRecord) -> list[str]:
         if b.path == "frozen session":
             streams = f" in {b.streams} streams" if b.streams > 1 else ""
             speed = (
-                f", {b.speedup:.2f}x the original path's speed (median of paired rounds, spread {b.spread:.2f}x)"
+                f", {b.speedup:.2f}x the original path's speed ({b.evidence or 'paired rounds'}, spread {b.spread:.2f}x)"
                 if b.speedup
                 else ""
             )
