@@ -167,3 +167,9 @@ def test_no_bar_takes_any_candidate_at_the_first_look():
     for ratio in (0.5, 1.0, 3.0):
         t = _run(ratio, 0.05, 0, trial=live.PairedTrial(noise=-1.0, point_at_end=True))
         assert t.verdict == live.WIN and len(t.ratios) == live.LOOKS[0], (ratio, t.why)
+
+
+def test_an_infinite_bar_never_takes_a_candidate():
+    """SWITCH_RATIO 0 (a test of the path kept): noise infinite; even a 2x faster one loses at the first look."""
+    t = _run(0.5, 0.05, 0, trial=live.PairedTrial(noise=math.inf, point_at_end=True))
+    assert t.verdict == live.LOSE and len(t.ratios) == live.LOOKS[0], t.why

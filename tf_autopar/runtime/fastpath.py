@@ -186,9 +186,7 @@ def replan_all() -> None:
         served = list(_served)
     for s in served:
         for b in list(s.buckets.values()):
-            if b.state == CHECKING:
-                s.restart_check(b)
-            elif b.state in (FAST, QUEUED, BUILDING) and b.batch:
+            if b.state in (FAST, QUEUED, BUILDING, CHECKING) and b.batch:
                 _builder().submit_call(
                     s, b.bucket, [_synthetic(spec, b.batch) for _, spec in s.specs], fastpath_replan.replan
                 )
@@ -296,7 +294,6 @@ class _Bucket:
     verify: bool = False  # built from the cache at load: check against the original on the first call
     served: int = 0  # calls the frozen session answered
     since: float = 0.0  # when the bucket switched (monotonic)
-    started: float = 0.0  # perf_counter at the start of a build whose check runs on live calls
     key: tuple[int, int, int] = (0, 0, 0)  # the serving sessions' (inter-op, intra-op, streams)
     warm: list[Any] = field(default_factory=list)  # the build's inputs, to warm candidate sessions up
     expected: list[Any] = field(default_factory=list)  # the original's outputs for them
@@ -322,8 +319,10 @@ class _Trial:
 
         self.key, self.pool = key, pool
         # the switch check: the frozen session against the original path, taken when not slower
-        self.test = PairedTrial(noise=1.0 / rules.SWITCH_RATIO - 1.0, point_at_end=True) if switch else PairedTrial()
+        noise = 1.0 / rules.SWITCH_RATIO - 1.0 if rules.SWITCH_RATIO > 0 else float("inf")  # 0: never taken
+        self.test = PairedTrial(noise=noise, point_at_end=True) if switch else PairedTrial()
         self.pairer = Pairer()
+        self.done = threading.Event()  # the switch check's verdict is in (the builder waits for it)
         self.calls = 0
         self.started = time.monotonic()
 
@@ -517,10 +516,9 @@ class ServedFunction:
             b.served += 1
         if self._paired_call(trial, candidate, level, seconds):
             with self.lock:
-                if b.trial is not trial:
-                    return out
-                b.trial = None  # the calls go the original way until the builder settles the verdict
-            _builder().submit_call(self, b.bucket, [], lambda served, _bucket, _arrays: served._end_check(b, trial))
+                if b.trial is trial:
+                    b.trial = None  # the calls go the original way until the builder settles the verdict
+                    trial.done.set()
         return out
 
     @staticmethod
@@ -704,44 +702,48 @@ class ServedFunction:
             return
         with self.lock:
             b.plan, b.batch, b.warm, b.expected = plan, max(b.batch, batch), arrays, original_flat
-        if sum(self.calls.values()) == calls_before:  # no traffic: paired rounds here, alone
+        verdict = None
+        if sum(self.calls.values()) != calls_before:  # traffic beside the build: checked on the live calls
+            verdict = self._live_check(b, key, pool, generation, target, arrays)
+            if verdict is None:  # a re-freeze or a failure took the check away: its own build checks again
+                return
+        if not verdict:  # no traffic (or it stopped): paired rounds here, alone
             times_o, times_f = self._paired(target, pool, arrays)
-            if sum(self.calls.values()) == calls_before:
-                switch, speedup, spread = rules.switch_verdict(times_o, times_f)
-                self._settle(
-                    b, key, pool, generation, t0, switch, speedup, spread, f"{rules.SWITCH_ROUNDS} paired rounds"
-                )
-                return
-        # traffic beside the build: the check runs on the live calls (_check_call)
+            verdict = (*rules.switch_verdict(times_o, times_f), f"{rules.SWITCH_ROUNDS} paired rounds")
+        self._settle(b, key, pool, generation, t0, *verdict)
+
+    def _live_check(
+        self, b: _Bucket, key: tuple[int, int, int], pool: StreamPool, generation: int, target: Any, arrays: list[Any]
+    ) -> tuple[bool, float, float, str] | tuple[()] | None:
+        """Builder thread: the switch check on live calls (_check_call answers them and pairs the
+        times). It waits for the rule's verdict: (switch, speedup, spread, evidence); () when the
+        traffic stopped first (no call for a while: the caller checks alone, in paired rounds);
+        None when the check was taken away (a re-freeze, a failure)."""
+        feeds = dict(zip(self.frozen.inputs, arrays))
+        slowest = 0.0
         for _ in range(rules.SWITCH_WARMUP):
-            pool.run(self.frozen.outputs, dict(zip(self.frozen.inputs, arrays)))
+            t = time.perf_counter()
+            pool.run(self.frozen.outputs, feeds)
+            slowest = max(slowest, time.perf_counter() - t)
+        idle_s = max(rules.CHECK_IDLE_S, 5 * slowest)
+        trial = _Trial(key, pool, switch=True)
         with self.lock:
-            b.trial, b.generation, b.state, b.started = _Trial(key, pool, switch=True), generation, CHECKING, t0
-
-    def restart_check(self, b: _Bucket) -> None:
-        """The CPU limits changed under a switch check: built again for them, checked again."""
-        with self.lock:
-            if b.state != CHECKING or not b.warm:
-                return
-            b.trial, b.state = None, QUEUED
-        _builder().submit(self, b.bucket, b.warm, b.batch, b.expected)
-
-    def _end_check(self, b: _Bucket, trial: _Trial) -> None:
-        """Builder thread: the switch check on live calls has decided."""
+            b.trial, b.generation, b.state = trial, generation, CHECKING
+        seen = -1
+        while not trial.done.wait(idle_s):
+            if _exiting() or b.trial is not trial:
+                return None
+            if trial.calls == seen:
+                with self.lock:
+                    if b.trial is not trial:
+                        return None
+                    b.trial, b.state = None, BUILDING
+                return ()
+            seen = trial.calls
+        if b.state != CHECKING:
+            return None
         test = trial.test
-        if b.state != CHECKING or b.trial is not None:  # a re-freeze or a re-plan came first: its build checks again
-            return
-        self._settle(
-            b,
-            trial.key,
-            trial.pool,
-            b.generation,
-            b.started,
-            test.verdict == "win",
-            test.speedup,
-            test.spread,
-            f"{len(test.ratios)} paired live calls",
-        )
+        return test.verdict == "win", test.speedup, test.spread, f"{len(test.ratios)} paired live calls"
 
     def _settle(
         self,

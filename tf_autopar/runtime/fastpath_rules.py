@@ -51,6 +51,9 @@ BUILD_SHARE = 0.5
 SWITCH_ROUNDS = 7
 SWITCH_WARMUP = 2
 SWITCH_RATIO = 1.0
+#: A check on live calls that sees no call for this long (or five of the frozen session's calls,
+#: if longer) is finished alone, in paired rounds: the traffic stopped.
+CHECK_IDLE_S = 1.0
 RETRY_S = 30.0
 RETRIES = 2
 
