@@ -55,8 +55,11 @@ MODELS = ("mobilenet_v2", "dlrm")
 CONFIGS = ("default", "enable")
 ECHO = "echo"  # --ray-ceiling: Ray Serve with the model call left out
 ALT = "enable-alt"  # --alt DIR: enable() with the tf_autopar of another checkout, interleaved (an A/B of a rule)
+IDLE_CPUS = 0.1  # a worker this busy or less while wrk ran got (almost) no connection
+GUNICORN, CLOSE = "gunicorn", "gunicorn-close"  # kinds of rows: keep-alive connections, or one per request
 LUA = """wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
+%s
 wrk.body = io.open("%s"):read("*a")
 done = function(summary, latency, requests)
   local e = summary.errors
@@ -387,14 +390,23 @@ def summarize(runs: list[dict]) -> list[dict]:
                 row[c] = {m: med([r[m] for r in rs]) for m in ("throughput", "p50_ms", "p99_ms")}
                 row[c]["rounds"] = len(rs)
                 row[c]["errors"] = sum(r["errors"] + r["non2xx"] for r in rs)
+                # per round, the workers that stayed idle while wrk ran (under a tenth of a CPU busy)
+                row[c]["idle_workers"] = [
+                    sum(1 for u in r["worker_cpus"] if u is not None and u < IDLE_CPUS)
+                    for r in rs
+                    if "worker_cpus" in r
+                ]
 
         if "default" in row and "enable" in row:
             row["enable_vs_default"] = _paired(mine, "enable", "default")
         if "enable" in row and ALT in row:  # the two enable() trees
             row["alt_vs_enable"] = _paired(mine, ALT, "enable")
-        solo = [r["throughput"] for r in runs if r["config"] == "solo" and r["model"] == model]
+        solo_kind = kind if any(r["config"] == "solo" and r["kind"] == kind for r in runs) else GUNICORN
+        solo = [
+            r["throughput"] for r in runs if r["config"] == "solo" and r["model"] == model and r["kind"] == solo_kind
+        ]
         if solo:
-            usable = min(workers, cpus, quota or workers) if kind == "gunicorn" else min(cpus, 2)
+            usable = min(workers, cpus, quota or workers) if kind in (GUNICORN, CLOSE) else min(cpus, 2)
             r1 = statistics.median(solo)
             row["ceiling"] = {"solo_rps": r1, "cpus": usable, "throughput": r1 * usable}
             echo = [r["throughput"] for r in runs if r["config"] == ECHO and _same(r, model, kind, workers, quota)]
@@ -411,8 +423,9 @@ def summarize(runs: list[dict]) -> list[dict]:
 def table(rows: list[dict]) -> str:
     out = [
         "| server | model | workers | quota | default req/s | enable() req/s | enable/default | "
-        "default p50 / p99 ms | enable() p50 / p99 ms | ceiling req/s | enable() of ceiling |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "default p50 / p99 ms | enable() p50 / p99 ms | ceiling req/s | enable() of ceiling | "
+        "idle workers per round, enable() |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
 
     def cell(v: list[float], f: str = "{:.1f}") -> str:
@@ -431,7 +444,8 @@ def table(rows: list[dict]) -> str:
         out.append(
             f"| {r['kind']} | {r['model']} | {r['workers']} | {r['quota'] or '-'} | "
             f"{cell(d['throughput']) if d else '-'} | {cell(e['throughput']) if e else '-'} | {ratio} | "
-            f"{lat(d)} | {lat(e)} | {ceiling} | {share} |"
+            f"{lat(d)} | {lat(e)} | {ceiling} | {share} | "
+            f"{', '.join(map(str, e.get('idle_workers', []))) or '-' if e else '-'} |"
         )
     return "\n".join(out)
 
@@ -456,6 +470,12 @@ def main() -> int:
         help="seconds of unmeasured wrk load after the warm-up, every configuration alike (0: none)",
     )
     p.add_argument("--warm-requests", type=int, default=30, help="requests per worker warming the default")
+    p.add_argument(
+        "--conn",
+        default="keep-alive",
+        help="wrk's connections, comma-separated: keep-alive (a few persistent ones: the kernel hands them to "
+        "whichever workers accept first) and/or close (a new one per request: an idle worker accepts it)",
+    )
     p.add_argument("--ray", action="store_true", help="also the 2-node local Ray cluster")
     p.add_argument("--quick", action="store_true")
     p.add_argument("--alt", metavar="DIR", help=f"also {ALT!r}: enable() with the tf_autopar of checkout DIR")
@@ -473,40 +493,43 @@ def main() -> int:
     quotas = ([] if args.no_quota_free and args.quota else [None]) + ([args.quota] if args.quota else [])
     configs = (*CONFIGS, ALT) if args.alt else CONFIGS
     tmp = Path(tempfile.mkdtemp(prefix="tf_autopar_bench_http_"))
+    kinds = [{"keep-alive": GUNICORN, "close": CLOSE}[k] for k in args.conn.split(",") if k]
     luas = {}
     for m in names:
         (tmp / f"{m}.json").write_text(json.dumps(request_body(m)))
-        luas[m] = tmp / f"{m}.lua"
-        luas[m].write_text(LUA % (tmp / f"{m}.json"))
+        for kind in (GUNICORN, CLOSE):
+            luas[m, kind] = tmp / f"{m}-{kind}.lua"
+            close = 'wrk.headers["Connection"] = "close"' if kind == CLOSE else ""
+            luas[m, kind].write_text(LUA % (close, tmp / f"{m}.json"))
     runs: list[dict] = []
     t_start = time.time()
     for rnd in range(args.rounds):
         order = configs if rnd % 2 == 0 else configs[::-1]
         for m in names:
             body = json.loads((tmp / f"{m}.json").read_text())
-            if not args.no_ceiling:
-                res = one_server(models[m], body, luas[m], 1, "enable", None, args, tmp, pin=True)
-                runs.append(dict(res, model=m, kind="gunicorn", workers=1, quota=None, config="solo", round=rnd))
+            for kind in kinds:
+                if args.no_ceiling:
+                    break
+                res = one_server(models[m], body, luas[m, kind], 1, "enable", None, args, tmp, pin=True)
+                runs.append(dict(res, model=m, kind=kind, workers=1, quota=None, config="solo", round=rnd))
                 print(
-                    f"round {rnd + 1} {m} solo (1 worker on 1 core): {res['throughput']:.1f} req/s, "
+                    f"round {rnd + 1} {m} {kind} solo (1 worker on 1 core): {res['throughput']:.1f} req/s, "
                     f"{res['worker_cpus']} CPUs, {res['cpu_ms_per_request']} CPU-ms/request",
                     flush=True,
                 )
-            for q in quotas:
-                for w in workers:
-                    for c in order:
-                        res = one_server(models[m], body, luas[m], w, c, q, args, tmp)
-                        runs.append(dict(res, model=m, kind="gunicorn", workers=w, quota=q, config=c, round=rnd))
-                        print(
-                            f"round {rnd + 1} {m} {w} workers quota {q or '-'} {c}: {res['throughput']:.1f} req/s "
-                            f"p50 {res['p50_ms']:.1f} p99 {res['p99_ms']:.1f} ms; wrk {res['wrk_cpus']:.2f} CPUs; "
-                            f"workers {res['worker_cpus']} CPUs, {res['cpu_ms_per_request']} CPU-ms/request; "
-                            f"{worker_words(res)}",
-                            flush=True,
-                        )
+            for kind in kinds:
+                for q, w, c in ((q, w, c) for q in quotas for w in workers for c in order):
+                    res = one_server(models[m], body, luas[m, kind], w, c, q, args, tmp)
+                    runs.append(dict(res, model=m, kind=kind, workers=w, quota=q, config=c, round=rnd))
+                    print(
+                        f"round {rnd + 1} {m} {kind} {w} workers quota {q or '-'} {c}: {res['throughput']:.1f} req/s "
+                        f"p50 {res['p50_ms']:.1f} p99 {res['p99_ms']:.1f} ms; wrk {res['wrk_cpus']:.2f} CPUs; "
+                        f"{res['cpu_ms_per_request']} CPU-ms/request; {worker_words(res)}",
+                        flush=True,
+                    )
             if args.ray:
                 for c in [o for o in order if o != ALT] + ([ECHO] if args.ray_ceiling else []):
-                    res = one_ray(models[m], body, luas[m], c, args, tmp)
+                    res = one_ray(models[m], body, luas[m, GUNICORN], c, args, tmp)
                     runs.append(dict(res, model=m, kind="ray", workers=4, quota=None, config=c, round=rnd))
                     print(
                         f"round {rnd + 1} {m} ray 2 nodes x 2 replicas {c}: {res['throughput']:.1f} req/s "
