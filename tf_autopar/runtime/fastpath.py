@@ -320,7 +320,9 @@ class _Trial:
         self.key, self.pool = key, pool
         # the switch check: the frozen session against the original path, taken when not slower
         noise = 1.0 / rules.SWITCH_RATIO - 1.0 if rules.SWITCH_RATIO > 0 else float("inf")  # 0: never taken
-        self.test = PairedTrial(noise=noise, point_at_end=True) if switch else PairedTrial()
+        self.test = (
+            PairedTrial(noise=noise, max_pairs=rules.SWITCH_MAX_PAIRS, point_at_end=True) if switch else PairedTrial()
+        )
         self.pairer = Pairer()
         self.done = threading.Event()  # the switch check's verdict is in (the builder waits for it)
         self.calls = 0
