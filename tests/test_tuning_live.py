@@ -74,12 +74,29 @@ def test_bad_samples_are_ignored():
     assert trial.ratios == []
 
 
-def test_pairs_form_only_under_the_same_load():
+def test_pairs_form_only_under_the_same_load_and_place():
     p = live.Pairer()
-    p.incumbent(1, 0.010)
-    assert p.candidate(2, 0.020) is None  # the incumbent call ran alone, the candidate with another
-    assert p.candidate(1, 0.012) == (0.010, 0.012)
-    assert p.candidate(1, 0.012) is None  # each incumbent sample pairs once
+    p.incumbent(1, 0.010, 2)
+    assert p.candidate(2, 0.020, 2) is None  # the incumbent call ran alone, the candidate with another
+    assert p.candidate(1, 0.020, 3) is None  # another place in the block
+    assert p.candidate(1, 0.012, 2) == (0.010, 0.012)
+    assert p.candidate(1, 0.012, 2) is None  # each incumbent sample pairs once
+
+
+def test_turns_alternate_in_blocks_and_each_block_starts_untimed():
+    turns = [live.turn(i) for i in range(4 * live.BLOCK)]
+    assert [c for c, _ in turns] == ([False] * live.BLOCK + [True] * live.BLOCK) * 2
+    assert [place for _, place in turns] == list(range(live.BLOCK)) * 4
+    # a trial fed in turn order: each candidate call at places 1.. pairs with the incumbent's at the same place
+    p, pairs = live.Pairer(), []
+    for i, (candidate, place) in enumerate(turns):
+        if place == 0:
+            continue  # the first call after a switch: the fast path does not time it
+        if candidate:
+            pairs.append(p.candidate(0, 2.0 + i, place))
+        else:
+            p.incumbent(0, 1.0 + i, place)
+    assert pairs == [(1.0 + i, 2.0 + i + live.BLOCK) for i in (1, 2, 3, 9, 10, 11)]
 
 
 @pytest.mark.parametrize("ratio", [0.5, 0.9, 1.0, 1.1, 2.0])

@@ -1,10 +1,15 @@
 """Live tuning's stopping rule: decide from paired samples of live calls, not a fixed count. Pure.
 
 A running server serves a batch bucket from its incumbent session; a candidate session (a
-neighbour of the plan, tuning/search.py) takes every other call. Each candidate call is paired
-with the incumbent call just before it, under the same load (the number of calls in flight when
-each started; a pair is formed only when those agree), so a busy moment hits both members of a
-pair. On the log-ratios r = log(candidate / incumbent) of the pairs:
+neighbour of the plan, tuning/search.py) takes alternate blocks of ``BLOCK`` calls (``turn``).
+The first call of each block, right after the switch, is not timed: a session's call that
+follows the other session's runs in a different state (its threads woke from idle, the other's
+still spin), and measured on the same two sessions in one process that skewed the ratio by 2-6%
+(strict alternation against blocks: LSTM at batch 32, 1x2 against 2x2, 0.96 against 1.02).
+Each later candidate call is paired with the incumbent call at the same place of the block just
+before, under the same load (the number of calls in flight when each started; a pair is formed
+only when those agree), so a busy moment hits both members of a pair. On the log-ratios r =
+log(candidate / incumbent) of the pairs:
 
 - **dropped early**: after ``EARLY`` pairs, a candidate slower by more than ``CLEARLY`` in every
   pair is dropped (a clearly worse setting costs only a few slow calls);
@@ -36,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 NOISE = 0.02
+BLOCK = 4  # calls per turn of the incumbent or the candidate; the first of each is not timed
 CLEARLY = 0.10
 EARLY = 3
 LOOKS = (6, 10, 16, 24, 36, 60)
@@ -120,16 +126,22 @@ def decide(
     return UNDECIDED, ""
 
 
+def turn(call: int, block: int = BLOCK) -> tuple[bool, int]:
+    """(the candidate serves it?, its place in its block) for the ``call``-th call of a trial (from 0)."""
+    return (call // block) % 2 == 1, call % block
+
+
 class Pairer:
-    """Pairs an incumbent call with the next candidate call that started under the same load."""
+    """Pairs an incumbent call with the candidate call at the same place of the next block that
+    started under the same load."""
 
     def __init__(self) -> None:
-        self._last: dict[int, float] = {}  # calls in flight at start -> the latest incumbent seconds
+        self._last: dict[tuple[int, int], float] = {}  # (calls in flight, place) -> the latest incumbent seconds
 
-    def incumbent(self, in_flight: int, seconds: float) -> None:
-        self._last[in_flight] = seconds
+    def incumbent(self, in_flight: int, seconds: float, place: int = 1) -> None:
+        self._last[in_flight, place] = seconds
 
-    def candidate(self, in_flight: int, seconds: float) -> tuple[float, float] | None:
-        """(incumbent, candidate) seconds, or None when no incumbent call ran under this load."""
-        before = self._last.pop(in_flight, None)
+    def candidate(self, in_flight: int, seconds: float, place: int = 1) -> tuple[float, float] | None:
+        """(incumbent, candidate) seconds, or None when no incumbent call ran under this load and place."""
+        before = self._last.pop((in_flight, place), None)
         return None if before is None else (before, seconds)

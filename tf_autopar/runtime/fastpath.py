@@ -21,7 +21,7 @@ pools planned for it than called the usual way, beyond the best process-pool set
   call of a batch bucket (powers of two: fastpath_rules.bucket_of) queues a build on one
   background thread: freeze, analyse at the observed batch, plan, open the sessions, run the
   call's inputs and compare with the original's outputs (fastpath_rules.RTOL), then time both
-  paths: on the live calls when the function has traffic (every other call from the frozen
+  paths: on the live calls when the function has traffic (alternate blocks of calls from the frozen
   session, paired under the same load and decided by measure/live.py's rule, as live tuning
   is), in paired rounds on the builder thread when it has none. The bucket switches only if the
   outputs agree and the frozen path is not slower; otherwise it stays on the original path and
@@ -35,7 +35,7 @@ pools planned for it than called the usual way, beyond the best process-pool set
   while the model loads, so the first call is served by it (verified again on that call's
   inputs, in the background).
 - Tuned live: once a bucket serves from its session, the plan's neighbours (measure/search.py)
-  are tried one at a time on live calls, every other call, each candidate call paired with the
+  are tried one at a time on live calls, in alternate blocks of calls, each candidate call paired with the
   incumbent call before it under the same load; measure/live.py decides from the pairs. A winner
   replaces the incumbent; the result and its evidence are remembered for the next start. At most
   one candidate session beside the serving one; candidates are built on the builder thread.
@@ -79,7 +79,7 @@ SIGNATURE, POSITIONAL, KERAS = "signature", "positional", "keras predict"  # cal
 #: predict() arguments a routed call may carry (others, e.g. callbacks or steps, go to Keras itself)
 _PREDICT_KWARGS = frozenset({"x", "batch_size", "verbose"})
 QUEUED, BUILDING, FAST, STALE, ORIGINAL = "queued", "building", "frozen session", "stale", "original"
-CHECKING = "checking"  # the switch check on live calls: the frozen session takes every other call
+CHECKING = "checking"  # the switch check on live calls: the frozen session takes alternate blocks of calls
 
 _routed_classes: dict[type, type] = {}
 _served: "weakref.WeakSet[ServedFunction]" = weakref.WeakSet()
@@ -312,7 +312,7 @@ class _Bucket:
 
 
 class _Trial:
-    """A candidate session taking every other call of a bucket, and the evidence so far."""
+    """A candidate session taking alternate blocks of a bucket's calls (measure/live.py), and the evidence so far."""
 
     def __init__(self, key: tuple[int, int, int], pool: StreamPool, switch: bool = False) -> None:
         from tf_autopar.measure.live import PairedTrial, Pairer
@@ -328,10 +328,12 @@ class _Trial:
         self.calls = 0
         self.started = time.monotonic()
 
-    def take(self) -> bool:
-        """True for the calls the candidate serves (every other one)."""
+    def take(self) -> tuple[bool, int]:
+        """(the candidate serves this call?, its place in its block: 0, the first after a switch, is not timed)."""
+        from tf_autopar.measure.live import turn
+
         self.calls += 1
-        return self.calls % 2 == 0
+        return turn(self.calls - 1)
 
 
 class ServedFunction:
@@ -469,10 +471,10 @@ class ServedFunction:
         return (arrays, batch) if batch >= 1 else None
 
     def _serve(self, b: _Bucket, arrays: list[Any]) -> Any:
-        """A call from the bucket's session, or while a trial runs, every other one from the
+        """A call from the bucket's session, or while a trial runs, alternate blocks from the
         candidate's; each timed (the session run alone) and paired for the trial."""
         trial, pool = b.trial, b.pool
-        candidate = trial is not None and trial.take()
+        candidate, place = trial.take() if trial is not None else (False, 0)
         if candidate:
             pool = trial.pool  # type: ignore[union-attr]
         level = b.in_flight
@@ -483,21 +485,21 @@ class ServedFunction:
             seconds = time.perf_counter() - t0
         finally:
             b.in_flight -= 1
-        if trial is not None and self._paired_call(trial, candidate, level, seconds):
+        if trial is not None and self._paired_call(trial, candidate, place, level, seconds):
             self._end_trial(b, trial)
         return out
 
     def _check_call(
         self, b: _Bucket, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any], arrays: list[Any]
     ) -> Any:
-        """The switch check on live traffic: every other call from the frozen session (its outputs
+        """The switch check on live traffic: alternate blocks of calls from the frozen session (its outputs
         were checked at the build), the others the original way, each timed and paired under the
         same load. Measured on the calls the server runs, a check is not skewed by the traffic
         beside it, as paired rounds on the builder thread were (BERT at batch 16: 0.93x there,
         where a quiet sweep had the frozen session 10% ahead)."""
         trial = b.trial
         assert trial is not None
-        candidate = trial.take()
+        candidate, place = trial.take()
         level = b.in_flight
         b.in_flight += 1
         try:
@@ -520,7 +522,7 @@ class ServedFunction:
             b.in_flight -= 1
         if candidate:
             b.served += 1
-        if self._paired_call(trial, candidate, level, seconds):
+        if self._paired_call(trial, candidate, place, level, seconds):
             with self.lock:
                 if b.trial is trial:
                     b.trial = None  # the calls go the original way until the builder settles the verdict
@@ -528,12 +530,14 @@ class ServedFunction:
         return out
 
     @staticmethod
-    def _paired_call(trial: _Trial, candidate: bool, level: int, seconds: float) -> bool:
+    def _paired_call(trial: _Trial, candidate: bool, place: int, level: int, seconds: float) -> bool:
         """One timed call into the trial's pairs; True when the rule has decided."""
-        if not candidate:
-            trial.pairer.incumbent(level, seconds)
+        if place == 0:  # the first call after the switch: not timed
             return False
-        pair = trial.pairer.candidate(level, seconds)
+        if not candidate:
+            trial.pairer.incumbent(level, seconds, place)
+            return False
+        pair = trial.pairer.candidate(level, seconds, place)
         return pair is not None and trial.test.add(*pair) != "undecided"
 
     def _end_trial(self, b: _Bucket, trial: _Trial) -> None:

@@ -43,7 +43,7 @@ BUILD_SHARE = 0.5
 #: The switch check. With no traffic beside the build: paired rounds on the builder thread
 #: (original, frozen, alternating, on the first real inputs, after SWITCH_WARMUP runs of each),
 #: the frozen path taken when its median paired ratio is at most SWITCH_RATIO. With traffic: on
-#: the live calls, every other one from the frozen session (after SWITCH_WARMUP runs of it),
+#: the live calls, alternate blocks of them from the frozen session (after SWITCH_WARMUP runs of it),
 #: decided by measure/live.py's rule with its bar at SWITCH_RATIO (paired rounds beside live
 #: traffic measure the contention, not the paths: BERT at batch 16 read 0.93x there against a
 #: quiet sweep's 1.10x). A bucket kept on the original path is checked again RETRY_S, then twice
