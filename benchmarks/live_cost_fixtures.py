@@ -8,7 +8,8 @@ around the plan's setting, the setting itself left out) and the expected time to
 from the stopping rule's bounds (tuning/live.py) and two stated assumptions:
 
 - one call takes ``--call-ms`` (default 10 ms) at the incumbent's and the candidate's setting
-  alike; the candidate takes every other call, so n pairs cost 2n calls;
+  alike; the candidate takes alternate blocks of 4 calls, the first of each untimed, so n pairs
+  cost 8n/3 calls (``CALLS_PER_PAIR``);
 - each candidate's session is built and warmed up off the request path in ``--build-s``
   (default 1 s: grappler's first run of a mid-size vision net here), while the incumbent serves.
 
@@ -32,7 +33,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 from tf_autopar.graph.profile import GraphProfile  # noqa: E402
 from tf_autopar.planning import plan  # noqa: E402
 from tf_autopar.topology import detect_topology  # noqa: E402
-from tf_autopar.measure.live import EARLY, MAX_PAIRS  # noqa: E402
+from tf_autopar.measure.live import CALLS_PER_PAIR, EARLY, MAX_PAIRS  # noqa: E402
 from tf_autopar.measure.search import stream_neighbourhood  # noqa: E402
 
 FIXTURES = os.path.join(os.path.dirname(HERE), "tests", "fixtures", "hosts")
@@ -57,7 +58,7 @@ def rows(call_ms: float, build_s: float) -> list[dict]:
                 n = len(cands)
 
                 def seconds(pairs: int) -> float:
-                    return n * (2 * pairs * call_ms / 1e3 + build_s)  # noqa: B023
+                    return n * (CALLS_PER_PAIR * pairs * call_ms / 1e3 + build_s)  # noqa: B023
 
                 out.append(
                     {

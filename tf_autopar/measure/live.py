@@ -4,8 +4,9 @@ A running server serves a batch bucket from its incumbent session; a candidate s
 neighbour of the plan, tuning/search.py) takes alternate blocks of ``BLOCK`` calls (``turn``).
 The first call of each block, right after the switch, is not timed: a session's call that
 follows the other session's runs in a different state (its threads woke from idle, the other's
-still spin), and measured on the same two sessions in one process that skewed the ratio by 2-6%
-(strict alternation against blocks: LSTM at batch 32, 1x2 against 2x2, 0.96 against 1.02).
+still spin); measured on the same two sessions in one process (benchmarks/bench_alternation.py,
+results/alternation.json) strict alternation read 2x2/1x2 on LSTM at batch 32 as 0.955 where
+blocks read 0.982 (DCN-V2 b2048 0.985 against 0.992, YouTube DNN b512 1.001 against 1.010).
 Each later candidate call is paired with the incumbent call at the same place of the block just
 before, under the same load (the number of calls in flight when each started; a pair is formed
 only when those agree), so a busy moment hits both members of a pair. On the log-ratios r =
@@ -42,6 +43,7 @@ from typing import Sequence
 
 NOISE = 0.02
 BLOCK = 4  # calls per turn of the incumbent or the candidate; the first of each is not timed
+CALLS_PER_PAIR = 2 * BLOCK / (BLOCK - 1)  # a pair per timed place: 8 calls give 3 pairs
 CLEARLY = 0.10
 EARLY = 3
 LOOKS = (6, 10, 16, 24, 36, 60)
