@@ -36,7 +36,7 @@ pools planned for it than called the usual way, beyond the best process-pool set
   inputs, in the background).
 - Tuned live: once a bucket serves from its session, the plan's neighbours (measure/search.py)
   are tried one at a time on live calls, in alternate blocks of calls, each candidate call paired with the
-  incumbent call before it under the same load; measure/live.py decides from the pairs. A winner
+  incumbent call at the same place of the block before, under the same load; measure/live.py decides from the pairs. A winner
   replaces the incumbent; the result and its evidence are remembered for the next start. At most
   one candidate session beside the serving one; candidates are built on the builder thread.
   ``enable(tune_live=False)`` or ``TF_AUTOPAR_TUNE_LIVE=0`` turns it off.
@@ -56,6 +56,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tf_autopar.measure.live import PairedTrial, Pairer, turn
 from tf_autopar.planning.modes import INFERENCE_MODES
 from tf_autopar.runtime import cache, core, fastpath_replan, quota_watch, sessions, watch
 from tf_autopar.runtime.lowprio import run_low
@@ -315,8 +316,6 @@ class _Trial:
     """A candidate session taking alternate blocks of a bucket's calls (measure/live.py), and the evidence so far."""
 
     def __init__(self, key: tuple[int, int, int], pool: StreamPool, switch: bool = False) -> None:
-        from tf_autopar.measure.live import PairedTrial, Pairer
-
         self.key, self.pool = key, pool
         # the switch check: the frozen session against the original path, taken when not slower
         noise = 1.0 / rules.SWITCH_RATIO - 1.0 if rules.SWITCH_RATIO > 0 else float("inf")  # 0: never taken
@@ -330,8 +329,6 @@ class _Trial:
 
     def take(self) -> tuple[bool, int]:
         """(the candidate serves this call?, its place in its block: 0, the first after a switch, is not timed)."""
-        from tf_autopar.measure.live import turn
-
         self.calls += 1
         return turn(self.calls - 1)
 
