@@ -68,15 +68,22 @@ if cfg == "frozen-sweep":
     for s in sessions.values():
         s.run(frozen.outputs, feeds)  # grappler, once per session
     per = {p: [] for p in pairs}
+    rounds = []  # per rotation: each setting's block median (ms), for the spread of a ratio between settings
     deadline = time.perf_counter() + seconds
     while time.perf_counter() < deadline:
+        this = {}
         for p, s in sessions.items():  # blocks of 8, the first 2 dropped: the previous session's threads wind down
+            block = []
             for k in range(8):
                 t = time.perf_counter(); s.run(frozen.outputs, feeds)
                 if k >= 2:
-                    per[p].append(time.perf_counter() - t)
+                    block.append(time.perf_counter() - t)
+            per[p] += block
+            this[f"{p[0]}x{p[1]}"] = sorted(block)[len(block) // 2] * 1e3
+        rounds.append(this)
     out["sweep_ms"] = {f"{i}x{j}": sorted(v)[len(v) // 2] * 1e3 for (i, j), v in per.items()}
     out["sweep_n"] = {f"{i}x{j}": len(v) for (i, j), v in per.items()}
+    out["sweep_rounds_ms"] = rounds
     print("RESULT " + json.dumps(out), flush=True)
     sys.exit(0)
 t0 = time.perf_counter()

@@ -68,7 +68,9 @@ while time.perf_counter() - start < limit:
     if done_at is not None and time.perf_counter() - start > done_at + 5:
         break
 b = bucket()
-print("RESULT " + json.dumps(dict(times_ms=[x * 1e3 for x in times], stamps_s=stamps, phases=phases, done_s=done_at,
+from tf_autopar.runtime import fastpath  # what each trial found, in order (the status says only the outcome)
+tried = [t for s in list(fastpath._served) for x in s.buckets.values() for t in x.tried]
+print("RESULT " + json.dumps(dict(tried=tried, times_ms=[x * 1e3 for x in times], stamps_s=stamps, phases=phases, done_s=done_at,
       key=[b.inter_op, b.intra_op] if b and b.path == "frozen session" else None, path=b.path if b else None,
       tuning=b.tuning if b else "", loaded_key=loaded_key,
       first_frozen=bool(b) and b.served > 0 and phases[0] != "original", status=tf_autopar.status().text())), flush=True)
@@ -137,16 +139,28 @@ def row_summary(row: dict) -> dict:
         share=ms[best] / ms[chosen] if chosen in ms else float("nan"),
         tuning=live.get("tuning", ""),
     )
+    # the share's spread: the same ratio per rotation of the sweep (older results have no rounds)
+    per_round = sorted(
+        r[best] / r[chosen] for r in sweep.get("sweep_rounds_ms", []) if chosen in r and best in r and r[chosen] > 0
+    )
+    if per_round:
+        out["share_q"] = (_p(per_round, 0.25), _p(per_round, 0.75), len(per_round))
     out["second_key"] = second.get("loaded_key")
     out["second_first_frozen"] = second.get("first_frozen")
     return out
+
+
+def _quartiles(r: dict) -> str:
+    q = r.get("share_q")
+    return f" [{q[0]:.2f}-{q[1]:.2f}, {q[2]} rotations]" if q else ""
 
 
 def summarise(data: dict) -> str:
     h = data["host"]
     lines = [
         f"processor: {h['cpu_model']} ({h['cpus']} CPUs); TensorFlow {h['tf_version']}; {h['date']}",
-        "share = the in-process sweep's best time / its time for the setting live tuning chose (same process)",
+        "share = the in-process sweep's best time / its time for the setting live tuning chose (same process);"
+        " [quartiles] of that ratio over the sweep's rotations, where recorded",
         "",
         "| model | batch | tuned after s | p99 while tuning ms | default p99 ms | chosen | best in sweep | "
         "share of best | 2nd start serves | 2nd start 1st call frozen |",
@@ -160,7 +174,7 @@ def summarise(data: dict) -> str:
         second = f"{r['second_key'][0]}x{r['second_key'][1]}" if r.get("second_key") else "-"
         lines.append(
             f"| {r['model']} | {r['batch']} | {done} | {r['p99_tuning']:.1f} | {r['p99_default']:.1f} | "
-            f"{r['chosen']} ({r['chosen_ms']:.2f} ms) | {r['best']} ({r['best_ms']:.2f} ms) | {r['share']:.2f} | "
+            f"{r['chosen']} ({r['chosen_ms']:.2f} ms) | {r['best']} ({r['best_ms']:.2f} ms) | {r['share']:.2f}{_quartiles(r)} | "
             f"{second} | {'yes' if r.get('second_first_frozen') else 'no'} |"
         )
     return "\n".join(lines)

@@ -408,6 +408,41 @@ report(key=list(b0.key), tuned=b.tuned, tuned0=b0.tuned, same=b is b0, reason=b.
     assert second["tuned"] == "done" and not second["trial"] and second["served"] == 21, second
 
 
+def test_a_plan_that_lost_its_switch_check_is_tried_again_against_the_neighbour_that_passed(saved, tmp_path):
+    """A switch check compares with the original path, on a noisy host: the plan losing it says
+    little about the plan against the neighbour that then passed, so live tuning tries it first."""
+    body = """
+real = fastpath_rules.switch_verdict
+checks = []
+def first_loses(times_o, times_f):  # the plan's check (the first) loses, the neighbours' pass
+    checks.append(1)
+    ok, speedup, spread = real(times_o, times_f)
+    return len(checks) > 1, speedup, spread
+fastpath_rules.switch_verdict = first_loses
+sig = vision.signatures["serving_default"]
+served = lambda: next(s for s in fastpath._served if s.name == "signatures['serving_default']")
+sig(**V); assert fastpath.wait_idle(180)
+t0, words = time.monotonic(), ""
+while time.monotonic() - t0 < 120 and not words.startswith("tuned live"):
+    sig(**V)
+    rec = next(s for s in tf_autopar.status().served if s.function == "signatures['serving_default']")
+    words = rec.buckets[0].tuning if rec.buckets else ""
+    fastpath.wait_idle(60)
+b = served().buckets[1]
+plan = fastpath_rules.label(fastpath.ServedFunction._key(b.plan))
+report(words=words, tried=list(b.tried), plan=plan, lost=[fastpath_rules.label(k) for k in b.lost],
+       text=tf_autopar.status().text(), checks=len(checks))
+"""
+    res = _run(saved, body, tmp_path)
+    plan, tried = res["plan"], res["tried"]
+    assert res["lost"] == [plan] and res["checks"] == 2, res
+    assert tried[0].startswith(f"{plan}:") and "not taken" in tried[0], res
+    assert tried[1].startswith(f"{plan}:") and "not taken" not in tried[1], res  # tried again, first, in a live trial
+    assert res["words"].startswith("tuned live"), res
+    if not any(t.startswith(f"{plan}: win") for t in tried):  # it lost again: the text says whose setting serves
+        assert f"where the setting planned by the rule ({plan}) lost" in res["text"], res["text"]
+
+
 def test_live_tuning_switched_off_serves_the_plan(saved, tmp_path):
     res = _run(
         saved,
