@@ -1296,7 +1296,9 @@ def _plan_source(b: _Bucket) -> str:
         else "planned by the rule"
     )
     if b.lost and b.lost[0] != b.key:  # the plan lost its switch check; a neighbour passed it
-        source = f"the neighbour that passed its switch check where the setting {source} ({rules.label(b.lost[0])}) lost"
+        source = (
+            f"the neighbour that passed its switch check where the setting {source} ({rules.label(b.lost[0])}) lost"
+        )
         if b.tuned == "done" and b.tried:
             source += f"; it held against the {len(b.tried)} setting(s) tried {_tuned_how(b)}"
     elif b.tuned == "done" and b.tried:
