@@ -53,6 +53,9 @@ t_proc = time.perf_counter()
 if cfg.startswith("enable"):
     import tf_autopar
     tf_autopar.enable()
+elif cfg == "frozen-sweep" and "original" in sys.argv[7].split(","):
+    import tf_autopar  # the original path as enable() leaves it when it keeps it: under the planned process pools
+    tf_autopar.enable(optimize=False)
 import numpy as np, tensorflow as tf
 from user_models import make_inputs
 inputs = make_inputs(name, batch)
@@ -63,26 +66,30 @@ if cfg == "frozen-sweep":
     frozen = FrozenGraph(loaded.signatures["serving_default"])
     names = sorted(inputs)  # the signature's flat (sorted) input order = the frozen placeholders'
     feeds = {t: inputs[n] for t, n in zip(frozen.inputs, names)}
-    pairs = [tuple(int(v) for v in p.split("x")) for p in sys.argv[7].split(",")]
-    sessions = {p: frozen.open_sessions(*p)[0] for p in pairs}
-    for s in sessions.values():
-        s.run(frozen.outputs, feeds)  # grappler, once per session
-    per = {p: [] for p in pairs}
+    pairs = [tuple(int(v) for v in p.split("x")) for p in sys.argv[7].split(",") if p != "original"]
+    runs = {p: (lambda s: lambda: s.run(frozen.outputs, feeds))(frozen.open_sessions(*p)[0]) for p in pairs}
+    if "original" in sys.argv[7].split(","):
+        sig = loaded.signatures["serving_default"]
+        runs["original"] = lambda: {k: v.numpy() for k, v in sig(**inputs).items()}
+    for run in runs.values():
+        run()  # grappler, once per session
+    per = {}
+    label = lambda p: p if isinstance(p, str) else f"{p[0]}x{p[1]}"
     rounds = []  # per rotation: each setting's block median (ms), for the spread of a ratio between settings
     deadline = time.perf_counter() + seconds
     while time.perf_counter() < deadline:
         this = {}
-        for p, s in sessions.items():  # blocks of 8, the first 2 dropped: the previous session's threads wind down
+        for p, run in runs.items():  # blocks of 8, the first 2 dropped: the previous session's threads wind down
             block = []
             for k in range(8):
-                t = time.perf_counter(); s.run(frozen.outputs, feeds)
+                t = time.perf_counter(); run()
                 if k >= 2:
                     block.append(time.perf_counter() - t)
-            per[p] += block
-            this[f"{p[0]}x{p[1]}"] = sorted(block)[len(block) // 2] * 1e3
+            per.setdefault(p, []).extend(block)
+            this[label(p)] = sorted(block)[len(block) // 2] * 1e3
         rounds.append(this)
-    out["sweep_ms"] = {f"{i}x{j}": sorted(v)[len(v) // 2] * 1e3 for (i, j), v in per.items()}
-    out["sweep_n"] = {f"{i}x{j}": len(v) for (i, j), v in per.items()}
+    out["sweep_ms"] = {label(p): sorted(v)[len(v) // 2] * 1e3 for p, v in per.items()}
+    out["sweep_n"] = {label(p): len(v) for p, v in per.items()}
     out["sweep_rounds_ms"] = rounds
     print("RESULT " + json.dumps(out), flush=True)
     sys.exit(0)
@@ -119,7 +126,9 @@ print("RESULT " + json.dumps(out), flush=True)
 """
 
 
-def run_child(cfg: str, model_dir: str, name: str, batch: int, seconds: float, cache: str) -> dict:
+def run_child(
+    cfg: str, model_dir: str, name: str, batch: int, seconds: float, cache: str, pairs: tuple[str, ...] = PAIRS
+) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TF_NUM_", "TF_OVERRIDE", "TF_AUTOPAR"))}
     env.update(
         TF_CPP_MIN_LOG_LEVEL="3",
@@ -132,7 +141,7 @@ def run_child(cfg: str, model_dir: str, name: str, batch: int, seconds: float, c
         env.update(TF_NUM_INTEROP_THREADS=inter, TF_NUM_INTRAOP_THREADS=intra)
     if cfg == "frozen-sweep":
         env["TF_OVERRIDE_GLOBAL_THREADPOOL"] = "1"
-        extra = [",".join(PAIRS)]
+        extra = [",".join(pairs)]
     cmd = [
         sys.executable,
         "-c",

@@ -9,8 +9,9 @@ Per SavedModel of benchmarks/user_models.py and batch, fresh processes, one afte
   setting it ended on;
 - ``default``: the same loop on TensorFlow alone (the eager signature), for the p99;
 - ``frozen-sweep`` (bench_fastpath.py's): every per-session (inter, intra) pair of this host on the
-  frozen graph in one process, interleaved: the exhaustive in-process best, and the time of the
-  setting live tuning chose, measured in the same sweep;
+  frozen graph in one process, interleaved, and the original path under the process pools enable()
+  plans (``original``: what a bucket serves when no frozen session passes its switch check): the
+  exhaustive in-process best, and the time of the setting live tuning chose, measured in the same sweep;
 - ``second``: a second start on the cache the live run left: the setting it serves from its
   first call, and whether that call was the frozen session's;
 - ``live-nice0`` (``--nice-ab``): the live run again with TF_AUTOPAR_BUILD_NICE=0, the builds at
@@ -130,7 +131,7 @@ def row_summary(row: dict) -> dict:
     out["p50_default"] = _p(default.get("times_ms", []), 0.5)
     ms = sweep["sweep_ms"]
     best = min(ms, key=ms.get)
-    chosen = f"{live['key'][0]}x{live['key'][1]}" if live.get("key") else "original path"
+    chosen = f"{live['key'][0]}x{live['key'][1]}" if live.get("key") else "original"
     out.update(
         best=best,
         best_ms=ms[best],
@@ -211,7 +212,9 @@ def main() -> int:
                             args.model_dir, name, row["batch"], args.limit, cache0, {"TF_AUTOPAR_BUILD_NICE": "0"}
                         )
                 row["default"] = run_child("default", args.model_dir, name, row["batch"], args.seconds, cache)
-                row["sweep"] = run_child("frozen-sweep", args.model_dir, name, row["batch"], args.seconds, cache)
+                row["sweep"] = run_child(
+                    "frozen-sweep", args.model_dir, name, row["batch"], args.seconds, cache, (*PAIRS, "original")
+                )
                 row["second"] = run_live(args.model_dir, name, row["batch"], 3.0, cache)
             data["rows"].append(row)
             data["wall_s"] = round(time.time() - t0, 1)

@@ -15,7 +15,8 @@ from the stopping rule's bounds (tuning/live.py) and two stated assumptions:
 
 Bounds per candidate: fastest, dropped after ``EARLY`` pairs (slower by over 10% in each); an
 equal candidate, measured on synthetic streams at 8% noise, is dropped after 40 pairs on average
-(docs/tuning.md); slowest, the last look (``MAX_PAIRS``).
+(docs/tuning.md); slowest, the last look (``MAX_PAIRS``). A trial's time bound (``MAX_SECONDS`` of
+paired calls) only binds calls over MAX_SECONDS / (2 MAX_PAIRS), 67 ms: not at the default 10 ms.
 
 Usage: python benchmarks/live_cost_fixtures.py [--call-ms 10] [--build-s 1] [--json OUT]
 """

@@ -190,3 +190,26 @@ def test_an_infinite_bar_never_takes_a_candidate():
     """SWITCH_RATIO 0 (a test of the path kept): noise infinite; even a 2x faster one loses at the first look."""
     t = _run(0.5, 0.05, 0, trial=live.PairedTrial(noise=math.inf, point_at_end=True))
     assert t.verdict == live.LOSE and len(t.ratios) == live.LOOKS[0], t.why
+
+
+def test_a_slow_models_trial_ends_at_its_time_bound():
+    """0.2 s calls (Xception here): an equal candidate is not run to 60 pairs (24 s of calls) but
+    stops once its pairs add up to MAX_SECONDS, the incumbent kept; never before the first look."""
+    ends = []
+    for seed in range(20):
+        rng = random.Random(seed)
+        trial = live.PairedTrial()
+        while trial.verdict == live.UNDECIDED:
+            trial.add(0.2 * math.exp(rng.gauss(0, 0.15)), 0.2 * math.exp(rng.gauss(0, 0.15)))
+        assert trial.verdict == live.LOSE, trial.why
+        assert len(trial.ratios) <= live.MAX_SECONDS / 0.4 * 1.5 + 1, (len(trial.ratios), trial.why)
+        ends.append(len(trial.ratios))
+    assert any(n not in live.LOOKS and n > live.EARLY for n in ends), ends  # some stopped by the bound, between looks
+    slow = live.PairedTrial()
+    for _ in range(live.LOOKS[0] - 1):
+        assert slow.add(5.0, 5.0) == live.UNDECIDED  # 10 s a pair: over the bound, but not decided on one pair
+    assert slow.add(5.0, 5.0) == live.LOSE and len(slow.ratios) == live.LOOKS[0]
+    switch = live.PairedTrial(noise=0.0, point_at_end=True)  # the switch check: the mean decides at the bound
+    while switch.verdict == live.UNDECIDED:
+        switch.add(0.3, 0.3 * (0.99 if len(switch.ratios) % 2 else 1.005))
+    assert switch.verdict == live.WIN and "within the noise" in switch.why, switch.why

@@ -18,7 +18,9 @@ log(candidate / incumbent) of the pairs:
   mean of r (``Z_WIN`` standard errors) is below -log(1 + NOISE): faster beyond noise;
 - **loses**: when the lower end (``Z_LOSE`` standard errors) is above -log(1 + NOISE): it
   cannot be faster by NOISE;
-- **undecided** after the last look: the incumbent stays (a change needs evidence), or, for a
+- **undecided** after the last look, or once the pairs' calls add up to ``MAX_SECONDS`` (a slow
+  model's trial bounded in traffic, not only in pairs: Xception at 0.2-0.3 s a call took 71-75 s
+  to tune its three neighbours, where each near-equal one ran to 36 pairs): the incumbent stays (a change needs evidence), or, for a
   trial made with ``point_at_end`` (the fast path's switch check, frozen session against the
   original path, where "not slower" is enough), the trimmed mean decides.
 
@@ -48,6 +50,7 @@ CLEARLY = 0.10
 EARLY = 3
 LOOKS = (6, 10, 16, 24, 36, 60)
 MAX_PAIRS = LOOKS[-1]
+MAX_SECONDS = 8.0  # of paired calls (both members) per trial: about 10 s of traffic with the untimed calls
 Z_WIN = 3.0
 Z_LOSE = 2.0
 TRIM = 0.1
@@ -72,7 +75,9 @@ class PairedTrial:
     noise: float = NOISE
     max_pairs: int = MAX_PAIRS
     point_at_end: bool = False  # undecided at ``max_pairs``: the trimmed mean decides, not the incumbent
+    max_seconds: float = MAX_SECONDS
     ratios: list[float] = field(default_factory=list)  # log(candidate / incumbent) per pair
+    seconds: float = 0.0  # the paired calls' time so far
     verdict: str = UNDECIDED
     why: str = ""
 
@@ -83,7 +88,11 @@ class PairedTrial:
         if not (math.isfinite(incumbent_s) and math.isfinite(candidate_s)):
             return self.verdict
         self.ratios.append(math.log(candidate_s / incumbent_s))
-        self.verdict, self.why = decide(self.ratios, self.noise, self.max_pairs, self.point_at_end)
+        self.seconds += incumbent_s + candidate_s
+        last = self.max_pairs
+        if self.seconds >= self.max_seconds:  # out of time: this is the last look, but never before the first
+            last = min(last, max(LOOKS[0], len(self.ratios)))
+        self.verdict, self.why = decide(self.ratios, self.noise, last, self.point_at_end)
         return self.verdict
 
     @property
