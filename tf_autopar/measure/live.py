@@ -20,7 +20,7 @@ log(candidate / incumbent) of the pairs:
   cannot be faster by NOISE;
 - **undecided** after the last look, or once the pairs' calls add up to ``MAX_SECONDS`` (a slow
   model's trial bounded in traffic, not only in pairs: Xception at 0.2-0.3 s a call took 71-75 s
-  to tune its three neighbours, where each near-equal one ran to 36 pairs): the incumbent stays (a change needs evidence), or, for a
+  to try its three neighbours without it): the incumbent stays (a change needs evidence), or, for a
   trial made with ``point_at_end`` (the fast path's switch check, frozen session against the
   original path, where "not slower" is enough), the trimmed mean decides.
 

@@ -797,9 +797,9 @@ class ServedFunction:
             b.key, b.checking = key, None
             if live_wanted() and not b.tuned:
                 # A setting that lost its switch check lost to the original path, not to this session,
-                # and such checks are noisy: EfficientNet-B0 at batch 8 here had the plan (2x2) lose
-                # its check and 1x2 pass, where a sweep had 2x2 25% ahead. So the losers are tried
-                # again, first, frozen against frozen; the stopping rule drops a clearly slower one fast.
+                # and such checks are noisy (EfficientNet-B0 at batch 8 here: its plan, 1x2, passed in
+                # one run and lost at 0.87x in the next). So the losers are tried again, first, frozen
+                # against frozen; the stopping rule drops a clearly slower one after a few calls.
                 lost = [k for k in b.lost if k != key]
                 b.candidates = lost + [c for c in self._candidates(plan, b.key) if c not in lost]
             else:
