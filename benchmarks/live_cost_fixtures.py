@@ -14,9 +14,9 @@ from the stopping rule's bounds (tuning/live.py) and two stated assumptions:
   (default 1 s: grappler's first run of a mid-size vision net here), while the incumbent serves.
 
 Bounds per candidate: fastest, dropped after ``EARLY`` pairs (slower by over 10% in each); an
-equal candidate, measured on synthetic streams at 8% noise, is dropped after 40 pairs on average
-(docs/tuning.md); slowest, the last look (``MAX_PAIRS``). A trial's time bound (``MAX_SECONDS`` of
-paired calls) only binds calls over MAX_SECONDS / (2 MAX_PAIRS), 67 ms: not at the default 10 ms.
+equal candidate, measured on synthetic streams at 8% noise, is dropped after 101 pairs on average
+(docs/tuning.md); slowest, the last look: ``MAX_PAIRS``, or fewer where the pairs' calls reach
+``MAX_SECONDS`` first (at 10 ms a call, 400 pairs).
 
 Usage: python benchmarks/live_cost_fixtures.py [--call-ms 10] [--build-s 1] [--json OUT]
 """
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 
@@ -34,11 +35,11 @@ sys.path.insert(0, os.path.dirname(HERE))
 from tf_autopar.graph.profile import GraphProfile  # noqa: E402
 from tf_autopar.planning import plan  # noqa: E402
 from tf_autopar.topology import detect_topology  # noqa: E402
-from tf_autopar.measure.live import CALLS_PER_PAIR, EARLY, MAX_PAIRS  # noqa: E402
+from tf_autopar.measure.live import CALLS_PER_PAIR, EARLY, LOOKS, MAX_PAIRS, MAX_SECONDS  # noqa: E402
 from tf_autopar.measure.search import stream_neighbourhood  # noqa: E402
 
 FIXTURES = os.path.join(os.path.dirname(HERE), "tests", "fixtures", "hosts")
-EQUAL_PAIRS = 40  # an equal candidate's mean pairs before it loses (synthetic streams, 8% noise)
+EQUAL_PAIRS = 101  # an equal candidate's mean pairs before it loses (synthetic streams, 8% noise, 10 ms calls)
 
 
 def rows(call_ms: float, build_s: float) -> list[dict]:
@@ -59,6 +60,7 @@ def rows(call_ms: float, build_s: float) -> list[dict]:
                 n = len(cands)
 
                 def seconds(pairs: int) -> float:
+                    pairs = min(pairs, max(LOOKS[0], math.ceil(MAX_SECONDS / (2 * call_ms / 1e3))))  # the time bound
                     return n * (CALLS_PER_PAIR * pairs * call_ms / 1e3 + build_s)  # noqa: B023
 
                 out.append(

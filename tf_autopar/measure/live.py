@@ -31,7 +31,7 @@ wins when it is faster beyond its interval, loses when it is slower beyond it) a
 Looking at the evidence after every pair would make a false win likely on a noisy host (each
 look is another chance): measured on synthetic streams, one in four equal candidates "won" with
 per-call noise of 50%. So the rule looks at a few fixed counts, with a wide interval for a win
-(three standard errors: under 1% false wins over the six looks) and a narrower one for giving
+(three standard errors: 2 false wins in 300 equal trials at 8% noise over the ten looks) and a narrower one for giving
 up. The ratios are winsorized (``TRIM`` of each tail clipped to the nearest kept value), so one
 preempted call cannot decide a trial, and the variance is that of the winsorized sample.
 """
@@ -48,7 +48,7 @@ BLOCK = 4  # calls per turn of the incumbent or the candidate; the first of each
 CALLS_PER_PAIR = 2 * BLOCK / (BLOCK - 1)  # a pair per timed place: 8 calls give 3 pairs
 CLEARLY = 0.10
 EARLY = 3
-LOOKS = (6, 10, 16, 24, 36, 60)
+LOOKS = (6, 10, 16, 24, 36, 60, 100, 160, 250, 400)  # past 60 only while the time bound allows
 MAX_PAIRS = LOOKS[-1]
 MAX_SECONDS = 8.0  # of paired calls (both members) per trial: about 10 s of traffic with the untimed calls
 Z_WIN = 3.0
