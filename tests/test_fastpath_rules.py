@@ -183,3 +183,22 @@ def test_retired_pool_closes_its_sessions_and_wakes_waiters():
 def test_a_bucket_kept_on_the_original_path_is_checked_again_twice_then_never():
     assert rules.retry_delay(1) == rules.RETRY_S and rules.retry_delay(2) == 2 * rules.RETRY_S
     assert rules.retry_delay(rules.RETRIES + 1) is None and rules.retry_delay(0) is None
+
+
+def test_status_names_the_neighbour_that_passed_where_the_plan_lost():
+    """The bucket's line says whose setting serves: the rule's, or the neighbour that passed the
+    switch check after the rule's lost it (not "planned by the rule")."""
+    from types import SimpleNamespace
+
+    from tf_autopar.runtime.fastpath import _Bucket, _plan_source
+
+    plan = SimpleNamespace(tuned=None)
+    kept = _Bucket(1, plan=plan, key=(1, 2, 1), tuned="done", tried=["a", "b", "c"])
+    assert _plan_source(kept) == "planned by the rule, which held against 3 neighbour(s) tuned live"
+    passed = _Bucket(1, plan=plan, key=(2, 2, 1), lost=[(1, 2, 1)], tuned="done", tried=["a", "b"])
+    assert _plan_source(passed) == (
+        "the neighbour that passed its switch check where the setting planned by the rule (1x2) lost; "
+        "it held against the 2 setting(s) tried tuned live"
+    )
+    retried_and_won = _Bucket(1, plan=plan, key=(1, 2, 1), lost=[(1, 2, 1)])
+    assert _plan_source(retried_and_won) == "planned by the rule"

@@ -31,8 +31,8 @@ wins when it is faster beyond its interval, loses when it is slower beyond it) a
 Looking at the evidence after every pair would make a false win likely on a noisy host (each
 look is another chance): measured on synthetic streams, one in four equal candidates "won" with
 per-call noise of 50%. So the rule looks at a few fixed counts, with a wide interval for a win
-(three standard errors: 2 false wins in 300 equal trials at 8% noise over the ten looks) and a narrower one for giving
-up. The ratios are winsorized (``TRIM`` of each tail clipped to the nearest kept value), so one
+(three standard errors: 2 false wins in 300 equal trials at 8% noise over the ten looks) and a
+narrower one for giving up. The ratios are winsorized (``TRIM`` of each tail clipped to the nearest kept value), so one
 preempted call cannot decide a trial, and the variance is that of the winsorized sample.
 """
 

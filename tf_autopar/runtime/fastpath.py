@@ -35,9 +35,9 @@ pools planned for it than called the usual way, beyond the best process-pool set
   while the model loads, so the first call is served by it (verified again on that call's
   inputs, in the background).
 - Tuned live: once a bucket serves from its session, the plan's neighbours (measure/search.py)
-  are tried one at a time on live calls, in alternate blocks of calls, each candidate call paired with the
-  incumbent call at the same place of the block before, under the same load; measure/live.py decides from the pairs. A winner
-  replaces the incumbent; the result and its evidence are remembered for the next start. At most
+  are tried one at a time on live calls, in alternate blocks of calls, each candidate call paired
+  with the incumbent call at the same place of the block before, under the same load;
+  measure/live.py decides from the pairs. A winner replaces the incumbent; the result and its evidence are remembered for the next start. At most
   one candidate session beside the serving one; candidates are built on the builder thread.
   ``enable(tune_live=False)`` or ``TF_AUTOPAR_TUNE_LIVE=0`` turns it off.
 - Fail open: any failure of ours runs the original call (one warning) and retires that bucket.
