@@ -190,25 +190,31 @@ def test_bench_keras_file_with_the_plan_at_a_batch_and_input_shape(models, tmp_p
     assert doc["summary"]["plan"]["speedup_vs_default"]["value"] > 0
 
 
-def test_bench_enable_first_start_and_second_start(models, tmp_path):
+def test_bench_enable_first_and_second_start_the_frozen_path_at_a_setting_and_live(models, tmp_path):
+    # One bench for the configurations that need no 'default' (each would otherwise prepare the
+    # model in its own bench): enable's first and second start, frozen:1x1 (the model's frozen
+    # graph in a session of its own pools, no tf_autopar in the child) and live (enable() once
+    # live tuning has tried the served setting's neighbours).
+    out = tmp_path / "e.json"
     proc = cli(
         "bench",
         models / "sm",
         "--compare",
-        "enable,enable-cached",
+        "enable,enable-cached,frozen:1x1,live",
         "--rounds",
         1,
         "--requests",
-        2,
+        3,
         "--warmup",
         1,
         "--json-out",
-        tmp_path / "e.json",
+        out,
         "--no-progress",
         tmp=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    doc = json.loads((tmp_path / "e.json").read_text())
+    doc = json.loads(out.read_text())
+    assert doc["order"] == ["enable", "enable-cached", "frozen:1x1", "live"]
     assert doc["fill_run"]["status"] == "ok" and doc["fill_run"]["cache_files"]  # the unmeasured start filled it
     for name in ("enable", "enable-cached"):
         (run,) = doc["configs"][name]["runs"]
@@ -222,6 +228,20 @@ def test_bench_enable_first_start_and_second_start(models, tmp_path):
     cached = doc["configs"]["enable-cached"]["runs"][0]["processes"][0]["tf_autopar"]["cache_files_at_start"]
     assert cached == doc["fill_run"]["cache_files"] != []
     assert pids(doc["configs"]["enable"]) != pids(doc["configs"]["enable-cached"])
+    # the frozen path at a setting of one's choice
+    assert doc["configs"]["frozen:1x1"]["frozen"] == "1x1"
+    frozen = doc["summary"]["frozen:1x1"]
+    assert frozen["status"] == "ok" and frozen["settings"]["frozen_session"] == "1x1"
+    assert frozen["settings"]["env"] == {"TF_OVERRIDE_GLOBAL_THREADPOOL": "1"}  # a session's own intra-op pool
+    assert "frozen graph, session 1x1" in proc.stdout
+    # live: a first start of its own (not the cache the unmeasured run filled), timed once live tuning was done
+    (live_run,) = doc["configs"]["live"]["runs"]
+    assert live_run["status"] == "ok"
+    live = live_run["processes"][0]["tf_autopar"]
+    assert live["cache_files_at_start"] == []
+    assert live["tuned_s"] is not None and live["tuned_s"] >= 0  # it waited for tuning to finish
+    buckets = [b for s in live["served"] for b in s["buckets"] if b["calls"]]
+    assert buckets and all(b["tuned"] or b["path"] != "frozen session" for b in buckets)
 
 
 def test_bench_throughput_runs_the_plans_instances_together_and_sums_them(models, tmp_path):
@@ -332,39 +352,6 @@ def test_validate_rejects_a_model_it_cannot_feed(models, tmp_path):
     assert proc.returncode == 2 and "--inputs" in proc.stderr and not out.exists()
     proc = cli("validate", models / "missing", "--space", "none", tmp=tmp_path)
     assert proc.returncode == 2 and "no such file or directory" in proc.stderr
-
-
-def test_bench_times_the_frozen_path_at_a_setting_and_after_live_tuning(models, tmp_path):
-    # frozen:1x1 is the model's frozen graph in a session of its own pools (no tf_autopar in the
-    # child); live is enable() once live tuning has tried the served setting's neighbours.
-    out = tmp_path / "f.json"
-    proc = cli(
-        "bench",
-        models / "sm",
-        "--compare",
-        "default,frozen:1x1,live",
-        "--rounds",
-        1,
-        "--requests",
-        3,
-        "--warmup",
-        1,
-        "--json-out",
-        out,
-        "--no-progress",
-        tmp=tmp_path,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    doc = json.loads(out.read_text())
-    assert doc["configs"]["frozen:1x1"]["frozen"] == "1x1"
-    frozen = doc["summary"]["frozen:1x1"]
-    assert frozen["status"] == "ok" and frozen["settings"]["frozen_session"] == "1x1"
-    assert frozen["settings"]["env"] == {"TF_OVERRIDE_GLOBAL_THREADPOOL": "1"}  # a session's own intra-op pool
-    live = doc["configs"]["live"]["runs"][0]["processes"][0]["tf_autopar"]
-    assert live["tuned_s"] is not None and live["tuned_s"] >= 0  # it waited for tuning to finish
-    buckets = [b for s in live["served"] for b in s["buckets"] if b["calls"]]
-    assert buckets and all(b["tuned"] or b["path"] != "frozen session" for b in buckets)
-    assert "frozen graph, session 1x1" in proc.stdout
 
 
 @pytest.mark.parametrize("bad", ["frozen:0x1", "frozen:2", "frozen:axb", "frozen:1x1x2"])

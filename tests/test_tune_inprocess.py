@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
 import pytest
 
-from _runtime_child import ROOT, build_user_model, run_child
+from _runtime_child import ROOT, run_child
 
 pytestmark = pytest.mark.tf
 
@@ -24,8 +25,9 @@ FN = "signatures['serving_default']"
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory) -> str:
-    return build_user_model(str(tmp_path_factory.mktemp("tune_inprocess")))["SM"]
+def model(user_models: dict[str, str]) -> str:
+    """The session's user model (conftest.py): a tune writes only its plan cache, never the model."""
+    return user_models["SM"]
 
 
 def _env(tmp_path, cache: str, ratio: str = "inf") -> dict[str, str]:
@@ -50,6 +52,24 @@ def _cli(args: list[str], env: dict[str, str], timeout: float = 400) -> subproce
     return subprocess.run(
         [sys.executable, "-m", "tf_autopar.cli.main", *args], env=env, capture_output=True, text=True, timeout=timeout
     )
+
+
+@pytest.fixture(scope="module")
+def tuned(model, tmp_path_factory) -> tuple[dict, str]:
+    """One in-process tune (switch check always passing) and the plan cache it wrote, kept as it
+    was: each test that starts from it works on its own copy (``_tuned_cache``)."""
+    tmp = tmp_path_factory.mktemp("tuned")
+    cache = str(tmp / "cache")
+    proc = _cli(["tune", model, "--batch", "1", "--budget", "90", "--json"], _env(tmp, cache))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout), cache
+
+
+def _tuned_cache(tuned: tuple[dict, str], tmp_path) -> str:
+    """A copy of the tuned fixture's plan cache, for one test to read and change."""
+    cache = str(tmp_path / "cache")
+    shutil.copytree(tuned[1], cache)
+    return cache
 
 
 def _served(cache: str) -> dict:
@@ -79,12 +99,10 @@ report(at_load=None if at_load is None else [at_load.path, at_load.inter_op, at_
 """
 
 
-def test_in_process_tune_writes_the_served_entry_and_the_next_start_serves_it_first(model, tmp_path):
-    cache = str(tmp_path / "cache")
+def test_in_process_tune_writes_the_served_entry_and_the_next_start_serves_it_first(model, tuned, tmp_path):
+    cache = _tuned_cache(tuned, tmp_path)
     env = _env(tmp_path, cache)
-    proc = _cli(["tune", model, "--batch", "1", "--budget", "90", "--json"], env)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout)
+    out = tuned[0]
     assert out["settled"], out  # every neighbour tried within the budget
     bucket = _served(cache)
     assert bucket["path"] == "frozen session" and bucket["tuned"] == "done" and bucket["tried"], bucket
@@ -120,13 +138,11 @@ def test_live_reset_names_a_missing_or_corrupt_model(tmp_path):
     assert corrupt.returncode == 2 and "cannot read it as a model" in corrupt.stderr, corrupt.stderr
 
 
-def test_another_host_key_ignores_the_entry(model, tmp_path):
+def test_another_host_key_ignores_the_entry(model, tuned, tmp_path):
     """The same cache on a host with another affinity (another host key) is not applied: it tunes again."""
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("needs two CPUs to change the affinity")
-    cache = str(tmp_path / "cache")
-    proc = _cli(["tune", model, "--batch", "1", "--budget", "60", "--json"], _env(tmp_path, cache))
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    cache = _tuned_cache(tuned, tmp_path)  # the cache the module's tune wrote, as it wrote it
     assert _served(cache)["tuned"] == "done"
     one_cpu = sorted(os.sched_getaffinity(0))[0]
     res, err, rc = run_child(

@@ -61,6 +61,7 @@ from tf_autopar.planning.modes import INFERENCE_MODES
 from tf_autopar.runtime import cache, core, fastpath_replan, quota_watch, sessions, watch
 from tf_autopar.runtime.lowprio import run_low
 from tf_autopar.runtime import fastpath_rules as rules
+from tf_autopar.runtime import tf_allocator
 from tf_autopar.runtime.safety import fail_open, maybe_fail, warn_once
 from tf_autopar.runtime.state import STATE
 from tf_autopar.runtime.streams import Retired, StreamPool
@@ -310,6 +311,7 @@ class _Bucket:
     checks: list[tuple[int, int, int]] | None = None  # neighbours still to check; None: not begun
     lost: list[tuple[int, int, int]] = field(default_factory=list)  # settings the original path beat
     retry_at: float = 0.0  # when the next one may run (monotonic; 0: never)
+    faults: list[int] = field(default_factory=list)  # minor page faults of its first calls (tf_allocator.py)
 
 
 class _Trial:
@@ -476,15 +478,33 @@ class ServedFunction:
             pool = trial.pool  # type: ignore[union-attr]
         level = b.in_flight
         b.in_flight += 1
+        counting = len(b.faults) < tf_allocator.SAMPLE_CALLS
+        f0 = tf_allocator.minor_faults() if counting else 0
         try:
             t0 = time.perf_counter()
             out = self._run(pool, arrays)  # type: ignore[arg-type]
             seconds = time.perf_counter() - t0
         finally:
             b.in_flight -= 1
+        if counting:
+            self._count_faults(b, tf_allocator.minor_faults() - f0)
         if trial is not None and self._paired_call(trial, candidate, place, level, seconds):
             self._end_trial(b, trial)
         return out
+
+    def _count_faults(self, b: _Bucket, faults: int) -> None:
+        """One call's page faults; after SAMPLE_CALLS of them, the allocator advice, said once per process
+        (concurrent callers may each see the count complete: warn_once says it once)."""
+        b.faults.append(faults)
+        if len(b.faults) < tf_allocator.SAMPLE_CALLS:
+            return
+        try:
+            text = tf_allocator.advice(b.faults, os.environ, tf_allocator.in_use())
+        except Exception as exc:  # ours: the call is answered all the same
+            fail_open("count the fast path's page faults", exc)
+            return
+        if text:
+            warn_once("cpu-allocator", f"tf_autopar: {self.name}, batch {_bucket_words(b.bucket)}: {text}")
 
     def _check_call(
         self, b: _Bucket, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any], arrays: list[Any]
