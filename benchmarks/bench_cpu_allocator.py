@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -35,6 +34,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+from bench_fastpath import host  # noqa: E402
 from user_models import SERVING  # noqa: E402
 
 VAR = "TF_CPU_ALLOCATOR_USE_BFC"
@@ -74,13 +74,6 @@ print("RESULT " + json.dumps(dict(median_ms=float(np.median(lat)) * 1e3, calls=l
       faults_per_call=float(np.median(faults)), peak_rss_mb=hwm, path=served[0] if served else "",
       bfc=os.environ.get("TF_CPU_ALLOCATOR_USE_BFC", ""))), flush=True)
 """
-
-
-def processor() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown"
 
 
 def run_one(model_dir: str, name: str, batch: int, config: str, seconds: float) -> dict:
@@ -147,9 +140,11 @@ def main() -> int:
         return 0
     if not args.models_dir:
         p.error("models_dir is required")
+    machine = host()  # the processor (and TensorFlow version) with every figure
     data = dict(
-        processor=processor(),
-        cpus=os.cpu_count(),
+        processor=machine["cpu_model"],
+        cpus=machine["cpus"],
+        host=machine,
         rounds=args.rounds,
         seconds=args.seconds,
         date=time.strftime("%Y-%m-%d"),
