@@ -3,7 +3,7 @@
 Stock TensorFlow hands every tensor buffer to malloc and frees it when the op is done. glibc maps
 a buffer above its largest mmap threshold (32 MB) afresh each time and unmaps it when freed, so a
 model with such activations takes a page fault per 4 KB of them on every call: MobileNetV2 and
-EfficientNet-B0 at batch 8 (38 MB activations) took 19,000-59,000 minor faults a call.
+EfficientNet-B0 at batch 8 (38 MB activations) took 16,000-59,000 minor faults a call.
 ``TF_CPU_ALLOCATOR_USE_BFC=true`` makes the process's CPU allocator TensorFlow's
 best-fit-with-coalescing pool, which keeps freed regions: no faults, and those two rows ran
 1.77x and 1.48x faster (benchmarks/bench_cpu_allocator.py, docs/serving.md). On the rows that
@@ -24,7 +24,7 @@ import tf_autopar.planning.variables as V
 
 VAR = V.CPU_ALLOCATOR_BFC
 #: Minor faults per call above which malloc is refaulting large buffers: 8 MB of fresh pages a call.
-#: Measured: 19,000-59,000 on the two rows that faulted, at most 30 on the 16 others.
+#: Measured: 16,000-59,000 on the two rows that faulted, at most 37 on the 16 others.
 FAULTS_PER_CALL = 2000
 #: Calls of a bucket whose faults are counted (the median decides: a first touch is an outlier).
 SAMPLE_CALLS = 9
