@@ -26,6 +26,23 @@ def test_advice_only_where_malloc_faults_and_nobody_chose_the_allocator():
     assert advice([0] * 4 + [FAULTS_PER_CALL * 10] * 5, {}, "malloc") != ""
 
 
+def test_a_remembered_fault_count_sets_the_variable_at_the_next_start_unless_someone_chose():
+    from tf_autopar.runtime.tf_allocator import remembered_env
+
+    def entry(faults):
+        return {
+            "functions": {"signatures['serving_default']": {"buckets": {"1": {"calls": 9, "faults_per_call": faults}}}}
+        }
+
+    assert remembered_env(entry(FAULTS_PER_CALL * 10), "eigen", {}) == {VAR: "true"}
+    assert remembered_env(entry(30), "eigen", {}) == {}
+    assert remembered_env(entry(FAULTS_PER_CALL * 10), "openmp", {}) == {}  # not measured there
+    assert remembered_env(entry(FAULTS_PER_CALL * 10), "eigen", {VAR: "false"}) == {}
+    assert remembered_env(entry(FAULTS_PER_CALL * 10), "eigen", {"LD_PRELOAD": "/usr/lib/libjemalloc.so.2"}) == {}
+    for garbled in (None, {}, {"functions": []}, entry("many"), entry(True), {"functions": {"f": {"buckets": 3}}}):
+        assert remembered_env(garbled, "eigen", {}) == {}  # a damaged cache entry sets nothing
+
+
 # A signature whose one call makes and frees a 64 MB tensor (16384 x 1024 floats per example):
 # above glibc's largest mmap threshold (32 MB), so malloc maps it afresh on every call.
 SCRIPT = """
@@ -47,7 +64,8 @@ assert fastpath.wait_idle(120)
 for _ in range(2 * tf_allocator.SAMPLE_CALLS):
     sig(x=x)
 b = next(s for s in fastpath._served if s.buckets).buckets[1]
-report(path=b.state, faults=b.faults, in_use=tf_allocator.in_use(), warnings=list(tf_autopar.status().warnings))
+report(path=b.state, faults=b.faults, in_use=tf_allocator.in_use(), warnings=list(tf_autopar.status().warnings),
+       applied=tf_autopar.status().process.applied)
 """
 
 
@@ -57,15 +75,21 @@ def test_the_fast_path_counts_malloc_refaulting_a_large_buffer_and_says_what_to_
     script = f"PATH = {str(tmp_path / 'big')!r}\n" + SCRIPT
     res, err, rc = run_child(script, env)
     assert rc == 0, err
-    assert res["path"] == "frozen session" and res["in_use"] == "malloc"
+    assert res["path"] == "frozen session" and res["in_use"] == "malloc" and VAR not in res["applied"]
     assert len(res["faults"]) == tf_allocator.SAMPLE_CALLS and min(res["faults"]) > FAULTS_PER_CALL, res["faults"]
     said = [w for w in res["warnings"] if VAR in w]
     assert len(said) == 1 and "page faults a call" in said[0], res["warnings"]
     assert err.count(f"{VAR}=true") == 1  # on stderr, once
-    # started as it says: TensorFlow's BFC pool, no faults, nothing to say
-    env[VAR] = "true"
-    script = f"PATH = {str(tmp_path / 'big2')!r}\n" + SCRIPT
-    res, err, rc = run_child(script, env)
+    # the next start loads the same model with the same cache: enable() sets the variable before
+    # TensorFlow starts, the BFC pool serves it, nothing faults and nothing is said
+    second = SCRIPT.replace("tf.saved_model.save(m, PATH", "0 and tf.saved_model.save(m, PATH")
+    res, err, rc = run_child(script.replace(SCRIPT, second), env)
     assert rc == 0, err
-    assert res["in_use"] == "bfc" and max(res["faults"]) < FAULTS_PER_CALL, res["faults"]
+    assert res["applied"][VAR] == "true" and res["in_use"] == "bfc" and max(res["faults"]) < FAULTS_PER_CALL, res[
+        "faults"
+    ]
     assert not [w for w in res["warnings"] if VAR in w]
+    # the user's own choice stands over what was remembered
+    res, err, rc = run_child(script.replace(SCRIPT, second), {**env, VAR: "false"})
+    assert rc == 0, err
+    assert res["in_use"] == "malloc" and len([w for w in res["warnings"] if VAR in w]) == 0

@@ -50,6 +50,7 @@ import collections
 import logging
 import os
 import queue
+import statistics
 import threading
 import time
 import weakref
@@ -505,6 +506,8 @@ class ServedFunction:
             return
         if text:
             warn_once("cpu-allocator", f"tf_autopar: {self.name}, batch {_bucket_words(b.bucket)}: {text}")
+            # the count into the plan cache, off the request path: the next start sets the variable
+            _builder().submit_call(self, b.bucket, [], lambda served, _bucket, _arrays: served._remember())
 
     def _check_call(
         self, b: _Bucket, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any], arrays: list[Any]
@@ -1088,6 +1091,8 @@ class ServedFunction:
                 )
                 if b.key[0]:
                     entry.update(inter_op=b.key[0], intra_op=b.key[1], streams=b.key[2])
+                if len(b.faults) >= tf_allocator.SAMPLE_CALLS:  # tf_allocator.remembered_env reads it
+                    entry.update(faults_per_call=int(statistics.median(b.faults)))
                 if b.tuned:
                     entry.update(tuned=b.tuned, tried=list(b.tried), won=dict(b.won), by=b.by or BY_LIVE)
                 elif b.tried:  # the switch checks of the plan and its neighbours, none faster than the original

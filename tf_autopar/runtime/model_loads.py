@@ -27,7 +27,7 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Any, Sequence
 
-from tf_autopar.runtime import cache, controller, core, model_sources, pools
+from tf_autopar.runtime import cache, controller, core, model_sources, pools, tf_allocator
 from tf_autopar.runtime.safety import fail_open, maybe_fail, warn_once
 from tf_autopar.runtime.state import STATE
 
@@ -146,6 +146,19 @@ def _route(loaded: Any, path: Any, kind: str) -> None:
         fail_open("route the loaded model to its frozen session", exc)
 
 
+def _remembered_allocator(fingerprint: str, plan: Any) -> dict[str, str]:
+    """TF_CPU_ALLOCATOR_USE_BFC=true when an earlier run's fast path saw malloc refault this model's
+    buffers on every call (runtime/tf_allocator.py); {} otherwise or when the cache is off."""
+    if not STATE.use_cache:
+        return {}
+    try:
+        entry = cache.lookup_served(fingerprint, cache.host_key(core.topology()), STATE.mode)
+        return tf_allocator.remembered_env(entry, plan.runtime, controller.user_env())
+    except Exception as exc:
+        fail_open("read the remembered allocator", exc)
+        return {}
+
+
 def on_load(path: str) -> None:
     real = os.path.realpath(path)
     with STATE.lock:
@@ -166,7 +179,7 @@ def on_load(path: str) -> None:
         core.store_plan(profile, plan, os.path.basename(real.rstrip(os.sep)) or real)
     STATE.process_profile = profile
     if not started:
-        pools.apply_before_start(STATE.applied, plan, source)
+        pools.apply_before_start(STATE.applied, plan, source, _remembered_allocator(profile.fingerprint, plan))
         log.info(
             "planned from %s before TensorFlow started: inter_op=%s intra_op=%s", path, plan.inter_op, plan.intra_op
         )

@@ -7,7 +7,7 @@ record (applied.py), so that disable() undoes it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Mapping
 
 from tf_autopar.runtime import controller
 from tf_autopar.runtime.safety import warn_once
@@ -30,14 +30,19 @@ def _binding(plan: ThreadPlan, share: Share | None) -> tuple[int, ...]:
     return ()
 
 
-def apply_before_start(record: Applied, plan: ThreadPlan, source: str) -> None:
-    """Set the process pools (and binding) for ``plan`` while TensorFlow's runtime is not started."""
+def apply_before_start(
+    record: Applied, plan: ThreadPlan, source: str, extra_env: Mapping[str, str] | None = None
+) -> None:
+    """Set the process pools (and binding) for ``plan`` while TensorFlow's runtime is not started;
+    ``extra_env``: other variables for the start (the allocator a model's cache entry asks for)."""
     share = record.share
     tf_default = controller.default_pool_size()  # what TensorFlow would pick, before any binding narrows it
     cpus = _binding(plan, share)
     bound = cpus if cpus and (record.bind(cpus) or controller.bound_to(cpus)) else ()
     env = plan.to_env()
     env.setdefault(controller.OVERRIDE_VAR, "1")  # per-session intra-op pools (eager path unaffected)
+    for key, value in (extra_env or {}).items():
+        env.setdefault(key, value)
     api_inter, api_intra = controller.api_pools()
     applied, kept = record.set_env(env, controller.user_env())
     for name, value in (("tf.config.threading inter_op", api_inter), ("tf.config.threading intra_op", api_intra)):

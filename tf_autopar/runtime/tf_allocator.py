@@ -11,7 +11,9 @@ did not fault it was no faster, and slower on some (DLRM at batch 1: 0.95x in ev
 DCN-V2 at batch 2048: 0.70x in two rounds of three), so enable() does not set it for every model. TensorFlow reads the variable once, when its runtime
 starts; by the time a model's calls show the faults it is too late for this process. So the fast
 path counts the faults of a bucket's first calls and, where they pass FAULTS_PER_CALL, says once
-what to set for the next start (``advice``; the user's own value is never second-guessed).
+what to set (``advice``) and remembers the count in the plan cache; the next start that loads the
+model before TensorFlow starts sets the variable for it (``remembered_env``). The user's own
+value, or a preloaded allocator, is never second-guessed.
 """
 
 from __future__ import annotations
@@ -52,8 +54,28 @@ def advice(faults: Sequence[int], environ: Mapping[str, str], allocator: str | N
         "of large buffers mapped afresh on every call). Start the process with TF_CPU_ALLOCATOR_USE_BFC=true "
         "(in the environment, or in os.environ before TensorFlow's first op) so that TensorFlow keeps freed "
         "memory for reuse: measured 1.5-1.8x faster on two vision models at batch 8 that faulted like this "
-        "(docs/serving.md). It is not set for you: where malloc does not fault it was no faster, and slower on some."
+        "(docs/serving.md). With the plan cache on, enable() remembers it for this model and sets it at the next "
+        "start that loads the model before TensorFlow starts; it is not set for every model: where malloc "
+        "does not fault it was no faster, and slower on some."
     )
+
+
+def remembered_env(entry: Mapping | None, runtime: str, environ: Mapping[str, str]) -> dict[str, str]:
+    """The variable to set before TensorFlow starts for a model whose cached fast-path entry
+    (cache.lookup_served) recorded FAULTS_PER_CALL or more on a bucket here: {} otherwise, and
+    {} where the user chose (their variable, a preloaded allocator) or on OpenMP builds (not measured)."""
+    functions = entry.get("functions") if isinstance(entry, Mapping) else None
+    if not isinstance(functions, Mapping) or runtime == "openmp" or VAR in environ:
+        return {}
+    if any(mark in environ.get("LD_PRELOAD", "") for mark in _PRELOADED):
+        return {}
+    for summary in functions.values():
+        buckets = summary.get("buckets") if isinstance(summary, Mapping) else None
+        for b in buckets.values() if isinstance(buckets, Mapping) else ():
+            faults = b.get("faults_per_call") if isinstance(b, Mapping) else None
+            if isinstance(faults, (int, float)) and not isinstance(faults, bool) and faults >= FAULTS_PER_CALL:
+                return {VAR: "true"}
+    return {}
 
 
 def in_use() -> str | None:
