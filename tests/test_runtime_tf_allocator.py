@@ -50,7 +50,7 @@ import tensorflow as tf
 import tf_autopar
 tf_autopar.enable()
 from tf_autopar.runtime import fastpath, fastpath_rules, tf_allocator
-fastpath_rules.SWITCH_RATIO = float("inf")  # the frozen session serves whatever its speed: the faults are the point
+fastpath_rules.SWITCH_RATIO = RATIO  # inf: the frozen session serves whatever its speed; ~0: it never does
 class Big(tf.Module):
     @tf.function(input_signature=[tf.TensorSpec([None, 16384], tf.float32)])
     def serve(self, x):
@@ -72,7 +72,7 @@ report(path=b.state, faults=b.faults, in_use=tf_allocator.in_use(), warnings=lis
 @pytest.mark.tf
 def test_the_fast_path_counts_malloc_refaulting_a_large_buffer_and_says_what_to_set(tmp_path):
     env = {"TF_AUTOPAR_CACHE_DIR": str(tmp_path / "cache"), "TF_AUTOPAR_TUNE_LIVE": "0"}
-    script = f"PATH = {str(tmp_path / 'big')!r}\n" + SCRIPT
+    script = f"PATH = {str(tmp_path / 'big')!r}\nRATIO = float('inf')\n" + SCRIPT
     res, err, rc = run_child(script, env)
     assert rc == 0, err
     assert res["path"] == "frozen session" and res["in_use"] == "malloc" and VAR not in res["applied"]
@@ -93,3 +93,13 @@ def test_the_fast_path_counts_malloc_refaulting_a_large_buffer_and_says_what_to_
     res, err, rc = run_child(script.replace(SCRIPT, second), {**env, VAR: "false"})
     assert rc == 0, err
     assert res["in_use"] == "malloc" and len([w for w in res["warnings"] if VAR in w]) == 0
+
+
+@pytest.mark.tf
+def test_a_bucket_kept_on_the_original_path_is_counted_too(tmp_path):
+    """malloc's faults can be why the frozen session lost its switch check: the original path's calls count."""
+    env = {"TF_AUTOPAR_CACHE_DIR": str(tmp_path / "cache"), "TF_AUTOPAR_TUNE_LIVE": "0"}
+    res, err, rc = run_child(f"PATH = {str(tmp_path / 'big')!r}\nRATIO = 1e-9\n" + SCRIPT, env)
+    assert rc == 0, err
+    assert res["path"] == "original" and len(res["faults"]) == tf_allocator.SAMPLE_CALLS, res
+    assert min(res["faults"]) > FAULTS_PER_CALL and len([w for w in res["warnings"] if VAR in w]) == 1, res

@@ -398,7 +398,12 @@ class ServedFunction:
                     fail_open("serve a call from the frozen session", exc)
         elif b is not None and b.state == CHECKING and b.trial is not None and b.generation == self.watch.generation:
             return self._check_call(b, target, args, kwargs, arrays)
+        # a bucket kept on the original path is counted too: malloc's faults can be why it lost its check
+        counting = b is not None and b.state == ORIGINAL and len(b.faults) < tf_allocator.SAMPLE_CALLS
+        f0 = tf_allocator.minor_faults() if counting else 0
         out = original()
+        if counting:
+            self._count_faults(b, tf_allocator.minor_faults() - f0)  # type: ignore[arg-type]
         if (
             b is None
             or b.state == STALE
