@@ -4,7 +4,7 @@
 TensorFlow's CPU allocator hands every tensor buffer to malloc and frees it after the op. Buffers
 of tens of MB (a vision model's activations at batch 8) are above glibc's mmap threshold (at most
 32 MB) or trimmed back to the system when freed, so every call maps them afresh and takes a page
-fault per 4 KB touched: EfficientNet-B0 at batch 8 took about 54,000 minor faults per call.
+fault per 4 KB touched: EfficientNet-B0 at batch 8 took 16,000-59,000 minor faults per call.
 ``TF_CPU_ALLOCATOR_USE_BFC=true``, read once when the runtime starts, makes the process's CPU
 allocator TensorFlow's best-fit-with-coalescing pool, which keeps freed regions for reuse.
 

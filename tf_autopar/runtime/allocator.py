@@ -43,6 +43,12 @@ SEARCH_DIRS = (
 _ALLOCATOR_MARKS = ("jemalloc", "tcmalloc", "mimalloc")
 
 
+def preloads_allocator(ld_preload: str | None) -> bool:
+    """Whether an ``LD_PRELOAD`` value already names an allocator library (jemalloc, tcmalloc, mimalloc)."""
+    entries = (ld_preload or "").replace(":", " ").split()
+    return any(mark in os.path.basename(e) for e in entries for mark in _ALLOCATOR_MARKS)
+
+
 class AllocatorNotFound(FileNotFoundError):
     """The allocator asked for is not installed on this system."""
 
@@ -127,7 +133,7 @@ def preload_value(library: str, user_preload: str | None) -> tuple[str, str]:
     if not user:
         return library, ""
     entries = user.replace(":", " ").split()
-    if any(mark in os.path.basename(e) for e in entries for mark in _ALLOCATOR_MARKS):
+    if preloads_allocator(user):
         return user, f"your LD_PRELOAD already preloads an allocator ({user}); kept, --allocator not applied"
     if library in entries:
         return user, ""

@@ -399,11 +399,9 @@ class ServedFunction:
         elif b is not None and b.state == CHECKING and b.trial is not None and b.generation == self.watch.generation:
             return self._check_call(b, target, args, kwargs, arrays)
         # a bucket kept on the original path is counted too: malloc's faults can be why it lost its check
-        counting = b is not None and b.state == ORIGINAL and len(b.faults) < tf_allocator.SAMPLE_CALLS
-        f0 = tf_allocator.minor_faults() if counting else 0
+        mark = _fault_mark(b) if b is not None and b.state == ORIGINAL else None
         out = original()
-        if counting:
-            self._count_faults(b, tf_allocator.minor_faults() - f0)  # type: ignore[arg-type]
+        self._count_faults(b, mark)  # type: ignore[arg-type]
         if (
             b is None
             or b.state == STALE
@@ -484,24 +482,25 @@ class ServedFunction:
             pool = trial.pool  # type: ignore[union-attr]
         level = b.in_flight
         b.in_flight += 1
-        counting = len(b.faults) < tf_allocator.SAMPLE_CALLS
-        f0 = tf_allocator.minor_faults() if counting else 0
+        mark = _fault_mark(b)
         try:
             t0 = time.perf_counter()
             out = self._run(pool, arrays)  # type: ignore[arg-type]
             seconds = time.perf_counter() - t0
         finally:
             b.in_flight -= 1
-        if counting:
-            self._count_faults(b, tf_allocator.minor_faults() - f0)
+        self._count_faults(b, mark)
         if trial is not None and self._paired_call(trial, candidate, place, level, seconds):
             self._end_trial(b, trial)
         return out
 
-    def _count_faults(self, b: _Bucket, faults: int) -> None:
-        """One call's page faults; after SAMPLE_CALLS of them, the allocator advice, said once per process
-        (concurrent callers may each see the count complete: warn_once says it once)."""
-        b.faults.append(faults)
+    def _count_faults(self, b: _Bucket, mark: int | None) -> None:
+        """One call's page faults since ``mark`` (None: not counted); after SAMPLE_CALLS of them, the
+        allocator advice, said once per process (concurrent callers may each see the count complete:
+        warn_once says it once)."""
+        if mark is None:
+            return
+        b.faults.append(tf_allocator.minor_faults() - mark)
         if len(b.faults) < tf_allocator.SAMPLE_CALLS:
             return
         try:
@@ -1351,6 +1350,11 @@ def _remembered_key(entry: dict[str, Any]) -> tuple[int, int, int] | None:
     if inter > 1024 or intra > 1024 or not rules.is_batch(streams) or streams > 1024:
         return None
     return inter, intra, streams
+
+
+def _fault_mark(b: _Bucket) -> int | None:
+    """The process's page faults before a call of ``b``, while its first calls are still being counted."""
+    return tf_allocator.minor_faults() if len(b.faults) < tf_allocator.SAMPLE_CALLS else None
 
 
 def _bucket_words(bucket: int) -> str:

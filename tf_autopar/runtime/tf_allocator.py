@@ -8,8 +8,9 @@ EfficientNet-B0 at batch 8 (38 MB activations) took 16,000-59,000 minor faults a
 best-fit-with-coalescing pool, which keeps freed regions: no faults, and those two rows ran
 1.77x and 1.48x faster (benchmarks/bench_cpu_allocator.py, docs/serving.md). On the rows that
 did not fault it was no faster, and slower on some (DLRM at batch 1: 0.95x in every round;
-DCN-V2 at batch 2048: 0.70x in two rounds of three), so enable() does not set it for every model. TensorFlow reads the variable once, when its runtime
-starts; by the time a model's calls show the faults it is too late for this process. So the fast
+DCN-V2 at batch 2048: 0.70x in two rounds of three), so enable() does not set it for every
+model. TensorFlow reads the variable once, when its runtime starts; by the time a model's calls
+show the faults it is too late for this process. So the fast
 path counts the faults of a bucket's first calls and, where they pass FAULTS_PER_CALL, says once
 what to set (``advice``) and remembers the count in the plan cache; the next start that loads the
 model before TensorFlow starts sets the variable for it (``remembered_env``). The user's own
@@ -23,6 +24,7 @@ import statistics
 from typing import Mapping, Sequence
 
 import tf_autopar.planning.variables as V
+from tf_autopar.runtime.allocator import preloads_allocator
 
 VAR = V.CPU_ALLOCATOR_BFC
 #: Minor faults per call above which malloc is refaulting large buffers: 8 MB of fresh pages a call.
@@ -30,7 +32,6 @@ VAR = V.CPU_ALLOCATOR_BFC
 FAULTS_PER_CALL = 2000
 #: Calls of a bucket whose faults are counted (the median decides: a first touch is an outlier).
 SAMPLE_CALLS = 9
-_PRELOADED = ("jemalloc", "tcmalloc", "mimalloc")
 
 
 def minor_faults() -> int:
@@ -38,13 +39,17 @@ def minor_faults() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
+def _chosen(environ: Mapping[str, str]) -> bool:
+    """The user decided the allocator: their TF_CPU_ALLOCATOR_USE_BFC (either value), or a preloaded
+    allocator (jemalloc, tcmalloc keep freed memory themselves)."""
+    return VAR in environ or preloads_allocator(environ.get("LD_PRELOAD"))
+
+
 def advice(faults: Sequence[int], environ: Mapping[str, str], allocator: str | None) -> str:
     """What to tell the user, or "": the faults per call (``faults``, one count per call) pass
     FAULTS_PER_CALL, the running allocator is malloc, and neither the user's ``TF_CPU_ALLOCATOR_USE_BFC``
     nor a preloaded allocator (jemalloc, tcmalloc keep freed memory themselves) has decided otherwise."""
-    if not faults or allocator != "malloc" or VAR in environ:
-        return ""
-    if any(mark in environ.get("LD_PRELOAD", "") for mark in _PRELOADED):
+    if not faults or allocator != "malloc" or _chosen(environ):
         return ""
     per_call = statistics.median(faults)
     if per_call < FAULTS_PER_CALL:
@@ -65,9 +70,7 @@ def remembered_env(entry: Mapping | None, runtime: str, environ: Mapping[str, st
     (cache.lookup_served) recorded FAULTS_PER_CALL or more on a bucket here: {} otherwise, and
     {} where the user chose (their variable, a preloaded allocator) or on OpenMP builds (not measured)."""
     functions = entry.get("functions") if isinstance(entry, Mapping) else None
-    if not isinstance(functions, Mapping) or runtime == "openmp" or VAR in environ:
-        return {}
-    if any(mark in environ.get("LD_PRELOAD", "") for mark in _PRELOADED):
+    if not isinstance(functions, Mapping) or runtime == "openmp" or _chosen(environ):
         return {}
     for summary in functions.values():
         buckets = summary.get("buckets") if isinstance(summary, Mapping) else None
