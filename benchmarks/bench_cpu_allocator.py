@@ -27,14 +27,13 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from bench_fastpath import host  # noqa: E402
+from bench_fastpath import host, run_script  # noqa: E402
 from user_models import SERVING  # noqa: E402
 
 VAR = "TF_CPU_ALLOCATOR_USE_BFC"
@@ -87,17 +86,7 @@ def run_one(model_dir: str, name: str, batch: int, config: str, seconds: float) 
         env[VAR] = "true"
     elif config == "malloc":
         env[VAR] = "false"  # the variable said: enable() keeps the user's value, whatever its default
-    proc = subprocess.run(
-        [sys.executable, "-c", CHILD, os.path.join(model_dir, name), name, str(batch), str(seconds), str(HERE)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    for line in proc.stdout.splitlines():
-        if line.startswith("RESULT "):
-            return json.loads(line[7:])
-    return {"error": proc.stderr[-1500:]}
+    return run_script(CHILD, [os.path.join(model_dir, name), name, str(batch), str(seconds), str(HERE)], env)
 
 
 def summarise(data: dict) -> str:

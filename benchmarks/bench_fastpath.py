@@ -142,26 +142,24 @@ def run_child(
     if cfg == "frozen-sweep":
         env["TF_OVERRIDE_GLOBAL_THREADPOOL"] = "1"
         extra = [",".join(pairs)]
-    cmd = [
-        sys.executable,
-        "-c",
-        CHILD,
-        cfg,
-        os.path.join(model_dir, name),
-        name,
-        str(batch),
-        str(seconds),
-        HERE,
-        *extra,
-    ]
     t0 = time.time()
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    res = run_script(CHILD, [cfg, os.path.join(model_dir, name), name, str(batch), str(seconds), HERE, *extra], env)
+    if set(res) == {"error"}:
+        return {"config": cfg, **res}
+    res["wall_s"] = round(time.time() - t0, 1)
+    return res
+
+
+def run_script(script: str, args: list[str], env: dict[str, str], timeout: float = 900) -> dict:
+    """A benchmark child, ``python -c script *args``: the object on its ``RESULT`` line, else
+    ``{"error": the tail of its stderr}``."""
+    proc = subprocess.run(
+        [sys.executable, "-c", script, *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT "):
-            res = json.loads(line[7:])
-            res["wall_s"] = round(time.time() - t0, 1)
-            return res
-    return {"config": cfg, "error": proc.stderr[-1500:]}
+            return json.loads(line[7:])
+    return {"error": proc.stderr[-1500:]}
 
 
 def host() -> dict:

@@ -27,14 +27,13 @@ import argparse
 import json
 import math
 import os
-import subprocess
 import sys
 import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from bench_fastpath import PAIRS, host, run_child  # noqa: E402
+from bench_fastpath import PAIRS, host, run_child, run_script  # noqa: E402
 from user_models import SERVING  # noqa: E402
 
 LIVE = r"""
@@ -86,17 +85,7 @@ def run_live(model_dir: str, name: str, batch: int, limit: float, cache: str, ex
         TF_AUTOPAR_CACHE_DIR=cache,
         PYTHONPATH=os.pathsep.join(p for p in (os.path.dirname(HERE), env.get("PYTHONPATH", "")) if p),
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", LIVE, os.path.join(model_dir, name), name, str(batch), str(limit), HERE],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    for line in proc.stdout.splitlines():
-        if line.startswith("RESULT "):
-            return json.loads(line[7:])
-    return {"error": proc.stderr[-1500:]}
+    return run_script(LIVE, [os.path.join(model_dir, name), name, str(batch), str(limit), HERE], env)
 
 
 def _p(xs: list[float], q: float) -> float:

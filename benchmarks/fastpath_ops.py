@@ -17,13 +17,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from bench_fastpath import host  # noqa: E402
+from bench_fastpath import host, run_script  # noqa: E402
 from user_models import SERVING  # noqa: E402
 
 CHILD = r"""
@@ -63,17 +62,7 @@ def run_model(model_dir: str, name: str, calls: int) -> dict:
         TF_OVERRIDE_GLOBAL_THREADPOOL="1",
         PYTHONPATH=os.pathsep.join(p for p in (os.path.dirname(HERE), env.get("PYTHONPATH", "")) if p),
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", CHILD, os.path.join(model_dir, name), name, str(calls), HERE],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    for line in proc.stdout.splitlines():
-        if line.startswith("RESULT "):
-            return json.loads(line[7:])
-    return {"error": proc.stderr[-1500:]}
+    return run_script(CHILD, [os.path.join(model_dir, name), name, str(calls), HERE], env)
 
 
 def summarise(data: dict) -> str:
