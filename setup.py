@@ -47,6 +47,7 @@ setup(
         "serve": ["fastapi>=0.110", "uvicorn>=0.29", "gunicorn>=22", "ray[serve]>=2.40"],
         "test": [
             "pytest>=8",
+            "pytest-xdist>=3.5",
             "hypothesis>=6.100",
             "matplotlib>=3.8",
             "scipy>=1.11",

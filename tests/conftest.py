@@ -10,7 +10,7 @@ import shutil
 import os
 import sys
 from types import ModuleType
-from typing import Callable
+from typing import Callable, Iterator
 
 import pytest
 
@@ -38,6 +38,29 @@ def _load_make_hosts() -> ModuleType:
     sys.modules["make_hosts"] = module  # dataclasses resolve annotations through sys.modules
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _own_cache_dir(tmp_path_factory) -> Iterator[None]:
+    """The suite's plan cache and detection caches live in a directory of its own (one per
+    xdist worker), never the user's ~/.cache/tf_autopar: a plan cached by a benchmark or by
+    the user's own server must not steer a test, nor a test's plan reach the user. A test
+    that checks the cache sets its own directory on top."""
+    saved = os.environ.get("TF_AUTOPAR_CACHE_DIR")
+    os.environ["TF_AUTOPAR_CACHE_DIR"] = str(tmp_path_factory.mktemp("tf_autopar_cache"))
+    yield
+    if saved is None:
+        os.environ.pop("TF_AUTOPAR_CACHE_DIR", None)
+    else:
+        os.environ["TF_AUTOPAR_CACHE_DIR"] = saved
+
+
+@pytest.fixture(autouse=True)
+def _own_lease_dir(tmp_path_factory, monkeypatch) -> None:
+    """Each test's processes meet in a lease directory of their own, not the host-wide
+    /dev/shm one: tests running side by side (pytest -n) or a server on the host would
+    otherwise share its slots and change the CPUs each test's children are given."""
+    monkeypatch.setenv("TF_AUTOPAR_LEASE_DIR", str(tmp_path_factory.mktemp("lease")))
 
 
 @pytest.fixture(scope="session")
