@@ -138,14 +138,11 @@ def test_four_workers_on_this_host_follow_the_sharing_rule(workers, tmp_path):
     assert sorted(s["index"] for s in shares) == [0, 1, 2, 3]
     if len(host) >= 4:
         pytest.skip("this host has enough cores for four disjoint slices; the fake 8-core test covers that")
-    per_cpu: dict[int, int] = {}
     for s in shares:
-        assert s["bound"] is True
-        assert s["affinity"] == s["cpus"] and len(s["cpus"]) == 1  # really bound, to one core
-        assert s["budget"] == 1 and s["shared_with"] >= 2 and "sharing rule" in s["note"]
-        per_cpu[s["cpus"][0]] = per_cpu.get(s["cpus"][0], 0) + 1
-    # workers i and i + cores share core i: balanced
-    assert max(per_cpu.values()) - min(per_cpu.values()) <= 1 and len(per_cpu) == min(len(host), 4)
+        # the sharing rule: not pinned to one core each but floating over the host's cores (one
+        # cache domain here), one thread each, so whichever workers are busy get every core
+        assert s["affinity"] == s["cpus"] == host, s
+        assert s["budget"] == 1 and s["shared_with"] == 4 and "sharing rule" in s["note"]
 
 
 def test_killed_worker_slot_is_reused_by_the_next(workers, tmp_path):

@@ -12,7 +12,7 @@ import pytest
 from tf_autopar.coordination import Share, claim_share
 from tf_autopar.coordination.slices import capacity_cores, restrict, slice_for, split
 from tf_autopar.planning import plan
-from tf_autopar.topology.model import Core, CpuQuota, NumaNode, Topology
+from tf_autopar.topology.model import Core, CpuQuota, NumaNode, Topology, place_of
 
 
 def make_topology(sockets=1, nodes_per_socket=1, cores_per_node=4, smt=1, budget=None, quota=None) -> Topology:
@@ -56,18 +56,24 @@ def test_uneven_counts_give_the_extra_core_to_the_first_slices():
 
 def test_sharing_rule_more_workers_than_cores():
     t = make_topology(cores_per_node=2)
-    slices = split(t, 5)  # cores 0,1; workers 0,2,4 on core 0, workers 1,3 on core 1
-    assert [s.cpus for s in slices] == [(0,), (1,), (0,), (1,), (0,)]
-    assert [s.shared_with for s in slices] == [3, 2, 3, 2, 3]
+    slices = split(t, 5)  # cores 0,1 in one group: every worker floats over both, 1 x 1 threads
+    assert [s.cpus for s in slices] == [(0, 1)] * 5
+    assert [s.shared_with for s in slices] == [5] * 5
     assert all(s.cores == 1 for s in slices)
+    # two sockets: a worker floats inside its home core's socket, never across
+    t2 = make_topology(sockets=2, cores_per_node=2)
+    six = split(t2, 6)  # homes: cores 0, 1, 2, 3, 0, 1
+    assert [s.cpus for s in six] == [(0, 1), (0, 1), (2, 3), (2, 3), (0, 1), (0, 1)]
+    assert [s.shared_with for s in six] == [4, 4, 2, 2, 4, 4]
+    assert [slice_for(t2, i, 6) for i in range(6)] == six
 
 
 def test_quota_limits_the_cores_shared_out():
     q = CpuQuota(cpus=2.0, quota_us=200000, period_us=100000, cgroup_version=2, path="/x")
     t = make_topology(cores_per_node=8, budget=2, quota=q)
-    slices = split(t, 4)  # 2 cores of capacity, 4 workers: sharing rule on cores 0 and 1
-    assert [s.cpus for s in slices] == [(0,), (1,), (0,), (1,)]
-    assert [s.shared_with for s in slices] == [2, 2, 2, 2]
+    slices = split(t, 4)  # 2 cores of capacity, 4 workers: sharing rule over cores 0 and 1
+    assert [s.cpus for s in slices] == [(0, 1)] * 4
+    assert [s.shared_with for s in slices] == [4, 4, 4, 4]
 
 
 def test_a_fractional_quota_shared_by_workers_is_rounded_up_and_one_process_keeps_the_floor():
@@ -78,7 +84,7 @@ def test_a_fractional_quota_shared_by_workers_is_rounded_up_and_one_process_keep
     two = split(t, 2)  # two independent workers: each its own core, the 0.5 CPU is theirs
     assert [s.cpus for s in two] == [(0,), (1,)] and [s.cores for s in two] == [1, 1]
     four = split(t, 4)
-    assert [s.cpus for s in four] == [(0,), (1,), (0,), (1,)] and {s.shared_with for s in four} == {2}
+    assert [s.cpus for s in four] == [(0, 1)] * 4 and {s.shared_with for s in four} == {4}
     assert slice_for(t, 3, 4) == four[3]
     q25 = CpuQuota(cpus=2.5, quota_us=250000, period_us=100000, cgroup_version=2, path="/x")
     t8 = make_topology(cores_per_node=8, budget=2, quota=q25)
@@ -114,7 +120,7 @@ def test_bad_counts():
 def test_claim_share_from_ranks_is_the_slice_and_plans_one_by_one_when_shared():
     t = make_topology(cores_per_node=2)
     s = claim_share(t, {"LOCAL_RANK": "3", "LOCAL_WORLD_SIZE": "4"})
-    assert (s.index, s.count, s.cpus, s.source, s.shared_with, s.pin) == (3, 4, (1,), "env:LOCAL_RANK", 2, True)
+    assert (s.index, s.count, s.cpus, s.source, s.shared_with, s.pin) == (3, 4, (0, 1), "env:LOCAL_RANK", 4, False)
     assert "sharing rule" in s.note
     p = plan(s.topology(t), None, "latency")
     assert (p.inter_op, p.intra_op) == (1, 1)
@@ -157,7 +163,7 @@ def test_properties(t, n, data):
     core_of = {cpu: c.core_id for c in t.cores for cpu in c.cpus}
     for s in slices:  # whole physical cores: every sibling of a used core is in the slice
         used = {core_of[c] for c in s.cpus}
-        assert len(used) == s.cores
+        assert len(used) == s.cores or n > cap  # the sharing rule: budget 1, unpinned over its group
         assert set(s.cpus) == {cpu for c in t.cores if c.core_id in used for cpu in c.cpus}
     if n <= cap:
         cpus = [c for s in slices for c in s.cpus]
@@ -168,7 +174,11 @@ def test_properties(t, n, data):
     else:
         assert all(s.cores == 1 for s in slices)
         assert sum(1 for s in slices if s.cpus == slices[0].cpus) == slices[0].shared_with
-        assert max(s.shared_with for s in slices) - min(s.shared_with for s in slices) <= 1
+        place = {cpu: place_of(c) for c in t.cores for cpu in c.cpus}
+        assert all(len({place[c] for c in s.cpus}) == 1 for s in slices), "a shared slice crosses groups"
+        groups = {s.cpus for s in slices}
+        cpus = [c for g in groups for c in g]
+        assert len(cpus) == len(set(cpus)) and len({core_of[c] for c in cpus}) == cap  # every core used, once
     # slices fit in one NUMA node whenever every node holds a whole number of equal slices
     if n <= cap and cap == t.physical_cores and cap % n == 0:
         size = cap // n
@@ -233,7 +243,7 @@ def test_a_huge_count_costs_what_a_small_one_does():
     t = make_topology(cores_per_node=2)
     with deadline(2):
         s = slice_for(t, 10**12 - 1, 10**12)
-    assert (s.cpus, s.cores, s.shared_with) == ((1,), 1, 5 * 10**11)
+    assert (s.cpus, s.cores, s.shared_with) == ((0, 1), 1, 10**12)
 
 
 def test_counts_read_from_outside_are_warned_about_and_capped(tmp_path):
@@ -253,9 +263,9 @@ def test_counts_read_from_outside_are_warned_about_and_capped(tmp_path):
     with deadline(5):
         share = claim_share(t, {"WEB_CONCURRENCY": str(10**12), "TF_AUTOPAR_GROUP": "huge"}, lease_dir=str(tmp_path))
     with share:
-        assert share.count == 16 and share.shared_with == 8 and share.budget == 1
+        assert share.count == 16 and share.shared_with == 16 and share.budget == 1
     issued = _warn.ISSUED[before:]
     assert len(issued) == 1 and "WEB_CONCURRENCY=1000000000000" in issued[0] and len(issued[0]) < 200
     with deadline(2):
         ranked = claim_share(t, {"LOCAL_RANK": "7", "LOCAL_WORLD_SIZE": str(10**12)})
-    assert (ranked.index, ranked.count, ranked.cpus, ranked.shared_with) == (7, 10**12, (1,), 5 * 10**11)
+    assert (ranked.index, ranked.count, ranked.cpus, ranked.shared_with) == (7, 10**12, (0, 1), 10**12)

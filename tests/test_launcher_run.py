@@ -191,8 +191,8 @@ def test_shared_cpus_warning_in_the_launch_plan(host_root):
     assert launch_specs(topo, ["true"], instances=2, environ={}).warnings == ()
     crowded = launch_specs(topo, ["true"], instances=5, environ={})
     assert crowded.warnings == (
-        "5 instances on 2 CPUs: instances share CPUs (CPU 0: instances 0, 2, 4; CPU 1: "
-        "instances 1, 3), so they slow each other down; at most 2 get a CPU of their own "
+        "5 instances on 2 CPUs: instances share CPUs (CPU 0: instances 0, 1, 2, 3 and 1 more; CPU 1: "
+        "instances 0, 1, 2, 3 and 1 more), so they slow each other down; at most 2 get a CPU of their own "
         "(--instances 2)",
     )
 

@@ -91,8 +91,8 @@ def test_a_worker_count_is_bounded_and_its_slice_costs_the_same(n, cores):
     assert 1 <= capped <= max(n, 1) and capped <= cores * MAX_WORKERS_PER_CORE
     assert (note == "") == (n <= cores) and len(note) < 200
     s = slice_for(t, n - 1, n)  # any count: one slice, O(cores)
-    assert len(s.cpus) == 1 or n <= cores
-    assert s.shared_with >= 1
+    assert s.cores == 1 or n <= cores  # shared: one thread's budget, floating over its group
+    assert s.shared_with >= 1 and (s.shared_with > 1) == (n > cores)
 
 
 @FAST

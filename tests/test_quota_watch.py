@@ -133,3 +133,22 @@ def test_a_share_follows_the_quota(watched, monkeypatch):
     now = STATE.applied.share
     assert now.budget == 1 and core.topology().cpu_budget == 1 and now.index == 0 and now.shared_with == 2
     assert bound == [now.cpus] and len(now.cpus) < len(s.cpus)
+
+
+def test_a_pinned_share_that_becomes_unpinned_widens_its_mask(watched, monkeypatch):
+    """Four workers under a 1-CPU quota share one core, bound to it; when the quota is lifted on a
+    host whose cores are one group, the sharing rule's new share is the whole host, unpinned: the
+    old mask must widen, or the worker stays on the one core."""
+    root, watch = watched
+    host = core.host_topology()
+    old = Share(0, 4, host.affinity[:1], "lease", budget=1, pin=True, shared_with=4)
+    whole = Share(0, 4, host.affinity, "lease", budget=1, pin=False, shared_with=4)
+    STATE.applied.hold(old)
+    monkeypatch.setattr(quota_watch, "reshare", lambda share, new_host: whole)
+    bound = []
+    monkeypatch.setattr(quota_watch, "apply_affinity", lambda share, all_threads: bound.append(share.cpus))
+    quota_watch._reshare(host)
+    assert bound == [host.affinity] and STATE.applied.share.pin is False
+    bound.clear()
+    quota_watch._reshare(host)  # unpinned to unpinned, same CPUs: nothing to move
+    assert bound == []

@@ -103,3 +103,17 @@ def test_a_bucket_kept_on_the_original_path_is_counted_too(tmp_path):
     assert rc == 0, err
     assert res["path"] == "original" and len(res["faults"]) == tf_allocator.SAMPLE_CALLS, res
     assert min(res["faults"]) > FAULTS_PER_CALL and len([w for w in res["warnings"] if VAR in w]) == 1, res
+
+
+def test_a_winner_tuned_under_another_allocator_is_tuned_again():
+    """The start that switches to the BFC pool (because malloc faulted) must not serve a winner chosen
+    on samples that carried the faults; entries written before the allocator was recorded still count."""
+    from tf_autopar.runtime.fastpath import _remembered_key
+
+    tuned = {"tuned": "done", "inter_op": 1, "intra_op": 2, "streams": 1}
+    assert _remembered_key({**tuned, "allocator": "malloc"}, "malloc") == (1, 2, 1)
+    assert _remembered_key({**tuned, "allocator": "malloc"}, "bfc") is None
+    assert _remembered_key({**tuned, "allocator": "bfc"}, "bfc") == (1, 2, 1)
+    assert _remembered_key(tuned, "bfc") == (1, 2, 1)  # an older entry: no allocator recorded
+    assert _remembered_key({**tuned, "allocator": "bfc"}, None) == (1, 2, 1)  # not known yet: not judged
+    assert _remembered_key({**tuned, "tuned": ""}, "bfc") is None

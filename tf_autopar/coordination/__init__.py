@@ -58,6 +58,7 @@ from tf_autopar.coordination.lease import (
 )
 from tf_autopar.coordination.ranks import LAUNCHER, PAIRS, Ranks, detect_ranks
 from tf_autopar.coordination.slices import Slice, bound_count, capacity_cores, restrict, slice_for, split
+from tf_autopar.topology.cpulist import format_cpulist
 from tf_autopar.topology import affinity
 from tf_autopar.topology.model import Topology
 
@@ -164,8 +165,8 @@ def _from_slice(
     whole = set(s.cpus) == set(topology.affinity)
     if s.shared_with > 1:
         note = (note + "; " if note else "") + (
-            f"{count} workers for {len(capacity_cores(topology, count))} core(s): core shared by {s.shared_with} workers, "
-            "1 x 1 threads each (sharing rule)"
+            f"{count} workers for {len(capacity_cores(topology, count))} core(s): {s.shared_with} workers share CPUs "
+            f"{format_cpulist(s.cpus)}, unpinned among them, 1 x 1 threads each (sharing rule)"
         )
     if index is None:
         index = s.index if lease is None else lease.index

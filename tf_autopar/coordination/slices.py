@@ -16,9 +16,14 @@ Pure: Topology in, CPU ids out. The rules (documented in docs/design.md, "Produc
   has room, and inside one cache domain (and one core type on hybrid hosts) where one has
   room, like the planner's throughput streams; only leftovers cross. A slice holds
   whole physical cores: every logical CPU (SMT sibling) of its cores that is in the mask.
-- N > capacity (the sharing rule). Worker i gets core ``i mod capacity``; the workers on a
-  core share it and plan one inter-op x one intra-op thread each, so the host runs
-  N threads, not N x cores. ``shared_with`` counts the workers on that core.
+- N > capacity (the sharing rule). Worker i's home is core ``i mod capacity``; it plans one
+  inter-op x one intra-op thread, so the host runs N threads, not N x cores, and it is not pinned
+  to that core but to every capacity core of the home's placement group (kind, socket, NUMA node,
+  cache domain): the scheduler puts whichever workers are busy on the group's cores. Pinned to
+  one core each, two busy workers whose homes were the same core shared it while another core
+  idled (a load balancer does not see homes): at 4 workers on 2 cores under gunicorn, 58 req/s
+  pinned against 110 unpinned in the same round (benchmarks/bench_http.py, docs/serving.md).
+  ``shared_with`` counts the workers whose homes are in the group.
 - Bounds. ``slice_for`` costs the same for any N (no list of N slices is built); a count read
   from outside is checked with ``bound_count``: above the capacity it is warned about (the
   sharing rule), above MAX_WORKERS_PER_CORE workers per core it is taken for a typo and capped.
@@ -79,8 +84,17 @@ def split(topology: Topology, count: int) -> list[Slice]:
     mask = set(topology.affinity) or {cpu for c in cores for cpu in c.cpus}
     if count <= len(cores):
         return [Slice(i, _cpus(s, mask), len(s), 1) for i, s in enumerate(_cut(cores, _sizes(len(cores), count)))]
-    per_core = _sizes(count, len(cores))  # workers on core j: per_core[j]
-    return [Slice(i, _cpus([cores[i % len(cores)]], mask), 1, per_core[i % len(cores)]) for i in range(count)]
+    return [_shared(cores, mask, i, count) for i in range(count)]
+
+
+def _shared(cores: list[Core], mask: set[int], index: int, count: int) -> Slice:
+    """Worker ``index``'s slice under the sharing rule (count > len(cores)): the capacity cores of
+    its home core's placement group, and the workers whose homes are there."""
+    home = place_of(cores[index % len(cores)])
+    group = [j for j, c in enumerate(cores) if place_of(c) == home]
+    base, extra = divmod(count, len(cores))  # _sizes(count, cores): the first ``extra`` cores get one more
+    workers = sum(base + 1 if j < extra else base for j in group)
+    return Slice(index, _cpus([cores[j] for j in group], mask), 1, workers)
 
 
 def slice_for(topology: Topology, index: int, count: int) -> Slice:
@@ -94,9 +108,7 @@ def slice_for(topology: Topology, index: int, count: int) -> Slice:
     if count <= len(cores):
         return split(topology, count)[index]
     mask = set(topology.affinity) or {cpu for c in cores for cpu in c.cpus}
-    j = index % len(cores)
-    base, extra = divmod(count, len(cores))  # _sizes(count, cores): the first ``extra`` cores get one more
-    return Slice(index, _cpus([cores[j]], mask), 1, base + 1 if j < extra else base)
+    return _shared(cores, mask, index, count)
 
 
 def bound_count(count: int, topology: Topology, what: str, *, cap: bool = True) -> tuple[int, str]:

@@ -1034,7 +1034,8 @@ class ServedFunction:
                 if self.stopped:
                     return
                 plan = self._plan(arrays, batch)
-                key = _remembered_key(entry) or self._key(plan)
+                tuned_key = _remembered_key(entry, tf_allocator.in_use())
+                key = tuned_key or self._key(plan)
                 pool = self._pool_for(key)
                 if pool is None:
                     return
@@ -1044,9 +1045,11 @@ class ServedFunction:
                 return
             _trim_heap()
             bucket_id = rules.bucket_of(batch)
-            tuned = "done" if _remembered_key(entry) else ""
-            won = entry.get("won") if isinstance(entry.get("won"), dict) else {}
-            tried = [str(t)[:300] for t in entry.get("tried", [])[:16]] if isinstance(entry.get("tried"), list) else []
+            tuned = "done" if tuned_key else ""
+            stale = entry.get("tuned") == "done" and not tuned_key  # tuned under another allocator: all again
+            won = entry.get("won") if isinstance(entry.get("won"), dict) and not stale else {}
+            tried = entry.get("tried", []) if isinstance(entry.get("tried"), list) and not stale else []
+            tried = [str(t)[:300] for t in tried[:16]]
             self.buckets[bucket_id] = _Bucket(
                 bucket_id,
                 state=FAST,
@@ -1099,6 +1102,7 @@ class ServedFunction:
                     entry.update(faults_per_call=int(statistics.median(b.faults)))
                 if b.tuned:
                     entry.update(tuned=b.tuned, tried=list(b.tried), won=dict(b.won), by=b.by or BY_LIVE)
+                    entry.update(allocator=tf_allocator.in_use())
                 elif b.tried:  # the switch checks of the plan and its neighbours, none faster than the original
                     entry.update(tried=list(b.tried))
             out[str(bucket_id)] = entry
@@ -1341,10 +1345,15 @@ def _number(value: Any) -> float:
     return float(value) if ok else 0.0
 
 
-def _remembered_key(entry: dict[str, Any]) -> tuple[int, int, int] | None:
-    """The sessions a cached bucket ended on (after live tuning), or None when not usable."""
+def _remembered_key(entry: dict[str, Any], allocator: str | None = None) -> tuple[int, int, int] | None:
+    """The sessions a cached bucket ended on (after live tuning), or None when not usable: also when
+    it was tuned under another CPU allocator than ``allocator`` (the one running now). A start that
+    switched to TensorFlow's BFC pool because malloc faulted (tf_allocator) tunes again: the faults
+    were in every sample the old winner was chosen on."""
     inter, intra = entry.get("inter_op"), entry.get("intra_op")
     if entry.get("tuned") != "done" or not (rules.is_batch(inter) and rules.is_batch(intra)):
+        return None
+    if allocator and entry.get("allocator") not in (None, allocator):
         return None
     streams = entry.get("streams", 1)
     if inter > 1024 or intra > 1024 or not rules.is_batch(streams) or streams > 1024:

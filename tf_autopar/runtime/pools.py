@@ -23,6 +23,8 @@ def _binding(plan: ThreadPlan, share: Share | None) -> tuple[int, ...]:
     """The CPUs to bind to: the share's when it is pinned, else a restricted single-instance plan's."""
     if share is not None and share.pin:
         return tuple(share.cpus)
+    if share is not None and share.shared_with > 1:
+        return ()  # the sharing rule: not pinned inside its CPUs (a plan of one thread would take the first)
     if share is not None and share.source == "even-split":
         return ()  # every worker would bind to the same first cores
     if plan.instances == 1 and plan.cpus:

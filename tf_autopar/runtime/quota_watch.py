@@ -22,6 +22,8 @@ Each change is logged once. The thread ends when tf_autopar is disabled.
 
 from __future__ import annotations
 
+import dataclasses
+
 import logging
 import os
 import threading
@@ -109,15 +111,17 @@ class QuotaWatch:
 
 
 def _reshare(host: Topology) -> None:
-    """This process's share re-cut for the new host (and re-bound if pinned and its CPUs moved)."""
+    """This process's share re-cut for the new host, and re-bound when its CPUs moved: also when the
+    old share was pinned and the new one is not (a lifted quota gives the sharing rule's workers
+    every core again: their old mask must widen)."""
     share = STATE.applied.share
     if share is None:
         return
     new = reshare(share, host)
     STATE.applied.recut_share(new)
     core.use_share(new.topology(host))
-    if new.pin and set(new.cpus) != set(share.cpus):
-        apply_affinity(new, all_threads=True)
+    if (new.pin or share.pin) and set(new.cpus) != set(share.cpus):
+        apply_affinity(dataclasses.replace(new, pin=True), all_threads=True)
 
 
 def _process_pools() -> str:
