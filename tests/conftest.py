@@ -46,13 +46,9 @@ def _own_cache_dir(tmp_path_factory) -> Iterator[None]:
     xdist worker), never the user's ~/.cache/tf_autopar: a plan cached by a benchmark or by
     the user's own server must not steer a test, nor a test's plan reach the user. A test
     that checks the cache sets its own directory on top."""
-    saved = os.environ.get("TF_AUTOPAR_CACHE_DIR")
-    os.environ["TF_AUTOPAR_CACHE_DIR"] = str(tmp_path_factory.mktemp("tf_autopar_cache"))
-    yield
-    if saved is None:
-        os.environ.pop("TF_AUTOPAR_CACHE_DIR", None)
-    else:
-        os.environ["TF_AUTOPAR_CACHE_DIR"] = saved
+    with pytest.MonkeyPatch.context() as mp:  # session-scoped: the function-scoped monkeypatch cannot
+        mp.setenv("TF_AUTOPAR_CACHE_DIR", str(tmp_path_factory.mktemp("tf_autopar_cache")))
+        yield
 
 
 @pytest.fixture(autouse=True)

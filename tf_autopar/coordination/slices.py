@@ -92,9 +92,8 @@ def _shared(cores: list[Core], mask: set[int], index: int, count: int) -> Slice:
     its home core's placement group, and the workers whose homes are there."""
     home = place_of(cores[index % len(cores)])
     group = [j for j, c in enumerate(cores) if place_of(c) == home]
-    base, extra = divmod(count, len(cores))  # _sizes(count, cores): the first ``extra`` cores get one more
-    workers = sum(base + 1 if j < extra else base for j in group)
-    return Slice(index, _cpus([cores[j] for j in group], mask), 1, workers)
+    per_core = _sizes(count, len(cores))  # homes on core j: O(cores) for any count
+    return Slice(index, _cpus([cores[j] for j in group], mask), 1, sum(per_core[j] for j in group))
 
 
 def slice_for(topology: Topology, index: int, count: int) -> Slice:

@@ -1101,8 +1101,13 @@ class ServedFunction:
                 if len(b.faults) >= tf_allocator.SAMPLE_CALLS:  # tf_allocator.remembered_env reads it
                     entry.update(faults_per_call=int(statistics.median(b.faults)))
                 if b.tuned:
-                    entry.update(tuned=b.tuned, tried=list(b.tried), won=dict(b.won), by=b.by or BY_LIVE)
-                    entry.update(allocator=tf_allocator.in_use())
+                    entry.update(
+                        tuned=b.tuned,
+                        tried=list(b.tried),
+                        won=dict(b.won),
+                        by=b.by or BY_LIVE,
+                        allocator=tf_allocator.in_use(),  # _remembered_key: another allocator tunes again
+                    )
                 elif b.tried:  # the switch checks of the plan and its neighbours, none faster than the original
                     entry.update(tried=list(b.tried))
             out[str(bucket_id)] = entry
