@@ -17,6 +17,16 @@ The solo ceiling (as bench_serving.py defines it): ONE worker bound to one core 
 workers is r1 x usable CPUs (min(N, CPUs, quota)). Note on this 2-core host: wrk and gunicorn's
 master share the two cores with the workers; in the solo run wrk has the other core to itself.
 
+The HTTP-charged ceiling (``--http-ceiling``): the solo ceiling charges every request the HTTP
+cost of one worker on a core of its own; N workers on fewer cores pay more per request (more
+processes and connections per core). So the same server runs the same rows with the model call
+left out (benchmarks/http_echo_app.py: body parsed, tensors decoded, a kept output serialized), and
+the workers' CPU per request is read from /proc in both: the model's own CPU per request m = solo
+minus the echo's solo, the HTTP path's h_N = the echo's at N workers; the ceiling is
+usable CPUs / (m + h_N). It is an upper bound as long as the two costs add (a request costs the
+workers at least its model run and its HTTP handling); it says how much of a gap to the solo
+ceiling is the HTTP path's, which no thread setting can win back.
+
 Ray (``--ray``): a local 2-node cluster (``ray.cluster_utils.Cluster``, 1 CPU per node), the
 Ray Serve example (examples/serving/ray_serve_app.py) with 4 replicas of ``num_cpus=0.5`` (2 per
 node), wrk against Serve's HTTP proxy; ceiling r1 x 2.
@@ -49,11 +59,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from examples.serving.harness import Server, warm_until_served  # noqa: E402
+from examples.serving.harness import APP, Server, warm_until_served  # noqa: E402
 
 MODELS = ("mobilenet_v2", "dlrm")
 CONFIGS = ("default", "enable")
-ECHO = "echo"  # --ray-ceiling: Ray Serve with the model call left out
+ECHO = "echo"  # --ray-ceiling / --http-ceiling: the server with the model call left out
+ECHO_SOLO = "echo-solo"  # --http-ceiling: one echo worker bound to one core
+ECHO_APP = "http_echo_app:app"  # benchmarks/http_echo_app.py
 ALT = "enable-alt"  # --alt DIR: enable() with the tf_autopar of another checkout, interleaved (an A/B of a rule)
 IDLE_CPUS = 0.1  # a worker this busy or less while wrk ran got (almost) no connection
 GUNICORN, CLOSE = "gunicorn", "gunicorn-close"  # kinds of rows: keep-alive connections, or one per request
@@ -199,14 +211,16 @@ def one_server(
         if pin:
             os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 
+    echo = config in (ECHO, ECHO_SOLO)
     server = Server(
         model_path,
         workers,
         env=env,
-        default=config == "default",
+        default=config == "default" or echo,
         preexec=preexec,
         log_path=str(tmp / "server.log"),
-        pythonpath=[args.alt] if config == ALT else (),
+        app=ECHO_APP if echo else APP,
+        pythonpath=[args.alt] if config == ALT else [str(ROOT / "benchmarks")] if echo else (),
     )
     try:
         server.start(timeout_s=300)
@@ -380,7 +394,13 @@ def med(values: list[float]) -> list[float]:
 def summarize(runs: list[dict]) -> list[dict]:
     rows = []
     cpus = len(os.sched_getaffinity(0))
-    keys = sorted({(r["model"], r["kind"], r["workers"], r["quota"] or 0.0) for r in runs if r["config"] != "solo"})
+    keys = sorted(
+        {
+            (r["model"], r["kind"], r["workers"], r["quota"] or 0.0)
+            for r in runs
+            if r["config"] not in ("solo", ECHO_SOLO)
+        }
+    )
     for model, kind, workers, quota in keys:
         row: dict = {"model": model, "kind": kind, "workers": workers, "quota": quota or None}
         mine = [r for r in runs if _same(r, model, kind, workers, quota)]
@@ -409,23 +429,46 @@ def summarize(runs: list[dict]) -> list[dict]:
             usable = min(workers, cpus, quota or workers) if kind in (GUNICORN, CLOSE) else min(cpus, 2)
             r1 = statistics.median(solo)
             row["ceiling"] = {"solo_rps": r1, "cpus": usable, "throughput": r1 * usable}
-            echo = [r["throughput"] for r in runs if r["config"] == ECHO and _same(r, model, kind, workers, quota)]
-            if echo:  # Serve itself, with no model run, is the lower ceiling
-                row["ceiling"]["serve_rps"] = statistics.median(echo)
-                row["ceiling"]["throughput"] = min(r1 * usable, statistics.median(echo))
+            echo = [r for r in runs if r["config"] == ECHO and _same(r, model, kind, workers, quota)]
+            if echo and kind == "ray":  # Serve itself, with no model run, is the lower ceiling
+                row["ceiling"]["serve_rps"] = statistics.median(r["throughput"] for r in echo)
+                row["ceiling"]["throughput"] = min(r1 * usable, row["ceiling"]["serve_rps"])
+            echo_solo = [r for r in runs if r["config"] == ECHO_SOLO and r["model"] == model and r["kind"] == kind]
+            solo_cpu = [
+                r["cpu_ms_per_request"]
+                for r in runs
+                if r["config"] == "solo" and r["model"] == model and r["kind"] == kind
+            ]
+            if echo and echo_solo and solo_cpu and kind != "ray":
+                row["http_ceiling"] = http_ceiling(solo_cpu, echo_solo, echo, usable)
             for c in (*CONFIGS, ALT):
                 if c in row:
                     row[c]["of_ceiling"] = row[c]["throughput"][0] / row["ceiling"]["throughput"]
+                    if "http_ceiling" in row:
+                        row[c]["of_http_ceiling"] = row[c]["throughput"][0] / row["http_ceiling"]["throughput"]
         rows.append(row)
     return rows
+
+
+def http_ceiling(solo_cpu: list[float], echo_solo: list[dict], echo: list[dict], usable: float) -> dict:
+    """usable CPUs / (the model's CPU-ms per request + the HTTP path's at this row), from medians."""
+    model_ms = statistics.median(solo_cpu) - statistics.median(r["cpu_ms_per_request"] for r in echo_solo)
+    http_ms = statistics.median(r["cpu_ms_per_request"] for r in echo)
+    return {
+        "model_cpu_ms": model_ms,
+        "http_cpu_ms": http_ms,
+        "echo_rps": statistics.median(r["throughput"] for r in echo),
+        "cpus": usable,
+        "throughput": 1e3 * usable / (model_ms + http_ms),
+    }
 
 
 def table(rows: list[dict]) -> str:
     out = [
         "| server | model | workers | quota | default req/s | enable() req/s | enable/default | "
         "default p50 / p99 ms | enable() p50 / p99 ms | ceiling req/s | enable() of ceiling | "
-        "idle workers per round, enable() |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "HTTP-charged ceiling req/s (model + HTTP CPU-ms) | enable() of it | idle workers per round, enable() |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
 
     def cell(v: list[float], f: str = "{:.1f}") -> str:
@@ -441,10 +484,13 @@ def table(rows: list[dict]) -> str:
         if cl and "serve_rps" in cl:
             ceiling += f"; Serve alone {cl['serve_rps']:.1f}"
         share = f"{e['of_ceiling']:.2f}" if e and "of_ceiling" in e else "-"
+        h = r.get("http_ceiling")
+        charged = f"{h['throughput']:.1f} ({h['model_cpu_ms']:.2f} + {h['http_cpu_ms']:.2f})" if h else "-"
+        charged_share = f"{e['of_http_ceiling']:.2f}" if e and "of_http_ceiling" in e else "-"
         out.append(
             f"| {r['kind']} | {r['model']} | {r['workers']} | {r['quota'] or '-'} | "
             f"{cell(d['throughput']) if d else '-'} | {cell(e['throughput']) if e else '-'} | {ratio} | "
-            f"{lat(d)} | {lat(e)} | {ceiling} | {share} | "
+            f"{lat(d)} | {lat(e)} | {ceiling} | {share} | {charged} | {charged_share} | "
             f"{', '.join(map(str, e.get('idle_workers', []))) or '-' if e else '-'} |"
         )
     return "\n".join(out)
@@ -481,6 +527,11 @@ def main() -> int:
     p.add_argument("--alt", metavar="DIR", help=f"also {ALT!r}: enable() with the tf_autopar of checkout DIR")
     p.add_argument("--no-ceiling", action="store_true", help="skip the solo ceiling run")
     p.add_argument("--ray-ceiling", action="store_true", help="with --ray: also Serve's own ceiling (no model run)")
+    p.add_argument(
+        "--http-ceiling",
+        action="store_true",
+        help="also every gunicorn row with the model call left out: the HTTP-charged ceiling",
+    )
     p.add_argument("--no-quota-free", action="store_true", help="with --quota: only the rows under the quota")
     p.add_argument("--json", default=None)
     args = p.parse_args()
@@ -503,22 +554,23 @@ def main() -> int:
             luas[m, kind].write_text(LUA % (close, tmp / f"{m}.json"))
     runs: list[dict] = []
     t_start = time.time()
+    solos = [] if args.no_ceiling else ["solo"] + ([ECHO_SOLO] if args.http_ceiling else [])
     for rnd in range(args.rounds):
         order = configs if rnd % 2 == 0 else configs[::-1]
+        row_configs = order + ((ECHO,) if args.http_ceiling else ())
         for m in names:
             body = json.loads((tmp / f"{m}.json").read_text())
-            for kind in kinds:
-                if args.no_ceiling:
-                    break
-                res = one_server(models[m], body, luas[m, kind], 1, "enable", None, args, tmp, pin=True)
-                runs.append(dict(res, model=m, kind=kind, workers=1, quota=None, config="solo", round=rnd))
+            for kind, solo in ((k, c) for k in kinds for c in solos):
+                served = "enable" if solo == "solo" else ECHO_SOLO
+                res = one_server(models[m], body, luas[m, kind], 1, served, None, args, tmp, pin=True)
+                runs.append(dict(res, model=m, kind=kind, workers=1, quota=None, config=solo, round=rnd))
                 print(
-                    f"round {rnd + 1} {m} {kind} solo (1 worker on 1 core): {res['throughput']:.1f} req/s, "
+                    f"round {rnd + 1} {m} {kind} {solo} (1 worker on 1 core): {res['throughput']:.1f} req/s, "
                     f"{res['worker_cpus']} CPUs, {res['cpu_ms_per_request']} CPU-ms/request",
                     flush=True,
                 )
             for kind in kinds:
-                for q, w, c in ((q, w, c) for q in quotas for w in workers for c in order):
+                for q, w, c in ((q, w, c) for q in quotas for w in workers for c in row_configs):
                     res = one_server(models[m], body, luas[m, kind], w, c, q, args, tmp)
                     runs.append(dict(res, model=m, kind=kind, workers=w, quota=q, config=c, round=rnd))
                     print(
