@@ -22,10 +22,12 @@ cost of one worker on a core of its own; N workers on fewer cores pay more per r
 processes and connections per core). So the same server runs the same rows with the model call
 left out (benchmarks/http_echo_app.py: body parsed, tensors decoded, a kept output serialized), and
 the workers' CPU per request is read from /proc in both: the model's own CPU per request m = solo
-minus the echo's solo, the HTTP path's h_N = the echo's at N workers; the ceiling is
-usable CPUs / (m + h_N). It is an upper bound as long as the two costs add (a request costs the
-workers at least its model run and its HTTP handling); it says how much of a gap to the solo
-ceiling is the HTTP path's, which no thread setting can win back.
+minus the echo's solo, the HTTP path's h_N = the echo's at N workers. wrk runs on the same
+cores (outside the workers' quota) and costs w CPU-ms per request (the echo's wrk CPUs over its
+rate); the ceiling is min(usable CPUs / (m + h_N), host CPUs / (m + h_N + w)). It is an upper
+bound as long as the costs add (a request costs the workers at least its model run and its HTTP
+handling, and wrk its side of the request); it says how much of a gap to the solo ceiling is the
+HTTP path's and the load generator's, which no thread setting can win back.
 
 Ray (``--ray``): a local 2-node cluster (``ray.cluster_utils.Cluster``, 1 CPU per node), the
 Ray Serve example (examples/serving/ray_serve_app.py) with 4 replicas of ``num_cpus=0.5`` (2 per
@@ -66,6 +68,7 @@ CONFIGS = ("default", "enable")
 ECHO = "echo"  # --ray-ceiling / --http-ceiling: the server with the model call left out
 ECHO_SOLO = "echo-solo"  # --http-ceiling: one echo worker bound to one core
 ECHO_APP = "http_echo_app:app"  # benchmarks/http_echo_app.py
+SHARED = "solo-shared"  # --shared-ceiling: two workers bound to one core
 ALT = "enable-alt"  # --alt DIR: enable() with the tf_autopar of another checkout, interleaved (an A/B of a rule)
 IDLE_CPUS = 0.1  # a worker this busy or less while wrk ran got (almost) no connection
 GUNICORN, CLOSE = "gunicorn", "gunicorn-close"  # kinds of rows: keep-alive connections, or one per request
@@ -382,9 +385,15 @@ def _same(r: dict, model: str, kind: str, workers: int, quota: float) -> bool:
 
 
 def _paired(runs: list[dict], a: str, b: str) -> list[float]:
-    """Per-round throughput ratios a / b over one row's runs (one run of each configuration per round)."""
-    by_round = {r["round"]: r["throughput"] for r in runs if r["config"] == b}
-    return med([r["throughput"] / by_round[r["round"]] for r in runs if r["config"] == a and r["round"] in by_round])
+    """Per-round throughput ratios a / b over one row's runs (one run of each configuration per round
+    of one benchmark run); empty without a pair."""
+    by_round = {(r.get("source", 0), r["round"]): r["throughput"] for r in runs if r["config"] == b}
+    ratios = [
+        r["throughput"] / by_round[r.get("source", 0), r["round"]]
+        for r in runs
+        if r["config"] == a and (r.get("source", 0), r["round"]) in by_round
+    ]
+    return med(ratios) if ratios else []
 
 
 def med(values: list[float]) -> list[float]:
@@ -398,7 +407,7 @@ def summarize(runs: list[dict]) -> list[dict]:
         {
             (r["model"], r["kind"], r["workers"], r["quota"] or 0.0)
             for r in runs
-            if r["config"] not in ("solo", ECHO_SOLO)
+            if r["config"] not in ("solo", ECHO_SOLO, SHARED)
         }
     )
     for model, kind, workers, quota in keys:
@@ -440,26 +449,40 @@ def summarize(runs: list[dict]) -> list[dict]:
                 if r["config"] == "solo" and r["model"] == model and r["kind"] == kind
             ]
             if echo and echo_solo and solo_cpu and kind != "ray":
-                row["http_ceiling"] = http_ceiling(solo_cpu, echo_solo, echo, usable)
+                row["http_ceiling"] = http_ceiling(solo_cpu, echo_solo, echo, usable, cpus)
+            shared = _paired([r for r in runs if r["model"] == model and r["kind"] == kind], SHARED, "solo")
+            if shared and kind != "ray" and workers > cpus:
+                row["shared_ceiling"] = {"per_core_ratio": shared, "throughput": r1 * shared[0] * usable}
             for c in (*CONFIGS, ALT):
                 if c in row:
-                    row[c]["of_ceiling"] = row[c]["throughput"][0] / row["ceiling"]["throughput"]
-                    if "http_ceiling" in row:
-                        row[c]["of_http_ceiling"] = row[c]["throughput"][0] / row["http_ceiling"]["throughput"]
+                    for name, of in (
+                        ("ceiling", "of_ceiling"),
+                        ("http_ceiling", "of_http_ceiling"),
+                        ("shared_ceiling", "of_shared_ceiling"),
+                    ):
+                        if name in row:
+                            row[c][of] = row[c]["throughput"][0] / row[name]["throughput"]
         rows.append(row)
     return rows
 
 
-def http_ceiling(solo_cpu: list[float], echo_solo: list[dict], echo: list[dict], usable: float) -> dict:
-    """usable CPUs / (the model's CPU-ms per request + the HTTP path's at this row), from medians."""
+def http_ceiling(solo_cpu: list[float], echo_solo: list[dict], echo: list[dict], usable: float, cpus: int) -> dict:
+    """The rate at which the workers' CPUs, or the host's, run out, from medians.
+
+    Each request costs the workers the model's CPU-ms (solo minus the echo's solo) and this row's
+    HTTP CPU-ms (the echo at this row), and costs wrk its own (the echo's wrk CPUs per request),
+    which shares this host's CPUs but not the workers' quota.
+    """
     model_ms = statistics.median(solo_cpu) - statistics.median(r["cpu_ms_per_request"] for r in echo_solo)
     http_ms = statistics.median(r["cpu_ms_per_request"] for r in echo)
+    wrk_ms = statistics.median(1e3 * r["wrk_cpus"] / r["throughput"] for r in echo)
     return {
         "model_cpu_ms": model_ms,
         "http_cpu_ms": http_ms,
+        "wrk_cpu_ms": wrk_ms,
         "echo_rps": statistics.median(r["throughput"] for r in echo),
         "cpus": usable,
-        "throughput": 1e3 * usable / (model_ms + http_ms),
+        "throughput": 1e3 * min(usable / (model_ms + http_ms), cpus / (model_ms + http_ms + wrk_ms)),
     }
 
 
@@ -467,8 +490,9 @@ def table(rows: list[dict]) -> str:
     out = [
         "| server | model | workers | quota | default req/s | enable() req/s | enable/default | "
         "default p50 / p99 ms | enable() p50 / p99 ms | ceiling req/s | enable() of ceiling | "
-        "HTTP-charged ceiling req/s (model + HTTP CPU-ms) | enable() of it | idle workers per round, enable() |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "HTTP-charged ceiling req/s (model + HTTP + wrk CPU-ms) | enable() of it | "
+        "two-per-core ceiling req/s (per-core rate / solo) | enable() of it | idle workers per round, enable() |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
 
     def cell(v: list[float], f: str = "{:.1f}") -> str:
@@ -485,12 +509,19 @@ def table(rows: list[dict]) -> str:
             ceiling += f"; Serve alone {cl['serve_rps']:.1f}"
         share = f"{e['of_ceiling']:.2f}" if e and "of_ceiling" in e else "-"
         h = r.get("http_ceiling")
-        charged = f"{h['throughput']:.1f} ({h['model_cpu_ms']:.2f} + {h['http_cpu_ms']:.2f})" if h else "-"
+        charged = (
+            f"{h['throughput']:.1f} ({h['model_cpu_ms']:.2f} + {h['http_cpu_ms']:.2f} + {h['wrk_cpu_ms']:.2f})"
+            if h
+            else "-"
+        )
         charged_share = f"{e['of_http_ceiling']:.2f}" if e and "of_http_ceiling" in e else "-"
+        sh = r.get("shared_ceiling")
+        shared = f"{sh['throughput']:.1f} ({sh['per_core_ratio'][0]:.2f})" if sh else "-"
+        shared_share = f"{e['of_shared_ceiling']:.2f}" if e and "of_shared_ceiling" in e else "-"
         out.append(
             f"| {r['kind']} | {r['model']} | {r['workers']} | {r['quota'] or '-'} | "
             f"{cell(d['throughput']) if d else '-'} | {cell(e['throughput']) if e else '-'} | {ratio} | "
-            f"{lat(d)} | {lat(e)} | {ceiling} | {share} | {charged} | {charged_share} | "
+            f"{lat(d)} | {lat(e)} | {ceiling} | {share} | {charged} | {charged_share} | {shared} | {shared_share} | "
             f"{', '.join(map(str, e.get('idle_workers', []))) or '-' if e else '-'} |"
         )
     return "\n".join(out)
@@ -534,7 +565,22 @@ def main() -> int:
     )
     p.add_argument("--no-quota-free", action="store_true", help="with --quota: only the rows under the quota")
     p.add_argument("--json", default=None)
+    p.add_argument(
+        "--shared-ceiling",
+        action="store_true",
+        help=f"also {SHARED!r}: two workers bound to one core, beside the solo run (the ceiling of two per core)",
+    )
+    p.add_argument("--ceilings-only", action="store_true", help="only the ceiling runs: no rows, no Ray")
+    p.add_argument(
+        "--summarise",
+        metavar="JSON[,JSON]",
+        help="print the table of saved runs (summarised anew, ratios paired within each file) and exit",
+    )
     args = p.parse_args()
+    if args.summarise:
+        files = [json.loads(Path(f).read_text())["runs"] for f in args.summarise.split(",") if f]
+        print(table(summarize([dict(r, source=i) for i, runs in enumerate(files) for r in runs])))
+        return 0
     if args.quick:
         args.models, args.workers, args.rounds, args.duration = "dlrm", "1,2", 1, 3.0
     args.wrk = ensure_wrk()
@@ -554,22 +600,22 @@ def main() -> int:
             luas[m, kind].write_text(LUA % (close, tmp / f"{m}.json"))
     runs: list[dict] = []
     t_start = time.time()
-    solos = [] if args.no_ceiling else ["solo"] + ([ECHO_SOLO] if args.http_ceiling else [])
+    solos = [] if args.no_ceiling else ["solo", *[ECHO_SOLO] * args.http_ceiling, *[SHARED] * args.shared_ceiling]
     for rnd in range(args.rounds):
         order = configs if rnd % 2 == 0 else configs[::-1]
         row_configs = order + ((ECHO,) if args.http_ceiling else ())
         for m in names:
             body = json.loads((tmp / f"{m}.json").read_text())
             for kind, solo in ((k, c) for k in kinds for c in solos):
-                served = "enable" if solo == "solo" else ECHO_SOLO
-                res = one_server(models[m], body, luas[m, kind], 1, served, None, args, tmp, pin=True)
-                runs.append(dict(res, model=m, kind=kind, workers=1, quota=None, config=solo, round=rnd))
+                served, n = {"solo": ("enable", 1), ECHO_SOLO: (ECHO_SOLO, 1), SHARED: ("enable", 2)}[solo]
+                res = one_server(models[m], body, luas[m, kind], n, served, None, args, tmp, pin=True)
+                runs.append(dict(res, model=m, kind=kind, workers=n, quota=None, config=solo, round=rnd))
                 print(
-                    f"round {rnd + 1} {m} {kind} {solo} (1 worker on 1 core): {res['throughput']:.1f} req/s, "
+                    f"round {rnd + 1} {m} {kind} {solo} ({n} worker(s) on 1 core): {res['throughput']:.1f} req/s, "
                     f"{res['worker_cpus']} CPUs, {res['cpu_ms_per_request']} CPU-ms/request",
                     flush=True,
                 )
-            for kind in kinds:
+            for kind in [] if args.ceilings_only else kinds:
                 for q, w, c in ((q, w, c) for q in quotas for w in workers for c in row_configs):
                     res = one_server(models[m], body, luas[m, kind], w, c, q, args, tmp)
                     runs.append(dict(res, model=m, kind=kind, workers=w, quota=q, config=c, round=rnd))
@@ -579,7 +625,7 @@ def main() -> int:
                         f"{res['cpu_ms_per_request']} CPU-ms/request; {worker_words(res)}",
                         flush=True,
                     )
-            if args.ray:
+            if args.ray and not args.ceilings_only:
                 for c in [o for o in order if o != ALT] + ([ECHO] if args.ray_ceiling else []):
                     res = one_ray(models[m], body, luas[m, GUNICORN], c, args, tmp)
                     runs.append(dict(res, model=m, kind="ray", workers=4, quota=None, config=c, round=rnd))
