@@ -396,6 +396,12 @@ def _paired(runs: list[dict], a: str, b: str) -> list[float]:
     return med(ratios) if ratios else []
 
 
+def _busy_cpus(run: dict, cpus: int, quota: float) -> float:
+    """CPUs the workers that were busy while wrk ran could use (gunicorn hands out the connections)."""
+    busy = sum(1 for u in run["worker_cpus"] if u is not None and u >= IDLE_CPUS)
+    return min(max(1, busy), cpus, quota or cpus)
+
+
 def med(values: list[float]) -> list[float]:
     return [statistics.median(values), min(values), max(values)]
 
@@ -430,10 +436,11 @@ def summarize(runs: list[dict]) -> list[dict]:
             row["enable_vs_default"] = _paired(mine, "enable", "default")
         if "enable" in row and ALT in row:  # the two enable() trees
             row["alt_vs_enable"] = _paired(mine, ALT, "enable")
-        solo_kind = kind if any(r["config"] == "solo" and r["kind"] == kind for r in runs) else GUNICORN
-        solo = [
-            r["throughput"] for r in runs if r["config"] == "solo" and r["model"] == model and r["kind"] == solo_kind
-        ]
+        # the row's ceilings from the row's own run (a 1-worker row's key also matches the solo runs)
+        sources = {r.get("source", 0) for r in mine if r["config"] not in ("solo", ECHO_SOLO, SHARED)}
+        own = [r for r in runs if r.get("source", 0) in sources and r["model"] == model]
+        solo_kind = kind if any(r["config"] == "solo" and r["kind"] == kind for r in own) else GUNICORN
+        solo = [r["throughput"] for r in own if r["config"] == "solo" and r["kind"] == solo_kind]
         if solo:
             usable = min(workers, cpus, quota or workers) if kind in (GUNICORN, CLOSE) else min(cpus, 2)
             r1 = statistics.median(solo)
@@ -442,15 +449,14 @@ def summarize(runs: list[dict]) -> list[dict]:
             if echo and kind == "ray":  # Serve itself, with no model run, is the lower ceiling
                 row["ceiling"]["serve_rps"] = statistics.median(r["throughput"] for r in echo)
                 row["ceiling"]["throughput"] = min(r1 * usable, row["ceiling"]["serve_rps"])
-            echo_solo = [r for r in runs if r["config"] == ECHO_SOLO and r["model"] == model and r["kind"] == kind]
-            solo_cpu = [
-                r["cpu_ms_per_request"]
-                for r in runs
-                if r["config"] == "solo" and r["model"] == model and r["kind"] == kind
-            ]
+            echo_solo = [r for r in own if r["config"] == ECHO_SOLO and r["kind"] == kind]
+            solo_cpu = [r["cpu_ms_per_request"] for r in own if r["config"] == "solo" and r["kind"] == kind]
             if echo and echo_solo and solo_cpu and kind != "ray":
                 row["http_ceiling"] = http_ceiling(solo_cpu, echo_solo, echo, usable, cpus)
-            shared = _paired([r for r in runs if r["model"] == model and r["kind"] == kind], SHARED, "solo")
+            # the ratio from any run that has it; a round whose two workers did not both get connections
+            # measured one worker alone, not two on a core
+            both_busy = [r for r in runs if r["config"] != SHARED or min(r["worker_cpus"]) >= IDLE_CPUS]
+            shared = _paired([r for r in both_busy if r["model"] == model and r["kind"] == kind], SHARED, "solo")
             if shared and kind != "ray" and workers > cpus:
                 row["shared_ceiling"] = {"per_core_ratio": shared, "throughput": r1 * shared[0] * usable}
             for c in (*CONFIGS, ALT):
@@ -462,6 +468,15 @@ def summarize(runs: list[dict]) -> list[dict]:
                     ):
                         if name in row:
                             row[c][of] = row[c]["throughput"][0] / row[name]["throughput"]
+                    busy = [r for r in mine if r["config"] == c and "worker_cpus" in r and kind != "ray"]
+                    if busy:  # the solo ceiling of the workers that got connections, per round
+                        row[c]["of_busy_ceiling"] = med(
+                            [r["throughput"] / (r1 * _busy_cpus(r, cpus, quota)) for r in busy]
+                        )
+                        # how much of what those workers could use they did use: below 1, CPU was left idle
+                        row[c]["busy_of_usable"] = med(
+                            [sum(u or 0.0 for u in r["worker_cpus"]) / _busy_cpus(r, cpus, quota) for r in busy]
+                        )
         rows.append(row)
     return rows
 
