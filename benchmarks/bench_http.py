@@ -29,6 +29,13 @@ bound as long as the costs add (a request costs the workers at least its model r
 handling, and wrk its side of the request); it says how much of a gap to the solo ceiling is the
 HTTP path's and the load generator's, which no thread setting can win back.
 
+Two more per row: the busy workers' ceiling (under keep-alive gunicorn gives some workers every
+connection: the solo rate x the CPUs the workers that got connections could use, per round) and
+how much of those CPUs the workers kept busy. ``--shared-ceiling`` runs two workers bound to one
+core beside the solo run; their rate over the solo's, per round, x the solo ceiling bounds the
+rows with more workers than cores. ``--summarise FILE[,FILE]`` prints the table of saved runs
+(each row's ceilings from its own file; the two-per-core ratio from any).
+
 Ray (``--ray``): a local 2-node cluster (``ray.cluster_utils.Cluster``, 1 CPU per node), the
 Ray Serve example (examples/serving/ray_serve_app.py) with 4 replicas of ``num_cpus=0.5`` (2 per
 node), wrk against Serve's HTTP proxy; ceiling r1 x 2.
@@ -455,7 +462,11 @@ def summarize(runs: list[dict]) -> list[dict]:
                 row["http_ceiling"] = http_ceiling(solo_cpu, echo_solo, echo, usable, cpus)
             # the ratio from any run that has it; a round whose two workers did not both get connections
             # measured one worker alone, not two on a core
-            both_busy = [r for r in runs if r["config"] != SHARED or min(r["worker_cpus"]) >= IDLE_CPUS]
+            both_busy = [
+                r
+                for r in runs
+                if r["config"] != SHARED or all(u is not None and u >= IDLE_CPUS for u in r["worker_cpus"])
+            ]
             shared = _paired([r for r in both_busy if r["model"] == model and r["kind"] == kind], SHARED, "solo")
             if shared and kind != "ray" and workers > cpus:
                 row["shared_ceiling"] = {"per_core_ratio": shared, "throughput": r1 * shared[0] * usable}
