@@ -127,9 +127,17 @@ print("RESULT " + json.dumps(out), flush=True)
 
 
 def run_child(
-    cfg: str, model_dir: str, name: str, batch: int, seconds: float, cache: str, pairs: tuple[str, ...] = PAIRS
+    cfg: str,
+    model_dir: str,
+    name: str,
+    batch: int,
+    seconds: float,
+    cache: str,
+    pairs: tuple[str, ...] = PAIRS,
+    extra_env: dict[str, str] | None = None,
 ) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TF_NUM_", "TF_OVERRIDE", "TF_AUTOPAR"))}
+    env.update(extra_env or {})
     env.update(
         TF_CPP_MIN_LOG_LEVEL="3",
         TF_AUTOPAR_CACHE_DIR=cache,

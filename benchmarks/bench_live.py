@@ -14,6 +14,11 @@ Per SavedModel of benchmarks/user_models.py and batch, fresh processes, one afte
   exhaustive in-process best, and the time of the setting live tuning chose, measured in the same sweep;
 - ``second``: a second start on the cache the live run left: the setting it serves from its
   first call, and whether that call was the frozen session's;
+- ``--three-starts``: for a row whose first start finds malloc faulting (the fast path then sets
+  TF_CPU_ALLOCATOR_USE_BFC=true at the next start and tunes again under it): the second start runs
+  live tuning to its end (``second_tune``), a third start is the ``second`` above, and the default
+  and the sweep run under the BFC pool, the allocator the served process ended on; the row's
+  figures are the second start's;
 - ``live-nice0`` (``--nice-ab``): the live run again with TF_AUTOPAR_BUILD_NICE=0, the builds at
   the requests' priority as before runtime/lowprio.py, for the p99 while tuning before/after.
 
@@ -180,6 +185,7 @@ def main() -> int:
     ap.add_argument("--out", default=os.path.join(HERE, "results", "live.json"))
     ap.add_argument("--summarise", metavar="JSON")
     ap.add_argument("--nice-ab", action="store_true", help="also a live run with TF_AUTOPAR_BUILD_NICE=0")
+    ap.add_argument("--three-starts", action="store_true", help="the BFC flow: tune, restart and tune, restart")
     args = ap.parse_args()
     if args.summarise:
         with open(args.summarise, encoding="utf-8") as fh:
@@ -200,9 +206,24 @@ def main() -> int:
                         row["live_nice0"] = run_live(
                             args.model_dir, name, row["batch"], args.limit, cache0, {"TF_AUTOPAR_BUILD_NICE": "0"}
                         )
-                row["default"] = run_child("default", args.model_dir, name, row["batch"], args.seconds, cache)
+                bfc = None
+                if args.three_starts:
+                    row["first_live"] = row["live"]  # under malloc: counts the faults, remembers them
+                    row["live"] = row["second_tune"] = run_live(args.model_dir, name, row["batch"], args.limit, cache)
+                    row["bfc"] = "TF_CPU_ALLOCATOR_USE_BFC=true" in row["live"].get("status", "")
+                    bfc = {"TF_CPU_ALLOCATOR_USE_BFC": "true"} if row["bfc"] else None
+                row["default"] = run_child(
+                    "default", args.model_dir, name, row["batch"], args.seconds, cache, extra_env=bfc
+                )
                 row["sweep"] = run_child(
-                    "frozen-sweep", args.model_dir, name, row["batch"], args.seconds, cache, (*PAIRS, "original")
+                    "frozen-sweep",
+                    args.model_dir,
+                    name,
+                    row["batch"],
+                    args.seconds,
+                    cache,
+                    (*PAIRS, "original"),
+                    extra_env=bfc,
                 )
                 row["second"] = run_live(args.model_dir, name, row["batch"], 3.0, cache)
             data["rows"].append(row)
