@@ -226,3 +226,19 @@ def test_live_reset_forgets_this_hosts_tuning_and_keeps_the_rest(tmp_path):
     assert there["buckets"]["1"]["tuned"] == "done" and cache.lookup_tuned("fp", "elsewhere", "latency", 1, path)
     assert cache.forget_tuning("fp", "here", path) == {"tuned": 0, "served_buckets": 0}
     assert cache.forget_tuning("fp", "here", str(tmp_path / "none.json")) == {"tuned": 0, "served_buckets": 0}
+
+
+def test_a_summary_without_a_fault_count_keeps_the_one_malloc_left(tmp_path):
+    """A start under the BFC pool counts no faults; malloc's count from the start before stays, so
+    the start after it sets the pool again (tf_allocator.remembered_env) instead of flip-flopping."""
+    path, fn = str(tmp_path / "plans.json"), "signatures['serving_default']"
+    malloc = {"buckets": {"8": {"calls": 9, "path": "original", "faults_per_call": 9411}}}
+    bfc = {"buckets": {"8": {"calls": 200, "path": "frozen session", "tuned": "done"}, "1": {"calls": 2}}}
+    cache.store_served("fp", "here", "latency", fn, malloc, path)
+    cache.store_served("fp", "here", "latency", fn, bfc, path)
+    buckets = cache.lookup_served("fp", "here", "latency", path)["functions"][fn]["buckets"]
+    assert buckets["8"] == {"calls": 200, "path": "frozen session", "tuned": "done", "faults_per_call": 9411}
+    assert buckets["1"] == {"calls": 2}
+    # a later count under malloc replaces it
+    cache.store_served("fp", "here", "latency", fn, {"buckets": {"8": {"calls": 5, "faults_per_call": 12}}}, path)
+    assert cache.lookup_served("fp", "here", "latency", path)["functions"][fn]["buckets"]["8"]["faults_per_call"] == 12

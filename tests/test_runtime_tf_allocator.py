@@ -89,6 +89,10 @@ def test_the_fast_path_counts_malloc_refaulting_a_large_buffer_and_says_what_to_
         "faults"
     ]
     assert not [w for w in res["warnings"] if VAR in w]
+    # and the start after it too: the BFC start counted no faults, and malloc's count is kept
+    res, err, rc = run_child(script.replace(SCRIPT, second), env)
+    assert rc == 0, err
+    assert res["applied"].get(VAR) == "true" and res["in_use"] == "bfc", res["applied"]
     # the user's own choice stands over what was remembered
     res, err, rc = run_child(script.replace(SCRIPT, second), {**env, VAR: "false"})
     assert rc == 0, err

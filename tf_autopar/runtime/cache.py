@@ -409,10 +409,28 @@ def store_served(
         entry = data["served"].get(key)
         functions = entry.get("functions") if isinstance(entry, dict) else None
         functions = dict(functions) if isinstance(functions, dict) else {}
-        functions[function] = summary
+        functions[function] = _carried(functions.get(function), summary)
         data["served"][key] = {"functions": functions, "updated": time.time()}
         _trim(data["served"])
         _write(path, data)
+
+
+#: Per-bucket fields a later summary may not measure, kept from the earlier one: malloc's fault
+#: count is only counted under malloc, and a start under the BFC pool it led to must not forget it.
+CARRIED = ("faults_per_call",)
+
+
+def _carried(before: Any, summary: dict[str, Any]) -> dict[str, Any]:
+    old = before.get("buckets") if isinstance(before, dict) else None
+    new = summary.get("buckets")
+    if not isinstance(old, dict) or not isinstance(new, dict):
+        return summary
+    buckets = {}
+    for key, b in new.items():
+        was = old.get(key)
+        kept = {k: was[k] for k in CARRIED if isinstance(was, dict) and k in was and k not in b}
+        buckets[key] = {**b, **kept} if isinstance(b, dict) else b
+    return {**summary, "buckets": buckets}
 
 
 def observed_batch(fingerprint: str, host: str, mode: str, path: str | None = None) -> tuple[int, str] | None:

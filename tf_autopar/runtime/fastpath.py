@@ -1083,6 +1083,9 @@ class ServedFunction:
         import tensorflow as tf
 
         out: dict[str, Any] = {}
+        # a fault count says what malloc does; under the BFC pool (set because of it) none is
+        # written, and the cache keeps malloc's from the earlier start (cache.store_served)
+        under_malloc = tf_allocator.in_use() == "malloc"
         for bucket_id, n in sorted(dict(self.calls).items()):
             b = self.buckets.get(bucket_id)
             entry: dict[str, Any] = {"calls": n}
@@ -1098,7 +1101,7 @@ class ServedFunction:
                 )
                 if b.key[0]:
                     entry.update(inter_op=b.key[0], intra_op=b.key[1], streams=b.key[2])
-                if len(b.faults) >= tf_allocator.SAMPLE_CALLS:  # tf_allocator.remembered_env reads it
+                if under_malloc and len(b.faults) >= tf_allocator.SAMPLE_CALLS:  # tf_allocator.remembered_env reads it
                     entry.update(faults_per_call=int(statistics.median(b.faults)))
                 if b.tuned:
                     entry.update(
