@@ -315,6 +315,9 @@ class _Bucket:
     faults: list[int] = field(default_factory=list)  # minor page faults of its first calls (tf_allocator.py)
 
 
+EARLIER = " at an earlier start"  # a remembered verdict's evidence, said once however many starts ago
+
+
 class _Trial:
     """A candidate session taking alternate blocks of a bucket's calls (measure/live.py), and the evidence so far."""
 
@@ -1061,7 +1064,7 @@ class ServedFunction:
                 key=key,
                 speedup=_number(entry.get("speedup")),
                 spread=_number(entry.get("spread")),
-                evidence=f"{str(entry.get('evidence') or 'paired rounds')[:80]} at an earlier start",
+                evidence=f"{str(entry.get('evidence') or 'paired rounds').removesuffix(EARLIER)[:80]}{EARLIER}",
                 since=time.monotonic(),
                 reason="built at load: it won last time",
                 tuned=tuned,
