@@ -403,10 +403,14 @@ def _paired(runs: list[dict], a: str, b: str) -> list[float]:
     return med(ratios) if ratios else []
 
 
+def _busy_workers(run: dict) -> int:
+    """Workers that were busy while wrk ran (gunicorn hands out the connections)."""
+    return sum(1 for u in run["worker_cpus"] if u is not None and u >= IDLE_CPUS)
+
+
 def _busy_cpus(run: dict, cpus: int, quota: float) -> float:
-    """CPUs the workers that were busy while wrk ran could use (gunicorn hands out the connections)."""
-    busy = sum(1 for u in run["worker_cpus"] if u is not None and u >= IDLE_CPUS)
-    return min(max(1, busy), cpus, quota or cpus)
+    """CPUs the workers that were busy while wrk ran could use."""
+    return min(max(1, _busy_workers(run)), cpus, quota or cpus)
 
 
 def med(values: list[float]) -> list[float]:
@@ -423,6 +427,9 @@ def summarize(runs: list[dict]) -> list[dict]:
             if r["config"] not in ("solo", ECHO_SOLO, SHARED)
         }
     )
+    # the two-per-core ratio from rounds where both workers got connections: a round where one did
+    # not measured one worker alone, not two on a core
+    both_busy = [r for r in runs if r["config"] != SHARED or _busy_workers(r) == len(r["worker_cpus"])]
     for model, kind, workers, quota in keys:
         row: dict = {"model": model, "kind": kind, "workers": workers, "quota": quota or None}
         mine = [r for r in runs if _same(r, model, kind, workers, quota)]
@@ -460,13 +467,6 @@ def summarize(runs: list[dict]) -> list[dict]:
             solo_cpu = [r["cpu_ms_per_request"] for r in own if r["config"] == "solo" and r["kind"] == kind]
             if echo and echo_solo and solo_cpu and kind != "ray":
                 row["http_ceiling"] = http_ceiling(solo_cpu, echo_solo, echo, usable, cpus)
-            # the ratio from any run that has it; a round whose two workers did not both get connections
-            # measured one worker alone, not two on a core
-            both_busy = [
-                r
-                for r in runs
-                if r["config"] != SHARED or all(u is not None and u >= IDLE_CPUS for u in r["worker_cpus"])
-            ]
             shared = _paired([r for r in both_busy if r["model"] == model and r["kind"] == kind], SHARED, "solo")
             if shared and kind != "ray" and workers > cpus:
                 row["shared_ceiling"] = {"per_core_ratio": shared, "throughput": r1 * shared[0] * usable}

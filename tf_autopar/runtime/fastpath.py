@@ -1088,7 +1088,7 @@ class ServedFunction:
         out: dict[str, Any] = {}
         # a fault count says what malloc does; under the BFC pool (set because of it) none is
         # written, and the cache keeps malloc's from the earlier start (cache.store_served)
-        under_malloc = tf_allocator.in_use() == "malloc"
+        allocator = tf_allocator.in_use()
         for bucket_id, n in sorted(dict(self.calls).items()):
             b = self.buckets.get(bucket_id)
             entry: dict[str, Any] = {"calls": n}
@@ -1104,7 +1104,9 @@ class ServedFunction:
                 )
                 if b.key[0]:
                     entry.update(inter_op=b.key[0], intra_op=b.key[1], streams=b.key[2])
-                if under_malloc and len(b.faults) >= tf_allocator.SAMPLE_CALLS:  # tf_allocator.remembered_env reads it
+                if (
+                    allocator == "malloc" and len(b.faults) >= tf_allocator.SAMPLE_CALLS
+                ):  # tf_allocator.remembered_env reads it
                     entry.update(faults_per_call=int(statistics.median(b.faults)))
                 if b.tuned:
                     entry.update(
@@ -1112,7 +1114,7 @@ class ServedFunction:
                         tried=list(b.tried),
                         won=dict(b.won),
                         by=b.by or BY_LIVE,
-                        allocator=tf_allocator.in_use(),  # _remembered_key: another allocator tunes again
+                        allocator=allocator,  # _remembered_key: another allocator tunes again
                     )
                 elif b.tried:  # the switch checks of the plan and its neighbours, none faster than the original
                     entry.update(tried=list(b.tried))
