@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
-
+import time
 
 from tf_autopar.topology._fs import HostFS, Notes
 from tf_autopar.topology.cpuinfo import notable_isa, parse_proc_cpuinfo, read_cpuinfo
@@ -112,3 +113,66 @@ def test_cpu_details_off_never_runs_py_cpuinfo(tmp_path):
     assert out["imported"] is False
     assert out["cpu"]["model"] != "unknown" and out["cpu"]["vendor"] != "unknown"
     assert not (tmp_path / "cpuinfo.json").exists()
+
+
+def _group_alive(pgid: int) -> list[int]:
+    """Running processes of a process group (zombies aside)."""
+    alive = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            alive.append(int(entry))
+    return alive
+
+
+def test_an_interrupt_while_py_cpuinfo_runs_ends_its_helper(tmp_path):
+    """Ctrl-C in a command's first second (an empty cache: py-cpuinfo runs) must not leave
+    py-cpuinfo's helper process, or its cpuid child, running after the command has gone."""
+    code = (
+        "from tf_autopar.topology._fs import HostFS, Notes; "
+        "from tf_autopar.topology.cpuinfo import read_cpuinfo; read_cpuinfo(HostFS(), Notes())"
+    )
+    env = dict(
+        os.environ, TF_AUTOPAR_CACHE_DIR=str(tmp_path), PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", "")
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as from a terminal
+    )
+    helper = None
+    try:
+        deadline = time.monotonic() + 60
+        while helper is None and time.monotonic() < deadline and proc.poll() is None:
+            try:
+                with open(f"/proc/{proc.pid}/task/{proc.pid}/children") as fh:
+                    kids = [int(x) for x in fh.read().split()]
+            except OSError:
+                kids = []
+            for kid in kids:
+                try:
+                    with open(f"/proc/{kid}/cmdline", "rb") as fh:
+                        cmdline = fh.read()
+                except OSError:
+                    continue
+                if b"cpuinfo" in cmdline and b"--json" in cmdline:  # exec'd: the helper itself
+                    helper = kid
+            time.sleep(0.005)
+        assert helper is not None, "py-cpuinfo's helper never started"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert "KeyboardInterrupt" in err, err
+    assert _group_alive(helper) == [] and not os.path.exists(f"/proc/{helper}/stat"), "the helper outlived us"
+    assert not (tmp_path / "cpuinfo.json").exists()  # nothing half-written

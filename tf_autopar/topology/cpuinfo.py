@@ -7,11 +7,21 @@ by a hash of the first processor's "model name"/"flags" (or aarch64 "Features") 
 /proc/cpuinfo: the key changes when the CPU (or the VM's exposed features) changes. For a
 recorded tree (root != "/") the tree's proc/cpuinfo is parsed directly. When py-cpuinfo is
 missing or fails, /proc/cpuinfo is parsed directly too (with a warning).
+
+py-cpuinfo's helper is started here, not through ``get_cpu_info()``: that one leaves it (and
+its cpuid child) running when the caller is interrupted, so a command stopped by Ctrl-C in its
+first second left a child behind. Ours runs in a session of its own and is killed with us.
 """
 
 from __future__ import annotations
 
+import importlib
+import json
 import logging
+import os
+import signal
+import subprocess
+import sys
 from collections.abc import Iterable
 
 from tf_autopar._keys import stable_key
@@ -157,10 +167,40 @@ def _key(fields: dict[str, str]) -> str:
     return stable_key(basis)
 
 
-def _from_py_cpuinfo() -> CpuInfo:
-    import cpuinfo  # py-cpuinfo; imported here because the import itself is not free
+PY_CPUINFO_TIMEOUT_S = 60.0
 
-    info = cpuinfo.get_cpu_info()
+
+def _py_cpuinfo_output() -> dict:
+    """What ``cpuinfo.get_cpu_info()`` returns, from the same helper command it runs."""
+    helper = importlib.import_module("cpuinfo.cpuinfo")  # py-cpuinfo; the import is not free
+    if getattr(sys, "frozen", False):  # no interpreter to run the helper with: py-cpuinfo's own way
+        return helper.get_cpu_info()
+    proc = subprocess.Popen(
+        [sys.executable, helper.__file__, "--json"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        out, _ = proc.communicate(timeout=PY_CPUINFO_TIMEOUT_S)
+    except BaseException:  # a timeout, or KeyboardInterrupt: the helper's group goes with it
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        proc.wait()
+        raise
+    if proc.returncode != 0:
+        raise RuntimeError(f"py-cpuinfo's helper exited with status {proc.returncode}")
+    info = json.loads(out)
+    if not isinstance(info, dict):
+        raise ValueError("py-cpuinfo's helper printed no JSON object")
+    return info
+
+
+def _from_py_cpuinfo() -> CpuInfo:
+    info = _py_cpuinfo_output()
     vendor_raw = info.get("vendor_id_raw") or ""
     vendor = _VENDORS.get(vendor_raw, vendor_raw or "unknown")
     model = info.get("brand_raw") or "unknown"
