@@ -136,13 +136,8 @@ def run_child(
     pairs: tuple[str, ...] = PAIRS,
     extra_env: dict[str, str] | None = None,
 ) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TF_NUM_", "TF_OVERRIDE", "TF_AUTOPAR"))}
-    env.update(extra_env or {})
-    env.update(
-        TF_CPP_MIN_LOG_LEVEL="3",
-        TF_AUTOPAR_CACHE_DIR=cache,
-        PYTHONPATH=os.pathsep.join(p for p in (os.path.dirname(HERE), env.get("PYTHONPATH", "")) if p),
-    )
+    env = child_env(extra_env)
+    env["TF_AUTOPAR_CACHE_DIR"] = cache
     extra: list[str] = []
     if cfg.startswith("pools:"):
         inter, intra = cfg.split(":")[1].split("x")
@@ -156,6 +151,16 @@ def run_child(
         return {"config": cfg, **res}
     res["wall_s"] = round(time.time() - t0, 1)
     return res
+
+
+def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """This environment without thread or tf_autopar settings (each child makes its own), quiet,
+    with the repository importable."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TF_NUM_", "TF_OVERRIDE", "TF_AUTOPAR"))}
+    env.update(extra or {})
+    env["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (os.path.dirname(HERE), env.get("PYTHONPATH", "")) if p)
+    return env
 
 
 def run_script(script: str, args: list[str], env: dict[str, str], timeout: float = 900) -> dict:

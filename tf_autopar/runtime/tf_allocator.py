@@ -82,8 +82,9 @@ def remembered_env(entry: Mapping | None, runtime: str, environ: Mapping[str, st
 
 
 def in_use() -> str | None:
-    """The running CPU allocator: "bfc" or "malloc"; None before TensorFlow's runtime started.
-    Only the BFC pool keeps statistics, so TensorFlow's memory query tells the two apart."""
+    """The running CPU allocator: "bfc" (a pool: TensorFlow's BFC, or oneDNN's where its
+    optimizations are on) or "malloc"; None before TensorFlow's runtime started. Only the pools
+    keep statistics, so TensorFlow's memory query tells them from malloc."""
     from tf_autopar.runtime import controller
 
     if not controller.runtime_started():
