@@ -70,8 +70,8 @@ report(path=b.state, faults=b.faults, in_use=tf_allocator.in_use(), warnings=lis
 
 
 # TensorFlow's own CPU allocator is malloc only where oneDNN's optimizations are off: where they are
-# on (TensorFlow's default on CPUs with AVX-512 VNNI and newer, such as this project's Xeon hosts),
-# oneDNN's allocator serves, and it pools its buffers. The malloc cases turn them off.
+# on (TensorFlow turns them on by default on some x86 CPUs, this project's AVX-512/AMX Xeon hosts
+# among them), oneDNN's allocator serves, and it pools its buffers. The malloc cases turn them off.
 MALLOC = {"TF_ENABLE_ONEDNN_OPTS": "0"}
 
 
