@@ -122,7 +122,10 @@ def summarise(data: dict) -> str:
         others = ", ".join(f"{k} {r['gaps'][k]:+.0%} {r['pairs'][k]}" for k in sorted(r["pairs"]))
         total = r["floor_s"] + (r["switch_s"] if math.isfinite(r["switch_s"]) else 0.0)
         done = f"{r['done_s']:.1f}" if r.get("done_s") is not None else "not within the run"
-        verdict = "no: beyond this host's noise" if total > 60 else "yes"
+        if not math.isfinite(total):
+            verdict = "unknown: no calls after tuning to measure the noise on"
+        else:
+            verdict = "no: beyond this host's noise" if total > 60 else "yes"
         lines.append(
             f"| {r['model']} | {r['batch']} | {r['call_ms']:.1f} | {r['sigma']:.3f} [{r['sigma_pairs']}] | {others} |"
             f" {r['floor_s']:.1f} | {total:.1f} | {done} | {verdict} |"
