@@ -9,7 +9,10 @@ steady call of a session on the frozen graph as the fast path opens it, and the 
 grappler turned off (``disable_meta_optimizer``): the first-run difference is what grappler
 costs a build, the upper bound of what reusing one session's rewritten graph for the next
 candidates could save; the steady-call difference is what grappler's rewrite is worth per call
-(why it cannot simply be skipped).
+(why it cannot simply be skipped). Last, the rewrite done once (``tf_optimizer.OptimizeGraph``
+with the outputs as fetches), imported, and run by a session with grappler off: what each later
+candidate's build would cost if the first rewrite were kept, its steady call, and how far its
+outputs are from a grappler session's.
 
     python benchmarks/bench_build_split.py /work/models --only xception,nasnet_mobile,bert_encoder \\
         --out benchmarks/results/build_split_xeon.json
@@ -57,6 +60,35 @@ for label, grappler in (("grappler", True), ("no_grappler", False), ("grappler_a
         t = time.perf_counter(); s.run(frozen.outputs, feeds); steady.append(time.perf_counter() - t)
     out[label] = dict(first_s=first, steady_ms=statistics.median(steady) * 1e3)
     s.close()
+# grappler's rewrite done once, as a session would do it (fetches: the outputs), its graph imported
+# and run by a session with grappler off: what every later candidate would cost to build
+import numpy as np
+from tensorflow.core.protobuf import meta_graph_pb2
+from tensorflow.python.grappler import tf_optimizer
+t = time.perf_counter()
+meta = meta_graph_pb2.MetaGraphDef()
+meta.graph_def.CopyFrom(frozen.graph.as_graph_def())
+for o in frozen.outputs:
+    meta.collection_def["train_op"].node_list.value.append(o.split(":")[0])
+rewritten = tf_optimizer.OptimizeGraph(tf.compat.v1.ConfigProto(), meta)
+out["rewrite_s"] = time.perf_counter() - t
+graph = tf.Graph()
+with graph.as_default():
+    tf.graph_util.import_graph_def(rewritten, name="")
+config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=inter, intra_op_parallelism_threads=intra,
+                                  use_per_session_threads=True)
+config.graph_options.rewrite_options.disable_meta_optimizer = True
+with sessions.bypass():
+    s = tf.compat.v1.Session(graph=graph, config=config)
+t = time.perf_counter(); got = s.run(frozen.outputs, feeds); first = time.perf_counter() - t
+steady = []
+for _ in range(9):
+    t = time.perf_counter(); s.run(frozen.outputs, feeds); steady.append(time.perf_counter() - t)
+with sessions.bypass():
+    ref = tf.compat.v1.Session(graph=frozen.graph).run(frozen.outputs, feeds)
+out["reused"] = dict(first_s=first, steady_ms=statistics.median(steady) * 1e3,
+                     max_abs_diff=max(float(np.max(np.abs(a - b))) for a, b in zip(got, ref)),
+                     nodes=[len(frozen.graph_def.node), len(rewritten.node)])
 print("RESULT " + json.dumps(out), flush=True)
 """
 
@@ -73,9 +105,10 @@ def main() -> int:
     env = child_env()
     rows, start = [], time.time()
     print(
-        "| model | batch | freeze s | first run s, grappler / off / again | grappler's share of the first run | steady ms, grappler / off |"
+        "| model | batch | freeze s | first run s, grappler / off / again | grappler's share of the first run "
+        "| steady ms, grappler / off | rewrite once s | first run s, rewritten graph | steady ms, rewritten | max diff |"
     )
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for name in args.only.split(","):
         for key in args.batches.split(","):
             batch = SERVING[name][key]
@@ -84,13 +117,14 @@ def main() -> int:
             res.update(model=name, batch=batch)
             rows.append(res)
             if "error" in res:
-                print(f"| {name} | {batch} | error: {res['error'][-200:]} | | | |")
+                print(f"| {name} | {batch} | error: {res['error'][-200:]} | | | | | | | |")
                 continue
-            g, n, a = res["grappler"], res["no_grappler"], res["grappler_again"]
+            g, n, a, r = res["grappler"], res["no_grappler"], res["grappler_again"], res["reused"]
             share = 1 - n["first_s"] / min(g["first_s"], a["first_s"])
             print(
                 f"| {name} | {batch} | {res['freeze_s']:.1f} | {g['first_s']:.2f} / {n['first_s']:.2f} / {a['first_s']:.2f} "
-                f"| {share:.0%} | {g['steady_ms']:.1f} / {n['steady_ms']:.1f} |"
+                f"| {share:.0%} | {g['steady_ms']:.1f} / {n['steady_ms']:.1f} | {res['rewrite_s']:.2f} "
+                f"| {r['first_s']:.2f} | {r['steady_ms']:.1f} | {r['max_abs_diff']:.1e} |"
             )
     out = dict(
         host=host(), setting=args.setting, rows=rows, command=" ".join(sys.argv), wall_s=round(time.time() - start, 1)
