@@ -48,18 +48,25 @@ frozen = FrozenGraph(tf.saved_model.load(path).signatures["serving_default"])
 freeze_s = time.perf_counter() - t0
 feeds = {t: inputs[n] for t, n in zip(frozen.inputs, sorted(inputs))}
 out = dict(freeze_s=freeze_s)
-for label, grappler in (("grappler", True), ("no_grappler", False), ("grappler_again", True)):
+def open_session(graph, grappler):
     config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=inter, intra_op_parallelism_threads=intra,
                                       use_per_session_threads=True)
     config.graph_options.rewrite_options.disable_meta_optimizer = not grappler
     with sessions.bypass():
-        s = tf.compat.v1.Session(graph=frozen.graph, config=config)
-    t = time.perf_counter(); s.run(frozen.outputs, feeds); first = time.perf_counter() - t
+        return tf.compat.v1.Session(graph=graph, config=config)
+def timed(s):
+    # (first run s, median of 9 steady calls ms, the first run's outputs)
+    t = time.perf_counter(); got = s.run(frozen.outputs, feeds); first = time.perf_counter() - t
     steady = []
     for _ in range(9):
         t = time.perf_counter(); s.run(frozen.outputs, feeds); steady.append(time.perf_counter() - t)
-    out[label] = dict(first_s=first, steady_ms=statistics.median(steady) * 1e3)
     s.close()
+    return first, statistics.median(steady) * 1e3, got
+for label, grappler in (("grappler", True), ("no_grappler", False), ("grappler_again", True)):
+    first, steady, got = timed(open_session(frozen.graph, grappler))
+    out[label] = dict(first_s=first, steady_ms=steady)
+    if label == "grappler":
+        ref = got  # a grappler session's outputs, for the rewritten graph's
 # grappler's rewrite done once, as a session would do it (fetches: the outputs), its graph imported
 # and run by a session with grappler off: what every later candidate would cost to build
 import numpy as np
@@ -75,18 +82,8 @@ out["rewrite_s"] = time.perf_counter() - t
 graph = tf.Graph()
 with graph.as_default():
     tf.graph_util.import_graph_def(rewritten, name="")
-config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=inter, intra_op_parallelism_threads=intra,
-                                  use_per_session_threads=True)
-config.graph_options.rewrite_options.disable_meta_optimizer = True
-with sessions.bypass():
-    s = tf.compat.v1.Session(graph=graph, config=config)
-t = time.perf_counter(); got = s.run(frozen.outputs, feeds); first = time.perf_counter() - t
-steady = []
-for _ in range(9):
-    t = time.perf_counter(); s.run(frozen.outputs, feeds); steady.append(time.perf_counter() - t)
-with sessions.bypass():
-    ref = tf.compat.v1.Session(graph=frozen.graph).run(frozen.outputs, feeds)
-out["reused"] = dict(first_s=first, steady_ms=statistics.median(steady) * 1e3,
+first, steady, got = timed(open_session(graph, False))
+out["reused"] = dict(first_s=first, steady_ms=steady,
                      max_abs_diff=max(float(np.max(np.abs(a - b))) for a, b in zip(got, ref)),
                      nodes=[len(frozen.graph_def.node), len(rewritten.node)])
 print("RESULT " + json.dumps(out), flush=True)

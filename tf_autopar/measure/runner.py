@@ -17,13 +17,13 @@ import logging
 import math
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
+from tf_autopar._process_group import kill_group
 from tf_autopar.measure.cgroup import QuotaGroup
 from tf_autopar.measure.configs import is_thread_var
 from tf_autopar.topology.affinity import set_affinity
@@ -106,13 +106,6 @@ def _reported(stdout: str | None) -> str:
     return str(obj.get("error") or "")
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
 def _preexec(cpus: Sequence[int], group: QuotaGroup | None) -> Callable[[], None] | None:
     if not cpus and group is None:
         return None
@@ -164,11 +157,11 @@ def run_child(
             stdout, stderr = proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             timed_out = True
-            _kill_group(proc)
+            kill_group(proc.pid)
             stdout, stderr = proc.communicate()
     finally:
         # Also on KeyboardInterrupt: nothing of this child survives the harness.
-        _kill_group(proc)
+        kill_group(proc.pid)
         if proc.poll() is None:
             proc.kill()
         proc.wait()

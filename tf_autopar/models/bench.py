@@ -39,12 +39,12 @@ import logging
 import math
 import os
 import shutil
-import signal
 import tempfile
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from tf_autopar._model_path import looks_like_model
+from tf_autopar._process_group import kill_group
 from tf_autopar.measure import stats
 from tf_autopar.measure.child import EXIT_BAD_INPUT
 from tf_autopar.measure.configs import parse_config
@@ -464,10 +464,7 @@ class Bench:
             return [f.result() for f in futures]
         except KeyboardInterrupt:
             for pid in list(TRACKER.live):  # each child leads its own process group (run_child)
-                try:
-                    os.killpg(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
+                kill_group(pid)
             raise
         finally:
             pool.shutdown(wait=True)

@@ -18,13 +18,12 @@ from __future__ import annotations
 import importlib
 import json
 import logging
-import os
-import signal
 import subprocess
 import sys
 from collections.abc import Iterable
 
 from tf_autopar._keys import stable_key
+from tf_autopar._process_group import kill_group
 
 from ._cache import load_cache, store_cache
 from ._fs import HostFS, Notes
@@ -185,10 +184,7 @@ def _py_cpuinfo_output() -> dict:
     try:
         out, _ = proc.communicate(timeout=PY_CPUINFO_TIMEOUT_S)
     except BaseException:  # a timeout, or KeyboardInterrupt: the helper's group goes with it
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        kill_group(proc.pid)
         proc.wait()
         raise
     if proc.returncode != 0:
