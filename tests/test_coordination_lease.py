@@ -21,7 +21,9 @@ from tf_autopar.topology.model import Core, NumaNode, Topology
 ROOT = Path(__file__).resolve().parents[1]
 GROUP_ENV = {"TF_AUTOPAR_GROUP": "coordination-test"}
 
-# argv: lease_dir, count ("-" = unknown), cores ("real" = this host, applied with apply_affinity), go-file
+# argv: lease_dir, count ("-" = unknown), cores ("real" = this host, applied with apply_affinity), go-file;
+# DELAY in the environment (not argv: workers of one program share a command line): a delay before the
+# claim, after the go-file: "burn:S" (busy, as a worker still importing) or "sleep:S"
 CHILD = textwrap.dedent(r"""
     import json, logging, os, sys, time
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
@@ -37,6 +39,13 @@ CHILD = textwrap.dedent(r"""
                         numa_nodes=(NumaNode(0, tuple(range(n))),), cpu_budget=n)
     while go != "-" and not os.path.exists(go):
         time.sleep(0.001)
+    how, _, seconds = os.environ.get("DELAY", "-").partition(":")
+    if how == "burn":
+        end = time.time() + float(seconds)
+        while time.time() < end:
+            pass
+    elif how == "sleep":
+        time.sleep(float(seconds))
     share = claim_share(topo, {"TF_AUTOPAR_GROUP": "coordination-test"}, lease_dir=lease_dir,
                         count=None if count == "-" else int(count))
     out = share.to_dict()
@@ -62,14 +71,14 @@ class Workers:
     def __init__(self) -> None:
         self.procs: list[subprocess.Popen] = []
 
-    def start(self, lease_dir, count, cores, go="-") -> subprocess.Popen:
+    def start(self, lease_dir, count, cores, go="-", delay="-") -> subprocess.Popen:
         p = subprocess.Popen(
             [sys.executable, "-c", CHILD, str(lease_dir), str(count), str(cores), str(go)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            env=_env(),
+            env={**_env(), "DELAY": delay},
         )
         self.procs.append(p)
         return p
@@ -112,9 +121,10 @@ def workers():
     w.close()
 
 
-def _start_together(workers, tmp_path, n, count, cores):
+def _start_together(workers, tmp_path, n, count, cores, delays=()):
     go = tmp_path / "go"
-    procs = [workers.start(tmp_path / "lease", count, cores, go) for _ in range(n)]
+    delays = list(delays) + ["-"] * (n - len(delays))
+    procs = [workers.start(tmp_path / "lease", count, cores, go, delays[i]) for i in range(n)]
     time.sleep(0.3)  # let every child reach the barrier (they poll for the go file)
     go.touch()
     return procs, [workers.result(p) for p in procs]
@@ -185,6 +195,26 @@ def test_workers_started_together_without_a_count_meet_and_split_the_host(worker
     cpus = [c for s in shares for c in s["cpus"]]
     assert sorted(cpus) == list(range(8)), "slices overlap or leave cores out"
     assert all(workers.stderr_after_exit(p).count("WARNING") == 0 for p in procs)
+
+
+def test_a_sibling_still_starting_when_the_window_closes_is_waited_for(workers, tmp_path):
+    """A worker busy for 2.5 s after its sibling claimed (gunicorn's second worker, still importing
+    under a CPU quota on a loaded host): it used to arrive late and overlap the first, which had
+    taken the whole host. The first now holds the window open for it; an idle sibling is not waited for."""
+    t0 = time.monotonic()
+    procs, shares = _start_together(workers, tmp_path, 2, "-", 8, delays=["-", "burn:2.5"])
+    assert time.monotonic() - t0 < 2.5 + 8, "held the window open far beyond the sibling's claim"
+    assert sorted(s["index"] for s in shares) == [0, 1]
+    assert all((s["source"], s["count"], s["pin"]) == ("rendezvous", 2, True) for s in shares), shares
+    assert sorted(c for s in shares for c in s["cpus"]) == list(range(8))
+    assert any("held open" in s["note"] for s in shares), [s["note"] for s in shares]
+    assert all(workers.stderr_after_exit(p).count("WARNING") == 0 for p in procs)
+
+    idle = tmp_path / "idle"
+    idle.mkdir()
+    procs, shares = _start_together(workers, idle, 2, "-", 8, delays=["-", "sleep:2.5"])
+    assert [s["source"] for s in shares] == ["single", "lease"], shares  # the sleeper came late, as before
+    assert "no other worker started within 1 s" in shares[0]["note"]
 
 
 def test_a_restarted_worker_takes_the_rank_its_predecessor_left(workers, tmp_path):
@@ -369,6 +399,95 @@ def test_siblings_are_processes_of_the_same_executable_under_the_same_parent(tmp
     assert siblings_likely(str(proc))  # no children list (kernel without it): cannot tell, so wait
 
 
+def _fake_proc(root: Path, me_start: int, uptime: float, siblings: dict[int, tuple[str, str, int, str]]) -> str:
+    """A /proc with this process and its parent's other children: pid -> (exe, state, start tick, cmdline)."""
+    proc = root / "proc"
+
+    def process(name: str, exe: str, state: str, start: int, cmd: str) -> None:
+        (proc / name).mkdir(parents=True)
+        (proc / name / "exe").symlink_to(exe)
+        fields = [state, "1"] + ["0"] * 17 + [str(start)] + ["0"] * 10  # start time: field 22
+        (proc / name / "stat").write_text(f"{name} (py (x)) " + " ".join(fields))
+        (proc / name / "cmdline").write_bytes(cmd.replace(" ", "\0").encode())
+
+    process("self", "/usr/bin/python3", "R", me_start, "gunicorn -w 2 -b 127.0.0.1:8000 app")
+    task = proc / str(os.getppid()) / "task" / str(os.getppid())
+    task.mkdir(parents=True)
+    (task / "children").write_text(" ".join(str(x) for x in [os.getpid(), *siblings]))
+    for pid, (exe, state, start, cmd) in siblings.items():
+        process(str(pid), exe, state, start, cmd)
+    (proc / "uptime").write_text(f"{uptime} 0.0")
+    return str(proc)
+
+
+def test_a_starting_sibling_is_a_busy_young_twin_that_holds_no_slot(tmp_path):
+    from tf_autopar.coordination.rendezvous import starting_siblings
+
+    hz = os.sysconf("SC_CLK_TCK")
+    twin = "gunicorn -w 2 -b 127.0.0.1:8000 app"
+    start = 1000 * hz  # this process forked at 1000 s after boot
+    proc = _fake_proc(
+        tmp_path,
+        start,
+        1003.0,
+        {
+            11: ("/usr/bin/python3", "R", start + hz // 10, twin),  # running, forked 0.1 s later: on its way
+            12: ("/usr/bin/python3", "D", start, twin),  # in I/O (importing): on its way
+            13: ("/usr/bin/python3", "S", start, twin),  # idle: a worker that never calls enable()
+            14: ("/usr/bin/python3", "R", start, "python -c from multiprocessing.resource_tracker import main"),
+            15: ("/bin/bash", "R", start, twin),  # another program
+            16: ("/usr/bin/python3", "R", start + 3 * hz, twin),  # forked 3 s later: not started with it
+            17: ("/usr/bin/python3", "R", start, twin.replace("8000", "8001")),  # numbers differ only
+        },
+    )
+    assert starting_siblings([], 1.0, proc) == {11, 12, 17}
+    assert starting_siblings([11, 17], 1.0, proc) == {12}  # holding a slot: arrived
+    old = _fake_proc(tmp_path / "old", start, 1000.0 + 11, {11: ("/usr/bin/python3", "R", start, twin)})
+    assert starting_siblings([], 1.0, old) == set()  # 11 s after its fork: not waited for any more
+    assert starting_siblings([], 1.0, str(tmp_path / "nowhere")) == set()  # no /proc: nothing to wait for
+
+
+def test_a_member_holds_the_window_open_until_the_starting_sibling_claims(tmp_path):
+    """The sibling claims 2 s after the window closed; both count it, and the other member, deciding
+    later, agrees. Without a sibling on its way the window closes on time (the tests above)."""
+    from tf_autopar.coordination.rendezvous import GRACE_S, HOLD_S, meet
+
+    d = str(tmp_path / "g")
+    a = acquire(d)
+    held = [a]
+    try:
+        now = time.time()
+        a.update(time=now)
+        clock = _Clock(now)
+        arrive_at = now + 1.0 + 2.0
+
+        def starting(holders, window):
+            if clock.now < arrive_at:
+                return (4242,)
+            if len(held) == 1:  # the sibling claims its slot
+                x = acquire(d)
+                x.update(time=clock.now)
+                held.append(x)
+            return ()
+
+        got = meet(a, 1.0, clock=clock, sleep=clock.sleep, starting=starting)
+        assert (got.rank, got.count) == (0, 2), got
+        assert "held open" in got.note, got.note
+        assert arrive_at <= clock.now <= arrive_at + HOLD_S + GRACE_S
+        status = json.loads(open(a.path).read())
+        assert arrive_at <= status["open_until"] <= clock.now  # cut back to when it stopped holding
+        other = meet(held[1], 1.0, clock=clock, sleep=clock.sleep, starting=_none_starting)
+        assert (other.rank, other.count) == (1, 2), other  # a member: it claimed while the window was held
+    finally:
+        for x in held:
+            x.release()
+
+
+def _none_starting(holders, window) -> tuple[int, ...]:
+    """No sibling on its way: the fake-clock tests must not see pytest's own busy workers."""
+    return ()
+
+
 class _Clock:
     """A fake clock for rendezvous.meet: each sleep runs the next scripted event (peers exiting or
     arriving while the worker waits), then advances the time by what was asked."""
@@ -405,12 +524,14 @@ def test_a_latecomer_whose_peers_all_exited_opens_a_fresh_window(tmp_path):
             held.append(x)
 
         clock = _Clock(now, [lambda: (a.release(), b.release()), sibling_arrives])
-        got = meet(w, 1.0, clock=clock, sleep=clock.sleep)
+        got = meet(w, 1.0, clock=clock, sleep=clock.sleep, starting=_none_starting)
         assert (got.rank, got.count) == (1, 2), got  # the sibling in slot 0 is worker 0
         assert clock.now >= now + 1.0 + GRACE_S  # it waited out the window it opened, from its claim
         status = json.loads(open(w.path).read())
         assert (status["rank"], status["cohort"], status.get("late")) == (1, 2, None)
-        other = meet(held[-1], 1.0, clock=clock, sleep=clock.sleep)  # the sibling decides after it
+        other = meet(
+            held[-1], 1.0, clock=clock, sleep=clock.sleep, starting=_none_starting
+        )  # the sibling decides after it
         assert (other.rank, other.count) == (0, 2), other
     finally:
         for x in held:
@@ -473,7 +594,7 @@ def test_a_latecomer_to_a_window_nobody_decided_is_told_so(tmp_path):
         a.update(time=now - 5)  # e.g. a worker whose rendezvous failed: no rank, not late
         w.update(time=now)
         clock = _Clock(now)
-        got = meet(w, 1.0, clock=clock, sleep=clock.sleep)
+        got = meet(w, 1.0, clock=clock, sleep=clock.sleep, starting=_none_starting)
         assert isinstance(got, Late), got
         assert f"5.0 s after pid {os.getpid()}, whose rendezvous window of 1 s had closed" in got.message
         assert "shared the host out" not in got.message and "TF_AUTOPAR_INSTANCES=N" in got.message

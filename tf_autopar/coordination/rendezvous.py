@@ -11,6 +11,14 @@ count waits for the others:
   wait until it closes (plus a short grace for a peer still writing its slot), then count the
   members holding a slot, in slot order: worker ``rank`` of ``count``. Each records (rank,
   count) in its slot's JSON.
+- A sibling still starting when the window closes holds it open: a process of the same
+  parent, executable and command line (but for its numbers), forked within the window of this
+  one, busy (running or in I/O), younger than ``SIBLING_START_S`` and holding no slot yet is a
+  worker on its way (gunicorn's second worker under a CPU quota on a loaded host can claim
+  seconds after the first). A member that sees one records ``open_until`` a little ahead in its
+  slot and looks again; every worker reads the window's end as the latest of the oldest claim
+  plus the window and the members' ``open_until``, so the sibling, when it claims, is a member.
+  An idle sibling (a finished worker that never calls ``enable()``) is not waited for.
 - Only a worker that may have company waits: one that sees a peer in the lease, or whose
   parent runs other processes of the same executable (siblings: a shell loop, a supervisor,
   a multiprocessing pool; ``siblings_likely``). A process started alone (a script, a notebook)
@@ -37,8 +45,9 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import time
-from typing import Any, Callable, Mapping, NamedTuple
+from typing import Any, Callable, Collection, Mapping, NamedTuple
 
 from tf_autopar import _warn
 from tf_autopar._text import shown
@@ -48,6 +57,9 @@ WINDOW_VAR = "TF_AUTOPAR_RENDEZVOUS_S"
 DEFAULT_WINDOW_S = 1.0
 MAX_WINDOW_S = 10.0  # a typo must not stall start-up for minutes
 GRACE_S = 0.05  # after the window closes: time for a peer that locked its slot to write its claim
+SIBLING_START_S = 10.0  # a sibling not holding a slot this long after its fork is not waited for
+HOLD_S = 0.3  # how far ahead a member holds the window open for a starting sibling
+POLL_S = 0.05  # how often a member holding the window open looks for the sibling again
 
 
 class Met(NamedTuple):
@@ -64,15 +76,15 @@ class Late(NamedTuple):
     message: str
 
 
-def siblings_likely(proc: str = "/proc") -> bool:
-    """Whether this process's parent runs other processes of this executable (workers started
-    together). True when it cannot tell (no /proc, no children lists): waiting is the safe side."""
+def _siblings(proc: str) -> set[int] | None:
+    """The other children of this process's parent that run this executable; None when it cannot
+    tell (no /proc, or a kernel without CONFIG_PROC_CHILDREN's children lists)."""
     try:
         exe = os.readlink(f"{proc}/self/exe")
         ppid = os.getppid()
         tasks = os.listdir(f"{proc}/{ppid}/task")
     except OSError:
-        return True
+        return None
     kids: set[int] = set()
     seen_list = False
     for tid in tasks:
@@ -84,15 +96,66 @@ def siblings_likely(proc: str = "/proc") -> bool:
         seen_list = True
         kids.update(int(x) for x in text.split() if x.isdigit())
     if not seen_list:
-        return True  # a kernel without CONFIG_PROC_CHILDREN: cannot tell
-    me = os.getpid()
-    for pid in kids - {me}:
+        return None
+    out = set()
+    for pid in kids - {os.getpid()}:
         try:
             if os.readlink(f"{proc}/{pid}/exe") == exe:
-                return True
+                out.add(pid)
         except OSError:
             continue
-    return False
+    return out
+
+
+def siblings_likely(proc: str = "/proc") -> bool:
+    """Whether this process's parent runs other processes of this executable (workers started
+    together). True when it cannot tell (no /proc, no children lists): waiting is the safe side."""
+    kids = _siblings(proc)
+    return kids is None or bool(kids)
+
+
+def _stat(proc: str, pid: int | str) -> tuple[str, int] | None:
+    """(state, start time in clock ticks since boot) from /proc/PID/stat; None if gone or garbled."""
+    try:
+        with open(f"{proc}/{pid}/stat", "rb") as fh:
+            fields = fh.read().rsplit(b")", 1)[1].split()
+        return fields[0].decode(), int(fields[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _command(proc: str, pid: int | str) -> bytes | None:
+    """The command line with its numbers blanked: workers of one program differ only in those (a
+    port, multiprocessing's pipe handles), a helper such as multiprocessing's resource tracker does not."""
+    try:
+        with open(f"{proc}/{pid}/cmdline", "rb") as fh:
+            return re.sub(rb"\d+", b"#", fh.read())
+    except OSError:
+        return None
+
+
+def starting_siblings(holders: Collection[int], window: float, proc: str = "/proc") -> set[int]:
+    """Siblings on their way to a slot: same parent, executable and command line (but for numbers),
+    forked within ``window`` s of this process, younger than SIBLING_START_S, busy (running or in
+    I/O) and not among ``holders`` (the pids holding slots). Empty when /proc cannot tell."""
+    kids = _siblings(proc)
+    me, command = _stat(proc, "self"), _command(proc, "self")
+    if not kids or me is None or command is None:
+        return set()
+    try:
+        hz = os.sysconf("SC_CLK_TCK")
+        with open(f"{proc}/uptime", "rb") as fh:
+            uptime = float(fh.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return set()
+    out = set()
+    for pid in kids - set(holders):
+        st = _stat(proc, pid)
+        if st is None or st[0] not in ("R", "D") or abs(st[1] - me[1]) > window * hz:
+            continue
+        if uptime - st[1] / hz < SIBLING_START_S and _command(proc, pid) == command:
+            out.add(pid)
+    return out
 
 
 def alone(lease: Lease) -> bool:
@@ -101,11 +164,30 @@ def alone(lease: Lease) -> bool:
 
     A slot handed over by this process's parent is never alone: the parent is a master that
     released its slot to fork workers (gunicorn ``--preload``), and its next worker may not
-    have been forked yet when this one looks for siblings."""
-    if live_peers(lease.directory, lease.fd) or siblings_likely() or handed_by_parent(lease):
+    have been forked yet when this one looks for siblings. Nor is a process its parent forked
+    without exec (forked_by_own_program): gunicorn's first worker reaches ``enable()`` before the
+    master forks the second (it sleeps up to 0.1 s between forks)."""
+    if live_peers(lease.directory, lease.fd) or siblings_likely() or handed_by_parent(lease) or forked_by_own_program():
         return False
     lease.update(rank=0, cohort=1)
     return True
+
+
+def forked_by_own_program(proc: str = "/proc") -> bool:
+    """Whether this process is its parent's fork, not a program it started: the same executable and
+    command line (a forking master: gunicorn, a multiprocessing fork pool), or a parent that
+    setproctitle renamed to gunicorn's master. False when /proc cannot tell."""
+    try:
+        ppid = os.getppid()
+        if os.readlink(f"{proc}/self/exe") != os.readlink(f"{proc}/{ppid}/exe"):
+            return False
+        with open(f"{proc}/self/cmdline", "rb") as fh:
+            mine = fh.read()
+        with open(f"{proc}/{ppid}/cmdline", "rb") as fh:
+            parent = fh.read()
+    except OSError:
+        return False
+    return mine == parent or parent.startswith(b"gunicorn: master")
 
 
 def handed_by_parent(lease: Lease) -> bool:
@@ -133,9 +215,10 @@ def window_s(env: Mapping[str, str]) -> float:
     return min(value, MAX_WINDOW_S)
 
 
-def _claim_time(data: Mapping[str, Any]) -> float | None:
-    """A slot's claim time (Unix seconds); None unless a finite, non-negative number (NaN is not believed)."""
-    t = data.get("time")
+def _claim_time(data: Mapping[str, Any], key: str = "time") -> float | None:
+    """A slot's claim time (or another of its times, Unix seconds); None unless a finite,
+    non-negative number (NaN is not believed)."""
+    t = data.get(key)
     if isinstance(t, bool) or not isinstance(t, (int, float)):
         return None
     try:
@@ -161,10 +244,16 @@ def _decided(data: Mapping[str, Any]) -> tuple[int, int] | None:
 
 
 def meet(
-    lease: Lease, window: float, *, clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep
+    lease: Lease,
+    window: float,
+    *,
+    clock: Callable[[], float] = time.time,
+    sleep: Callable[[float], None] = time.sleep,
+    starting: Callable[[Collection[int], float], Collection[int]] = starting_siblings,
 ) -> Met | Late:
     """Wait for the workers starting with this one (module docstring); record and return the outcome.
 
+    ``starting(holders, window)``: the siblings still on their way to a slot (starting_siblings).
     Raises OSError when the slot cannot be written (the caller fails open)."""
     own = _claim_time(lease.status) or clock()
     peers = live_peers(lease.directory, lease.fd)
@@ -181,8 +270,11 @@ def meet(
                 return _late(lease, peers, own, window)
         # nobody holds a rank any more: the group re-forms, this worker is a member of a fresh window
     sleep(max(0.0, end + GRACE_S - clock()))
+    closed = end
+    end = _hold_open(lease, end, window, clock, sleep, starting)
     with group_lock(lease.directory, wait):
         peers = live_peers(lease.directory, lease.fd)
+        end = max(end, _window(peers, own, window)[0])
         decision = _decide(lease, end, peers)
         if decision is None:  # more members than the first to decide saw: late after all
             lease.update(late=True)
@@ -193,6 +285,8 @@ def meet(
         if count == 1
         else f"{count} workers started within {window:g} s of each other: worker {rank} of {count}"
     )
+    if end > closed + GRACE_S:
+        note += f" (the window was held open {end - closed:.1f} s longer for a sibling still starting)"
     stragglers = sum(1 for _, d in peers if d.get("late"))
     if stragglers:  # they warned when they started; the new members cannot move them
         note += (
@@ -202,16 +296,54 @@ def meet(
     return Met(rank, count, note)
 
 
+def _hold_open(
+    lease: Lease,
+    end: float,
+    window: float,
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
+    starting: Callable[[Collection[int], float], Collection[int]],
+) -> float:
+    """Keep the closed window open while a sibling is still starting (module docstring), and while
+    another member holds it open; the window's end then (this member's last hold included)."""
+    held = False
+    while True:
+        peers = live_peers(lease.directory, lease.fd)
+        now = clock()
+        if starting([d.get("pid") for _, d in peers if isinstance(d.get("pid"), int)] + [os.getpid()], window):
+            held = True
+            lease.update(open_until=now + HOLD_S)
+            sleep(POLL_S)
+            continue
+        if held:  # the sibling claimed its slot (or stopped starting): the window ends now
+            lease.update(open_until=now)
+            end, held = max(end, now), False
+        others = _held_until(peers)
+        end = max(end, others)
+        if others <= now:
+            return end
+        sleep(min(POLL_S, others - now + GRACE_S))
+
+
+def _held_until(peers: list[tuple[int, dict[str, Any]]]) -> float:
+    """The latest ``open_until`` a member (not a latecomer) holds the window open to; 0 when none."""
+    return max(
+        (t for _, d in peers if not d.get("late") and (t := _claim_time(d, "open_until")) is not None), default=0.0
+    )
+
+
 def _window(peers: list[tuple[int, dict[str, Any]]], own: float, window: float) -> tuple[float, bool]:
     """(end of the window, whether this worker is a member of it).
 
     The window opens at the oldest claim among this worker and its live peers that are not
-    latecomers (a latecomer holds a fallback slice, no rank: it neither opens nor joins one).
+    latecomers (a latecomer holds a fallback slice, no rank: it neither opens nor joins one),
+    and ends ``window`` s later or when the last member holding it open for a starting sibling
+    stops (``open_until``), whichever is later.
     This worker is late once a peer holds a rank (a window closed and decided, and its workers
     still run) or when it claimed after the window closed; with no rank held, a fresh window
     opens, so a group whose workers all exited re-forms instead of leaving every later worker late."""
     times = [t for _, d in peers if not d.get("late") and (t := _claim_time(d)) is not None]
-    end = min(times + [own]) + window
+    end = max(min(times + [own]) + window, _held_until(peers))
     return end, own <= end and not any(_decided(d) for _, d in peers)
 
 
