@@ -12,7 +12,7 @@ import math
 import os
 import tempfile
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tf_autopar._numbers import MAX_SECONDS, MAX_STEPS, count, seconds
@@ -281,6 +281,7 @@ def test_every_cache_entry_is_accepted_or_refused_in_one_short_line(section, ent
 
 @FAST
 @given(text=numberish, hi=st.sampled_from([MAX_STEPS, 1 << 20, 10**15]))
+@example(text="\x1f\x1f" + "\U0002ebe1" * 7, hi=MAX_STEPS)  # each shown as 10 characters: 121 in all, once
 def test_cli_counts_are_ascii_and_bounded_or_an_argparse_error(text, hi):
     try:
         value = count(hi)(text)

@@ -13,7 +13,7 @@ import argparse
 import math
 from typing import Callable
 
-from tf_autopar._text import uint_or_none
+from tf_autopar._text import shown, uint_or_none
 
 MAX_STEPS = 1_000_000  # requests, steps, rounds: a week of a 1 ms model, not a typo's 10**12
 MAX_SECONDS = 7 * 86400.0
@@ -25,7 +25,7 @@ def count(hi: int = MAX_STEPS, what: str = "") -> Callable[[str], int]:
     def parse(text: str) -> int:
         value = uint_or_none(text.strip()) if len(text) <= 32 else None
         if value is None:
-            raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a whole number (ASCII digits 0-9)")
+            raise argparse.ArgumentTypeError(f"{shown(text)} is not a whole number (ASCII digits 0-9)")
         if value > hi:
             raise argparse.ArgumentTypeError(f"{value} is above the bound of {hi}" + (f" ({what})" if what else ""))
         return value
@@ -42,7 +42,7 @@ def seconds(hi: float = MAX_SECONDS) -> Callable[[str], float]:
         except ValueError:
             value = math.nan
         if not math.isfinite(value) or value < 0:
-            raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a finite number of seconds")
+            raise argparse.ArgumentTypeError(f"{shown(text)} is not a finite number of seconds")
         if value > hi:
             raise argparse.ArgumentTypeError(f"{value:g} s is above the bound of {hi:g} s")
         return value

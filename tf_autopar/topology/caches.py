@@ -26,7 +26,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
-from tf_autopar._text import is_uint
+from tf_autopar._text import is_uint, shown
 
 from ._fs import HostFS, Notes
 from .cpulist import format_cpulist, parse_cpulist
@@ -55,7 +55,7 @@ def _read_uint(fs: HostFS, host_path: str, notes: Notes, what: str) -> int | Non
         return None
     value = text.strip()
     if not is_uint(value) or len(value) > 9:
-        notes.warn(f"{fs.path(host_path)}: {what} {value[:40]!r} is not a number; ignoring the host's {what}s")
+        notes.warn(f"{fs.path(host_path)}: {what} {shown(value)} is not a number; ignoring the host's {what}s")
         raise ValueError(value)
     return int(value)
 
