@@ -19,23 +19,26 @@ PRELOAD_PROGRAM = FORK_PROGRAM.replace("    pipes = []\n", "    time.sleep(1.5)\
 )
 
 
-def test_workers_forked_without_a_count_still_split_the_host(tmp_path):
-    host = sorted(os.sched_getaffinity(0))
-    if len(host) < 2:
+def _two_workers_meet(program: str, tmp_path, group: str) -> None:
+    """Run ``program`` (it forks two workers, no count) and check that they met: disjoint CPUs, no warning."""
+    if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("needs 2 CPUs for two disjoint shares")
     (tmp_path / "lease").mkdir()
     env = {
         "TF_AUTOPAR_LEASE_DIR": str(tmp_path / "lease"),
-        "TF_AUTOPAR_GROUP": "fork-nocount-test",
+        "TF_AUTOPAR_GROUP": group,
         "TF_AUTOPAR_CACHE_DIR": str(tmp_path / "cache"),
     }
-    proc = run_py(PRELOAD_PROGRAM, env)
+    proc = run_py(program, env)
     assert proc.returncode == 0, proc.stderr
-    out = json.loads(proc.stdout.splitlines()[-1])
-    a, b = out["kids"]
-    assert a["share"]["source"] == b["share"]["source"] == "rendezvous", out
-    assert not set(a["mask"]) & set(b["mask"]), out
-    assert a["warnings"] == b["warnings"] == [], out
+    a, b = json.loads(proc.stdout.splitlines()[-1])["kids"]
+    assert a["share"]["source"] == b["share"]["source"] == "rendezvous", (a["share"], b["share"])
+    assert not set(a["mask"]) & set(b["mask"]), (a, b)
+    assert a["warnings"] == b["warnings"] == [], (a, b)
+
+
+def test_workers_forked_without_a_count_still_split_the_host(tmp_path):
+    _two_workers_meet(PRELOAD_PROGRAM, tmp_path, "fork-nocount-test")
 
 
 # gunicorn's master without --preload: each worker imports the app and calls enable() itself, the
@@ -65,22 +68,9 @@ WORKERS_PROGRAM = """
 
 def test_a_worker_forked_before_its_sibling_exists_is_not_alone(tmp_path):
     """The first worker used to find no sibling and no peer, take the whole host without waiting,
-    and leave the second to overlap it (4 of 24 gunicorn starts, benchmarks/soak_gunicorn_start.py): a process its parent forked
-    without exec waits out the window."""
-    if len(os.sched_getaffinity(0)) < 2:
-        pytest.skip("needs 2 CPUs for two disjoint shares")
-    (tmp_path / "lease").mkdir()
-    env = {
-        "TF_AUTOPAR_LEASE_DIR": str(tmp_path / "lease"),
-        "TF_AUTOPAR_GROUP": "fork-workers-test",
-        "TF_AUTOPAR_CACHE_DIR": str(tmp_path / "cache"),
-    }
-    proc = run_py(WORKERS_PROGRAM, env)
-    assert proc.returncode == 0, proc.stderr
-    a, b = json.loads(proc.stdout.splitlines()[-1])["kids"]
-    assert a["share"]["source"] == b["share"]["source"] == "rendezvous", (a["share"], b["share"])
-    assert not set(a["mask"]) & set(b["mask"]), (a, b)
-    assert a["warnings"] == b["warnings"] == [], (a, b)
+    and leave the second to overlap it (4 of 24 gunicorn starts, benchmarks/soak_gunicorn_start.py):
+    a process its parent forked without exec waits out the window."""
+    _two_workers_meet(WORKERS_PROGRAM, tmp_path, "fork-workers-test")
 
 
 def test_a_fork_is_told_from_a_program_its_parent_started():
