@@ -21,8 +21,9 @@ count waits for the others:
   An idle sibling (a finished worker that never calls ``enable()``) is not waited for.
 - Only a worker that may have company waits: one that sees a peer in the lease, or whose
   parent runs other processes of the same executable (siblings: a shell loop, a supervisor,
-  a multiprocessing pool; ``siblings_likely``). A process started alone (a script, a notebook)
-  sees neither, records itself as worker 0 of 1 and takes the host at once, so it never pays
+  a multiprocessing pool; ``siblings_likely``), or that its parent forked without exec (a
+  forking master whose next worker may not exist yet; ``forked_by_own_program``). A process
+  started alone (a script, a notebook) is none of these, records itself as worker 0 of 1 and takes the host at once, so it never pays
   the window. Nothing waits when a count, ranks or a narrowed CPU mask decide the share
   (coordination/__init__.py returns before the lease is asked).
 - A worker that arrives after the window closed, or while a live worker holds a rank, is
