@@ -731,6 +731,8 @@ def test_a_decision_lock_held_for_good_delays_a_start_only_briefly(tmp_path, mon
     from tf_autopar.coordination.lease import group_lock
 
     monkeypatch.setattr(rendezvous, "siblings_likely", lambda: True)
+    # pytest's other worker, busy and as young as this one early in a run, is no worker on its way here
+    monkeypatch.setattr(rendezvous, "starting_siblings", lambda holders, window: ())
     root = tmp_path / "lease"
     env = {**GROUP_ENV, "TF_AUTOPAR_RENDEZVOUS_S": "0.2"}
     with claim_share(_topo(), env, lease_dir=str(root)) as first:  # a live peer: the next one meets it

@@ -250,12 +250,13 @@ def meet(
     *,
     clock: Callable[[], float] = time.time,
     sleep: Callable[[float], None] = time.sleep,
-    starting: Callable[[Collection[int], float], Collection[int]] = starting_siblings,
+    starting: Callable[[Collection[int], float], Collection[int]] | None = None,
 ) -> Met | Late:
     """Wait for the workers starting with this one (module docstring); record and return the outcome.
 
-    ``starting(holders, window)``: the siblings still on their way to a slot (starting_siblings).
+    ``starting(holders, window)``: the siblings still on their way to a slot (default starting_siblings).
     Raises OSError when the slot cannot be written (the caller fails open)."""
+    starting = starting_siblings if starting is None else starting
     own = _claim_time(lease.status) or clock()
     peers = live_peers(lease.directory, lease.fd)
     end, member = _window(peers, own, window)
