@@ -68,7 +68,7 @@ WORKERS_PROGRAM = """
 
 def test_a_worker_forked_before_its_sibling_exists_is_not_alone(tmp_path):
     """The first worker used to find no sibling and no peer, take the whole host without waiting,
-    and leave the second to overlap it (4 of 24 gunicorn starts, benchmarks/soak_gunicorn_start.py):
+    and leave the second to overlap it (4 of 24 gunicorn starts, benchmarks/soak_server_start.py):
     a process its parent forked without exec waits out the window."""
     _two_workers_meet(WORKERS_PROGRAM, tmp_path, "fork-workers-test")
 

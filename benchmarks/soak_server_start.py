@@ -1,5 +1,7 @@
 """Start the example app under real gunicorn (2 workers, no count) many times: do the workers meet?
 
+(``--server uvicorn``: plain ``uvicorn --workers 2``, whose workers are spawned, not forked.)
+
 Why: without a worker count the workers find each other in the rendezvous window; a worker
 that misses it takes the whole host or overlaps the others. Short tests start gunicorn a few
 times; a race that loses one start in six needs dozens to see, and a before/after comparison.
@@ -11,7 +13,7 @@ several ``--roots`` (checkouts of this repository: ``name=path``), the starts al
 between them, so that both run under the same load. ``--quota 1`` runs the server in a cgroup
 with a 1-CPU quota (the v1 cpu controller, as root).
 
-Usage: python benchmarks/soak_gunicorn_start.py [--roots before=/path/old,after=.] [--starts 24]
+Usage: python benchmarks/soak_server_start.py [--roots before=/path/old,after=.] [--starts 24]
        [--quota 1] [--json out.json]
 """
 
@@ -43,7 +45,7 @@ def harness(root: str, name: str):
     return module
 
 
-def one_start(h, model: str, quota: float | None) -> dict[str, Any]:
+def one_start(h, model: str, quota: float | None, server_kind: str = "gunicorn") -> dict[str, Any]:
     from tf_autopar.measure.cgroup import QuotaGroup, find_cpu_controller
 
     d = tempfile.mkdtemp(prefix="soak-gunicorn-")
@@ -58,7 +60,8 @@ def one_start(h, model: str, quota: float | None) -> dict[str, Any]:
     t0 = time.monotonic()
     with group as g:
         preexec = g.join if quota else None
-        with h.Server(model, 2, env=env, preexec=preexec, log_path=os.path.join(d, "server.log")) as server:
+        log = os.path.join(d, "server.log")
+        with h.Server(model, 2, env=env, server=server_kind, preexec=preexec, log_path=log) as server:
             st = server.statuses(2)
     shares = [s["share"] for s in st.values()]
     cpus = [set(s["cpus"]) for s in shares]
@@ -76,6 +79,7 @@ def main() -> None:
     ap.add_argument("--roots", default=f"this={ROOT}", help="name=path,... checkouts to alternate between")
     ap.add_argument("--starts", type=int, default=24, help="starts per root")
     ap.add_argument("--quota", type=float, default=None, help="CPUs of a cgroup quota around the server")
+    ap.add_argument("--server", default="gunicorn", choices=("gunicorn", "uvicorn"), help="uvicorn: --workers 2")
     ap.add_argument("--model", default=None, help="a SavedModel (default: the tests' small model, built once)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
@@ -89,7 +93,7 @@ def main() -> None:
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in roots}
     for i in range(args.starts):
         for name, h in hs.items():
-            r = one_start(h, model, args.quota)
+            r = one_start(h, model, args.quota, args.server)
             runs[name].append(r)
             print(f"{i:3d} {name:>8}: {' + '.join(r['sources'])} ({r['seconds']:.1f} s)", flush=True)
     summary = {
@@ -101,12 +105,19 @@ def main() -> None:
         }
         for name, rs in runs.items()
     }
-    print(f"\nprocessor: {processor()}, {len(os.sched_getaffinity(0))} CPUs, quota: {args.quota or 'none'}")
+    print(
+        f"\n{args.server}; processor: {processor()}, {len(os.sched_getaffinity(0))} CPUs, quota: {args.quota or 'none'}"
+    )
     print(f"{'root':>8} | starts | met | outcomes")
     for name, s in summary.items():
         print(f"{name:>8} | {s['starts']:6d} | {s['met']:3d} | {s['outcomes']}")
     if args.json:
-        out = {"processor": processor(), "cpus": len(os.sched_getaffinity(0)), "quota": args.quota}
+        out = {
+            "server": args.server,
+            "processor": processor(),
+            "cpus": len(os.sched_getaffinity(0)),
+            "quota": args.quota,
+        }
         with open(args.json, "w") as fh:
             json.dump({**out, "summary": summary, "runs": runs}, fh, indent=1)
 
