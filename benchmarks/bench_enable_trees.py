@@ -19,6 +19,9 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _host import processor  # noqa: E402
+
 SCRIPT = (
     "import time; t = time.perf_counter(); import tf_autopar; tf_autopar.enable(); "
     "e = (time.perf_counter() - t) * 1e3; t = time.perf_counter(); tf_autopar.disable(); "
@@ -39,14 +42,6 @@ def once(tree: str, env: dict[str, str]) -> tuple[float, float]:
     line = next(ln for ln in out.stdout.splitlines() if ln.startswith("MS "))
     enable_ms, disable_ms = line.split()[1:]
     return float(enable_ms), float(disable_ms)
-
-
-def processor() -> str:
-    try:
-        with open("/proc/cpuinfo") as fh:
-            return next((ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")), "unknown")
-    except OSError:
-        return "unknown"
 
 
 def main() -> None:

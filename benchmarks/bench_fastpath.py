@@ -39,6 +39,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+from _host import processor  # noqa: E402
 from user_models import SERVING  # noqa: E402
 
 PAIRS = ("1x1", "1x2", "2x1", "2x2")
@@ -176,12 +177,7 @@ def run_script(script: str, args: list[str], env: dict[str, str], timeout: float
 
 
 def host() -> dict:
-    cpu = "?"
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            cpu = next((line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")), "?")
-    except OSError:
-        pass
+    cpu = processor()
     import importlib.metadata as md
 
     tf_version = next((md.version(d) for d in ("tensorflow-cpu", "tensorflow", "intel-tensorflow") if _has(md, d)), "?")

@@ -38,6 +38,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _host import processor as cpu_model  # noqa: E402
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
@@ -203,15 +206,6 @@ def run_one(controller: Any, args: argparse.Namespace, config: tuple[int, int], 
         "wall_s": time.monotonic() - started,
         **result,
     }
-
-
-def cpu_model() -> str:
-    """The processor's name (/proc/cpuinfo), recorded with every figure."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            return next((line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")), "?")
-    except OSError:
-        return "?"
 
 
 def spread(values: list[float]) -> dict[str, float]:

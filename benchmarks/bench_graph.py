@@ -31,6 +31,9 @@ import statistics
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _host import processor  # noqa: E402
+
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -414,13 +417,7 @@ def live_measurement(sizes: list, rounds: int, codes: dict) -> dict:
 
 def host() -> dict:
     """The processor and load the figures were taken on."""
-    model = ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
-    except OSError:
-        pass
-    return {"processor": model, "cpus": os.cpu_count(), "loadavg": os.getloadavg()}
+    return {"processor": processor(), "cpus": os.cpu_count(), "loadavg": os.getloadavg()}
 
 
 def timed(fn, repeats: int) -> dict:

@@ -68,6 +68,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from _host import processor  # noqa: E402
+
 from examples.serving.harness import APP, Server, warm_until_served  # noqa: E402
 
 MODELS = ("mobilenet_v2", "dlrm")
@@ -103,13 +105,6 @@ def ensure_wrk() -> str:
     if not path:
         raise SystemExit("wrk not found: install it (Debian/Ubuntu: apt-get install wrk)")
     return path
-
-
-def processor() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor()
 
 
 def build_models(directory: Path) -> dict[str, str]:

@@ -28,6 +28,9 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _host import processor as cpu_name  # noqa: E402
+
 CHILD = r"""
 import json, sys, time
 import numpy as np
@@ -52,17 +55,6 @@ for m, k, n in spec["matmuls"]:
     out[f"matmul {m}x{k}x{n}"] = {"s": s, "macs": m * k * n, "ns_per_mac": s / (m * k * n) * 1e9}
 print(json.dumps({"tf": tf.__version__, "results": out}))
 """
-
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def _slope(runs: list[dict], small: str, big: str, unit: str) -> list[float]:

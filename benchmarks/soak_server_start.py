@@ -34,7 +34,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 
-from bench_http import processor  # noqa: E402
+from _host import processor  # noqa: E402
 
 
 def harness(root: str, name: str):
