@@ -439,8 +439,12 @@ report(words=words, tried=list(b.tried), plan=plan, lost=[fastpath_rules.label(k
     assert tried[0].startswith(f"{plan}:") and "not taken" in tried[0], res
     assert tried[1].startswith(f"{plan}:") and "not taken" not in tried[1], res  # tried again, first, in a live trial
     assert res["words"].startswith("tuned live"), res
-    if not any(t.startswith(f"{plan}: win") for t in tried):  # it lost again: the text says whose setting serves
+    winners = [t.split(":", 1)[0] for t in tried if t.split(":", 1)[1].startswith(" win")]
+    if not winners:  # the neighbour that passed held against every setting tried: the text says whose setting serves
         assert f"where the setting planned by the rule ({plan}) lost" in res["text"], res["text"]
+    else:  # a setting won a live trial (the plan, or a third setting beating the neighbour): the text says so
+        assert "tuned live on" in res["text"], res["text"]
+        assert f"{winners[-1]} won over" in res["words"], res
 
 
 def test_a_build_beside_traffic_is_checked_on_the_live_calls_and_with_live_tuning_off_the_plan_serves(saved, tmp_path):
