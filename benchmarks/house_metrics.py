@@ -5,8 +5,13 @@ the house issue quote, measured the same way before and after a refactor.
 - import cycles among tf_autopar's modules and among its packages, counting every import
   (module level and inside functions; not under ``if TYPE_CHECKING``): an import moved into a
   function still makes the cycle, it only hides it from the interpreter;
-- imports inside function bodies per 1,000 lines;
-- the largest module and the largest function, in lines; the longest line;
+- the cycles that ``if TYPE_CHECKING`` imports and ``sys.modules`` look-ups of our own modules
+  would close (hidden from the interpreter, not from a reader), named;
+- upward arrows inside ``runtime/``: imports (of any kind above) between runtime modules that lie
+  on a cycle of runtime modules, so that no order of the modules has every arrow point down;
+- imports inside function bodies per 1,000 lines, TensorFlow's own deferred imports (tensorflow,
+  keras) counted apart: deferring those keeps ``enable()`` from starting TensorFlow;
+- the largest module, class and function, in lines; the longest line;
 - how many modules name a baseline, define the modes, or name a thread variable (a string
   literal in the code: each is a place a change must reach);
 - the pairs the ``duplicates`` command finds in tf_autopar/ (when the command is on PATH).
@@ -45,9 +50,13 @@ class Metrics:
     modules: int = 0
     file_cycles: list[list[str]] = field(default_factory=list)
     package_cycles: list[list[str]] = field(default_factory=list)
+    hidden_cycles: list[list[str]] = field(default_factory=list)
+    runtime_upward_arrows: list[tuple[str, str]] = field(default_factory=list)
     imports_in_functions: int = 0
     imports_in_functions_per_kloc: float = 0.0
+    tensorflow_imports_in_functions: int = 0
     largest_module: tuple[str, int] = ("", 0)
+    largest_class: tuple[str, int] = ("", 0)
     largest_function: tuple[str, int] = ("", 0)
     longest_line: tuple[str, int] = ("", 0)
     modules_naming_a_baseline: list[str] = field(default_factory=list)
@@ -70,13 +79,13 @@ def _is_type_checking(node: ast.If) -> bool:
     )
 
 
-def _imports(tree: ast.AST):
-    """(node, inside_a_function) for every import, skipping TYPE_CHECKING blocks."""
+def _imports(tree: ast.AST, type_checking: bool = False):
+    """(node, inside_a_function) for every import; TYPE_CHECKING blocks only when asked."""
 
     def walk(node: ast.AST, in_function: bool):
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.If) and _is_type_checking(child):
-                for sub in child.orelse:
+                for sub in child.body if type_checking else child.orelse:
                     yield from walk_one(sub, in_function)
                 continue
             yield from walk_one(child, in_function)
@@ -86,12 +95,51 @@ def _imports(tree: ast.AST):
             yield child, in_function
         inner = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
         if isinstance(child, ast.If) and _is_type_checking(child):
-            for sub in child.orelse:
+            for sub in child.body if type_checking else child.orelse:
                 yield from walk_one(sub, inner)
             return
         yield from walk(child, inner)
 
     yield from walk(tree, False)
+
+
+def _type_checking_only(tree: ast.AST):
+    """The imports under ``if TYPE_CHECKING`` (they never run, but a reader follows them)."""
+    plain = {id(node) for node, _ in _imports(tree)}
+    return [node for node, _ in _imports(tree, type_checking=True) if id(node) not in plain]
+
+
+TENSORFLOW = ("tensorflow", "keras", "tf_keras")
+
+
+def _imports_tensorflow(node: ast.Import | ast.ImportFrom) -> bool:
+    names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+    return any(name.split(".")[0] in TENSORFLOW for name in names) and not getattr(node, "level", 0)
+
+
+def _sys_modules_lookups(tree: ast.AST, known: set[str]) -> set[str]:
+    """Our modules reached by ``sys.modules[...]`` / ``sys.modules.get(...)`` with a literal name:
+    an import in all but name."""
+    out = set()
+    for n in ast.walk(tree):
+        key = None
+        if isinstance(n, ast.Subscript) and _is_sys_modules(n.value):
+            key = n.slice
+        elif (
+            isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Attribute)
+            and n.func.attr == "get"
+            and _is_sys_modules(n.func.value)
+            and n.args
+        ):
+            key = n.args[0]
+        if isinstance(key, ast.Constant) and isinstance(key.value, str) and key.value in known:
+            out.add(key.value)
+    return out
+
+
+def _is_sys_modules(node: ast.AST) -> bool:
+    return isinstance(node, ast.Attribute) and node.attr == "modules" and getattr(node.value, "id", None) == "sys"
 
 
 def _targets(node: ast.Import | ast.ImportFrom, here: str, is_package: bool, known: set[str]) -> set[str]:
@@ -208,18 +256,27 @@ def measure(root: Path) -> Metrics:
     m.modules = len(files)
     known = {module_name(p, root) for p in files}
     graph: dict[str, set[str]] = {name: set() for name in known}
+    hidden: dict[str, set[str]] = {name: set() for name in known}  # plus TYPE_CHECKING and sys.modules
     for path, tree in trees.items():
         here = module_name(path, root)
         rel = str(path.relative_to(root))
+        is_package = path.name == "__init__.py"
         for node, in_function in _imports(tree):
-            if in_function:
+            if in_function and _imports_tensorflow(node):
+                m.tensorflow_imports_in_functions += 1
+            elif in_function:
                 m.imports_in_functions += 1
-            graph[here] |= _targets(node, here, path.name == "__init__.py", known) - {here}
+            graph[here] |= _targets(node, here, is_package, known) - {here}
+        hidden[here] |= graph[here]
+        for node in _type_checking_only(tree):
+            hidden[here] |= _targets(node, here, is_package, known) - {here}
+        hidden[here] |= _sys_modules_lookups(tree, known) - {here}
         for n in ast.walk(tree):
-            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 size = n.end_lineno - n.lineno + 1
-                if size > m.largest_function[1]:
-                    m.largest_function = (f"{rel}:{n.name}", size)
+                which = "largest_class" if isinstance(n, ast.ClassDef) else "largest_function"
+                if size > getattr(m, which)[1]:
+                    setattr(m, which, (f"{rel}:{n.name}", size))
         strings = _strings(tree)
         if strings & set(BASELINE_NAMES):
             m.modules_naming_a_baseline.append(rel)
@@ -229,6 +286,8 @@ def measure(root: Path) -> Metrics:
             m.modules_naming_a_thread_variable.append(rel)
     m.imports_in_functions_per_kloc = round(1000 * m.imports_in_functions / max(m.lines, 1), 1)
     m.file_cycles = _sccs(graph)
+    m.hidden_cycles = [c for c in _sccs(hidden) if c not in m.file_cycles]
+    m.runtime_upward_arrows = upward_arrows(graph, hidden, "tf_autopar.runtime")
     packages: dict[str, set[str]] = {}
     for source, targets in graph.items():
         entry = packages.setdefault(package_of(source), set())
@@ -242,6 +301,34 @@ def measure(root: Path) -> Metrics:
     m.package_cycles = _sccs(packages)
     m.duplicate_pairs = duplicate_pairs(package_dir)
     return m
+
+
+def upward_arrows(real: dict[str, set[str]], hidden: dict[str, set[str]], package: str) -> list[tuple[str, str]]:
+    """A package's arrows that point up: the imports that run have an order (no cycles), and an
+    arrow that only a reader follows (TYPE_CHECKING, sys.modules) from a to b, where b already
+    reaches a through imports that run, points against it. A cycle of real imports counts too."""
+    inside = package + "."
+    arrows = [(a, b) for cycle in _sccs(real) for a in cycle for b in real[a] if b in cycle and a.startswith(inside)]
+    for a, targets in hidden.items():
+        if not a.startswith(inside):
+            continue
+        for b in sorted(targets - real[a]):
+            if b.startswith(inside) and _reaches(real, b, a):
+                arrows.append((a, b))
+    return sorted(set(arrows))
+
+
+def _reaches(graph: dict[str, set[str]], start: str, goal: str) -> bool:
+    seen, todo = {start}, [start]
+    while todo:
+        node = todo.pop()
+        if node == goal:
+            return True
+        for nxt in graph.get(node, ()):
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return False
 
 
 def duplicate_pairs(folder: Path) -> int | None:
@@ -272,8 +359,18 @@ def main(argv: list[str] | None = None) -> int:
     print(f"import cycles: {len(m.file_cycles)} among modules, {len(m.package_cycles)} among packages")
     for cycle in m.file_cycles + m.package_cycles:
         print("  " + " <-> ".join(cycle))
-    print(f"imports inside functions: {m.imports_in_functions} ({m.imports_in_functions_per_kloc} per 1,000 lines)")
+    print(f"cycles closed only by TYPE_CHECKING imports or sys.modules look-ups: {len(m.hidden_cycles)}")
+    for cycle in m.hidden_cycles:
+        print("  " + " <-> ".join(cycle))
+    print(f"upward arrows inside runtime/: {len(m.runtime_upward_arrows)}")
+    for a, b in m.runtime_upward_arrows:
+        print(f"  {a} -> {b}")
+    print(
+        f"imports inside functions: {m.imports_in_functions} ({m.imports_in_functions_per_kloc} per 1,000 lines), "
+        f"and {m.tensorflow_imports_in_functions} of TensorFlow's (deferred, counted apart)"
+    )
     print(f"largest module: {m.largest_module[0]} ({m.largest_module[1]} lines)")
+    print(f"largest class: {m.largest_class[0]} ({m.largest_class[1]} lines)")
     print(f"largest function: {m.largest_function[0]} ({m.largest_function[1]} lines)")
     print(f"longest line: {m.longest_line[0]} ({m.longest_line[1]} characters)")
     print(
