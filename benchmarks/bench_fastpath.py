@@ -22,6 +22,11 @@ fixed wall time. Configurations:
     python benchmarks/user_models.py /work/user_models
     python benchmarks/bench_fastpath.py /work/user_models --out benchmarks/results/fastpath.json
     python benchmarks/bench_fastpath.py --summarise benchmarks/results/fastpath.json
+    python benchmarks/bench_fastpath.py /work/user_models --roots before=../old,after=. --only a,b,c
+
+``--roots LABEL=DIR,...`` compares checkouts of tf_autopar in the same rounds: each row runs
+``enable@LABEL`` and ``enable-2nd@LABEL`` with DIR's tf_autopar importable, interleaved with the
+defaults (no sweeps), and the summary gives each checkout's paths and speed against the default.
 """
 
 from __future__ import annotations
@@ -136,8 +141,9 @@ def run_child(
     cache: str,
     pairs: tuple[str, ...] = PAIRS,
     extra_env: dict[str, str] | None = None,
+    root: str | None = None,
 ) -> dict:
-    env = child_env(extra_env)
+    env = child_env(extra_env, root)
     env["TF_AUTOPAR_CACHE_DIR"] = cache
     extra: list[str] = []
     if cfg.startswith("pools:"):
@@ -154,13 +160,14 @@ def run_child(
     return res
 
 
-def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+def child_env(extra: dict[str, str] | None = None, root: str | None = None) -> dict[str, str]:
     """This environment without thread or tf_autopar settings (each child makes its own), quiet,
-    with the repository importable."""
+    with the repository (or ``root``, another checkout) importable."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TF_NUM_", "TF_OVERRIDE", "TF_AUTOPAR"))}
     env.update(extra or {})
     env["TF_CPP_MIN_LOG_LEVEL"] = "3"
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (os.path.dirname(HERE), env.get("PYTHONPATH", "")) if p)
+    first = os.path.abspath(root) if root else os.path.dirname(HERE)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (first, env.get("PYTHONPATH", "")) if p)
     return env
 
 
@@ -272,6 +279,42 @@ def row_summary(row: dict, window_s: float) -> dict:
     return out
 
 
+def roots_summary(data: dict) -> str:
+    """Each checkout's enable() per row against the defaults of the same rounds (``--roots``)."""
+    labels = data["roots"]
+    lines = [
+        f"processor: {data['host']['cpu_model']} ({data['host']['cpus']} CPUs); TensorFlow {data['host']['tf_version']}; "
+        f"{data['host']['date']}",
+        "steady ms = median of the second half of a run's requests (enable(): of the frozen session's); "
+        "vs default = mean of the round's two defaults / enable(), median [range] over rounds",
+        "",
+        "| model | batch | default ms | "
+        + " | ".join(f"{lab}: enable() ms, vs default, paths, 2nd start 1st call frozen" for lab in labels)
+        + " |",
+        "|---|---|---|" + "---|" * len(labels),
+    ]
+    for row in data["rows"]:
+        by = lambda cfg, rounds=row["rounds"]: [r[cfg] for r in rounds if cfg in r and "error" not in r[cfg]]  # noqa: E731
+        d, d2 = by("default"), by("default-again")
+        cells = []
+        for lab in labels:
+            e, e2 = by(f"enable@{lab}"), by(f"enable-2nd@{lab}")
+            ratios = [((steady_ms(a) + steady_ms(b)) / 2) / steady_ms(x) for a, b, x in zip(d, d2, e)]
+            paths = sorted({f"{b['path']} {b['inter_op']}x{b['intra_op']}" for r in e for b in r.get("buckets", [])})
+            second = all(bool(r.get("frozen")) and r["frozen"][0] for r in e2) if e2 else False
+            cells.append(
+                f"{_median([steady_ms(r) for r in e]):.2f}, {_median(ratios):.2f}x "
+                f"[{min(ratios, default=float('nan')):.2f}-{max(ratios, default=float('nan')):.2f}], "
+                f"{'; '.join(paths) or '-'}, {'yes' if second else 'no'}"
+            )
+        lines.append(
+            f"| {row['model']} | {row['batch']} | {_median([steady_ms(r) for r in d]):.2f} | "
+            + " | ".join(cells)
+            + " |"
+        )
+    return "\n".join(lines)
+
+
 def merge_sweeps(data: dict, earlier: dict) -> None:
     """Copy the earlier run's sweep configurations (pools:*, frozen-sweep) into ``data``'s first round per row."""
     sweeps = {}
@@ -353,6 +396,12 @@ def main() -> int:
         help="process pools and frozen sweep: in the first round (default), every round or never",
     )
     ap.add_argument("--out", default=os.path.join(HERE, "results", "fastpath.json"))
+    ap.add_argument(
+        "--roots",
+        metavar="LABEL=DIR,...",
+        default=None,
+        help="compare checkouts of tf_autopar in the same rounds (enable() and its second start per checkout)",
+    )
     ap.add_argument("--summarise", metavar="JSON")
     ap.add_argument(
         "--sweep-from",
@@ -368,29 +417,51 @@ def main() -> int:
         if args.sweep_from:
             with open(args.sweep_from, encoding="utf-8") as fh:
                 merge_sweeps(data, json.load(fh))
-        print(summarise(data))
+        print(roots_summary(data) if data.get("roots") else summarise(data))
         return 0
     if not args.model_dir or not os.path.isdir(args.model_dir):
         ap.error("give the directory written by benchmarks/user_models.py")
     names = args.only.split(",") if args.only else list(SERVING)
     rows = [{"model": n, "batch": SERVING[n][w], "rounds": []} for n in names for w in args.batches.split(",")]
+    roots = dict(part.split("=", 1) for part in args.roots.split(",")) if args.roots else {}
     data = {"host": host(), "rows": rows, "window_s": args.window, "command": " ".join(sys.argv)}
+    if roots:
+        data["roots"] = list(roots)
     t0 = time.time()
     for rnd in range(args.rounds):
         for row in rows:
             with tempfile.TemporaryDirectory(prefix="tfa_fastpath_") as cache:
                 configs = ["default", "enable", "default-again", "enable-2nd"]
-                if args.sweep == "every" or (args.sweep == "first" and rnd == 0):
+                if roots:
+                    labels = list(roots)[rnd % len(roots) :] + list(roots)[: rnd % len(roots)]  # rotate who goes first
+                    configs = ["default"] + [f"enable@{lab}" for lab in labels] + ["default-again"]
+                    configs += [f"enable-2nd@{lab}" for lab in labels]
+                elif args.sweep == "every" or (args.sweep == "first" and rnd == 0):
                     configs += [f"pools:{p}" for p in PAIRS] + ["frozen-sweep"]
                 results = {}
                 for cfg in configs:
-                    seconds = args.window if cfg == "enable" else args.seconds
-                    results[cfg] = run_child(cfg, args.model_dir, row["model"], row["batch"], seconds, cache)
+                    label = cfg.partition("@")[2]
+                    seconds = args.window if cfg.partition("@")[0] == "enable" else args.seconds
+                    results[cfg] = run_child(
+                        cfg,
+                        args.model_dir,
+                        row["model"],
+                        row["batch"],
+                        seconds,
+                        os.path.join(cache, label),
+                        root=roots.get(label),
+                    )
                     if "error" in results[cfg]:
                         print(
                             f"  {row['model']} b{row['batch']} {cfg}: ERROR {results[cfg]['error'][-300:]}", flush=True
                         )
                 row["rounds"].append(results)
+            data["wall_s"] = round(time.time() - t0, 1)
+            with open(args.out, "w", encoding="utf-8") as fh:
+                json.dump(data, fh)
+            if roots:
+                print(f"round {rnd + 1} {row['model']} b{row['batch']} done, {time.time() - t0:.0f} s", flush=True)
+                continue
             s = row_summary(row, args.window)
             print(
                 f"round {rnd + 1} {row['model']} b{row['batch']}: default {s['default_ms']:.2f} ms, enable "
@@ -401,7 +472,7 @@ def main() -> int:
             data["wall_s"] = round(time.time() - t0, 1)
             with open(args.out, "w", encoding="utf-8") as fh:
                 json.dump(data, fh)
-    print(summarise(data))
+    print(roots_summary(data) if roots else summarise(data))
     return 0
 
 
