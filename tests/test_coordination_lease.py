@@ -736,7 +736,7 @@ def test_a_decision_lock_held_for_good_delays_a_start_only_briefly(tmp_path, mon
     root = tmp_path / "lease"
     env = {**GROUP_ENV, "TF_AUTOPAR_RENDEZVOUS_S": "0.2"}
     with claim_share(_topo(), env, lease_dir=str(root)) as first:  # a live peer: the next one meets it
-        with group_lock(first._lease.directory) as taken:  # held through another descriptor: for good
+        with group_lock(first.lease.directory) as taken:  # held through another descriptor: for good
             assert taken
             t0 = time.perf_counter()
             with claim_share(_topo(), env, lease_dir=str(root)) as second:

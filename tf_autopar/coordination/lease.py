@@ -47,6 +47,7 @@ import json
 import os
 import stat
 import sys
+import tempfile
 import threading
 import time
 from typing import Any, Iterable, Iterator, Mapping, Sequence
@@ -71,12 +72,7 @@ def default_root(env: Mapping[str, str] | None = None) -> tuple[str, bool]:
     given = env.get("TF_AUTOPAR_LEASE_DIR", "").strip()
     if given:
         return given, True
-    if os.path.isdir("/dev/shm"):
-        base = "/dev/shm"
-    else:
-        import tempfile
-
-        base = tempfile.gettempdir()
+    base = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
     return os.path.join(base, f"tf_autopar-{os.getuid()}"), False
 
 

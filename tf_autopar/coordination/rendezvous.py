@@ -25,7 +25,7 @@ count waits for the others:
   forking master whose next worker may not exist yet; ``forked_by_own_program``). A process
   started alone (a script, a notebook) is none of these, records itself as worker 0 of 1 and takes the host at once, so it never pays
   the window. Nothing waits when a count, ranks or a narrowed CPU mask decide the share
-  (coordination/__init__.py returns before the lease is asked).
+  (claim.py returns before the lease is asked).
 - A worker that arrives after the window closed, or while a live worker holds a rank, is
   late. If a member exited and left its rank free (a restarted worker), it takes that rank of
   the recorded count: no overlap. Otherwise it is told what happened and what to do

@@ -110,6 +110,14 @@ def slice_for(topology: Topology, index: int, count: int) -> Slice:
     return _shared(cores, mask, index, count)
 
 
+def doubled_up(topology: Topology, index: int, count: int) -> Slice:
+    """Worker ``index``'s slice when ``index`` is at or beyond ``count`` (more processes than announced, e.g.
+    a restarted worker overlapping its predecessor): slice ``index mod count``, shared with its holder,
+    half its cores to plan for (1 under the sharing rule)."""
+    base = slice_for(topology, index % count, count)
+    return Slice(index, base.cpus, max(1, base.cores // 2) if base.shared_with == 1 else 1, base.shared_with + 1)
+
+
 def bound_count(count: int, topology: Topology, what: str, *, cap: bool = True) -> tuple[int, str]:
     """(the count to plan for, a warning or ""), for a worker count read from outside (``what``:
     where, e.g. "WEB_CONCURRENCY=12"). Above the usable cores: the sharing rule, said once; above
