@@ -1,5 +1,8 @@
 """report.md and the PNGs of a characterization. Pure: matplotlib (Agg) and scipy, no TensorFlow.
 
+matplotlib and scipy are the ``characterize`` extra: imported where a figure is drawn, so the
+report's text and this module load without them.
+
 The report must read on its own: every figure has a table with the same numbers next to it, so
 it stays useful where images do not render.
 """
@@ -13,6 +16,8 @@ import shutil
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+import numpy as np
 
 from tf_autopar.characterization.analysis import GROUP_DISTANCE, MIN_CLASS_SHARE
 from tf_autopar.characterization.classes import OP_CLASSES, SHORT
@@ -334,7 +339,6 @@ def plot_train_vs_infer(result: Result, path: Path) -> bool:
     if not tvi:
         return False
     import matplotlib.pyplot as plt
-    import numpy as np
 
     ws = list(tvi)
     fig, (ax1, ax2) = plt.subplots(
@@ -387,7 +391,6 @@ def plot_scaling_by_class(result: Result, path: Path) -> bool:
     if not rows or not classes or len(s.threads) < 2:
         return False
     import matplotlib.pyplot as plt
-    import numpy as np
 
     mat = np.array(
         [[e["class_speedup"][c][-1] if c in e["class_speedup"] else np.nan for c in classes] for _, e in rows],
