@@ -270,6 +270,24 @@ def _colors() -> dict[str, Any]:
     return {c: cmap(i) for i, c in enumerate(OP_CLASSES)}
 
 
+def _annotate(ax: Any, mat: Any, *, fontsize: int, light_below: float, skip_nan: bool = False) -> None:
+    """Each cell of a heat map's matrix written on it to two decimals: white on the dark cells
+    (below ``light_below``), black on the light ones; NaN cells left blank with ``skip_nan``."""
+    for i in range(mat.shape[0]):
+        for j in range(mat.shape[1]):
+            if skip_nan and np.isnan(mat[i, j]):
+                continue
+            ax.text(
+                j,
+                i,
+                f"{mat[i, j]:.2f}",
+                ha="center",
+                va="center",
+                fontsize=fontsize,
+                color="white" if mat[i, j] < light_below else "black",
+            )
+
+
 def plot_time_by_class(result: Result, path: Path) -> bool:
     import matplotlib.pyplot as plt
 
@@ -318,17 +336,7 @@ def plot_similarity(sim: Any, mode: str, path: Path) -> bool:
     ax.set_xticks(range(n), names, rotation=90, fontsize=8)
     ax.set_yticks(range(n), names, fontsize=8)
     if n <= 16:
-        for i in range(n):
-            for j in range(n):
-                ax.text(
-                    j,
-                    i,
-                    f"{mat[i, j]:.2f}",
-                    ha="center",
-                    va="center",
-                    fontsize=6,
-                    color="white" if mat[i, j] < 0.6 else "black",
-                )
+        _annotate(ax, mat, fontsize=6, light_below=0.6)
     ax.set_title(f"{mode}: cosine similarity of op-class profiles")
     fig.colorbar(im, cax=fig.add_axes((0.86, 0.1, 0.02, 0.78)))
     return _save(fig, path, bbox_inches="tight")
@@ -400,18 +408,7 @@ def plot_scaling_by_class(result: Result, path: Path) -> bool:
     im = ax.imshow(mat, cmap="viridis", vmin=0, vmax=max(s.threads), aspect="auto")
     ax.set_xticks(range(len(classes)), [SHORT[c] for c in classes], rotation=45, ha="right", fontsize=8)
     ax.set_yticks(range(len(rows)), [r[0] for r in rows], fontsize=8)
-    for i in range(len(rows)):
-        for j in range(len(classes)):
-            if not np.isnan(mat[i, j]):
-                ax.text(
-                    j,
-                    i,
-                    f"{mat[i, j]:.2f}",
-                    ha="center",
-                    va="center",
-                    fontsize=7,
-                    color="white" if mat[i, j] < max(s.threads) * 0.6 else "black",
-                )
+    _annotate(ax, mat, fontsize=7, light_below=max(s.threads) * 0.6, skip_nan=True)
     ax.set_title(f"speedup by op class at {max(s.threads)} intra-op threads")
     fig.colorbar(im, ax=ax)
     return _save(fig, path)

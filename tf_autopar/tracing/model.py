@@ -81,6 +81,11 @@ class RawChunk:
         if self.events.ndim != 2 or self.events.shape[1] != 4:
             raise ValueError(f"events must have shape (n, 4), got {self.events.shape}")
 
+    def window(self, start_ns: int, end_ns: int) -> np.ndarray:
+        """The events that started in [start_ns, end_ns]."""
+        ev = self.events
+        return ev[(ev[:, 2] >= start_ns) & (ev[:, 2] <= end_ns)]
+
 
 @dataclass(frozen=True)
 class OpEvent:
@@ -289,10 +294,7 @@ def op_table(chunks: Iterable[RawChunk], start_ns: int, end_ns: int) -> OpTable:
         return keys.setdefault(k, len(keys))
 
     for ch in chunks:
-        ev = ch.events
-        if len(ev) == 0:
-            continue
-        ev = ev[(ev[:, 2] >= start_ns) & (ev[:, 2] <= end_ns)]
+        ev = ch.window(start_ns, end_ns)
         if len(ev) == 0:
             continue
         lookup = np.full(len(ch.names), -1, dtype=np.int64)
@@ -322,10 +324,9 @@ def runtime_events(chunks: Iterable[RawChunk], start_ns: int, end_ns: int) -> li
     """(name, thread, start, end) of the non-kernel events (executor, eager runtime, tf.data)."""
     out = []
     for ch in chunks:
-        ev = ch.events
+        ev = ch.window(start_ns, end_ns)
         if len(ev) == 0:
             continue
-        ev = ev[(ev[:, 2] >= start_ns) & (ev[:, 2] <= end_ns)]
         is_op = np.array([parse_op_event(n) is not None for n in ch.names] or [False], dtype=bool)
         for row in ev[~is_op[ev[:, 0]]]:
             out.append((ch.names[int(row[0])], ch.threads[int(row[1])], int(row[2]) - start_ns, int(row[3]) - start_ns))
