@@ -25,6 +25,8 @@ from __future__ import annotations
 import re
 from typing import Iterable, Mapping
 
+from tf_autopar.graph.heavy_ops import heavy_class
+
 CONVOLUTION = "convolution"
 MATMUL = "matrix multiply"
 ELEMENTWISE = "element-wise arithmetic"
@@ -133,8 +135,6 @@ _GRAD_SUFFIX = re.compile(r"(?:Grad(?:V\d)?|Backprop(?:Input|Filter)(?:V\d)?|Gra
 
 
 def _heavy(op_type: str) -> str | None:
-    from tf_autopar.graph.heavy_ops import heavy_class
-
     heavy = heavy_class(op_type)
     return _HEAVY_TO_CLASS.get(heavy) if heavy else None
 

@@ -1,5 +1,8 @@
 """report.md and the PNGs of a characterization. Pure: matplotlib (Agg) and scipy, no TensorFlow.
 
+matplotlib and scipy are the ``characterize`` extra: imported where a figure is drawn, so the
+report's text and this module load without them.
+
 The report must read on its own: every figure has a table with the same numbers next to it, so
 it stays useful where images do not render.
 """
@@ -13,6 +16,8 @@ import shutil
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+import numpy as np
 
 from tf_autopar.characterization.analysis import GROUP_DISTANCE, MIN_CLASS_SHARE
 from tf_autopar.characterization.classes import OP_CLASSES, SHORT
@@ -75,10 +80,31 @@ def _scaling_table(result: Result, img: set[str]) -> list[str]:
 
 def render(result: Result, images: Sequence[str] = ()) -> str:
     """The Markdown report; ``images`` are the PNG names written next to it."""
-    s, a, h = result.settings, result.analyses, result.host
     img = set(images)
+    lines = _intro(result)
+    lines += _breakdown_section(result, img)
+    lines += _similarity_section(result, img)
+    lines += _train_vs_infer_section(result, img)
+    lines += _scaling_section(result, img)
+    lines += [""]
+    if result.failures:
+        lines += (
+            ["## Failed runs", ""]
+            + [
+                f"- {r.workload} {r.mode} intra {r.intra} inter {r.inter} round {r.round}: {r.error}"
+                for r in result.failures
+            ]
+            + [""]
+        )
+    lines += ["The numbers behind every table and figure: `characterize.json`.", ""]
+    return "\n".join(lines)
+
+
+def _intro(result: Result) -> list[str]:
+    """The title, the host, what was measured and how."""
+    s, h = result.settings, result.host
     ok = [r for r in result.runs if r.ok]
-    lines = [
+    return [
         "# Workload characterization (Fathom's four analyses)",
         "",
         f"Host: {h.get('processor', 'unknown')}, CPU budget {h.get('cpu_budget')}; TensorFlow "
@@ -95,23 +121,28 @@ def render(result: Result, images: Sequence[str] = ()) -> str:
         "Fathom's published findings: docs/characterization.md in tf_autopar.",
         "",
     ]
+
+
+def _breakdown_row(w: str, m: str, e: dict[str, Any] | None) -> list[str]:
+    """A workload and mode's step, kernel time, class shares, tax and dominant op types."""
+    if e is None:
+        return [w, m, "no data"] + [""] * (len(OP_CLASSES) + 3)
+    dom = ", ".join(f"{t} {_pct(x)}" for t, x in e["dominant_types"])
+    return (
+        [w, m, _ms(e["step_s"]), _ms(e.get("kernel_s"))]
+        + [_pct(e["shares"][c]) for c in OP_CLASSES]
+        + [_pct(e["tax_fraction"]), f"{len(e['dominant_types'])} of {e['n_types']}: {dom}"]
+    )
+
+
+def _breakdown_section(result: Result, img: set[str]) -> list[str]:
+    """1. Where the time goes: the table per workload and mode, and the op types no rule placed."""
+    s, a = result.settings, result.analyses
     bd = a["breakdown"]
-    lines += ["## 1. Where the time goes", ""]
+    lines = ["## 1. Where the time goes", ""]
     if "time_by_class.png" in img:
         lines += ["![kernel time by op class](time_by_class.png)", ""]
-    rows = []
-    for w in s.workloads:
-        for m in s.modes:
-            e = bd.get(w, {}).get(m)
-            if e is None:
-                rows.append([w, m, "no data"] + [""] * (len(OP_CLASSES) + 3))
-                continue
-            dom = ", ".join(f"{t} {_pct(x)}" for t, x in e["dominant_types"])
-            rows.append(
-                [w, m, _ms(e["step_s"]), _ms(e.get("kernel_s"))]
-                + [_pct(e["shares"][c]) for c in OP_CLASSES]
-                + [_pct(e["tax_fraction"]), f"{len(e['dominant_types'])} of {e['n_types']}: {dom}"]
-            )
+    rows = [_breakdown_row(w, m, bd.get(w, {}).get(m)) for w in s.workloads for m in s.modes]
     lines += _table(
         ["workload", "mode", "ms/step", "kernel ms/step"]
         + [SHORT[c] for c in OP_CLASSES]
@@ -133,15 +164,19 @@ def render(result: Result, images: Sequence[str] = ()) -> str:
         else "Every recorded op type was placed by the op-class table (none fell to *other* unknown).",
         "",
     ]
+    return lines
 
-    lines += [
+
+def _similarity_section(result: Result, img: set[str]) -> list[str]:
+    """2. Similarity: per mode, the groups and each workload's nearest."""
+    lines = [
         "## 2. Similarity",
         "",
         "Cosine similarity of the op-class share profiles, clustered by average linkage on "
         f"1 - similarity; groups are cut at distance {GROUP_DISTANCE} (similarity {1 - GROUP_DISTANCE:.1f}).",
         "",
     ]
-    for m, sim in a["similarity"].items():
+    for m, sim in result.analyses["similarity"].items():
         lines += [f"### {m}", ""]
         name = f"similarity_{m}.png"
         if name in img:
@@ -159,32 +194,39 @@ def render(result: Result, images: Sequence[str] = ()) -> str:
         if sim.nearest:
             lines += ["", "Nearest: " + "; ".join(f"{k} -> {v[0]} ({v[1]:.2f})" for k, v in sim.nearest.items()) + "."]
         lines += [""]
+    return lines
 
-    tvi = a["train_vs_infer"]
-    lines += ["## 3. Training vs inference", ""]
-    if tvi:
-        if "train_vs_infer.png" in img:
-            lines += ["![training vs inference](train_vs_infer.png)", ""]
-        rows = []
-        for w, e in tvi.items():
-            moves = sorted(e["shift"].items(), key=lambda kv: -abs(kv[1]))[:3]
-            rows.append(
-                [
-                    w,
-                    _ms(e["infer_step_s"]),
-                    _ms(e["train_step_s"]),
-                    _x(e["ratio"]),
-                    ", ".join(f"{SHORT[c]} {v * 100:+.0f} pp" for c, v in moves if abs(v) >= 0.005) or "none",
-                ]
-            )
-        lines += _table(
-            ["workload", "infer ms/step", "train ms/step", "train/infer", "largest share shifts (train - infer)"], rows
+
+def _train_vs_infer_section(result: Result, img: set[str]) -> list[str]:
+    """3. Training vs inference: step times, their ratio and the largest share shifts."""
+    tvi = result.analyses["train_vs_infer"]
+    lines = ["## 3. Training vs inference", ""]
+    if not tvi:
+        return lines + ["Not measured: needs both modes (`--modes infer,train`).", ""]
+    if "train_vs_infer.png" in img:
+        lines += ["![training vs inference](train_vs_infer.png)", ""]
+    rows = []
+    for w, e in tvi.items():
+        moves = sorted(e["shift"].items(), key=lambda kv: -abs(kv[1]))[:3]
+        rows.append(
+            [
+                w,
+                _ms(e["infer_step_s"]),
+                _ms(e["train_step_s"]),
+                _x(e["ratio"]),
+                ", ".join(f"{SHORT[c]} {v * 100:+.0f} pp" for c, v in moves if abs(v) >= 0.005) or "none",
+            ]
         )
-        lines += ["", "Both modes at each workload's own batch (the table in section 1 has it per run).", ""]
-    else:
-        lines += ["Not measured: needs both modes (`--modes infer,train`).", ""]
+    lines += _table(
+        ["workload", "infer ms/step", "train ms/step", "train/infer", "largest share shifts (train - infer)"], rows
+    )
+    return lines + ["", "Both modes at each workload's own batch (the table in section 1 has it per run).", ""]
 
-    lines += ["## 4. Parallel scaling", ""]
+
+def _scaling_section(result: Result, img: set[str]) -> list[str]:
+    """4. Parallel scaling: intra-op speedups (overall and per op class), then the inter-op pools."""
+    s = result.settings
+    lines = ["## 4. Parallel scaling", ""]
     if len(s.threads) < 2:
         lines += ["Intra-op scaling not measured: it needs two or more intra-op counts (`--threads 1,2,...`).", ""]
     else:
@@ -195,7 +237,7 @@ def render(result: Result, images: Sequence[str] = ()) -> str:
             "",
         ]
         lines += _scaling_table(result, img)
-    ip = a["inter_pools"]
+    ip = result.analyses["inter_pools"]
     if ip:
         lines += ["", f"Inter-op pools at intra-op {max(s.threads)} (speedup over one inter-op thread):", ""]
         rows = [
@@ -208,18 +250,7 @@ def render(result: Result, images: Sequence[str] = ()) -> str:
             ["workload", "mode"] + [f"inter-op {i}" for i in range(1, width - 1)],
             [r + [""] * (width - len(r)) for r in rows],
         )
-    lines += [""]
-    if result.failures:
-        lines += (
-            ["## Failed runs", ""]
-            + [
-                f"- {r.workload} {r.mode} intra {r.intra} inter {r.inter} round {r.round}: {r.error}"
-                for r in result.failures
-            ]
-            + [""]
-        )
-    lines += ["The numbers behind every table and figure: `characterize.json`.", ""]
-    return "\n".join(lines)
+    return lines
 
 
 def _save(fig: Any, path: Path, **kw: Any) -> bool:
@@ -237,6 +268,24 @@ def _colors() -> dict[str, Any]:
 
     cmap = matplotlib.colormaps["tab10"]
     return {c: cmap(i) for i, c in enumerate(OP_CLASSES)}
+
+
+def _annotate(ax: Any, mat: Any, *, fontsize: int, light_below: float, skip_nan: bool = False) -> None:
+    """Each cell of a heat map's matrix written on it to two decimals: white on the dark cells
+    (below ``light_below``), black on the light ones; NaN cells left blank with ``skip_nan``."""
+    for i in range(mat.shape[0]):
+        for j in range(mat.shape[1]):
+            if skip_nan and np.isnan(mat[i, j]):
+                continue
+            ax.text(
+                j,
+                i,
+                f"{mat[i, j]:.2f}",
+                ha="center",
+                va="center",
+                fontsize=fontsize,
+                color="white" if mat[i, j] < light_below else "black",
+            )
 
 
 def plot_time_by_class(result: Result, path: Path) -> bool:
@@ -287,17 +336,7 @@ def plot_similarity(sim: Any, mode: str, path: Path) -> bool:
     ax.set_xticks(range(n), names, rotation=90, fontsize=8)
     ax.set_yticks(range(n), names, fontsize=8)
     if n <= 16:
-        for i in range(n):
-            for j in range(n):
-                ax.text(
-                    j,
-                    i,
-                    f"{mat[i, j]:.2f}",
-                    ha="center",
-                    va="center",
-                    fontsize=6,
-                    color="white" if mat[i, j] < 0.6 else "black",
-                )
+        _annotate(ax, mat, fontsize=6, light_below=0.6)
     ax.set_title(f"{mode}: cosine similarity of op-class profiles")
     fig.colorbar(im, cax=fig.add_axes((0.86, 0.1, 0.02, 0.78)))
     return _save(fig, path, bbox_inches="tight")
@@ -308,7 +347,6 @@ def plot_train_vs_infer(result: Result, path: Path) -> bool:
     if not tvi:
         return False
     import matplotlib.pyplot as plt
-    import numpy as np
 
     ws = list(tvi)
     fig, (ax1, ax2) = plt.subplots(
@@ -361,7 +399,6 @@ def plot_scaling_by_class(result: Result, path: Path) -> bool:
     if not rows or not classes or len(s.threads) < 2:
         return False
     import matplotlib.pyplot as plt
-    import numpy as np
 
     mat = np.array(
         [[e["class_speedup"][c][-1] if c in e["class_speedup"] else np.nan for c in classes] for _, e in rows],
@@ -371,18 +408,7 @@ def plot_scaling_by_class(result: Result, path: Path) -> bool:
     im = ax.imshow(mat, cmap="viridis", vmin=0, vmax=max(s.threads), aspect="auto")
     ax.set_xticks(range(len(classes)), [SHORT[c] for c in classes], rotation=45, ha="right", fontsize=8)
     ax.set_yticks(range(len(rows)), [r[0] for r in rows], fontsize=8)
-    for i in range(len(rows)):
-        for j in range(len(classes)):
-            if not np.isnan(mat[i, j]):
-                ax.text(
-                    j,
-                    i,
-                    f"{mat[i, j]:.2f}",
-                    ha="center",
-                    va="center",
-                    fontsize=7,
-                    color="white" if mat[i, j] < max(s.threads) * 0.6 else "black",
-                )
+    _annotate(ax, mat, fontsize=7, light_below=max(s.threads) * 0.6, skip_nan=True)
     ax.set_title(f"speedup by op class at {max(s.threads)} intra-op threads")
     fig.colorbar(im, ax=ax)
     return _save(fig, path)

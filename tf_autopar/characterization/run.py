@@ -11,6 +11,7 @@ not import the workloads package.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import platform
@@ -18,9 +19,11 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+import tf_autopar
 from tf_autopar.characterization.analysis import Run, analyze, summarize_payload
 from tf_autopar.characterization.classes import check_classes
 from tf_autopar.characterization.report import write_all
@@ -189,8 +192,6 @@ def check_out_dir(out: str | os.PathLike[str]) -> Path:
 
 def check_dependencies() -> None:
     """scipy and matplotlib are needed only at the end: say so before an hour of measuring."""
-    import importlib.util
-
     missing = [m for m in ("scipy", "matplotlib") if importlib.util.find_spec(m) is None]
     if missing:
         raise ValueError(f"characterize needs {' and '.join(missing)}: pip install 'tf_autopar[characterize]'")
@@ -248,12 +249,8 @@ def measure(spec: Spec, s: Settings) -> Run:
 
 def host_info(budget: int) -> dict[str, Any]:
     """Processor, budget and versions, without importing TensorFlow."""
-    from importlib import metadata
-
     info: dict[str, Any] = {"cpu_budget": budget, "python": platform.python_version(), "machine": platform.machine()}
     try:
-        import tf_autopar
-
         info["processor"] = tf_autopar.detect_topology().cpu.model
     except Exception as exc:  # noqa: BLE001 - the report says unknown
         log.info("processor model unknown: %s", exc)
@@ -290,8 +287,6 @@ def characterize(
     PermissionError for ``out``) before anything runs; files appear in ``out`` only at the end,
     all together. ``known``: the valid workload names (the caller's catalogue)."""
     if budget is None:
-        import tf_autopar
-
         budget = tf_autopar.detect_topology().cpu_budget
     s = check_settings(
         Settings(

@@ -9,6 +9,7 @@ Serving batching file's ``max_batch_size``, else 1; other unknown dimensions com
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from typing import Any, NamedTuple, Sequence
@@ -173,8 +174,6 @@ def for_unknown_batch(profile: GraphProfile) -> GraphProfile:
     plan made for batch 1 ran MobileNetV2 at batch 8 1.35x slower than the default and a DLRM
     recommender at batch 2048 1.6x slower; with every CPU per op but the width's single inter-op
     thread, a BERT encoder at batch 1 still ran 1.15x slower than the default's two."""
-    import dataclasses
-
     note = (
         "the batch is not given: op sizes unknown, so TensorFlow's default pool sizes within the budget "
         "(give the batch: enable(batch=N), --batch N)"

@@ -9,6 +9,7 @@ op's static shapes (work.py), which a GraphDef does not keep.
 from __future__ import annotations
 
 import logging
+import zipfile
 from typing import Any, Sequence
 
 from tf_autopar.graph import heavy_ops as H
@@ -229,8 +230,6 @@ def trace_keras(model: Any, input_signature: Any) -> tuple[Any, str, dict[str, t
 def load_keras_file(path: str) -> Any:
     """The model of a .keras file: rebuilt (a zip of config and weights holds no graph), so this
     starts TensorFlow's runtime; enable() does it in a child process when the pools are still open."""
-    import zipfile
-
     if not zipfile.is_zipfile(path):
         raise ValueError(f"{path} is not a Keras archive (a .keras file is a zip of config.json and weights)")
     import keras

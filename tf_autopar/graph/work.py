@@ -314,7 +314,7 @@ def const_ints(node: Any) -> list[int]:
         return []
     values = list(getattr(tensor, "int_val" if field == "int32_val" else field))
     if not values and tensor.tensor_content:
-        import numpy as np
+        import numpy as np  # here: enable() imports the graph package and must not load numpy
 
         values = np.frombuffer(tensor.tensor_content, dtype=np.int32 if tensor.dtype == 3 else np.int64).tolist()
     return [int(v) for v in values]

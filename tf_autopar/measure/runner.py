@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
+import tf_autopar
 from tf_autopar._process_group import kill_group
 from tf_autopar.measure.cgroup import QuotaGroup
 from tf_autopar.measure.configs import is_thread_var
@@ -67,8 +68,6 @@ def clean_env(base: Mapping[str, str] | None = None) -> tuple[dict[str, str], li
     removed = sorted(k for k in env if is_thread_var(k))
     for k in removed:
         del env[k]
-    import tf_autopar
-
     pkg_parent = os.path.dirname(os.path.dirname(os.path.abspath(tf_autopar.__file__)))
     parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     if pkg_parent not in parts:

@@ -30,6 +30,14 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
+from tf_autopar.graph.heavy_ops import (
+    CONDITIONAL_GATHER_OP_TYPES,
+    EMBEDDING_TABLE_SOURCES,
+    PASS_THROUGH_OP_TYPES,
+    heavy_class,
+    is_table_const,
+)
+
 # TF node names: [A-Za-z0-9.][A-Za-z0-9_.\-/>]* ; op types: identifiers.
 _OP_EVENT = re.compile(r"^([A-Za-z0-9.][A-Za-z0-9_.\-/>]*):([A-Za-z_][A-Za-z0-9_]*)$")
 _EAGER_OP = "EagerLocalExecute: "
@@ -58,31 +66,6 @@ CONTAINER_TYPES = frozenset(
     }
 )
 
-#: Used only when tf_autopar.graph.heavy_ops is not importable.
-_LOCAL_HEAVY = {
-    "Conv2D": "convolution",
-    "Conv3D": "convolution",
-    "DepthwiseConv2dNative": "convolution",
-    "_FusedConv2D": "convolution",
-    "_FusedConv3D": "convolution",
-    "_FusedDepthwiseConv2dNative": "convolution",
-    "Conv2DBackpropInput": "convolution",
-    "Conv2DBackpropFilter": "convolution",
-    "MatMul": "matmul",
-    "BatchMatMul": "matmul",
-    "BatchMatMulV2": "matmul",
-    "BatchMatMulV3": "matmul",
-    "Einsum": "matmul",
-    "_FusedMatMul": "matmul",
-    "_FusedBatchMatMulV2": "matmul",
-    "ResourceGather": "embedding",
-    "SparseSegmentSum": "embedding",
-    "SparseSegmentMean": "embedding",
-    "LSTMBlockCell": "recurrent",
-    "BlockLSTM": "recurrent",
-    "GRUBlockCell": "recurrent",
-}
-
 
 @dataclass(frozen=True)
 class RawChunk:
@@ -97,6 +80,11 @@ class RawChunk:
     def __post_init__(self) -> None:
         if self.events.ndim != 2 or self.events.shape[1] != 4:
             raise ValueError(f"events must have shape (n, 4), got {self.events.shape}")
+
+    def window(self, start_ns: int, end_ns: int) -> np.ndarray:
+        """The events that started in [start_ns, end_ns]."""
+        ev = self.events
+        return ev[(ev[:, 2] >= start_ns) & (ev[:, 2] <= end_ns)]
 
 
 @dataclass(frozen=True)
@@ -190,15 +178,6 @@ def embedding_gather_names(graph_def) -> frozenset[str]:
     """Names of the Gather/GatherV2 nodes (top level and function bodies) that read an
     embedding table: params produced by a variable read or a rank>=2 Const, looking through
     Identity-like ops. The same rule as tf_autopar.graph.heavy_ops applies to graphs."""
-    try:
-        from tf_autopar.graph.heavy_ops import (
-            CONDITIONAL_GATHER_OP_TYPES,
-            EMBEDDING_TABLE_SOURCES,
-            PASS_THROUGH_OP_TYPES,
-            is_table_const,
-        )
-    except ImportError:  # pragma: no cover
-        return frozenset()
 
     def producer(by_name: dict, ref: str):
         return by_name.get(ref.lstrip("^").split(":")[0])
@@ -223,19 +202,15 @@ def embedding_gather_names(graph_def) -> frozenset[str]:
 
 
 def heavy_classifier(embedding_gathers: frozenset[str] = frozenset()) -> Callable[[str, str, str], str | None]:
-    """(type, kernel, name) -> heavy class or None, from tf_autopar.graph.heavy_ops when present.
+    """(type, kernel, name) -> heavy class or None, from tf_autopar.graph.heavy_ops.
 
     Gathers are heavy only as embedding look-ups, which a trace cannot see (the params input
     is not recorded): a Gather/GatherV2 counts when its node is in ``embedding_gathers``
     (from the model's graph, see ``embedding_gather_names``) or its name says ``embedding``.
     """
-    try:
-        from tf_autopar.graph.heavy_ops import heavy_class as lookup
-    except ImportError:  # pragma: no cover - the graph package ships alongside
-        lookup = _LOCAL_HEAVY.get
 
     def classify(op_type: str, kernel: str, name: str) -> str | None:
-        cls = lookup(op_type) or lookup(kernel)
+        cls = heavy_class(op_type) or heavy_class(kernel)
         if (
             cls is None
             and op_type in ("GatherV2", "Gather")
@@ -319,10 +294,7 @@ def op_table(chunks: Iterable[RawChunk], start_ns: int, end_ns: int) -> OpTable:
         return keys.setdefault(k, len(keys))
 
     for ch in chunks:
-        ev = ch.events
-        if len(ev) == 0:
-            continue
-        ev = ev[(ev[:, 2] >= start_ns) & (ev[:, 2] <= end_ns)]
+        ev = ch.window(start_ns, end_ns)
         if len(ev) == 0:
             continue
         lookup = np.full(len(ch.names), -1, dtype=np.int64)
@@ -352,10 +324,9 @@ def runtime_events(chunks: Iterable[RawChunk], start_ns: int, end_ns: int) -> li
     """(name, thread, start, end) of the non-kernel events (executor, eager runtime, tf.data)."""
     out = []
     for ch in chunks:
-        ev = ch.events
+        ev = ch.window(start_ns, end_ns)
         if len(ev) == 0:
             continue
-        ev = ev[(ev[:, 2] >= start_ns) & (ev[:, 2] <= end_ns)]
         is_op = np.array([parse_op_event(n) is not None for n in ch.names] or [False], dtype=bool)
         for row in ev[~is_op[ev[:, 0]]]:
             out.append((ch.names[int(row[0])], ch.threads[int(row[1])], int(row[2]) - start_ns, int(row[3]) - start_ns))

@@ -27,7 +27,7 @@ from typing import Any
 
 from tf_autopar import _warn
 from tf_autopar._files import write_json_atomic
-from tf_autopar.tracing import model
+from tf_autopar.tracing import _native, _profiler, model
 from tf_autopar.tracing._native import LEVEL_ALL_OPS, LEVEL_OPS, TraceBusyError
 from tf_autopar.tracing.build import NativeBuildError
 
@@ -45,8 +45,6 @@ def native_status() -> tuple[bool, str]:
     if native_disabled():
         return False, "disabled by TF_AUTOPAR_NO_NATIVE"
     try:
-        from tf_autopar.tracing import _native
-
         _native.load()
     except NativeBuildError as exc:
         return False, str(exc)
@@ -60,9 +58,7 @@ def _make_backend(choice: str):
         if choice == "native" and native_disabled():
             raise NativeBuildError("the native tracer is disabled by TF_AUTOPAR_NO_NATIVE")
         try:
-            from tf_autopar.tracing._native import NativeBackend
-
-            return NativeBackend()
+            return _native.NativeBackend()
         except NativeBuildError as exc:
             if choice == "native":
                 raise
@@ -71,9 +67,7 @@ def _make_backend(choice: str):
                 f"native op tracer unavailable, using the tf.profiler fallback (slower): {exc}",
                 log.name,
             )
-    from tf_autopar.tracing._profiler import ProfilerBackend
-
-    return ProfilerBackend()
+    return _profiler.ProfilerBackend()
 
 
 class _Recording:

@@ -122,6 +122,8 @@ def make_rows(
     for name in workload_names:
         published = (batches or {}).get(name)
         if published is None and any(m != "infer1" for m in modes):
+            # here, not at the top: importing the workloads package registers its names with
+            # tf_autopar.graph.named, which validating model files must not do
             import tf_autopar_workloads as workloads
 
             published = workloads.get(name).default_batch

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Mapping
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
 
 from tf_autopar import _plots
 from tf_autopar._files import write_text_atomic
@@ -83,102 +84,148 @@ def _frozen_cells(row: Mapping[str, Any], summary: Mapping[str, Any]) -> list[st
     return [frozen, format_ratio(summary.get("live_vs_optimum")), _served(row, LIVE)]
 
 
+@dataclass(frozen=True)
+class RowCells:
+    """What the cells of one row of the table are made from."""
+
+    row: Mapping[str, Any]
+    summary: Mapping[str, Any]  # the row's summary ({} when it has none)
+    by_path: bool  # the document measured the frozen path: the optimum names the path it is on
+
+
+def _blank(_: Mapping[str, Any]) -> str:
+    return ""
+
+
+def _geo(key: str) -> Callable[[Mapping[str, Any]], str]:
+    """The geomean line's cell: the document's geometric mean ``key`` to two decimals."""
+    return lambda geo: _two(geo.get(key))
+
+
+def _two(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}"
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of the table: its header, its cell in a row and in the geomean line, and
+    whether it is shown by default (the others only with ``details``)."""
+
+    name: str
+    header: str
+    cell: Callable[[RowCells], str]
+    geomean: Callable[[Mapping[str, Any]], str] = _blank
+    default: bool = True
+
+
+def _ours_ms(c: RowCells) -> str:
+    ours = c.summary.get("configs", {}).get(OURS)
+    if ours:
+        return f"{_ms(ours['median_s'])} ({_range(ours['spread_s'])})" if ours["median_s"] else ours["status"]
+    return "plan failed" if c.row.get("plan", {}).get("status") not in (None, "ok", "pending") else "-"
+
+
+def _vs_column(b: baselines.Baseline) -> Column:
+    """Our speedup over baseline ``b``; '1.00 (same)' where our plan is the baseline's setting."""
+
+    def cell(c: RowCells) -> str:
+        cfgs = c.row["configs"]
+        if b.name in cfgs and OURS in cfgs and canonical(cfgs, b.name) == canonical(cfgs, OURS):
+            return "1.00 (same)"
+        return format_ratio(c.summary.get("speedup", {}).get(b.name))
+
+    return Column(b.name, f"vs {b.label}", cell, lambda geo: _two(geo.get("speedup", {}).get(b.name)))
+
+
+def _part_column(
+    name: str,
+    cells: Callable[[Mapping[str, Any], Mapping[str, Any]], list[str]],
+    i: int,
+    geomean: Callable[[Mapping[str, Any]], str] = _blank,
+) -> Column:
+    """Column ``name``: cell ``i`` of ``cells(row, summary)``, a group of cells made together."""
+    return Column(name, name, lambda c: cells(c.row, c.summary)[i], geomean)
+
+
+def _tune_cost_share(geo: Mapping[str, Any]) -> str:
+    share = geo.get("tune_cost_share")
+    return "-" if share is None else f"{share:.0%} of sweep"
+
+
+def _has_frozen(doc: Mapping[str, Any]) -> bool:
+    return any(row.get("frozen_path") for row in doc["rows"])  # documents before issue 28 have none
+
+
+def _has_tuned(doc: Mapping[str, Any]) -> bool:
+    return any(row.get("tune") for row in doc["rows"])
+
+
+def columns(doc: Mapping[str, Any], details: bool = False) -> list[Column]:
+    """The table's columns for ``doc``: the frozen path's and the tuning's only where it has them."""
+    names = [b.name for b in baselines.BASELINES]
+    cols = [
+        Column("workload", "workload", lambda c: c.row["workload"], lambda geo: "geomean"),
+        Column("mode", "mode", lambda c: c.row["mode"]),
+        Column("batch", "batch", lambda c: str(c.row["batch"])),
+        Column("ours", "ours", lambda c: _threads(c.row, OURS) if OURS in c.row["configs"] else "-"),
+        Column("ours_ms", "ours ms (min-max)", _ours_ms),
+        *(_vs_column(b) for b in baselines.BASELINES),
+        Column("optimum", "optimum", lambda c: _optimum_text(c.row, c.summary.get("optimum"), names, c.by_path)),
+        Column(
+            "ours/opt", "ours/opt", lambda c: format_ratio(c.summary.get("ours_vs_optimum")), _geo("ours_vs_optimum")
+        ),
+    ]
+    if _has_frozen(doc):
+        cols += [
+            _part_column("frozen/opt", _frozen_cells, 0, _geo("frozen_vs_optimum")),
+            _part_column("live/opt", _frozen_cells, 1, _geo("live_vs_optimum")),
+            _part_column("live serves", _frozen_cells, 2),
+        ]
+    if _has_tuned(doc):
+        cols += [
+            _part_column("tuned", _tuned_cells, 0),
+            _part_column("tuned/opt", _tuned_cells, 1, _geo("tuned_vs_optimum")),
+            _part_column("tune cost", _tuned_cells, 2, _tune_cost_share),
+        ]
+    cols.append(Column("flag", "", lambda c: f"< {BELOW_OPTIMUM:.2f}" if c.summary.get("below_optimum") else ""))
+    return [c for c in cols if c.default or details]
+
+
 def format_table(doc: Mapping[str, Any], details: bool = False) -> str:
     """The human report: one line per row, geometric means, flagged rows and failures."""
-    out = []
+    cols = columns(doc, details)
+    by_path = _has_frozen(doc)
+    lines = [[col.cell(RowCells(row, row.get("summary") or {}, by_path)) for col in cols] for row in doc["rows"]]
+    geo = doc.get("geomean", {})
+    lines.append([col.geomean(geo) for col in cols])
+    out = _heading(doc) + table([col.header for col in cols], lines) + _legend(doc)
+    out += _flagged(doc["rows"]) + _failures(doc["rows"]) + _throttling(doc)
+    if details:
+        out.append("")
+        out += format_details(doc)
+    return "\n".join(out)
+
+
+def _heading(doc: Mapping[str, Any]) -> list[str]:
     opts = doc.get("options", {})
-    out.append(
+    out = [
         f"tf-autopar validate: {len(doc['rows'])} row(s), {opts.get('rounds')} rounds x {opts.get('steps')} steps "
         f"(warm-up {opts.get('warmup')}), fresh process per run"
-        + (f", CPU quota {opts['cpu_quota']:g}" if opts.get("cpu_quota") else "")
-    )
-    out.append(f"search space: {doc['space']['description']}")
+        + (f", CPU quota {opts['cpu_quota']:g}" if opts.get("cpu_quota") else ""),
+        f"search space: {doc['space']['description']}",
+    ]
     if doc.get("interrupted"):
         out.append("INTERRUPTED: partial results below")
-    tuned_cols = any(row.get("tune") for row in doc["rows"])
-    frozen_cols = any(row.get("frozen_path") for row in doc["rows"])  # documents before issue 28 have none
-    known = baselines.BASELINES
-    names = [b.name for b in known]
-    header = [
-        "workload",
-        "mode",
-        "batch",
-        "ours",
-        "ours ms (min-max)",
-        *(f"vs {b.label}" for b in known),
-        "optimum",
-        "ours/opt",
-        *(["frozen/opt", "live/opt", "live serves"] if frozen_cols else []),
-        *(["tuned", "tuned/opt", "tune cost"] if tuned_cols else []),
-        "",
-    ]
-    lines = []
-    for row in doc["rows"]:
-        s = row.get("summary") or {}
-        cfgs = s.get("configs", {})
-        ours = cfgs.get(OURS)
-        if ours:
-            sp = ours["spread_s"]
-            ours_ms = f"{_ms(ours['median_s'])} ({_range(sp)})" if ours["median_s"] else ours["status"]
-        else:
-            ours_ms = "plan failed" if row.get("plan", {}).get("status") not in (None, "ok", "pending") else "-"
-        cols = []
-        for b in names:
-            if (
-                b in row["configs"]
-                and OURS in row["configs"]
-                and canonical(row["configs"], b) == canonical(row["configs"], OURS)
-            ):
-                cols.append("1.00 (same)")
-            else:
-                cols.append(format_ratio(s.get("speedup", {}).get(b)))
-        opt_text = _optimum_text(row, s.get("optimum"), names, frozen_cols)
-        flag = f"< {BELOW_OPTIMUM:.2f}" if s.get("below_optimum") else ""
-        frozen = _frozen_cells(row, s) if frozen_cols else []
-        tuned = _tuned_cells(row, s) if tuned_cols else []
-        lines.append(
-            [
-                row["workload"],
-                row["mode"],
-                str(row["batch"]),
-                _threads(row, OURS) if OURS in row["configs"] else "-",
-                ours_ms,
-                *cols,
-                opt_text,
-                format_ratio(s.get("ours_vs_optimum")),
-                *frozen,
-                *tuned,
-                flag,
-            ]
-        )
-    geo = doc.get("geomean", {})
-    g = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
-    share = geo.get("tune_cost_share")
-    lines.append(
-        [
-            "geomean",
-            "",
-            "",
-            "",
-            "",
-            *(g(geo.get("speedup", {}).get(b)) for b in names),
-            "",
-            g(geo.get("ours_vs_optimum")),
-            *([g(geo.get("frozen_vs_optimum")), g(geo.get("live_vs_optimum")), ""] if frozen_cols else []),
-            *(
-                ["", g(geo.get("tuned_vs_optimum")), "-" if share is None else f"{share:.0%} of sweep"]
-                if tuned_cols
-                else []
-            ),
-            "",
-        ]
-    )
-    out += table(header, lines)
-    out.append(
+    return out
+
+
+def _legend(doc: Mapping[str, Any]) -> list[str]:
+    """What the columns mean (the frozen path's and the tuning's where the table has them)."""
+    out = [
         "speedups = baseline time / our time (>1: ours faster), median of per-round paired ratios (min-max);"
         " ours/opt = optimum time / our time."
-    )
-    if frozen_cols:
+    ]
+    if _has_frozen(doc):
         out.append(
             "optimum = the best of both paths: pools = the process pools (baselines, ours, the search space),"
             " frozen IxJ = the frozen graph in a session of its own with IxJ pools (every inter x intra of the space);"
@@ -188,7 +235,7 @@ def format_table(doc: Mapping[str, Any], details: bool = False) -> str:
             " decided, then timed (live serves: the session it settled on, orig = TensorFlow's own path)."
         )
         out += _frozen_notes(doc["rows"])
-    if tuned_cols:
+    if _has_tuned(doc):
         out.append(
             "tuned = what `tf-autopar tune` chose, measured before the rounds (its runs are not reused);"
             " tune cost = its machine time (runs), and its share of the search space's runs in the rounds."
@@ -198,13 +245,23 @@ def format_table(doc: Mapping[str, Any], details: bool = False) -> str:
             "step time = each run's MEAN step (under a CPU quota a median hides the throttled steps),"
             " median over rounds."
         )
-    flagged = [r for r in doc["rows"] if r.get("summary", {}).get("below_optimum")]
-    if flagged:
-        out.append(f"rows below {BELOW_OPTIMUM:.2f} of the optimum:")
-        for r in flagged:
-            out.append(f"  {r['workload']}/{r['mode']}: " + "; ".join(r["summary"]["reasons"]))
+    return out
+
+
+def _flagged(rows: list[Mapping[str, Any]]) -> list[str]:
+    """The rows below BELOW_OPTIMUM of the optimum, with the reasons."""
+    flagged = [r for r in rows if r.get("summary", {}).get("below_optimum")]
+    if not flagged:
+        return []
+    return [f"rows below {BELOW_OPTIMUM:.2f} of the optimum:"] + [
+        f"  {r['workload']}/{r['mode']}: " + "; ".join(r["summary"]["reasons"]) for r in flagged
+    ]
+
+
+def _failures(rows: list[Mapping[str, Any]]) -> list[str]:
+    """Failed plans and runs, each with the last line of its stderr."""
     failures = []
-    for row in doc["rows"]:
+    for row in rows:
         if row.get("plan", {}).get("status") not in (None, "ok", "pending"):
             failures.append(
                 f"  {row['workload']}/{row['mode']} plan: {row['plan']['status']}: "
@@ -217,25 +274,26 @@ def format_table(doc: Mapping[str, Any], details: bool = False) -> str:
                         f"  {row['workload']}/{row['mode']} {name} round {run['round']}: {run['status']}"
                         f" ({run.get('error', '')}) {_last_line(run.get('stderr_tail', ''))}"
                     )
-    if failures:
-        out.append("failed runs (recorded; the run went on):")
-        out += failures
-    if opts.get("cpu_quota"):
-        out.append(
-            f"throttled CFS periods under the {opts['cpu_quota']:g}-CPU quota (cpu.stat nr_throttled/nr_periods,"
-            " whole process incl. start-up):"
-        )
-        for row in doc["rows"]:
-            parts = []
-            for name, c in (row.get("summary") or {}).get("configs", {}).items():
-                t = c.get("throttling")
-                if t and not c.get("same_as") and t.get("throttled_fraction") is not None:
-                    parts.append(f"{name} {t['throttled_fraction']:.0%}")
-            out.append(f"  {row['workload']}/{row['mode']}: " + (", ".join(parts) or "-"))
-    if details:
-        out.append("")
-        out += format_details(doc)
-    return "\n".join(out)
+    return ["failed runs (recorded; the run went on):", *failures] if failures else []
+
+
+def _throttling(doc: Mapping[str, Any]) -> list[str]:
+    """Under a CPU quota: each row's configurations' share of throttled CFS periods."""
+    quota = doc.get("options", {}).get("cpu_quota")
+    if not quota:
+        return []
+    out = [
+        f"throttled CFS periods under the {quota:g}-CPU quota (cpu.stat nr_throttled/nr_periods,"
+        " whole process incl. start-up):"
+    ]
+    for row in doc["rows"]:
+        parts = []
+        for name, c in (row.get("summary") or {}).get("configs", {}).items():
+            t = c.get("throttling")
+            if t and not c.get("same_as") and t.get("throttled_fraction") is not None:
+                parts.append(f"{name} {t['throttled_fraction']:.0%}")
+        out.append(f"  {row['workload']}/{row['mode']}: " + (", ".join(parts) or "-"))
+    return out
 
 
 def _frozen_notes(rows: list[Mapping[str, Any]]) -> list[str]:
