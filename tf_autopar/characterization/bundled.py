@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import tf_autopar_workloads
 
 if TYPE_CHECKING:
-    from tf_autopar.characterization.run import Result
+    from tf_autopar.characterization.result import Result
 
 
 def characterize(

@@ -23,7 +23,7 @@ from tf_autopar.characterization.analysis import GROUP_DISTANCE, MIN_CLASS_SHARE
 from tf_autopar.characterization.classes import OP_CLASSES, SHORT
 
 if TYPE_CHECKING:
-    from tf_autopar.characterization.run import Result
+    from tf_autopar.characterization.result import Result
 
 
 def _pct(x: float | None) -> str:

@@ -18,7 +18,7 @@ import platform
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -27,34 +27,11 @@ import tf_autopar
 from tf_autopar.characterization.analysis import Run, analyze, summarize_payload
 from tf_autopar.characterization.classes import check_classes
 from tf_autopar.characterization.report import write_all
+from tf_autopar.characterization.result import MODES, SIZES, Result, Settings
 from tf_autopar.measure.progress import Progress
 from tf_autopar.measure.runner import OK, clean_env, run_child
 
 log = logging.getLogger("tf_autopar.characterization")
-
-MODES = ("infer", "train")
-SIZES = ("tiny", "paper")
-
-
-@dataclass(frozen=True)
-class Settings:
-    """What to measure. ``threads``: intra-op counts swept with one inter-op thread; ``inter``:
-    inter-op pool sizes compared at the largest intra-op count."""
-
-    workloads: tuple[str, ...]
-    threads: tuple[int, ...]
-    size: str = "tiny"
-    modes: tuple[str, ...] = MODES
-    inter: tuple[int, ...] = (1, 2)
-    steps: int = 10
-    warmup: int = 2
-    rounds: int = 1
-    batch: int | None = None
-    timeout_s: float = 600.0
-    classes: tuple[str, ...] = ()  # op classes to show in the per-class scaling (default: the big ones)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
 
 
 @dataclass(frozen=True)
@@ -70,20 +47,6 @@ class Spec:
     @property
     def label(self) -> str:
         return f"{self.workload} {self.mode} intra {self.intra} inter {self.inter}"
-
-
-@dataclass
-class Result:
-    settings: Settings
-    runs: list[Run]
-    analyses: dict[str, Any]
-    host: dict[str, Any]
-    wall_s: float
-    files: list[str] = field(default_factory=list)
-
-    @property
-    def failures(self) -> list[Run]:
-        return [r for r in self.runs if not r.ok]
 
 
 def _positive(name: str, values: Sequence[int]) -> None:
