@@ -241,8 +241,8 @@ class Registry:
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
-        # the host's own lock, not ``lock``: a thread that plans (a fast-path build, a session)
-        # must not wait on a lock disable() holds while it joins that thread
+        # the host's own lock, not ``lock``: a thread that plans (a session, a fast-path build)
+        # waits for the host's detection at most, never for the work enable() does under ``lock``
         self.topology_lock = threading.Lock()
         self.reset()
 
