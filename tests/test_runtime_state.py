@@ -4,6 +4,7 @@ feeds the pure rule with them and with what the plan cache holds. No TensorFlow.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import threading
 import time
@@ -174,3 +175,28 @@ def test_this_processs_plan_reads_states_topology_batch_and_cache_use(skylake, o
         ).to_dict()
     )
     assert (off.inter_op, off.intra_op) != (2, 5)
+
+
+def test_state_imports_no_runtime_module_above_it():
+    """Every runtime module imports state.py; it imports only the record (applied.py) and the
+    records defined on first use (records.py), in function bodies too (not under TYPE_CHECKING)."""
+    tree = ast.parse(Path(state.__file__).read_text())
+    checking = {
+        id(n)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for n in ast.walk(node)
+    }
+    imported = set()
+    for node in ast.walk(tree):
+        if id(node) in checking:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        else:
+            continue
+        imported |= {n for n in names if n.startswith("tf_autopar.runtime.")}
+    runtime_modules = {m for m in imported if (Path(state.__file__).parent / f"{m.rsplit('.', 1)[-1]}.py").exists()}
+    assert runtime_modules <= {"tf_autopar.runtime.applied", "tf_autopar.runtime.records"}, runtime_modules
