@@ -86,8 +86,8 @@ def test_reshare_cuts_the_same_worker_again_under_the_new_quota(host_root):
 def watched(host_variant, monkeypatch):
     """A watch over a rewritable recorded container, with the runtime's host set to that tree."""
     root = host_variant("container-v2-quota-2.5")
-    monkeypatch.setattr(core, "_host", detect_topology(root, cpu_details=False))
-    monkeypatch.setattr(core, "_share", None)
+    monkeypatch.setattr(STATE, "host", detect_topology(root, cpu_details=False))
+    monkeypatch.setattr(STATE, "share", None)
     monkeypatch.setattr(STATE, "applied", Applied())
     monkeypatch.setattr(STATE, "enabled", True)
     monkeypatch.setattr(STATE, "mode", "latency")

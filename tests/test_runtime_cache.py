@@ -121,9 +121,10 @@ def test_enable_plans_on_when_the_programs_cached_profile_is_garbled(tmp_path):
     warning of about 900 characters (the whole profile)."""
     script = textwrap.dedent("""
         import json, os
-        from tf_autopar.runtime import cache, core
+        from tf_autopar.runtime import cache
+        from tf_autopar.runtime.state import STATE
         path = cache.cache_path()
-        key = f"{cache.program_key()}|{cache.topology_key(core.host_topology())}|latency"
+        key = f"{cache.program_key()}|{cache.topology_key(STATE.host_topology())}|latency"
         bad = dict(json.loads(os.environ["PROFILE"]), avg_width="abc", fingerprint="g" * 16)
         data = {"version": cache.VERSION, "plans": {"g" * 16 + key[key.index("|"):]: {"plan": {}, "profile": bad}},
                 "programs": {key: {"fingerprint": "g" * 16, "heavy_ops": 6}}, "profiles": {}, "tuned": {},

@@ -124,7 +124,8 @@ def test_a_cached_profile_without_a_field_the_planner_reads_is_a_miss(tmp_path):
     """A profile cached by an older tf_autopar lacks the look-up fields; planning from it would
     read them as "no look-ups" and plan differently from a fresh analysis, so it is re-analysed."""
     from tf_autopar.graph.profile import GraphProfile
-    from tf_autopar.runtime import cache, core
+    from tf_autopar.planning.graph_plan import cached_profile, profile_summary
+    from tf_autopar.runtime import cache
 
     path = str(tmp_path / "plans.json")
     fresh = GraphProfile(
@@ -138,14 +139,14 @@ def test_a_cached_profile_without_a_field_the_planner_reads_is_a_miss(tmp_path):
         contraction_work=1_017_184_256,
         source="dlrm",
     )
-    cache.store_profile("new", core.profile_summary(fresh), path=path)
-    old = {k: v for k, v in core.profile_summary(fresh).items() if k not in ("lookups", "lookup_work")}
+    cache.store_profile("new", profile_summary(fresh), path=path)
+    old = {k: v for k, v in profile_summary(fresh).items() if k not in ("lookups", "lookup_work")}
     cache.store_profile("old", old, path=path)
-    back = core.cached_profile(cache.lookup_profile("new", path=path))
+    back = cached_profile(cache.lookup_profile("new", path=path))
     assert back is not None and (back.lookups, back.lookup_work, back.contraction_work) == (
         26,
         1_703_936,
         1_017_184_256,
     )
-    assert core.cached_profile(cache.lookup_profile("old", path=path)) is None
-    assert core.cached_profile(None) is None and core.cached_profile("garbled") is None
+    assert cached_profile(cache.lookup_profile("old", path=path)) is None
+    assert cached_profile(None) is None and cached_profile("garbled") is None

@@ -1,5 +1,7 @@
 """Thread planning: ``plan()`` (the rule, see planner.py) and ``baseline_plan()`` (published
-recommendations), both returning a ThreadPlan that can explain and render itself."""
+recommendations), both returning a ThreadPlan that can explain and render itself.
+graph_plan.py gives a graph's plan from what was measured for it (the runtime's way in) and the
+profile summary a plan is kept with."""
 
 from __future__ import annotations
 

@@ -12,11 +12,13 @@ Which path applies when (see also docs/design.md):
 - enable() after the start: hooks still apply; the process pools cannot change (one warning).
 Every entry point fails open: an internal error leaves TensorFlow on its own settings.
 
-Where each part lives: lifecycle.py (enable, disable, status, the kill switch), applied.py
-(the record of what enable() changed, and its restore()), hooks.py and import_hook.py (which
-hooks, installed now or at ``import tensorflow``), model_arg.py (what ``model=`` names),
-share.py (this process's share of the host), pools.py (apply before the start, else report),
-fork.py (what a fork does), frozen.py (optimize()).
+Where each part lives: lifecycle.py (enable, disable, status, the kill switch), state.py (the
+process state: ``STATE``, the host and this process's share of it included), plans.py (this
+process's plans: the rule of planning/ fed with STATE, the user's environment and the plan
+cache), applied.py (the record of what enable() changed, and its restore()), hooks.py and
+import_hook.py (which hooks, installed now or at ``import tensorflow``), model_arg.py (what
+``model=`` names), share.py (this process's share of the host), pools.py (apply before the
+start, else report), fork.py (what a fork does), frozen.py (optimize()).
 """
 
 from __future__ import annotations

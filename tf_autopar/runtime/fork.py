@@ -14,7 +14,7 @@ import os
 import threading
 
 from tf_autopar.coordination import lease
-from tf_autopar.runtime import controller, core, share as shares
+from tf_autopar.runtime import controller, plans, share as shares
 from tf_autopar.runtime.applied import AFFINITY, ENV, SHARE
 from tf_autopar.runtime.pools import apply_before_start
 from tf_autopar.runtime.safety import fail_open, warn_once
@@ -51,7 +51,8 @@ def after_fork_in_child() -> None:
     """In a child forked after enable(): before TensorFlow started in the parent, take this
     worker's own share of the host (drop the parent's binding, claim a slot, re-plan, re-bind);
     after, say once that the child keeps the parent's pools (they cannot change in a child)."""
-    STATE.lock = threading.RLock()  # another thread may have held it when the process forked
+    STATE.lock = threading.RLock()  # another thread may have held them when the process forked
+    STATE.topology_lock = threading.Lock()
     if not STATE.enabled or STATE.pid == os.getpid():
         return
     parent = STATE.pid
@@ -96,7 +97,7 @@ def _replan_in_child(parent: int) -> None:
     STATE.pid = os.getpid()
     source = STATE.process.source if STATE.process is not None else "host"
     share = shares.claim(record)
-    plan = core.plan_for(STATE.process_profile, STATE.mode, width=None, streams=STATE.streams)
+    plan = plans.plan_for(STATE.process_profile, STATE.mode, width=None, streams=STATE.streams)
     apply_before_start(record, plan, source)
     log.info(
         "tf_autopar: forked from pid %s before TensorFlow started: planned for this worker's own share (%s)",

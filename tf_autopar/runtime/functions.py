@@ -19,7 +19,8 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from tf_autopar.runtime import controller, core, sessions
+from tf_autopar.planning.plan import plural
+from tf_autopar.runtime import controller, plans, sessions
 from tf_autopar.runtime.safety import fail_open, maybe_fail, warn_once
 from tf_autopar.runtime.state import STATE
 
@@ -71,20 +72,20 @@ def on_trace(concrete_fn: Any) -> None:
             return
         _seen[seen_key] = ("", "")  # claim it: analyse once even if traced from two threads
     maybe_fail("function")
+    # the graph package at first use: enable() under the kill switch never imports it (model_arg.py)
     from tf_autopar.graph.dims import Assumed
     from tf_autopar.graph.live_graphs import structure_graph_def
 
     # live shapes (a None batch read as enable()'s batch), so that a function and the model it
     # was loaded from get the same plan
-    profile, ms = core.analyze_graph(structure_graph_def(graph, Assumed(STATE.batch or 1)), f"tf.function {name}")
+    profile, ms = plans.analyze_graph(structure_graph_def(graph, Assumed(STATE.batch or 1)), f"tf.function {name}")
     if profile.heavy_ops == 0:
         return
-    plan = core.plan_for(profile, STATE.mode, streams=STATE.streams)
+    plan = plans.plan_for(profile, STATE.mode, streams=STATE.streams)
     running = controller.running_pools()
     matches = (plan.inter_op, plan.intra_op) == running
-    cached = not matches and STATE.use_cache and core.store_plan(profile, plan, name)
-    from tf_autopar.planning.plan import plural
-    from tf_autopar.runtime.records import FunctionRecord, user_function_name
+    cached = not matches and STATE.use_cache and plans.store_plan(profile, plan, name)
+    from tf_autopar.runtime.records import FunctionRecord, user_function_name  # defined on first use (state.py)
 
     record = FunctionRecord(
         name=name,

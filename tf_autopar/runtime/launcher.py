@@ -27,13 +27,15 @@ import threading
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any, Mapping, Sequence
 
+from tf_autopar.coordination.slices import bound_count, restrict, split
+from tf_autopar.planning import plan as make_plan
 from tf_autopar.planning.plan import plural
+from tf_autopar.topology import affinity
 from tf_autopar.topology.cpulist import format_cpulist
 
 if TYPE_CHECKING:
     from tf_autopar.graph.profile import GraphProfile
     from tf_autopar.topology.model import Topology
-from tf_autopar.topology import affinity
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 #: Names the thread variables the launcher set (not the user): controller.user_env() leaves them out.
@@ -106,8 +108,6 @@ def shared_cpus(slices: Sequence[Sequence[int]]) -> str:
 
 def restrict_to_cores(topology: Topology, cores: Sequence[int]) -> Topology:
     """The topology as seen by a process bound to ``cores`` (--cores): every CPU must be usable."""
-    from tf_autopar.coordination.slices import restrict
-
     missing = sorted(set(cores) - set(topology.affinity))
     if missing:
         raise ValueError(f"--cores names CPUs this process may not use: {missing} (allowed: {list(topology.affinity)})")
@@ -133,15 +133,11 @@ def launch_specs(
     host's measured small-op threshold. The variables
     set are named in LAUNCHER_VARS so that an enable() inside the command re-plans them for the
     model it loads instead of keeping them as the user's own."""
-    from tf_autopar.planning import plan as make_plan
-
     if not command:
         raise ValueError("no command given: use `tf-autopar run [options] -- COMMAND ...`")
     n = instances or 1
     capped = ""
     if instances:  # bounded before anything is sized by it: never a list of 10**9 instances
-        from tf_autopar.coordination.slices import bound_count
-
         n, note = bound_count(instances, topology, f"--instances {instances}")
         capped = note if n < instances else ""
     if mode == "throughput":
@@ -156,8 +152,6 @@ def launch_specs(
         slices, plans = [tuple(p.cpus[0]) if p.cpus else tuple(topology.affinity)], [p]
     else:
         # the same slices as cooperating enable() workers get: whole cores, inside NUMA nodes
-        from tf_autopar.coordination.slices import restrict, split
-
         parts = split(topology, n)
         slices = [s.cpus for s in parts]
         plans = [

@@ -12,8 +12,9 @@ import os
 import time
 from typing import Any
 
+from tf_autopar.planning.graph_plan import cached_profile
 from tf_autopar.planning.modes import MODES
-from tf_autopar.runtime import cache, controller, core, hooks, model_arg, pools, share as shares
+from tf_autopar.runtime import cache, controller, hooks, model_arg, plans, pools, share as shares
 from tf_autopar.runtime import fork  # noqa: F401  (its import registers the at-fork handlers)
 from tf_autopar.runtime.applied import Applied
 from tf_autopar.runtime.safety import fail_open, maybe_fail
@@ -154,7 +155,7 @@ def _apply_process(record: Applied, model: Any, width: int | None, cooperate: bo
     if profile is None and STATE.use_cache and not started:
         profile, source = _cached_profile(source)
     STATE.process_profile = profile
-    plan = core.plan_for(profile, STATE.mode, width=None, streams=STATE.streams)
+    plan = plans.plan_for(profile, STATE.mode, width=None, streams=STATE.streams)
     if not started:
         pools.apply_before_start(record, plan, source)
     else:
@@ -164,8 +165,8 @@ def _apply_process(record: Applied, model: Any, width: int | None, cooperate: bo
 def _cached_profile(source: str) -> tuple[Any, str]:
     """The profile an earlier run of this program stored in the plan cache, else (None, ``source``)."""
     try:
-        entry = cache.lookup_program(cache.program_key(), cache.topology_key(core.topology()), STATE.mode)
-        profile = core.cached_profile(entry.get("profile")) if entry else None
+        entry = cache.lookup_program(cache.program_key(), cache.topology_key(STATE.topology()), STATE.mode)
+        profile = cached_profile(entry.get("profile")) if entry else None
         if profile is not None:
             return profile, f"cache: {entry.get('name', '?')} ({str(entry.get('fingerprint', ''))[:12]})"
     except Exception as exc:

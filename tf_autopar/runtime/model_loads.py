@@ -20,6 +20,7 @@ is the only place a loaded SavedModel is analysed.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
@@ -27,7 +28,8 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Any, Sequence
 
-from tf_autopar.runtime import cache, controller, core, model_sources, pools, tf_allocator
+from tf_autopar.planning.graph_plan import cached_profile, profile_from_dict, profile_summary
+from tf_autopar.runtime import cache, controller, model_sources, plans, pools, tf_allocator
 from tf_autopar.runtime.safety import fail_open, maybe_fail, warn_once
 from tf_autopar.runtime.state import STATE
 
@@ -133,7 +135,7 @@ def _route(loaded: Any, path: Any, kind: str) -> None:
     if not STATE.enabled or not STATE.fast_path or not isinstance(path, (str, os.PathLike)):
         return
     try:
-        from tf_autopar.runtime import fastpath
+        from tf_autopar.runtime import fastpath  # imported by the first model routed: enable() does not need it
 
         with STATE.lock:
             STATE.applied.on_restore(
@@ -152,7 +154,7 @@ def _remembered_allocator(fingerprint: str, plan: Any) -> dict[str, str]:
     if not STATE.use_cache:
         return {}
     try:
-        entry = cache.lookup_served(fingerprint, cache.host_key(core.topology()), STATE.mode)
+        entry = cache.lookup_served(fingerprint, cache.host_key(STATE.topology()), STATE.mode)
         return tf_allocator.remembered_env(entry, plan.runtime, controller.user_env())
     except Exception as exc:
         fail_open("read the remembered allocator", exc)
@@ -174,9 +176,9 @@ def on_load(path: str) -> None:
         profile = _at_observed_batch(real, profile, started)
     model_sources.note_path(real, profile.fingerprint)
     source = f"model {path} (loaded)"
-    plan = core.plan_for(profile, STATE.mode, streams=STATE.streams)
+    plan = plans.plan_for(profile, STATE.mode, streams=STATE.streams)
     if STATE.use_cache:
-        core.store_plan(profile, plan, os.path.basename(real.rstrip(os.sep)) or real)
+        plans.store_plan(profile, plan, os.path.basename(real.rstrip(os.sep)) or real)
     STATE.process_profile = profile
     if not started:
         pools.apply_before_start(STATE.applied, plan, source, _remembered_allocator(profile.fingerprint, plan))
@@ -200,14 +202,12 @@ def on_load(path: str) -> None:
 def _at_observed_batch(path: str, at_one: GraphProfile, started: bool) -> GraphProfile:
     """No batch given: the batch the fast path saw this model's calls carry in an earlier run
     (plan cache), else op sizes unknown (dims.for_unknown_batch)."""
-    import dataclasses
-
-    from tf_autopar.graph.dims import for_unknown_batch
+    from tf_autopar.graph.dims import for_unknown_batch  # the graph package: at first use (model_arg.py)
 
     observed = None
     if STATE.use_cache:
         try:
-            observed = cache.observed_batch(at_one.fingerprint, cache.host_key(core.topology()), STATE.mode)
+            observed = cache.observed_batch(at_one.fingerprint, cache.host_key(STATE.topology()), STATE.mode)
         except Exception as exc:
             log.debug("observed-batch lookup failed: %s", exc)
     if observed is None:
@@ -223,11 +223,11 @@ def model_profile(path: str, batch: int | None, started: bool) -> GraphProfile |
     SavedModel from its protobuf (no runtime start); a .keras file here once TF runs, else in a
     child process (cached by path, size and mtime)."""
     if batch is None:
-        from tf_autopar.graph.dims import for_unknown_batch
+        from tf_autopar.graph.dims import for_unknown_batch  # the graph package: at first use (model_arg.py)
 
         at_one = model_profile(path, 1, started)
         return at_one and for_unknown_batch(at_one)
-    from tf_autopar.graph import analyze
+    from tf_autopar.graph import analyze  # the graph package: at first use (model_arg.py)
 
     if os.path.isdir(path):
         return analyze(path, batch=batch)
@@ -247,7 +247,7 @@ def child_profile(
     child imports first (the providers of registered model names, graph/named.py). The child is
     measure/'s (its protocol and process handling), imported here only when one is needed: the
     hooks are installed at every program start, and a child is rare."""
-    found = core.cached_profile(cache.lookup_profile(key)) if use_cache else None
+    found = cached_profile(cache.lookup_profile(key)) if use_cache else None
     if found is not None:
         return found
     from tf_autopar.measure.analysis import analysis_command
@@ -262,7 +262,7 @@ def child_profile(
     if res.status != OK or res.payload is None:
         detail = res.reported or res.error or res.stderr_tail.strip().splitlines()[-1:]
         raise RuntimeError(f"analysing {target} failed: {detail}")
-    profile = core.profile_from_dict(res.payload)
+    profile = profile_from_dict(res.payload)
     if use_cache:
-        cache.store_profile(key, core.profile_summary(profile))
+        cache.store_profile(key, profile_summary(profile))
     return profile

@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tf_autopar.coordination import claim_share as _claim
-from tf_autopar.runtime import core
 from tf_autopar.runtime.applied import SHARE
 from tf_autopar.runtime.safety import fail_open
+from tf_autopar.runtime.state import STATE
 
 if TYPE_CHECKING:
     from tf_autopar.coordination import Share
@@ -23,15 +23,15 @@ def claim(record: Applied) -> Share | None:
     """Claim this process's share into ``record`` and plan for it; None when alone or when
     coordination failed (fail open: plan for the whole host)."""
     try:
-        share = _claim(core.host_topology())
+        share = _claim(STATE.host_topology())
     except Exception as exc:
         fail_open("coordinate with the other processes on this host", exc)
         return None
     record.hold(share)
-    core.use_share(share.topology(core.host_topology()))
+    STATE.use_share(share.topology(STATE.host_topology()))
     record.on_restore("planning share", _plan_for_host, "plan for the whole host again", kind=SHARE)
     return share
 
 
 def _plan_for_host() -> None:
-    core.use_share(None)
+    STATE.use_share(None)

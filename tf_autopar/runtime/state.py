@@ -2,7 +2,13 @@
 
 Records are frozen dataclasses so ``status()`` hands out a consistent snapshot; the
 registry (``STATE``) is the only mutable object and is guarded by a lock because sessions
-and functions can be created from several threads.
+and functions can be created from several threads. It is the one owner of this process's
+state, the host it plans for included: the host topology (detected once) and this process's
+share of it, which every plan of the process is made for (runtime/plans.py reads them).
+
+It sits at the bottom of runtime/: of the runtime modules it imports only applied.py (the
+record) and records.py (the per-session and per-function records, defined on first use), never
+one that imports it.
 """
 
 from __future__ import annotations
@@ -15,9 +21,12 @@ from typing import TYPE_CHECKING, Any
 
 from tf_autopar import _warn
 from tf_autopar.runtime.applied import Applied
+from tf_autopar.topology import detect_topology
+from tf_autopar.topology.cpulist import format_cpulist
 
 if TYPE_CHECKING:
     from tf_autopar.graph.profile import GraphProfile
+    from tf_autopar.topology.model import Topology
     from tf_autopar.runtime.quota_watch import LimitsRecord
     from tf_autopar.runtime.records import FunctionRecord, ServedRecord, SessionRecord
 
@@ -64,8 +73,7 @@ class Status:
     def text(self) -> str:
         """What was planned and applied, in which process, against TensorFlow's default, and what
         to do next, in a user's words. Hook names, phases and fingerprints stay in to_dict()."""
-        from tf_autopar.topology.cpulist import format_cpulist
-        from tf_autopar.runtime.records import user_function_name
+        from tf_autopar.runtime.records import user_function_name  # records: defined on first use (see __getattr__)
 
         if self.disabled_by:
             return (
@@ -221,7 +229,7 @@ def _source_words(source: str) -> str:
     if source == "host":
         return "this host (no model given)"
     if source.startswith("cache:"):
-        from tf_autopar.runtime.records import user_function_name
+        from tf_autopar.runtime.records import user_function_name  # records: defined on first use (see __getattr__)
 
         name = source.split(":", 1)[1].strip().split(" (")[0]
         return f"the plan this program saved last time, for {user_function_name(name)}"
@@ -233,9 +241,14 @@ class Registry:
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
+        # the host's own lock, not ``lock``: a thread that plans (a session, a fast-path build)
+        # waits for the host's detection at most, never for the work enable() does under ``lock``
+        self.topology_lock = threading.Lock()
         self.reset()
 
     def reset(self) -> None:
+        self.host: Topology | None = None  # the host as this process found it, detected once (host_topology())
+        self.share: Topology | None = None  # this process's share of the host, when it shares it with other workers
         self.enabled = False
         self.mode = ""
         self.streams: int | None = None
@@ -279,6 +292,32 @@ class Registry:
         with self.lock:
             self.session_count += 1
             return f"Session#{self.session_count}"
+
+    def host_topology(self) -> Topology:
+        """The host as this process found it: detected at the first call, then kept (use_host())."""
+        with self.topology_lock:
+            if self.host is None:
+                self.host = detect_topology(cpu_details=False)
+            return self.host
+
+    def topology(self) -> Topology:
+        """What every plan of this process is made for: its share of the host, else the host."""
+        share = self.share
+        return share if share is not None else self.host_topology()
+
+    def use_share(self, topology: Topology | None) -> None:
+        """Plan for ``topology``, this process's share of the host (share.py); None: the whole host again."""
+        self.share = topology
+
+    def use_host(self, topology: Topology) -> None:
+        """The host under CPU limits that changed while running (runtime/quota_watch.py): later plans follow it."""
+        with self.topology_lock:
+            self.host = topology
+
+    def reads_cache(self) -> bool:
+        """Whether plans read what ``tune`` and ``calibrate`` measured from the plan cache: always
+        outside enable() (the CLI, ``tune``, optimize() alone), else as enable(cache=...) said."""
+        return not (self.enabled and not self.use_cache)
 
 
 def _served_records() -> tuple[ServedRecord, ...]:

@@ -24,6 +24,7 @@ import statistics
 from typing import Mapping, Sequence
 
 import tf_autopar.planning.variables as V
+from tf_autopar.runtime import controller
 from tf_autopar.runtime.allocator import preloads_allocator
 
 VAR = V.CPU_ALLOCATOR_BFC
@@ -85,8 +86,6 @@ def in_use() -> str | None:
     """The running CPU allocator: "bfc" (a pool: TensorFlow's BFC, or oneDNN's where its
     optimizations are on) or "malloc"; None before TensorFlow's runtime started. Only the pools
     keep statistics, so TensorFlow's memory query tells them from malloc."""
-    from tf_autopar.runtime import controller
-
     if not controller.runtime_started():
         return None
     import tensorflow as tf

@@ -24,6 +24,7 @@ with the last one.
 
 from __future__ import annotations
 
+import importlib
 import itertools
 import logging
 import threading
@@ -238,8 +239,6 @@ def _install() -> None:
     """Patch the write paths (caller holds _lock). Raises if TensorFlow's internals moved."""
     if _patches:
         return
-    import importlib
-
     from tensorflow.python.eager.polymorphic_function import atomic_function
 
     plan: list[tuple[Any, str, Any]] = []
