@@ -10,10 +10,10 @@ import sys
 
 import pytest
 
-from cgroup_memory import MemoryCgroup, require
+import cgroup_memory
+from cgroup_memory import MemoryCgroup, MemoryCgroupUnavailable, require
 
 MB = 1 << 20
-pytestmark = pytest.mark.root
 
 READ = (
     "import dataclasses, json, sys\n"
@@ -44,6 +44,15 @@ def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
 
+def test_not_root_is_a_clear_reason_and_a_skip(monkeypatch):
+    monkeypatch.setattr(cgroup_memory.os, "geteuid", lambda: 1000)
+    with pytest.raises(MemoryCgroupUnavailable, match="not root"):
+        cgroup_memory.own_memory_group()
+    with pytest.raises(pytest.skip.Exception, match="no writable cgroup-v1 memory controller: not root"):
+        require()
+
+
+@pytest.mark.root
 def test_reader_in_a_limited_group_reports_its_limit_usage_and_a_resize(parent):
     import subprocess
 
@@ -72,6 +81,7 @@ def test_reader_in_a_limited_group_reports_its_limit_usage_and_a_resize(parent):
     assert second["limit_bytes"] == 192 * MB  # re-read through the same reader
 
 
+@pytest.mark.root
 def test_child_beyond_the_limit_is_detected_as_oom_killed(parent):
     with MemoryCgroup(64 * MB, parent) as group:
         result = group.run([sys.executable, "-c", ALLOCATE, "256"], timeout=120)
@@ -81,6 +91,7 @@ def test_child_beyond_the_limit_is_detected_as_oom_killed(parent):
     assert result.peak_bytes <= 64 * MB and result.peak_bytes > 32 * MB
 
 
+@pytest.mark.root
 def test_child_within_the_limit_is_not_oom_killed(parent):
     with MemoryCgroup(256 * MB, parent) as group:
         result = group.run([sys.executable, "-c", ALLOCATE, "64"], timeout=120)
