@@ -233,6 +233,13 @@ def summarise(data: dict) -> str:
         )
         for row in model["rows"]:
             lines.append(f"  x{row['factor']:<4g} {_line(row)}")
+        longer = model.get("longer")
+        if longer:
+            lines.append(f"  run again for {longer['seconds']:g} s: {longer.get('note', '')}")
+            for row in longer["rows"]:
+                lines.append(f"  x{row['factor']:<4g} {_line(row)}")
+    if data.get("note"):
+        lines.append(f"\n{data['note']}")
     if data.get("multi"):
         m = data["multi"]
         lines.append(f"\nmulti-model ({', '.join(m['models'])}), round-robin, {data['seconds']:g} s:")
