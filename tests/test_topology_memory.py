@@ -116,6 +116,47 @@ def test_without_meminfo_only_the_huge_number_is_unlimited(host_variant):
     assert m.limit_bytes == 1536 * MIB and m.host_bytes is None
 
 
+def test_v1_container_seeing_only_its_group_takes_the_hierarchical_limit(host_variant, make_hosts):
+    base = make_hosts.HOSTS["cgroup-v1-host"]
+    leaf = "/sys/fs/cgroup/memory"
+    root = host_variant(
+        "cgroup-v1-host",
+        mounts=tuple(m for m in base.mounts if "memory" not in m)
+        + ("/batch.slice/job42.service /sys/fs/cgroup/memory cgroup rw,memory",),
+        files={
+            f"{leaf}/memory.limit_in_bytes": make_hosts.V1_UNLIMITED,
+            f"{leaf}/memory.usage_in_bytes": str(300 * MIB) + "\n",
+            f"{leaf}/memory.stat": (
+                f"cache 1\nrss 2\nhierarchical_memory_limit {GIB}\n"
+                f"hierarchical_memsw_limit 9223372036854771712\ntotal_inactive_file {100 * MIB}\n"
+            ),
+        },
+        merge_files=True,
+    )
+    m = detect_topology(root).memory
+    assert (m.limit_bytes, m.usage_bytes, m.level) == (GIB, 300 * MIB, 1)  # above the mount's top
+    assert m.path == os.path.join(root, "sys/fs/cgroup/memory/memory.stat")
+    assert m.reclaimable_bytes == 100 * MIB and m.working_set_bytes == 200 * MIB
+
+
+def test_hierarchical_limit_looser_than_a_visible_one_is_not_used(host_variant):
+    root = host_variant(
+        "cgroup-v1-host",
+        files={f"{V1}/job42.service/memory.stat": f"hierarchical_memory_limit {2 * GIB}\ntotal_inactive_file 0\n"},
+    )
+    m = detect_topology(root).memory
+    assert m.limit_bytes == 1536 * MIB and m.path.endswith("batch.slice/memory.limit_in_bytes")
+
+
+def test_v2_reclaimable_page_cache_of_the_binding_group(host_variant):
+    root = host_variant(
+        "container-v2-quota-2.5", files={"/sys/fs/cgroup/memory.stat": f"anon 1\ninactive_file {256 * MIB}\n"}
+    )
+    m = detect_topology(root).memory
+    assert m.reclaimable_bytes == 256 * MIB and m.working_set_bytes == 768 * MIB
+    assert m.left_bytes == 3 * GIB  # the room is judged on the usage the kernel counts
+
+
 def test_v1_soft_limit_and_hybrid_pressure(host_variant, make_hosts):
     base = make_hosts.HOSTS["cgroup-v1-host"]
     root = host_variant(
@@ -182,6 +223,7 @@ def test_inspect_shows_the_limit(host_root):
     assert "Memory      limit 1.5 GB (cgroup v1, its parent group) from " in text
     assert "batch.slice/memory.limit_in_bytes" in text
     assert "512 MB used, peak 1.0 GB, 1.0 GB left under it; host RAM 64.0 GB" in text
+    assert "reclaimable" not in text  # no memory.stat in the tree
     v2 = format_report(report(host_root("container-v2-quota-2.5")))
     assert "soft limit 3.0 GB" in v2 and "1.25% of the last 10 s" in v2
     assert "no memory cgroup visible" in format_report(report(host_root("skylake-2s-24c-48t")))

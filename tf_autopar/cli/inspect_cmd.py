@@ -108,6 +108,8 @@ def memory_rows(m: dict[str, Any] | None) -> list[tuple[str, str]]:
         return [("Memory", "no memory cgroup visible: builds are sized against the host's memory")]
     level = {0: "the process's own group", 1: "its parent group"}.get(m["level"], f"the group {m['level']} levels up")
     used = format_bytes(m["usage_bytes"]) if m.get("usage_bytes") is not None else "unknown"
+    if m.get("usage_bytes") is not None and m.get("reclaimable_bytes"):
+        used += f" ({format_bytes(m['reclaimable_bytes'])} of it reclaimable page cache)"
     peak = f", peak {format_bytes(m['peak_bytes'])}" if m.get("peak_bytes") is not None else ""
     host = f"host RAM {format_bytes(m['host_bytes'])}" if m.get("host_bytes") else "host RAM unknown"
     if m.get("limit_bytes") is not None:

@@ -12,7 +12,12 @@ same discovery of groups and mounts as the CPU quota: v1, v2, hybrid, container 
   ``memory.current`` (usage), ``memory.peak`` (kernel 5.19+), and ``memory.pressure`` (PSI) of
   the process's own group where present (hybrid hosts have it without the memory controller);
 - v1: ``memory.limit_in_bytes`` (hard limit; "unlimited" reads 9223372036854771712),
-  ``memory.soft_limit_in_bytes``, ``memory.usage_in_bytes``, ``memory.max_usage_in_bytes``.
+  ``memory.soft_limit_in_bytes``, ``memory.usage_in_bytes``, ``memory.max_usage_in_bytes``, and
+  the process's own group's ``memory.stat`` ``hierarchical_memory_limit``: what the ancestors
+  impose, those above the mount's top too (a container that sees only its own group; read as
+  the JVM does when every visible limit is "unlimited"; its usage is then the own group's);
+- both: the binding group's ``memory.stat`` inactive file pages (``total_inactive_file`` v1,
+  ``inactive_file`` v2): page cache the kernel reclaims before it kills, counted in the usage.
 
 A limit at or above the host's RAM (/proc/meminfo MemTotal; 2**62 when unknown) is no limit. A
 parent's limit caps the sum of its children, so every level is read and the binding one is the
@@ -51,6 +56,7 @@ class _Level(NamedTuple):
     directory: str
     limit: int | None  # below the host's RAM, else None
     usage: int | None  # read only where a limit is, and at the process's own group
+    limit_file: str = ""  # where the limit came from, when not the limit file (memory.stat)
 
 
 def parse_bytes(text: str) -> int | None:
@@ -80,6 +86,16 @@ def parse_psi_some_avg10(text: str) -> float:
                     break
             raise ValueError(f"no valid avg10 in {line.strip()!r}")
     raise ValueError(f"no 'some' line in {text.strip()[:80]!r}")
+
+
+def parse_memory_stat(text: str) -> dict[str, int]:
+    """``memory.stat``: key -> value (lines that are not "key number" are skipped)."""
+    out = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        if is_uint(value.strip()):
+            out[key] = int(value)
+    return out
 
 
 def parse_meminfo_total(text: str) -> int | None:
@@ -159,13 +175,25 @@ def read_memory(
     high: tuple[int, str] | None = None
     psi: float | None = None
     psi_read = False
+    stats: dict[str, dict[str, int]] = {}
     for group in groups:
-        for i, directory in enumerate(group.chain()):
+        chain = group.chain()
+        mine: list[_Level] = []
+        for i, directory in enumerate(chain):
             lv, soft, soft_path = _read_level(fs, notes, group.version, directory, i, unlimited)
             if lv is not None:
-                levels.append(lv)
+                mine.append(lv)
             if soft is not None and (high is None or soft < high[0]):
                 high = (soft, soft_path)
+        if group.version == 1 and mine and mine[0].level == 0:
+            # v1 says what every ancestor imposes, the ones above the mount's top too (a container
+            # that sees only its own group): memory.stat's hierarchical_memory_limit
+            hier = _stat(fs, stats, group.leaf).get("hierarchical_memory_limit")
+            visible = [lv.limit for lv in mine if lv.limit is not None]
+            if hier is not None and hier < unlimited and all(hier < v for v in visible):
+                leaf = mine[0]
+                mine.append(_Level(1, len(chain), leaf.directory, hier, leaf.usage, "memory.stat"))
+        levels += mine
         if group.version == 2 and not psi_read:
             psi_read = True
             psi = _read_psi(fs, notes, f"{group.leaf}/memory.pressure")
@@ -178,12 +206,13 @@ def read_memory(
             limited,
             key=lambda lv: (lv.limit - (lv.usage or 0), lv.limit, lv.level),  # type: ignore[operator]
         )
-        path = f"{bind.directory}/{_names(bind.version)[0]}"
+        path = f"{bind.directory}/{bind.limit_file or _names(bind.version)[0]}"
     else:
         bind = next((lv for lv in levels if lv.level == 0 and lv.usage is not None), levels[0])
         path = f"{bind.directory}/{_names(bind.version)[1]}"
     peak_path = f"{bind.directory}/{_names(bind.version)[3]}"
     _, peak = _value(fs, notes, peak_path, "its peak usage is unknown")
+    inactive = _stat(fs, stats, bind.directory).get("total_inactive_file" if bind.version == 1 else "inactive_file")
     return MemoryLimit(
         limit_bytes=bind.limit,
         usage_bytes=bind.usage,
@@ -193,9 +222,18 @@ def read_memory(
         high_bytes=high[0] if high else None,
         high_path=fs.path(high[1]) if high else "",
         peak_bytes=peak,
+        reclaimable_bytes=inactive,
         psi_some_avg10=psi,
         host_bytes=host_bytes,
     )
+
+
+def _stat(fs: HostFS, cache: dict[str, dict[str, int]], directory: str) -> dict[str, int]:
+    """A group's memory.stat, read once per reading ({} when absent)."""
+    if directory not in cache:
+        text = fs.read(f"{directory}/memory.stat", 64 << 10)
+        cache[directory] = parse_memory_stat(text) if text is not None else {}
+    return cache[directory]
 
 
 def _read_psi(fs: HostFS, notes: Notes, path: str) -> float | None:
@@ -212,7 +250,8 @@ def _read_psi(fs: HostFS, notes: Notes, path: str) -> float | None:
 class MemoryReader:
     """Reads the memory limit of this process (or ``fs.pid``) again and again; the groups are found once.
 
-    One read is a few reads of files of a few bytes (two per level, four at a limited one)."""
+    One read is a few reads of files of a few bytes (two per level, four at a limited one) and
+    one or two memory.stat files (about 1 kB each): about 0.15 ms."""
 
     def __init__(self, fs: HostFS | None = None) -> None:
         self.fs = fs or HostFS("/", os.getpid())  # /proc/<pid>: the process, not the calling thread

@@ -80,8 +80,16 @@ class MemoryLimit:
     high_bytes: int | None = None  # the tightest soft limit: v2 memory.high, v1 memory.soft_limit_in_bytes
     high_path: str = ""
     peak_bytes: int | None = None  # the binding group's peak usage (v1 memory.max_usage_in_bytes, v2 memory.peak)
+    reclaimable_bytes: int | None = None  # of the usage, inactive page cache (memory.stat): reclaimed before an OOM
     psi_some_avg10: float | None = None  # memory.pressure "some avg10" (% of time stalled, 10 s), v2 only
     host_bytes: int | None = None  # the host's RAM (MemTotal), against which "unlimited" was judged
+
+    @property
+    def working_set_bytes(self) -> int | None:
+        """The usage less its inactive page cache (what kubelet calls the working set)."""
+        if self.usage_bytes is None:
+            return None
+        return max(0, self.usage_bytes - (self.reclaimable_bytes or 0))
 
     @property
     def left_bytes(self) -> int | None:
