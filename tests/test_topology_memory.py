@@ -245,3 +245,18 @@ def test_live_reading_is_sane():
         pytest.skip("no memory cgroup visible on this machine")
     assert m.usage_bytes is None or m.usage_bytes > 0
     assert m.limit_bytes is None or m.host_bytes is None or m.limit_bytes < m.host_bytes
+
+
+def test_live_host_ram_comes_from_the_kernel_not_a_virtualised_meminfo(host_variant, make_hosts, monkeypatch):
+    """LXCFS shows a container its own limit as MemTotal: a limit equal to it must stay a limit."""
+    import tf_autopar.topology.memory as memory
+
+    root = host_variant("cgroup-v1-host", files={"/proc/meminfo": make_hosts.meminfo(1536 << 10)})
+    fs = HostFS(root)
+    assert memory.host_memory_bytes(fs) == 1536 * MIB  # a recorded tree: its meminfo
+    assert read_memory(fs, Notes()).limit_bytes is None  # the limit equals "the host's RAM"
+    fs.live = True  # as if reading the running system, whose kernel has 64 GiB
+    monkeypatch.setattr(memory.os, "sysconf", lambda name: {"SC_PAGE_SIZE": 4096, "SC_PHYS_PAGES": 16 << 20}[name])
+    host = memory.host_memory_bytes(fs)
+    assert host == 64 * GIB
+    assert read_memory(HostFS(root), Notes(), host_bytes=host).limit_bytes == 1536 * MIB

@@ -19,7 +19,7 @@ same discovery of groups and mounts as the CPU quota: v1, v2, hybrid, container 
 - both: the binding group's ``memory.stat`` inactive file pages (``total_inactive_file`` v1,
   ``inactive_file`` v2): page cache the kernel reclaims before it kills, counted in the usage.
 
-A limit at or above the host's RAM (/proc/meminfo MemTotal; 2**62 when unknown) is no limit. A
+A limit at or above the host's RAM (host_memory_bytes; 2**62 when unknown) is no limit. A
 parent's limit caps the sum of its children, so every level is read and the binding one is the
 level with the least room left (limit - usage): the tightest limit when the process is alone in
 its groups, a looser ancestor's when siblings (other containers of a pod) use the rest. A garbled
@@ -110,15 +110,18 @@ def parse_meminfo_total(text: str) -> int | None:
 
 
 def host_memory_bytes(fs: HostFS) -> int | None:
-    """The host's RAM: /proc/meminfo MemTotal under the reader's root, else (live) sysconf."""
-    text = fs.read("/proc/meminfo", 4096)
-    total = parse_meminfo_total(text) if text is not None else None
-    if total is None and fs.live:
+    """The host's RAM. Live: the kernel's (sysinfo, through sysconf), since LXCFS-style containers
+    show their own limit as /proc/meminfo's MemTotal, which would make that limit look like "no
+    limit"; a recorded tree (or a live sysconf failure): /proc/meminfo MemTotal under the root."""
+    if fs.live:
         try:
             total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+            if total > 0:
+                return total
         except (OSError, ValueError):
-            total = None
-    return total or None
+            pass
+    text = fs.read("/proc/meminfo", 4096)
+    return (parse_meminfo_total(text) if text is not None else None) or None
 
 
 def _value(fs: HostFS, notes: Notes, path: str, what: str) -> tuple[bool, int | None]:
