@@ -8,6 +8,7 @@ import pytest
 from tf_autopar.planning.memory_budget import (
     MARGIN_MAX,
     MARGIN_MIN,
+    budget_for,
     check,
     default_margin,
     format_bytes,
@@ -113,3 +114,16 @@ def test_pure_module_imports_nothing_of_the_system():
 
     names = set(vars(mod))
     assert not names & {"os", "psutil", "subprocess", "open"}
+
+
+def test_budget_for_a_reading_uses_its_working_set():
+    from tf_autopar.topology import MemoryLimit
+
+    m = MemoryLimit(1536 * MB, 612 * MB, 1, "x", reclaimable_bytes=100 * MB)
+    b = budget_for(m, margin_bytes=0)
+    assert b.room_bytes == 1024 * MB and b.limit_bytes == 1536 * MB
+    no_limit = MemoryLimit(None, 612 * MB, 1, "x")
+    assert budget_for(no_limit, host_available_bytes=4 * GB, margin_bytes=0).bytes == 4 * GB
+    assert budget_for(None, host_available_bytes=4 * GB, margin_bytes=0, workers=2).bytes == 2 * GB
+    unknown_usage = MemoryLimit(GB, None, 2, "x")
+    assert budget_for(unknown_usage, margin_bytes=0).bytes == 0

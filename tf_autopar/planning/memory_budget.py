@@ -15,13 +15,15 @@ tensors, the allocator's slack); default_margin: a tenth of the limit, at least 
 master's workers in one container): each gets its share of the room, since their usage is already
 in ``usage`` but their builds are not.
 
-``check(budget, need)`` says whether an estimate fits and, when not, why in one line:
+``budget_for(topology.memory, host_available)`` takes a reading of topology/memory.py (its
+working set as the usage). ``check(budget, need)`` says whether an estimate fits and, when not, why in one line:
 "the frozen copy needs about 2.9 GB; 1.0 GB is left under the container's 1.5 GB limit".
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 MB = 1 << 20
 GB = 1 << 30
@@ -104,6 +106,21 @@ def memory_budget(
     margin = default_margin(limit_bytes, host_available_bytes) if margin_bytes is None else max(0, margin_bytes)
     one = max(0, room - margin) // workers if room is not None else 0
     return MemoryBudget(one, room, limit_bytes, margin, workers, scope)
+
+
+def budget_for(
+    memory: Any,
+    host_available_bytes: int | None = None,
+    margin_bytes: int | None = None,
+    workers: int = 1,
+) -> MemoryBudget:
+    """memory_budget from a reading (topology.MemoryLimit, or None without a memory cgroup): its
+    limit, and its working set as the usage (the usage less inactive page cache, which the kernel
+    reclaims before it kills; kubelet's measure), else its usage."""
+    if memory is None or memory.limit_bytes is None:
+        return memory_budget(None, None, margin_bytes, workers, host_available_bytes)
+    used = memory.working_set_bytes if memory.usage_bytes is not None else None
+    return memory_budget(memory.limit_bytes, used, margin_bytes, workers, host_available_bytes)
 
 
 def limit_fact(limit_bytes: int, cgroup_version: int, path: str) -> str:
