@@ -12,9 +12,10 @@ BUDGET_RULE = "budget = max(1, min(affinity CPUs, floor(quota / period)))"
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "inspect",
-        help="show CPUs, cores, NUMA nodes, cgroup limits and the CPU budget of this process",
+        help="show CPUs, cores, NUMA nodes, cgroup limits (CPU and memory) and the CPU budget of this process",
         description="Show the host topology as tf_autopar reads it: sockets, NUMA nodes, physical "
-        "cores, SMT, hybrid core types, last-level cache domains, affinity, cgroup cpuset and quota, the resulting CPU budget, CPU model/ISA and "
+        "cores, SMT, hybrid core types, last-level cache domains, affinity, cgroup cpuset and quota, the resulting CPU budget, "
+        "the cgroups' memory limit and use, CPU model/ISA and "
         "the threading runtime of the installed TensorFlow. Never imports TensorFlow.",
     )
     p.add_argument(
@@ -85,6 +86,8 @@ def format_report(d: dict[str, Any]) -> str:
         row("Quota", "none (no CFS bandwidth limit on this process's cgroups or their ancestors)")
     quota_part = f"floor({q['cpus']:g})" if q else "no quota"
     row("Budget", f"{d['cpu_budget']} CPU(s) = max(1, min({d['logical_cpus']} affinity, {quota_part}))  [rounds down]")
+    for label, text in memory_rows(d.get("memory")):
+        row(label, text)
     rt = d["tf_runtime"]
     dist = f" [{rt['distribution']}]" if rt.get("distribution") else ""
     row("TensorFlow", f"{rt['runtime']}{dist}: {rt['evidence']}")
@@ -95,6 +98,42 @@ def format_report(d: dict[str, Any]) -> str:
     else:
         row("Warnings", "none")
     return "\n".join(lines)
+
+
+def memory_rows(m: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """The "Memory" rows: the binding cgroup memory limit, its use and room, soft limit, pressure."""
+    from tf_autopar.planning.memory_budget import format_bytes
+
+    if not m:
+        return [("Memory", "no memory cgroup visible: builds are sized against the host's memory")]
+    level = {0: "the process's own group", 1: "its parent group"}.get(m["level"], f"the group {m['level']} levels up")
+    used = format_bytes(m["usage_bytes"]) if m.get("usage_bytes") is not None else "unknown"
+    if m.get("usage_bytes") is not None and m.get("reclaimable_bytes"):
+        used += f" ({format_bytes(m['reclaimable_bytes'])} of it reclaimable page cache)"
+    peak = f", peak {format_bytes(m['peak_bytes'])}" if m.get("peak_bytes") is not None else ""
+    host = f"host RAM {format_bytes(m['host_bytes'])}" if m.get("host_bytes") else "host RAM unknown"
+    if m.get("limit_bytes") is not None:
+        left = format_bytes(max(0, m["limit_bytes"] - m["usage_bytes"])) if m.get("usage_bytes") is not None else "?"
+        rows = [
+            (
+                "Memory",
+                f"limit {format_bytes(m['limit_bytes'])} (cgroup v{m['cgroup_version']}, {level}) from {m['path']}",
+            ),
+            ("", f"{used} used{peak}, {left} left under it; {host}"),
+        ]
+    else:
+        rows = [
+            (
+                "Memory",
+                f"no limit (none below the host's RAM on this process's cgroups or their ancestors); "
+                f"cgroup v{m['cgroup_version']} group uses {used}{peak}; {host}",
+            )
+        ]
+    if m.get("high_bytes") is not None:
+        rows.append(("", f"soft limit {format_bytes(m['high_bytes'])} from {m['high_path']}"))
+    if m.get("psi_some_avg10") is not None:
+        rows.append(("", f"pressure: some task stalled {m['psi_some_avg10']:g}% of the last 10 s (memory.pressure)"))
+    return rows
 
 
 MAX_DOMAINS_SHOWN = 8

@@ -56,6 +56,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, Mapping, NamedTuple
 
+from tf_autopar.planning.memory_budget import limit_fact
 from tf_autopar.planning.modes import MODES
 from tf_autopar.planning.plan import Setting, ThreadPlan, plural
 from tf_autopar.planning.user_settings import KNOBS, UserSettings, read_user_settings
@@ -206,6 +207,9 @@ def select_budget(topology: Topology, use_hyperthreads: bool) -> tuple[list[Unit
             facts.append(fractional)
     elif budget < len(topology.affinity):
         facts.append(f"CPU budget {budget} of {plural(len(topology.affinity), 'CPU')} in the affinity mask")
+    memory = getattr(topology, "memory", None)
+    if memory is not None and memory.limit_bytes is not None:
+        facts.append(limit_fact(memory.limit_bytes, memory.cgroup_version, memory.path))
     units: list[Unit] = []
     for core in ordered_cores(cores):
         per_core = core.cpus if use_hyperthreads else core.cpus[:1]

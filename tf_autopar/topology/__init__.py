@@ -2,7 +2,7 @@
 
 detect_topology(root="/") -> Topology. Readers by concept: cpus (CPUs, affinity, cores,
 NUMA), caches (last-level cache domains, hybrid core types), cgroup (quota, cpuset, the
-budget rule), cpuinfo (vendor, model, ISA; cached),
+budget rule), memory (the cgroups' memory limit and use), cpuinfo (vendor, model, ISA; cached),
 tf_runtime (Eigen or OpenMP build of the installed TF; cached).
 """
 
@@ -11,7 +11,8 @@ from __future__ import annotations
 from .cgroup import cpu_budget
 from .cpulist import format_cpulist, parse_cpulist
 from .detect import detect_topology
-from .model import EFFICIENCY, PERFORMANCE, CacheDomain, Core, CpuInfo, CpuQuota, NumaNode, Topology
+from .memory import MemoryReader, read_memory
+from .model import EFFICIENCY, PERFORMANCE, CacheDomain, Core, CpuInfo, CpuQuota, MemoryLimit, NumaNode, Topology
 from .tf_runtime import TfRuntime, detect_tf_runtime
 
 __all__ = [
@@ -21,6 +22,8 @@ __all__ = [
     "Core",
     "CpuInfo",
     "CpuQuota",
+    "MemoryLimit",
+    "MemoryReader",
     "NumaNode",
     "TfRuntime",
     "Topology",
@@ -29,4 +32,5 @@ __all__ = [
     "detect_topology",
     "format_cpulist",
     "parse_cpulist",
+    "read_memory",
 ]

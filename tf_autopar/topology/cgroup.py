@@ -185,10 +185,12 @@ def find_groups(memberships: list[Membership], mounts: list[Mount], controller: 
     return groups
 
 
-def process_groups(fs: HostFS, notes: Notes, controller: str) -> list[GroupDir]:
+def process_groups(fs: HostFS, notes: Notes, controller: str, consequence: str = "") -> list[GroupDir]:
+    """This process's groups for `controller`; ``consequence``: what an unreadable /proc file costs
+    (default: the CPU limits')."""
     cg_path = f"{fs.proc_self}/cgroup"
     mi_path = f"{fs.proc_self}/mountinfo"
-    why = "no cgroup CPU quota or cpuset is known: the plan may use more CPUs than the container allows"
+    why = consequence or "no cgroup CPU quota or cpuset is known: the plan may use more CPUs than the container allows"
     cg_text = fs.read(cg_path, notes=notes, consequence=why)
     mi_text = fs.read(mi_path, notes=notes, consequence=why)
     if cg_text is None or mi_text is None:

@@ -1,4 +1,4 @@
-"""detect_topology: assemble a Topology from the readers (cpus, cgroup, cpuinfo, tf_runtime)."""
+"""detect_topology: assemble a Topology from the readers (cpus, cgroup, memory, cpuinfo, tf_runtime)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import os
 import tf_autopar.topology.caches as caches
 import tf_autopar.topology.cgroup as cgroup
 import tf_autopar.topology.cpus as cpus
+import tf_autopar.topology.memory as memory
 from ._fs import HostFS, Notes
 from .cpuinfo import read_cpuinfo
 from .cpulist import format_cpulist
@@ -37,6 +38,7 @@ def detect_topology(root: str = "/", *, pid: int | None = None, cpu_details: boo
     mask = cpus.process_affinity(fs, notes)
     cpuset = cgroup.read_cpuset(fs, notes)
     quota = cgroup.read_quota(fs, notes)
+    mem = memory.read_memory(fs, notes)
 
     if online is None:
         fallback = mask or (tuple(range(os.cpu_count() or 1)) if fs.live else (0,))
@@ -99,6 +101,7 @@ def detect_topology(root: str = "/", *, pid: int | None = None, cpu_details: boo
         warnings=tuple(notes.warnings),
         cache_domains=domains,
         core_kinds_from=kinds.source,
+        memory=mem,
     )
 
 

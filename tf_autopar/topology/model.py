@@ -1,4 +1,4 @@
-"""Plain, frozen records of the host's CPU topology.
+"""Plain, frozen records of the host's CPU topology (and the memory limit of the process's cgroups).
 
 Readers fill these; the planner consumes them. Nothing here reads the system, so
 tests and the planner can build topologies by hand.
@@ -63,6 +63,43 @@ class CpuQuota:
 
 
 @dataclass(frozen=True)
+class MemoryLimit:
+    """The memory limit of this process's cgroups and their use, at one reading (topology/memory.py).
+
+    The binding level is the group, of the process's own and its visible ancestors, with the least
+    room left under its hard limit (limit - usage): the tightest limit when the process is alone in
+    its groups, an ancestor's when siblings use the room a looser parent limit leaves. A limit at or
+    above the host's RAM (v1's "unlimited" 9223372036854771712, v2's "max") is no limit.
+    """
+
+    limit_bytes: int | None  # the binding hard limit (v2 memory.max, v1 memory.limit_in_bytes); None: none
+    usage_bytes: int | None  # the binding group's usage (or the process's own group's when no limit)
+    cgroup_version: int  # 1 or 2, of the group read
+    path: str  # the file that set the limit (or the usage file read when no limit), under the reader's root
+    level: int = 0  # 0 = the process's own group, 1 = its parent, ...
+    high_bytes: int | None = None  # the tightest soft limit: v2 memory.high, v1 memory.soft_limit_in_bytes
+    high_path: str = ""
+    peak_bytes: int | None = None  # the binding group's peak usage (v1 memory.max_usage_in_bytes, v2 memory.peak)
+    reclaimable_bytes: int | None = None  # of the usage, inactive page cache (memory.stat): reclaimed before an OOM
+    psi_some_avg10: float | None = None  # memory.pressure "some avg10" (% of time stalled, 10 s), v2 only
+    host_bytes: int | None = None  # the host's RAM (MemTotal), against which "unlimited" was judged
+
+    @property
+    def working_set_bytes(self) -> int | None:
+        """The usage less its inactive page cache (what kubelet calls the working set)."""
+        if self.usage_bytes is None:
+            return None
+        return max(0, self.usage_bytes - (self.reclaimable_bytes or 0))
+
+    @property
+    def left_bytes(self) -> int | None:
+        """Room left under the binding limit (never negative); None without a limit or a usage."""
+        if self.limit_bytes is None or self.usage_bytes is None:
+            return None
+        return max(0, self.limit_bytes - self.usage_bytes)
+
+
+@dataclass(frozen=True)
 class CpuInfo:
     vendor: str = "unknown"
     model: str = "unknown"
@@ -85,6 +122,7 @@ class Topology:
     warnings: tuple[str, ...] = ()
     cache_domains: tuple[CacheDomain, ...] = ()  # () = the host says nothing of its caches
     core_kinds_from: str = ""  # where the core types came from ("" = not a hybrid host)
+    memory: MemoryLimit | None = None  # the cgroups' memory limit and use (None: no memory cgroup visible)
 
     @property
     def sockets(self) -> tuple[int, ...]:
