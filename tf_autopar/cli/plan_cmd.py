@@ -13,8 +13,7 @@ import os
 from typing import TYPE_CHECKING, Any, Mapping
 
 from tf_autopar._model_path import looks_like_model
-from tf_autopar._numbers import count
-from tf_autopar.graph.dims import MAX_BATCH
+from tf_autopar._numbers import add_batch_flag, count
 from tf_autopar.cli.notes import say
 from tf_autopar.planning.modes import INFERENCE_MODES
 from tf_autopar.planning import FORMATS, MODES, ThreadPlan, baseline_names, baseline_plan, plan
@@ -69,9 +68,8 @@ def add_parser(subparsers: Any) -> None:
 
 def add_shape_arguments(p: argparse.ArgumentParser) -> None:
     """--batch, --batching-file, --input-shape, --signature: what a model's free dimensions are read as."""
-    p.add_argument(
-        "--batch",
-        type=count(MAX_BATCH, "the largest batch tf-autopar synthesises inputs for"),
+    add_batch_flag(
+        p,
         default=None,
         help="batch size a None batch dimension is read as (default: 1 for latency; throughput: "
         "--batching-file's max_batch_size, else 1); a bundled workload is built at it",

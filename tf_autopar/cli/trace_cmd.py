@@ -10,8 +10,7 @@ import sys
 from typing import Any
 
 from tf_autopar._model_path import looks_like_model
-from tf_autopar._numbers import count
-from tf_autopar.graph.dims import MAX_BATCH
+from tf_autopar._numbers import add_batch_flag, count
 from tf_autopar.cli.notes import say
 from tf_autopar.models.options import add_model_flags, from_args
 
@@ -41,11 +40,8 @@ def add_parser(subparsers: Any) -> None:
         help="inference or training steps (a model file: inference)",
     )
     p.add_argument("--size", choices=("tiny", "paper"), default="tiny", help="model size (default tiny)")
-    p.add_argument(
-        "--batch",
-        type=count(MAX_BATCH, "the largest batch tf-autopar synthesises inputs for"),
-        default=None,
-        help="batch size (default: the workload's published one; a model file's None batch: 1)",
+    add_batch_flag(
+        p, default=None, help="batch size (default: the workload's published one; a model file's None batch: 1)"
     )
     p.add_argument(
         "--path",

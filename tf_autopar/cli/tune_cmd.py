@@ -13,9 +13,8 @@ import argparse
 import json
 from typing import Any
 
-from tf_autopar._numbers import count, seconds
+from tf_autopar._numbers import add_batch_flag, count, seconds
 from tf_autopar.cli.notes import sayer
-from tf_autopar.graph.dims import MAX_BATCH
 from tf_autopar.models.options import add_model_flags, from_args
 from tf_autopar.planning.modes import MODES
 
@@ -41,9 +40,8 @@ def add_parser(subparsers: Any) -> None:
         help="latency: one request at a time; throughput: one caller per stream (in-process only); "
         "training: a bundled workload's training step (--process-pools)",
     )
-    p.add_argument(
-        "--batch",
-        type=count(MAX_BATCH, "the largest batch tf-autopar synthesises inputs for"),
+    add_batch_flag(
+        p,
         default=None,
         help="batch per request (a None batch dimension; default 1) or per training step "
         "(default: the workload's published batch)",

@@ -14,8 +14,7 @@ import sys
 from typing import Any
 
 from tf_autopar._model_path import looks_like_model
-from tf_autopar._numbers import count, seconds
-from tf_autopar.graph.dims import MAX_BATCH
+from tf_autopar._numbers import add_batch_flag, count, seconds
 from tf_autopar import _plots
 from tf_autopar.models.options import add_model_flags
 from tf_autopar.models.plan_child import ROW_MODES
@@ -60,9 +59,8 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--size", choices=("tiny", "paper"), default=None, help="workload size (default paper; --quick: tiny)"
     )
-    p.add_argument(
-        "--batch",
-        type=count(MAX_BATCH, "the largest batch tf-autopar synthesises inputs for"),
+    add_batch_flag(
+        p,
         default=None,
         help="batch of a model file's rows (its None batch dimension; default 1) and of workloads' "
         "infer rows (default: the published batch)",

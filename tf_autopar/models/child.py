@@ -39,8 +39,7 @@ from typing import Any, Callable
 
 import tf_autopar.planning.variables as V
 from tf_autopar._model_path import looks_like_model
-from tf_autopar._numbers import count, seconds
-from tf_autopar.graph.dims import MAX_BATCH
+from tf_autopar._numbers import add_batch_flag, count, seconds
 from tf_autopar.measure.child import ChildError, command
 from tf_autopar.models.options import add_model_flags, from_args
 from tf_autopar.planning.modes import INFERENCE_MODES, MODES
@@ -444,7 +443,7 @@ def export(argv: list[str]) -> dict[str, Any]:
     """A bundled workload as a SavedModel and an .npz of its batch (see the module docstring)."""
     parser = argparse.ArgumentParser(prog=EXPORT)
     parser.add_argument("name")
-    parser.add_argument("--batch", type=count(MAX_BATCH, "the largest batch tf-autopar synthesises inputs for"))
+    add_batch_flag(parser)
     parser.add_argument("--size", choices=("tiny", "paper"), default="tiny")
     parser.add_argument("--out", required=True, help="an existing empty directory")
     args = parser.parse_args(argv)
@@ -515,12 +514,7 @@ def add_steps_flags(parser: Any) -> None:
     """The workloads runner's flags (``steps`` here, ``tf-autopar workloads run``)."""
     parser.add_argument("name", help="workload name (see `tf-autopar workloads list`)")
     parser.add_argument("--mode", choices=("infer", "train"), default="infer")
-    parser.add_argument(
-        "--batch",
-        type=count(MAX_BATCH, "the largest batch tf-autopar synthesises inputs for"),
-        default=None,
-        help="batch size (default: the published one)",
-    )
+    add_batch_flag(parser, default=None, help="batch size (default: the published one)")
     parser.add_argument("--steps", type=count(), default=10, help="timed steps")
     parser.add_argument("--warmup", type=count(), default=2, help="untimed steps first (tracing, allocation)")
     parser.add_argument("--size", choices=("tiny", "paper"), default="tiny")
@@ -533,7 +527,7 @@ def _run_parser() -> argparse.ArgumentParser:
     rp = argparse.ArgumentParser(prog=RUN, description="time requests (the workloads-runner JSON contract)")
     rp.add_argument("model", help="SavedModel directory, .keras file or bundled workload name")
     rp.add_argument("--mode", default="infer")
-    rp.add_argument("--batch", type=count(MAX_BATCH, "the largest batch tf-autopar synthesises inputs for"), default=1)
+    add_batch_flag(rp, default=1)
     rp.add_argument("--steps", type=count(), default=10, help="timed requests (ignored with --time)")
     rp.add_argument("--time", type=seconds(), default=None, help="time requests for this many seconds instead")
     rp.add_argument("--warmup", type=count(), default=2)
@@ -553,7 +547,7 @@ def _run_parser() -> argparse.ArgumentParser:
 def _prepare_parser() -> argparse.ArgumentParser:
     pp = argparse.ArgumentParser(prog=PREPARE, description="describe the inputs and plan")
     pp.add_argument("model")
-    pp.add_argument("--batch", type=count(MAX_BATCH, "the largest batch tf-autopar synthesises inputs for"), default=1)
+    add_batch_flag(pp, default=1)
     pp.add_argument("--plan-mode", choices=INFERENCE_MODES, default=INFERENCE_MODES[0])
     pp.add_argument("--streams", type=count(4096), default=None)
     pp.add_argument("--size", default="tiny")

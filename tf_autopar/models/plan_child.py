@@ -25,8 +25,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from tf_autopar._model_path import looks_like_model
-from tf_autopar._numbers import count
-from tf_autopar.graph.dims import MAX_BATCH
+from tf_autopar._numbers import add_batch_flag
 from tf_autopar.measure.cgroup import MIN_QUOTA_US, PERIOD_US, CgroupUnavailable, find_cpu_controller
 from tf_autopar.measure.child import command
 from tf_autopar.models.options import ModelOptions, add_model_flags, from_args
@@ -138,12 +137,7 @@ def plan(argv: list[str]) -> dict:
     parser.add_argument("row_mode", choices=sorted(ROW_MODES))
     parser.add_argument("size")
     parser.add_argument("--quota", type=float, default=None)
-    parser.add_argument(
-        "--batch",
-        type=count(MAX_BATCH, "the largest batch tf-autopar synthesises inputs for"),
-        default=None,
-        help="default: 1 for infer1, else the published batch",
-    )
+    add_batch_flag(parser, default=None, help="default: 1 for infer1, else the published batch")
     add_model_flags(parser)  # a model file's rows only
     args = parser.parse_args(argv)
     return compute(args.workload, args.row_mode, args.size, args.quota, args.batch, from_args(args))
