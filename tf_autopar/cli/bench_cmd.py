@@ -12,15 +12,16 @@ import json
 import sys
 from typing import Any
 
-from tf_autopar._numbers import add_batch_flag, count, seconds
 from tf_autopar._files import write_json_atomic
-from tf_autopar.models.options import add_model_flags
+from tf_autopar._numbers import add_batch_flag, count, seconds
+from tf_autopar.measure.progress import Progress
+from tf_autopar.models import bench as b
+from tf_autopar.models.bench import Bench, BenchOptions, parse_compare
 from tf_autopar.models.bench_report import format_report
+from tf_autopar.models.options import add_model_flags, from_args
 
 
 def add_parser(subparsers: Any) -> None:
-    from tf_autopar.models import bench as b
-
     p = subparsers.add_parser(
         "bench",
         help="latency/throughput of your model (SavedModel, .keras, workload) under TF's default, our plan, ...",
@@ -91,10 +92,6 @@ def add_parser(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tf_autopar.models.bench import Bench, BenchOptions, parse_compare
-    from tf_autopar.models.options import from_args
-    from tf_autopar.measure.progress import Progress
-
     options = BenchOptions(
         model=args.model,
         batch=args.batch,

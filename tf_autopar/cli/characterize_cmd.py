@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
     )
     if args.json:
-        from tf_autopar.characterization.report import result_json
+        from tf_autopar.characterization.report import result_json  # imports numpy: kept off the CLI's start
 
         json.dump(result_json(result), sys.stdout, indent=2)
         print()

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 from tf_autopar._files import Untrusted, read_json, write_json_atomic
 from tf_autopar._keys import stable_key
 from tf_autopar._paths import cache_dir
+from tf_autopar.runtime.fastpath_rules import batch_words, dominant_bucket, is_batch
 from tf_autopar.runtime.safety import warn_once
 
 if TYPE_CHECKING:
@@ -440,8 +441,6 @@ def _carried(before: Any, summary: dict[str, Any]) -> dict[str, Any]:
 def observed_batch(fingerprint: str, host: str, mode: str, path: str | None = None) -> tuple[int, str] | None:
     """(the batch most calls carried, "batch 1 in 97% of 4,212 calls") from what the fast path
     remembered of this model, over all its functions; None when nothing was remembered."""
-    from tf_autopar.runtime.fastpath_rules import batch_words, dominant_bucket, is_batch
-
     entry = lookup_served(fingerprint, host, mode, path)
     functions = entry.get("functions") if entry else None
     counts: dict[int, int] = {}

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 import tf_autopar.planning.variables as V
+import tf_autopar_workloads as workloads
 from tf_autopar._model_path import looks_like_model
 from tf_autopar.measure import stats
 from tf_autopar.measure.configs import config_from_plan
@@ -29,6 +30,7 @@ from tf_autopar.models.options import ModelOptions
 from tf_autopar.models.plan_child import PLAN_CHILD, plan_args
 from tf_autopar.planning.modes import TRAINING
 from tf_autopar.runtime import cache
+from tf_autopar.topology import detect_topology
 from tf_autopar.tuning import DEFAULT_BUDGET_S, check_arguments
 
 log = logging.getLogger("tf_autopar.tuning")
@@ -213,8 +215,6 @@ def _tune_training(
     say: Callable[[str], None],
 ) -> TuneOutcome:
     """Training steps of a bundled workload, through the workloads runner that ``validate`` uses."""
-    from tf_autopar.topology import detect_topology
-
     if looks_like_model(model):
         raise ValueError(
             f"{model}: a SavedModel or .keras file is tuned for inference (--mode latency); "
@@ -226,9 +226,7 @@ def _tune_training(
             f"not to the bundled workload {model!r}"
         )
     t0 = time.perf_counter()
-    if batch is None:
-        import tf_autopar_workloads as workloads  # the registry, only when the published batch is wanted
-
+    if batch is None:  # the workload's published batch
         batch = int(workloads.get(model).default_batch)
     env, _ = clean_env()
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
