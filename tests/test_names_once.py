@@ -122,3 +122,66 @@ def test_an_existing_path_is_a_model_whatever_its_name(tmp_path, monkeypatch):
     assert not looks_like_model("resnet50")
     os.mkdir("resnet50")  # a SavedModel directory that happens to carry a workload's name
     assert looks_like_model("resnet50")
+
+
+def _batch_actions(parser, where=""):
+    """(where, the --batch action) of ``parser`` and every subparser under it."""
+    import argparse
+
+    for action in parser._actions:
+        if "--batch" in action.option_strings:
+            yield where, action
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                yield from _batch_actions(child, f"{where} {name}".strip())
+
+
+def test_every_batch_flag_is_the_one_helper_with_its_command_s_default():
+    """``--batch`` is declared once (_numbers.add_batch_flag): the same bound and message in every
+    command and child, each command's own default."""
+    import argparse
+    import ast
+    import pathlib
+
+    from tf_autopar._numbers import BATCH_BOUND
+    from tf_autopar.cli.main import build_parser
+    from tf_autopar.graph.dims import MAX_BATCH
+    from tf_autopar.models import child
+
+    steps = argparse.ArgumentParser()
+    child.add_steps_flags(steps)
+    found = dict(_batch_actions(build_parser()))
+    found.update({"child run": dict(_batch_actions(child._run_parser()))[""]})
+    found.update({"child prepare": dict(_batch_actions(child._prepare_parser()))[""]})
+    found.update({"child steps": dict(_batch_actions(steps))[""]})
+    defaults = {name: action.default for name, action in found.items()}
+    assert defaults == {
+        "plan": None,
+        "analyze": None,
+        "run": None,
+        "trace": None,
+        "characterize": None,
+        "validate": None,
+        "bench": 1,
+        "tune": None,
+        "workloads run": None,
+        "child run": 1,
+        "child prepare": 1,
+        "child steps": None,
+    }
+    for name, action in found.items():
+        with pytest.raises(argparse.ArgumentTypeError) as exc:
+            action.type(str(MAX_BATCH + 1))
+        assert str(exc.value) == f"{MAX_BATCH + 1} is above the bound of {MAX_BATCH} ({BATCH_BOUND})", name
+        assert action.type(str(MAX_BATCH)) == MAX_BATCH
+    root = pathlib.Path(child.__file__).parents[1]
+    declared = []
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and getattr(node.func, "attr", "") == "add_argument"
+                and any(isinstance(a, ast.Constant) and a.value == "--batch" for a in node.args)
+            ):
+                declared.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert len(declared) == 1 and declared[0].startswith("_numbers.py:"), declared

@@ -94,3 +94,28 @@ def test_clean_env_keeps_where_tf_autopar_reads_and_writes():
     )
     assert (env["TF_AUTOPAR_CACHE_DIR"], env["TF_AUTOPAR_LEASE_DIR"], env["TF_AUTOPAR_LOG"]) == ("/c", "/l", "info")
     assert removed == ["OMP_NUM_THREADS", "TF_AUTOPAR_INSTANCES", "TF_NUM_INTRAOP_THREADS"]
+
+
+def test_the_batch_flag_has_one_bound_and_one_message(capsys):
+    import argparse
+
+    from tf_autopar._numbers import BATCH_BOUND, add_batch_flag
+    from tf_autopar.graph.dims import MAX_BATCH
+
+    parser = argparse.ArgumentParser(prog="x")
+    add_batch_flag(parser, default=7, help="batch per request")
+    assert parser.parse_args([]).batch == 7
+    assert parser.parse_args(["--batch", str(MAX_BATCH)]).batch == MAX_BATCH
+    assert parser.parse_args(["--batch", "0"]).batch == 0  # each command refuses 0 with its own message
+    for bad, said in [
+        (str(MAX_BATCH + 1), f"{MAX_BATCH + 1} is above the bound of {MAX_BATCH} ({BATCH_BOUND})"),
+        ("\u0663", "'\u0663' is not a whole number (ASCII digits 0-9)"),
+        ("-1", "'-1' is not a whole number (ASCII digits 0-9)"),
+    ]:
+        with pytest.raises(SystemExit) as exc:
+            parser.parse_args([f"--batch={bad}"])
+        assert exc.value.code == 2 and f"argument --batch: {said}" in capsys.readouterr().err
+    assert "batch per request" in parser.format_help()
+    bare = argparse.ArgumentParser()
+    add_batch_flag(bare)
+    assert bare.parse_args([]).batch is None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -211,3 +212,58 @@ def test_a_real_training_tune_of_a_workload_is_stored_under_training(tmp_path):
     if res["stored"]:  # stored only after two rounds: under the budget it may stop after one
         keys = list(json.load(open(tmp_path / "plans.json"))["tuned"])
         assert len(keys) == 1 and keys[0].endswith("|training|16")
+
+
+def test_the_dispatcher_checks_the_arguments_once_for_both_tuners_before_anything_starts(tmp_path, monkeypatch):
+    """tuning.tune routes a model file in an inference mode to one process, the rest to the
+    fresh-process search, and refuses bad arguments with check_arguments first: no child started,
+    neither tuner called. The CLI goes through it too."""
+    from tf_autopar import tuning
+    from tf_autopar.cli.main import main
+    from tf_autopar.tuning import inprocess, tuner
+
+    def started(*args, **kwargs):
+        raise AssertionError(f"started: {args!r}")
+
+    monkeypatch.setattr(subprocess, "Popen", started)
+    monkeypatch.setattr(subprocess, "run", started)
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "saved_model.pb").write_bytes(b"")
+    cases = [
+        (dict(model=str(model), mode="throughput", process_pools=True), "--process-pools tunes latency or training"),
+        (dict(model="alexnet", mode="throughput"), "not 'throughput': throughput's streams are tuned in one process"),
+        (dict(model="alexnet", mode="serving"), "tune measures latency or training, not 'serving'"),
+        (dict(model=str(model), mode="serving"), "in-process tune serves an inference mode"),
+        (dict(model=str(model), budget_s=0), "--budget must be a positive number of seconds"),
+        (dict(model="alexnet", budget_s=float("inf")), "is beyond"),
+        (dict(model=str(model), budget_s=3), "a budget of 3 s cannot compare two settings"),
+        (dict(model="alexnet", mode="training", batch=0), "--batch must be a positive integer, got 0"),
+        (dict(model=str(model), batch=0), "--batch must be a positive integer, got 0"),
+    ]
+    for kwargs, message in cases:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            tuning.tune(**kwargs)
+    # the same check in each tuner, called directly
+    with pytest.raises(ValueError, match=re.escape("in-process tune serves an inference mode")):
+        inprocess.tune(str(model), mode="training")
+    with pytest.raises(ValueError, match=re.escape("--batch must be a positive integer, got 0")):
+        tuner.tune("alexnet", batch=0)
+    assert tuning.in_one_process(str(model), "latency") and tuning.in_one_process(str(model), "throughput")
+    assert not tuning.in_one_process(str(model), "latency", process_pools=True)
+    assert not tuning.in_one_process(str(model), "training") and not tuning.in_one_process("alexnet", "latency")
+    # the CLI calls the dispatcher, with each route's arguments
+    calls = []
+    monkeypatch.setattr(inprocess, "tune", lambda model, **kw: calls.append(("one process", kw)) or _Said())
+    monkeypatch.setattr(tuner, "tune", lambda model, **kw: calls.append(("process pools", kw)) or _Said())
+    assert main(["tune", str(model), "--batch", "2", "--budget", "30", "--requests", "7"]) == 0
+    assert main(["tune", "alexnet", "--size", "paper"]) == 0
+    assert [c[0] for c in calls] == ["one process", "process pools"]
+    assert calls[0][1]["batch"] == 2 and calls[0][1]["budget_s"] == 30 and "requests" not in calls[0][1]
+    assert calls[1][1]["size"] == "paper" and calls[1][1]["requests"] == tuner.DEFAULT_REQUESTS
+    assert main(["tune", "alexnet", "--mode", "throughput"]) == 2 and len(calls) == 2
+
+
+class _Said:
+    def text(self) -> str:
+        return "tuned"

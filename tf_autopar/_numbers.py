@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import argparse
 import math
-from typing import Callable
+from typing import Any, Callable
 
 from tf_autopar._text import shown, uint_or_none
+from tf_autopar.graph.dims import MAX_BATCH
 
 MAX_STEPS = 1_000_000  # requests, steps, rounds: a week of a 1 ms model, not a typo's 10**12
 MAX_SECONDS = 7 * 86400.0
+#: Why ``--batch`` has its bound, said when a batch above it is refused.
+BATCH_BOUND = "the largest batch tf-autopar synthesises inputs for"
 
 
 def count(hi: int = MAX_STEPS, what: str = "") -> Callable[[str], int]:
@@ -48,3 +51,11 @@ def seconds(hi: float = MAX_SECONDS) -> Callable[[str], float]:
         return value
 
     return parse
+
+
+def add_batch_flag(parser: Any, *, default: int | None = None, help: str | None = None) -> None:
+    """``--batch`` on ``parser`` (an ArgumentParser or argument group): a whole number up to
+    MAX_BATCH (graph/dims.py), refused with the same message by every command and child that
+    takes one; ``default`` and ``help`` are each command's own. A batch of 0 passes here: each
+    command refuses it with its own message."""
+    parser.add_argument("--batch", type=count(MAX_BATCH, BATCH_BOUND), default=default, help=help)

@@ -11,7 +11,9 @@ from typing import Any
 from tf_autopar import _plots
 from tf_autopar.cli.notes import say
 from tf_autopar.cli.plan_cmd import add_shape_arguments, add_size_argument, shape_options, workload_names
+from tf_autopar.graph import analyze
 from tf_autopar.graph.profile import GraphProfile
+from tf_autopar.planning.planner import lookup_share
 
 
 def add_parser(subparsers: Any) -> None:
@@ -38,8 +40,6 @@ def add_parser(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tf_autopar.graph import analyze
-
     if args.plot:
         _plots.require()  # before building a model, not after
     options = shape_options(args, "latency" if args.mode == "infer" else "training")
@@ -92,8 +92,6 @@ def render(profile: GraphProfile, top: int = 10) -> str:
     else:
         lines.append("typical op:    unknown (a shape is not static; give --batch / --input-shape)")
     if profile.lookups and profile.lookup_work is not None and profile.contraction_work is not None:
-        from tf_autopar.planning.planner import lookup_share
-
         lines.append(
             f"look-ups:      {profile.lookups}, reading {profile.lookup_work:,} elements per step against "
             f"{profile.contraction_work:,} multiply-adds in the other heavy ops (about "
@@ -115,7 +113,7 @@ def plot_levels(profile: GraphProfile, path: str) -> None:
     """Bar chart of heavy ops per level, level 1 at the left, so the model's shape shows:
     a chain is a flat line at 1, branches are bumps; dashed lines mark the widths."""
     plt = _plots.pyplot()
-    from matplotlib.ticker import MaxNLocator
+    from matplotlib.ticker import MaxNLocator  # matplotlib: an optional extra, imported for a chart only
 
     widths = profile.level_widths or (0,)
     fig, ax = plt.subplots(figsize=(min(16, max(6, len(widths) * 0.08 + 4)), 4))

@@ -12,16 +12,16 @@ import json
 import sys
 from typing import Any
 
-from tf_autopar._numbers import count, seconds
-from tf_autopar.graph.dims import MAX_BATCH
 from tf_autopar._files import write_json_atomic
-from tf_autopar.models.options import add_model_flags
+from tf_autopar._numbers import add_batch_flag, count, seconds
+from tf_autopar.measure.progress import Progress
+from tf_autopar.models import bench as b
+from tf_autopar.models.bench import Bench, BenchOptions, parse_compare
 from tf_autopar.models.bench_report import format_report
+from tf_autopar.models.options import add_model_flags, from_args
 
 
 def add_parser(subparsers: Any) -> None:
-    from tf_autopar.models import bench as b
-
     p = subparsers.add_parser(
         "bench",
         help="latency/throughput of your model (SavedModel, .keras, workload) under TF's default, our plan, ...",
@@ -30,12 +30,7 @@ def add_parser(subparsers: Any) -> None:
         "settings, p50/p90/p99 latency, throughput and the speedup over TensorFlow's default.",
     )
     p.add_argument("model", metavar="MODEL", help="SavedModel directory, .keras file, or bundled workload name")
-    p.add_argument(
-        "--batch",
-        type=count(MAX_BATCH, "the largest batch tf-autopar synthesises inputs for"),
-        default=1,
-        help="batch per request; a None batch dimension (default 1)",
-    )
+    add_batch_flag(p, default=1, help="batch per request; a None batch dimension (default 1)")
     p.add_argument(
         "--mode",
         choices=b.MODES,
@@ -97,10 +92,6 @@ def add_parser(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tf_autopar.models.bench import Bench, BenchOptions, parse_compare
-    from tf_autopar.models.options import from_args
-    from tf_autopar.measure.progress import Progress
-
     options = BenchOptions(
         model=args.model,
         batch=args.batch,

@@ -11,9 +11,9 @@ import argparse
 import json
 from typing import Any
 
-
 from tf_autopar._numbers import count
 from tf_autopar.cli.notes import sayer
+from tf_autopar.tuning.calibrate import calibrate
 
 
 def add_parser(subparsers: Any) -> None:
@@ -31,8 +31,6 @@ def add_parser(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tf_autopar.tuning.calibrate import calibrate
-
     if args.rounds < 1:
         raise ValueError(f"--rounds must be at least 1, got {args.rounds}")
     say = sayer("calibrate", quiet=args.json)

@@ -12,9 +12,8 @@ import os
 import sys
 from typing import Any
 
-from tf_autopar._numbers import count, seconds
+from tf_autopar._numbers import add_batch_flag, count, seconds
 from tf_autopar.characterization.bundled import characterize
-from tf_autopar.graph.dims import MAX_BATCH
 from tf_autopar.characterization.classes import OP_CLASSES
 
 
@@ -62,12 +61,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--rounds", type=count(), default=1, help="repeat every run this many times, interleaved (default 1)"
     )
-    p.add_argument(
-        "--batch",
-        type=count(MAX_BATCH, "the largest batch tf-autopar synthesises inputs for"),
-        default=None,
-        help="batch size (default: each workload's published one)",
-    )
+    add_batch_flag(p, default=None, help="batch size (default: each workload's published one)")
     p.add_argument(
         "--classes",
         type=_words,
@@ -98,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
     )
     if args.json:
-        from tf_autopar.characterization.report import result_json
+        from tf_autopar.characterization.report import result_json  # imports numpy: kept off the CLI's start
 
         json.dump(result_json(result), sys.stdout, indent=2)
         print()

@@ -13,6 +13,10 @@ import logging
 import sys
 
 import tf_autopar_workloads  # noqa: F401  registers the bundled workload names (tf_autopar/graph/named.py)
+from tf_autopar import __version__
+from tf_autopar.cli.interrupt import sigterm_interrupts
+from tf_autopar.cli.notes import say
+from tf_autopar.cli.quiet import quiet_tensorflow
 
 SUBCOMMANDS = (
     "inspect",
@@ -55,8 +59,6 @@ def no_tensorflow() -> str:
 def _global_options(parser: argparse.ArgumentParser, top: bool) -> None:
     """-v and --version, accepted before or after the subcommand (SUPPRESS below the top, so a
     subcommand's default never resets a -v given before it)."""
-    from tf_autopar import __version__
-
     default = False if top else argparse.SUPPRESS
     parser.add_argument(
         "-v",
@@ -123,16 +125,12 @@ def main(argv: list[str] | None = None) -> int:
     argv, old = old_json_spelling(list(sys.argv[1:] if argv is None else argv))
     args = parser.parse_args(argv)
     if old:
-        from tf_autopar.cli.notes import say
-
         say(args.subcommand, f"note: {old}")
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="tf-autopar: %(levelname)s: %(message)s",
     )
     if not args.verbose and args.subcommand in TF_BACKED:
-        from tf_autopar.cli.quiet import quiet_tensorflow
-
         quiet_tensorflow()
     try:
         if args.subcommand in NEEDS_TF and importlib.util.find_spec("tensorflow") is None:
@@ -140,8 +138,6 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         if args.subcommand in FORWARDS_SIGNALS:
             return int(args.func(args) or 0)
-        from tf_autopar.cli.interrupt import sigterm_interrupts
-
         with sigterm_interrupts():
             return int(args.func(args) or 0)
     except ModuleNotFoundError as exc:

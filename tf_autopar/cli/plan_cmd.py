@@ -12,15 +12,20 @@ import logging
 import os
 from typing import TYPE_CHECKING, Any, Mapping
 
+import tf_autopar_workloads as workloads
 from tf_autopar._model_path import looks_like_model
-from tf_autopar._numbers import count
-from tf_autopar.graph.dims import MAX_BATCH
+from tf_autopar._numbers import add_batch_flag, count
 from tf_autopar.cli.notes import say
-from tf_autopar.planning.modes import INFERENCE_MODES
+from tf_autopar.graph import analyze
+from tf_autopar.graph.dims import for_unknown_batch, parse_input_shape, typical_batch
+from tf_autopar.graph.named import not_a_model
 from tf_autopar.planning import FORMATS, MODES, ThreadPlan, baseline_names, baseline_plan, plan
+from tf_autopar.planning.modes import INFERENCE_MODES
+from tf_autopar.runtime.core import calibration_for, tuned_for
+from tf_autopar.topology import detect_topology
 from tf_autopar.topology.model import Topology
 
-if TYPE_CHECKING:  # the graph package is imported only when a model is analysed
+if TYPE_CHECKING:
     from tf_autopar.graph.profile import GraphProfile
 
 log = logging.getLogger("tf_autopar.cli")
@@ -69,9 +74,8 @@ def add_parser(subparsers: Any) -> None:
 
 def add_shape_arguments(p: argparse.ArgumentParser) -> None:
     """--batch, --batching-file, --input-shape, --signature: what a model's free dimensions are read as."""
-    p.add_argument(
-        "--batch",
-        type=count(MAX_BATCH, "the largest batch tf-autopar synthesises inputs for"),
+    add_batch_flag(
+        p,
         default=None,
         help="batch size a None batch dimension is read as (default: 1 for latency; throughput: "
         "--batching-file's max_batch_size, else 1); a bundled workload is built at it",
@@ -107,8 +111,6 @@ def add_size_argument(p: argparse.ArgumentParser) -> None:
 
 def shape_options(args: argparse.Namespace, mode: str = "latency") -> dict[str, Any]:
     """analyze() keyword arguments from the options of add_shape_arguments."""
-    from tf_autopar.graph.dims import parse_input_shape, typical_batch
-
     batch = args.batch
     if batch is not None or args.batching_file or mode in INFERENCE_MODES:
         batch = typical_batch(mode, batch, args.batching_file)
@@ -124,25 +126,13 @@ def shape_options(args: argparse.Namespace, mode: str = "latency") -> dict[str, 
 def load_profile(model: str, mode: str = "latency", **options: Any) -> GraphProfile:
     """GraphProfile for a SavedModel/graph/.keras path or a bundled workload name (imports
     TensorFlow); ``options``: analyze()'s batch, input_shapes, signature."""
-    try:
-        from tf_autopar.graph import analyze  # type: ignore[attr-defined]
-    except ImportError:
-        analyze = None
-    if analyze is None:
-        raise ValueError("model analysis not available in this version: give --width instead")
     batch_given = options.pop("batch_given", True)
     if os.path.exists(model):
         if batch_given:
             return analyze(model, **options)
-        from tf_autopar.graph.dims import for_unknown_batch  # as enable() without a batch
-
-        return for_unknown_batch(analyze(model, **options))
+        return for_unknown_batch(analyze(model, **options))  # as enable() without a batch
     if looks_like_model(model):
         raise FileNotFoundError(f"no such file or directory: {model!r} (a SavedModel directory, .keras or graph file)")
-    import tf_autopar_workloads as workloads
-
-    from tf_autopar.graph.named import not_a_model
-
     if model not in workloads.names():
         raise FileNotFoundError(not_a_model(model))
     # A training plan is for the training graph (forward + backward heavy ops).
@@ -152,11 +142,7 @@ def load_profile(model: str, mode: str = "latency", **options: Any) -> GraphProf
 
 
 def workload_names() -> list[str]:
-    """The bundled workloads' names ([] without the workloads package)."""
-    try:
-        import tf_autopar_workloads as workloads
-    except ImportError:  # pragma: no cover - workloads ship with the package
-        return []
+    """The bundled workloads' names."""
     return workloads.names()
 
 
@@ -164,8 +150,6 @@ def measured_for(profile: GraphProfile | None, mode: str, topology: Topology, ba
     """(tuned setting, calibration) that `tune` and `calibrate` measured on this host for the model."""
     if profile is None:
         return None, None
-    from tf_autopar.runtime.core import calibration_for, tuned_for
-
     return tuned_for(getattr(profile, "fingerprint", ""), mode, topology, batch), calibration_for(topology)
 
 
@@ -202,8 +186,6 @@ def build_plan(args: argparse.Namespace, topology: Topology, env: Mapping[str, s
 
 
 def run(args: argparse.Namespace) -> int:
-    from tf_autopar.topology import detect_topology
-
     fmt = "json" if args.json else args.format
     # `--format tfserving --batching-file NEW` writes the file from the plan instead of reading it.
     write_to = None

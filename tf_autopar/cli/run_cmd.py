@@ -19,7 +19,8 @@ from tf_autopar.cli.plan_cmd import (
     shape_options,
     workload_names,
 )
-from tf_autopar.runtime import allocator
+from tf_autopar.runtime import allocator, launcher
+from tf_autopar.topology import detect_topology, parse_cpulist
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -71,9 +72,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from tf_autopar.runtime import launcher
-    from tf_autopar.topology import detect_topology, parse_cpulist
-
     command = list(args.program)
     if command and command[0] == "--":
         command = command[1:]

@@ -9,11 +9,14 @@ import os
 import sys
 from typing import Any
 
+import tf_autopar
+import tf_autopar_workloads as workloads
 from tf_autopar._model_path import looks_like_model
-from tf_autopar._numbers import count
-from tf_autopar.graph.dims import MAX_BATCH
+from tf_autopar._numbers import add_batch_flag, count
 from tf_autopar.cli.notes import say
+from tf_autopar.models.load import model_kind, prepare_model
 from tf_autopar.models.options import add_model_flags, from_args
+from tf_autopar.tracing.build import FAILED_MARKER, NativeBuildError, build, make_plan
 
 
 def add_parser(subparsers: Any) -> None:
@@ -41,11 +44,8 @@ def add_parser(subparsers: Any) -> None:
         help="inference or training steps (a model file: inference)",
     )
     p.add_argument("--size", choices=("tiny", "paper"), default="tiny", help="model size (default tiny)")
-    p.add_argument(
-        "--batch",
-        type=count(MAX_BATCH, "the largest batch tf-autopar synthesises inputs for"),
-        default=None,
-        help="batch size (default: the workload's published one; a model file's None batch: 1)",
+    add_batch_flag(
+        p, default=None, help="batch size (default: the workload's published one; a model file's None batch: 1)"
     )
     p.add_argument(
         "--path",
@@ -71,8 +71,6 @@ def add_parser(subparsers: Any) -> None:
 
 
 def _build(args: argparse.Namespace) -> int:
-    from tf_autopar.tracing.build import NativeBuildError, build
-
     try:
         path = build(force=True)
     except NativeBuildError as exc:
@@ -87,8 +85,7 @@ def _build(args: argparse.Namespace) -> int:
 
 def _native_needs_building() -> bool:
     """True when tracing will first compile the native tracer (a wait worth announcing)."""
-    from tf_autopar.tracing.build import FAILED_MARKER, NativeBuildError, make_plan
-    from tf_autopar.tracing.tracer import native_disabled
+    from tf_autopar.tracing.tracer import native_disabled  # imports numpy: kept off the CLI's start
 
     if native_disabled() or os.environ.get("TF_AUTOPAR_NATIVE_LIB"):
         return False
@@ -124,8 +121,7 @@ def _workload_step(args: argparse.Namespace) -> tuple[Any, Any, Any, int]:
             "--signature, --input-shape, --int-max and --inputs apply to model files (SavedModel "
             f"directories, .keras files), not to the bundled workload {args.workload!r}"
         )
-    import tf_autopar_workloads as workloads
-    from tf_autopar_workloads import runner
+    from tf_autopar_workloads import runner  # imports numpy: kept off the CLI's start
 
     workloads.module_path(args.workload)  # ValueError listing the bundled names
     built = runner.build(args.workload, size=args.size, batch=args.batch)
@@ -134,8 +130,6 @@ def _workload_step(args: argparse.Namespace) -> tuple[Any, Any, Any, int]:
 
 def _model_step(args: argparse.Namespace) -> tuple[Any, Any, Any, int]:
     """A model file's inference step on inputs synthesised from its signature (models/load.py)."""
-    from tf_autopar.models.load import model_kind, prepare_model
-
     model_kind(args.workload)  # missing path, not a model: a clear error
     if args.mode != "infer":
         raise ValueError(f"a model file is traced for inference (--mode infer), got --mode {args.mode}")
@@ -156,8 +150,6 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--warmup must be zero or more, got {args.warmup}")
     if args.batch is not None and args.batch < 1:
         raise ValueError(f"--batch must be a positive integer, got {args.batch}")
-    import tf_autopar
-
     model = looks_like_model(args.workload)
     if not args.json:
         what = f"loading {args.workload}" if model else f"building workload {args.workload} at size {args.size}"

@@ -13,16 +13,16 @@ import argparse
 import json
 from typing import Any
 
-from tf_autopar._numbers import count, seconds
+from tf_autopar import tuning
+from tf_autopar._numbers import add_batch_flag, count, seconds
 from tf_autopar.cli.notes import sayer
-from tf_autopar.graph.dims import MAX_BATCH
 from tf_autopar.models.options import add_model_flags, from_args
 from tf_autopar.planning.modes import MODES
+from tf_autopar.tuning.inprocess import live_reset
+from tf_autopar.tuning.tuner import DEFAULT_REQUESTS
 
 
 def add_parser(subparsers: Any) -> None:
-    from tf_autopar.tuning import tuner as t
-
     p = subparsers.add_parser(
         "tune",
         help="measure the plan and its neighbours on this host for MODEL; the next start uses the winner",
@@ -41,9 +41,8 @@ def add_parser(subparsers: Any) -> None:
         help="latency: one request at a time; throughput: one caller per stream (in-process only); "
         "training: a bundled workload's training step (--process-pools)",
     )
-    p.add_argument(
-        "--batch",
-        type=count(MAX_BATCH, "the largest batch tf-autopar synthesises inputs for"),
+    add_batch_flag(
+        p,
         default=None,
         help="batch per request (a None batch dimension; default 1) or per training step "
         "(default: the workload's published batch)",
@@ -51,9 +50,9 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--budget",
         type=seconds(),
-        default=t.DEFAULT_BUDGET_S,
+        default=tuning.DEFAULT_BUDGET_S,
         metavar="SECONDS",
-        help=f"machine time to spend, about (default {t.DEFAULT_BUDGET_S:g} s)",
+        help=f"machine time to spend, about (default {tuning.DEFAULT_BUDGET_S:g} s)",
     )
     p.add_argument(
         "--process-pools",
@@ -68,7 +67,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--requests",
         type=count(),
-        default=t.DEFAULT_REQUESTS,
+        default=DEFAULT_REQUESTS,
         help="--process-pools: timed requests (or training steps) per run",
     )
     p.add_argument("--size", choices=("tiny", "paper"), default="tiny", help="bundled workloads only")
@@ -79,44 +78,21 @@ def add_parser(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tf_autopar._model_path import looks_like_model
-    from tf_autopar.tuning import inprocess
-
-    if args.batch is not None and args.batch < 1:
-        raise ValueError(f"--batch must be a positive integer, got {args.batch}")
+    tuning.check_batch(args.batch)  # before --live-reset too, as ever
     if args.live_reset:
         return _live_reset(args)
-    say = sayer("tune", quiet=args.json)
-    process_pools = args.process_pools or args.mode == "training" or not looks_like_model(args.model)
-    if process_pools:
-        if args.mode == "throughput":
-            raise ValueError(
-                "--process-pools tunes latency or training: throughput's streams are tuned in one "
-                "process (leave out --process-pools, give a SavedModel or .keras file)"
-            )
-        from tf_autopar.tuning.tuner import tune
-
-        outcome: Any = tune(
-            args.model,
-            mode=args.mode,
-            batch=args.batch,
-            budget_s=args.budget,
-            requests=args.requests,
-            size=args.size,
-            model_options=from_args(args),
-            store=not args.dry_run,
-            progress=say,
-        )
-    else:
-        outcome = inprocess.tune(
-            args.model,
-            mode=args.mode,
-            batch=args.batch,
-            budget_s=args.budget,
-            model_options=from_args(args),
-            store=not args.dry_run,
-            progress=say,
-        )
+    outcome = tuning.tune(
+        args.model,
+        mode=args.mode,
+        batch=args.batch,
+        budget_s=args.budget,
+        process_pools=args.process_pools,
+        requests=args.requests,
+        size=args.size,
+        model_options=from_args(args),
+        store=not args.dry_run,
+        progress=sayer("tune", quiet=args.json),
+    )
     if args.json:
         print(json.dumps(outcome.to_dict(), indent=2, default=str))
     else:
@@ -125,8 +101,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _live_reset(args: argparse.Namespace) -> int:
-    from tf_autopar.tuning.inprocess import live_reset
-
     res = live_reset(args.model)
     if args.json:
         print(json.dumps(res, indent=2))

@@ -11,14 +11,25 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tf_autopar._model_path import looks_like_model
-from tf_autopar._numbers import count, seconds
-from tf_autopar.graph.dims import MAX_BATCH
+import tf_autopar_workloads as workloads
 from tf_autopar import _plots
-from tf_autopar.models.options import add_model_flags
+from tf_autopar._model_path import looks_like_model
+from tf_autopar._numbers import add_batch_flag, count, seconds
+from tf_autopar.measure.configs import parse_config
+from tf_autopar.measure.progress import Progress
+from tf_autopar.models.bench import prepare_in_child
+from tf_autopar.models.load import model_kind
+from tf_autopar.models.options import add_model_flags, from_args
 from tf_autopar.models.plan_child import ROW_MODES
+from tf_autopar.topology import detect_topology
+
+if TYPE_CHECKING:
+    from tf_autopar.validation.harness import Harness, Options
+
+# tf_autopar.validation (its harness, results and report: 25-50 ms) is imported by the steps of
+# `run` that use it, not here: every subcommand's module is imported to build the CLI's parser.
 
 # --quick (the README default): a wide vision model with parallel branches (Inception v3,
 # inference at batch 1 and training), a wide recommender at batch 1 (Wide&Deep: the
@@ -60,9 +71,8 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--size", choices=("tiny", "paper"), default=None, help="workload size (default paper; --quick: tiny)"
     )
-    p.add_argument(
-        "--batch",
-        type=count(MAX_BATCH, "the largest batch tf-autopar synthesises inputs for"),
+    add_batch_flag(
+        p,
         default=None,
         help="batch of a model file's rows (its None batch dimension; default 1) and of workloads' "
         "infer rows (default: the published batch)",
@@ -147,8 +157,6 @@ def _check_models(rows: Any, out: Any) -> None:
     """Load each model file once in a child before anything is measured: a bad model (no
     signatures, string inputs, a wrong --input-shape) is a clear error (exit 2), not a table of
     crashed runs. Prints the inputs and assumptions each row will run with."""
-    from tf_autopar.models.bench import prepare_in_child
-
     seen = set()
     for row in rows:
         if (row.workload, row.batch) in seen:
@@ -165,21 +173,35 @@ def _check_models(rows: Any, out: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tf_autopar.topology import detect_topology
-    from tf_autopar.validation import report
-    from tf_autopar.validation.harness import DEFAULT_RUNNER, Harness, Options, fixed_plan_provider, make_rows
-    from tf_autopar.validation.results import OURS
-    from tf_autopar.measure.configs import parse_config
-    from tf_autopar.measure.progress import Progress
-
-    from tf_autopar.models.load import model_kind
-    from tf_autopar.models.options import from_args
-    from tf_autopar.validation.harness import MODEL_ROW_MODES, make_model_rows
+    from tf_autopar.validation.harness import make_rows
 
     if args.plot:
         _plots.require()  # before the run, not after it
     preset = QUICK if args.quick else FULL
     size = args.size or preset["size"]
+    modes = _modes(args)
+    if args.batch is not None and args.batch < 1:
+        raise ValueError(f"--batch must be a positive integer, got {args.batch}")
+    names, model_rows = _named_rows(args, modes)
+    options = _options(args, preset, size)
+    out = sys.stderr if args.json else sys.stdout
+    topology = detect_topology()
+    if args.quick and not args.workloads and not args.modes:
+        rows = [row for w, m in QUICK_ROWS for row in make_rows([w], [m], size)]
+    else:
+        rows = make_rows(names, modes, size, {n: args.batch for n in names} if args.batch else None)
+    rows += model_rows
+    _check_models(model_rows, out)
+    harness = _harness(args, topology, options)
+    _announce(harness, rows, model_rows, size, out)
+    if args.estimate:
+        return 0
+    doc = harness.run(rows)  # SIGTERM stops it as Ctrl-C does: cli/interrupt.py
+    return _report(args, doc, out)
+
+
+def _modes(args: argparse.Namespace) -> tuple[str, ...]:
+    """The row modes asked for (--modes, else --quick's or all); ValueError naming an unknown one."""
     modes = (
         tuple(m.strip() for m in args.modes.split(",") if m.strip())
         if args.modes
@@ -188,9 +210,14 @@ def run(args: argparse.Namespace) -> int:
     for m in modes:
         if m not in ROW_MODES:
             raise ValueError(f"unknown mode {m!r} in --modes; choose from {', '.join(ROW_MODES)}")
-    if args.batch is not None and args.batch < 1:
-        raise ValueError(f"--batch must be a positive integer, got {args.batch}")
-    import tf_autopar_workloads as workloads
+    return modes
+
+
+def _named_rows(args: argparse.Namespace, modes: tuple[str, ...]) -> tuple[list[str], list[Any]]:
+    """(the bundled workloads named, the model files' rows): each name and path checked before
+    anything runs (ValueError: an unknown workload, a missing path or not a model, model flags
+    without a model file, --modes with no inference row for a model file)."""
+    from tf_autopar.validation.harness import MODEL_ROW_MODES, make_model_rows
 
     paths = [n for n in args.workloads if looks_like_model(n)]
     model_options = from_args(args)
@@ -214,7 +241,13 @@ def run(args: argparse.Namespace) -> int:
                 f"a model file is validated for inference only: --modes {args.modes} has no "
                 f"{' or '.join(MODEL_ROW_MODES)}"
             )
-    model_rows = make_model_rows(paths, model_modes, args.batch, model_options)
+    return names, make_model_rows(paths, model_modes, args.batch, model_options)
+
+
+def _options(args: argparse.Namespace, preset: dict[str, Any], size: str) -> Options:
+    """The harness's options from the flags and the preset (--quick or full), checked."""
+    from tf_autopar.validation.harness import DEFAULT_RUNNER, Options
+
     options = Options(
         rounds=args.rounds or preset["rounds"],
         steps=args.steps or preset["steps"],
@@ -229,15 +262,15 @@ def run(args: argparse.Namespace) -> int:
         frozen=not args.no_frozen,
     )
     options.check()
-    out = sys.stderr if args.json else sys.stdout
-    topology = detect_topology()
-    if args.quick and not args.workloads and not args.modes:
-        rows = [row for w, m in QUICK_ROWS for row in make_rows([w], [m], size)]
-        modes = tuple(dict.fromkeys(m for _, m in QUICK_ROWS))
-    else:
-        rows = make_rows(names, modes, size, {n: args.batch for n in names} if args.batch else None)
-    rows += model_rows
-    _check_models(model_rows, out)
+    return options
+
+
+def _harness(args: argparse.Namespace, topology: Any, options: Options) -> Harness:
+    """The harness: progress bar, --json-out checkpoints, and --plan-threads as "ours" when given."""
+    from tf_autopar.validation import report
+    from tf_autopar.validation.harness import Harness, fixed_plan_provider
+    from tf_autopar.validation.results import OURS
+
     harness_args = {k: v for k, v in vars(args).items() if k != "func"}
     progress = Progress(0, enabled=not args.no_progress)
     checkpoint = (lambda doc: report.write_json(doc, args.json_out)) if args.json_out else None
@@ -250,9 +283,13 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise ValueError(f"--plan-threads: {exc}") from None
         provider = fixed_plan_provider(fixed)
-    harness = Harness(
+    return Harness(
         topology, options, progress=progress, checkpoint=checkpoint, args=harness_args, plan_provider=provider
     )
+
+
+def _announce(harness: Harness, rows: list[Any], model_rows: list[Any], size: str, out: Any) -> None:
+    """What will run and roughly how long, before anything does."""
     procs, seconds = harness.estimate(rows)
     print(
         f"validating {len(rows)} row(s) ({', '.join(r.key for r in rows)}"
@@ -260,7 +297,7 @@ def run(args: argparse.Namespace) -> int:
         f"{harness.space.describe()}",
         file=out,
     )
-    if options.frozen and any(r.runner_mode == "infer" for r in rows):
+    if harness.options.frozen and any(r.runner_mode == "infer" for r in rows):
         print(
             f"inference rows also run the frozen path: the frozen graph in a session of its own at each of "
             f"{len(harness.space.frozen)} inter x intra settings and at our plan's pools, and live tuning "
@@ -272,9 +309,14 @@ def run(args: argparse.Namespace) -> int:
         file=out,
         flush=True,
     )
-    if args.estimate:
-        return 0
-    doc = harness.run(rows)  # SIGTERM stops it as Ctrl-C does: cli/interrupt.py
+
+
+def _report(args: argparse.Namespace, doc: dict[str, Any], out: Any) -> int:
+    """The table, the JSON and the chart asked for; the exit status: 130 interrupted, 1 when our
+    plan ran cleanly in no round of some row, else 0."""
+    from tf_autopar.validation import report
+    from tf_autopar.validation.results import OURS
+
     print(report.format_table(doc, details=args.details), file=out)
     if args.json:
         print(report.to_json(doc))

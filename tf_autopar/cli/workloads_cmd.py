@@ -13,8 +13,10 @@ import logging
 import os
 from typing import Any
 
+import tf_autopar_workloads as workloads
 from tf_autopar._text import table
 from tf_autopar.cli.notes import say
+from tf_autopar.graph import analyze
 from tf_autopar.measure.child import emit
 from tf_autopar.models.child import add_steps_flags, run_steps
 
@@ -46,8 +48,6 @@ def _quiet_tf() -> None:
 
 
 def _describe(name: str, size: str, build: bool) -> dict[str, Any]:
-    import tf_autopar_workloads as workloads
-
     w = workloads.get(name)
     row: dict[str, Any] = {
         "name": name,
@@ -63,7 +63,7 @@ def _describe(name: str, size: str, build: bool) -> dict[str, Any]:
     }
     if not build:
         return row
-    from tf_autopar_workloads import runner
+    from tf_autopar_workloads import runner  # imports numpy: kept off the CLI's start
 
     try:
         built = runner.build(w, size=size)
@@ -71,10 +71,6 @@ def _describe(name: str, size: str, build: bool) -> dict[str, Any]:
         log.warning("building %s (%s) failed: %s", name, size, exc)
         return row
     row["parameters"] = int(built.model.count_params())
-    try:
-        from tf_autopar.graph import analyze  # written in parallel; optional here
-    except (ImportError, AttributeError):
-        return row
     try:
         profile = analyze(built.infer_concrete())
         row.update(heavy_ops=profile.heavy_ops, depth=profile.depth, width=profile.avg_width)
@@ -95,8 +91,6 @@ def _fmt(value: Any) -> str:
 
 def _list(args: argparse.Namespace) -> int:
     _quiet_tf()
-    import tf_autopar_workloads as workloads
-
     names = workloads.names()
     rows = []
     for i, name in enumerate(names, 1):

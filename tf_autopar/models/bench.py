@@ -43,6 +43,7 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+import tf_autopar_workloads as workloads
 from tf_autopar._model_path import looks_like_model
 from tf_autopar._process_group import kill_group
 from tf_autopar.measure import stats
@@ -54,6 +55,7 @@ from tf_autopar.models.child import PREPARE_CHILD, RUN_CHILD, frozen_pools
 from tf_autopar.models.load import model_kind
 from tf_autopar.models.options import ModelOptions
 from tf_autopar.planning.modes import INFERENCE_MODES
+from tf_autopar.topology import detect_topology
 
 log = logging.getLogger("tf_autopar.models")
 
@@ -164,8 +166,6 @@ class BenchOptions:
         if looks_like_model(self.model):
             model_kind(self.model)  # missing path, not a model: ValueError before any process starts
         else:
-            import tf_autopar_workloads as workloads
-
             workloads.module_path(self.model)  # ValueError listing the bundled names
             if self.model_options.given:
                 raise ValueError(
@@ -222,8 +222,6 @@ class Bench:
         self.options = options
         self.model = _model_path(options.model)
         if topology is None:
-            from tf_autopar.topology import detect_topology
-
             topology = detect_topology()
         self.topology = topology
         self.openmp = getattr(topology, "threading_runtime", None) == "openmp"

@@ -37,14 +37,24 @@ import sys
 import time
 from typing import Any, Callable
 
+import tf_autopar
 import tf_autopar.planning.variables as V
+import tf_autopar_workloads as workloads
 from tf_autopar._model_path import looks_like_model
-from tf_autopar._numbers import count, seconds
-from tf_autopar.graph.dims import MAX_BATCH
+from tf_autopar._numbers import add_batch_flag, count, seconds
+from tf_autopar.graph import analyze
 from tf_autopar.measure.child import ChildError, command
+from tf_autopar.models.load import prepare_model
 from tf_autopar.models.options import add_model_flags, from_args
+from tf_autopar.planning import plan
 from tf_autopar.planning.modes import INFERENCE_MODES, MODES
+from tf_autopar.runtime.core import calibration_for
 from tf_autopar.runtime.openmp import openmp_state
+from tf_autopar.runtime.streams import StreamPool
+from tf_autopar.topology import detect_topology
+
+# TensorFlow, numpy and the workloads' runner (which imports numpy) are imported where a child
+# uses them: this module is imported by the parents too (the CLI, bench), which never start them.
 
 BARRIER_VAR = "TF_AUTOPAR_BENCH_BARRIER"
 EXIT_BARRIER = 3
@@ -219,8 +229,6 @@ def _until_tuned(step: Callable[[], Any], limit_s: float = LIVE_LIMIT_S) -> floa
     """With enable(), live tuning measures the served setting's neighbours on the calls it gets:
     calls until every bucket has tried them all (or ``limit_s``), so that the measured calls are
     what a server settles on. Seconds it took (None: nothing was tuned)."""
-    import tf_autopar
-
     t0 = time.perf_counter()
     checked = t0 - TUNED_CHECK_S  # the first check right after the first call
     while time.perf_counter() - t0 < limit_s:
@@ -250,8 +258,6 @@ def _frozen_step(prepared: Any, setting: str) -> Callable[[], Any]:
         inter, intra = frozen_pools(setting)
     except ValueError as exc:
         raise ChildError(f"--frozen: {exc}") from None
-    from tf_autopar.runtime.streams import StreamPool
-
     frozen, feeds = prepared.frozen()
     pool = StreamPool(frozen.open_sessions(inter, intra, 1))
     return lambda: pool.run(frozen.outputs, feeds)
@@ -266,8 +272,6 @@ def run(argv: list[str]) -> dict[str, Any]:
     status = None
     cache_at_start = None
     if args.enable:
-        import tf_autopar
-
         cache_dir = os.environ.get("TF_AUTOPAR_CACHE_DIR")  # a first start finds it empty, a second one not
         cache_at_start = sorted(os.listdir(cache_dir)) if cache_dir and os.path.isdir(cache_dir) else None
 
@@ -279,8 +283,6 @@ def run(argv: list[str]) -> dict[str, Any]:
     try:
         options = from_args(args)
         if looks_like_model(args.model):
-            from tf_autopar.models.load import prepare_model
-
             prepared = prepare_model(args.model, args.batch, options)
             step = _frozen_step(prepared, args.frozen) if args.frozen else prepared.model.step(prepared.arrays)
             info: dict[str, Any] = prepared.describe()
@@ -298,8 +300,6 @@ def run(argv: list[str]) -> dict[str, Any]:
     if args.frozen:
         settings["frozen_session"] = args.frozen  # the session's own pools; the process's are above
     if args.enable:
-        import tf_autopar
-
         st = tf_autopar.status().to_dict()
         status = {
             "process": st.get("process"),
@@ -339,24 +339,17 @@ def run(argv: list[str]) -> dict[str, Any]:
 def prepare(argv: list[str]) -> dict[str, Any]:
     """Describe, check and plan (see the module docstring)."""
     args = _prepare_parser().parse_args(argv)
-    from tf_autopar.planning import plan
-    from tf_autopar.topology import detect_topology
-
     try:
         options = from_args(args)
         if args.batch < 1:
             raise ValueError(f"--batch must be a positive integer, got {args.batch}")
         if looks_like_model(args.model):
-            from tf_autopar.models.load import prepare_model
-
             prepared = prepare_model(args.model, args.batch, options)
             info = prepared.describe()
             profile, note = prepared.profile()
         else:
             if options.given:
                 raise ValueError("--signature/--input-shape/--int-max/--inputs apply to model files, not workloads")
-            import tf_autopar_workloads as workloads
-            from tf_autopar.graph import analyze
             from tf_autopar_workloads import runner
 
             workloads.module_path(args.model)  # ValueError listing the names
@@ -385,8 +378,6 @@ def prepare(argv: list[str]) -> dict[str, Any]:
     topology = detect_topology()
     # env={}: the plan under test must not inherit thread settings from the caller's shell. It is the
     # rule's plan with this host's calibration (what enable() applies before any tune).
-    from tf_autopar.runtime.core import calibration_for
-
     the_plan = plan(
         topology, profile, args.plan_mode, env={}, streams=args.streams, calibration=calibration_for(topology)
     )
@@ -416,7 +407,6 @@ def steps(argv: list[str]) -> dict[str, Any]:
 
 def run_steps(args: argparse.Namespace) -> dict[str, Any]:
     """``steps`` on parsed flags (also ``tf-autopar workloads run``); ChildError for an unknown name."""
-    import tf_autopar_workloads as workloads
     from tf_autopar_workloads import runner
 
     try:
@@ -444,12 +434,10 @@ def export(argv: list[str]) -> dict[str, Any]:
     """A bundled workload as a SavedModel and an .npz of its batch (see the module docstring)."""
     parser = argparse.ArgumentParser(prog=EXPORT)
     parser.add_argument("name")
-    parser.add_argument("--batch", type=count(MAX_BATCH, "the largest batch tf-autopar synthesises inputs for"))
+    add_batch_flag(parser)
     parser.add_argument("--size", choices=("tiny", "paper"), default="tiny")
     parser.add_argument("--out", required=True, help="an existing empty directory")
     args = parser.parse_args(argv)
-    import tf_autopar_workloads as workloads
-
     try:
         workloads.module_path(args.name)  # ValueError listing the bundled names
     except ValueError as exc:
@@ -515,12 +503,7 @@ def add_steps_flags(parser: Any) -> None:
     """The workloads runner's flags (``steps`` here, ``tf-autopar workloads run``)."""
     parser.add_argument("name", help="workload name (see `tf-autopar workloads list`)")
     parser.add_argument("--mode", choices=("infer", "train"), default="infer")
-    parser.add_argument(
-        "--batch",
-        type=count(MAX_BATCH, "the largest batch tf-autopar synthesises inputs for"),
-        default=None,
-        help="batch size (default: the published one)",
-    )
+    add_batch_flag(parser, default=None, help="batch size (default: the published one)")
     parser.add_argument("--steps", type=count(), default=10, help="timed steps")
     parser.add_argument("--warmup", type=count(), default=2, help="untimed steps first (tracing, allocation)")
     parser.add_argument("--size", choices=("tiny", "paper"), default="tiny")
@@ -533,7 +516,7 @@ def _run_parser() -> argparse.ArgumentParser:
     rp = argparse.ArgumentParser(prog=RUN, description="time requests (the workloads-runner JSON contract)")
     rp.add_argument("model", help="SavedModel directory, .keras file or bundled workload name")
     rp.add_argument("--mode", default="infer")
-    rp.add_argument("--batch", type=count(MAX_BATCH, "the largest batch tf-autopar synthesises inputs for"), default=1)
+    add_batch_flag(rp, default=1)
     rp.add_argument("--steps", type=count(), default=10, help="timed requests (ignored with --time)")
     rp.add_argument("--time", type=seconds(), default=None, help="time requests for this many seconds instead")
     rp.add_argument("--warmup", type=count(), default=2)
@@ -553,7 +536,7 @@ def _run_parser() -> argparse.ArgumentParser:
 def _prepare_parser() -> argparse.ArgumentParser:
     pp = argparse.ArgumentParser(prog=PREPARE, description="describe the inputs and plan")
     pp.add_argument("model")
-    pp.add_argument("--batch", type=count(MAX_BATCH, "the largest batch tf-autopar synthesises inputs for"), default=1)
+    add_batch_flag(pp, default=1)
     pp.add_argument("--plan-mode", choices=INFERENCE_MODES, default=INFERENCE_MODES[0])
     pp.add_argument("--streams", type=count(4096), default=None)
     pp.add_argument("--size", default="tiny")

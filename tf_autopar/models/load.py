@@ -19,7 +19,13 @@ import os
 import zipfile
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-if TYPE_CHECKING:  # the parents import this module for model_kind(): no numpy there (it starts BLAS threads)
+from tf_autopar.graph import analyze
+from tf_autopar.models.options import ModelOptions
+
+# The parents import this module for model_kind(): TensorFlow, numpy (it starts BLAS threads) and
+# models/inputs.py (numpy) are imported where a child uses them, and runtime/frozen.py where a
+# frozen graph is built (the CLI's start need not import it).
+if TYPE_CHECKING:
     import numpy as np
 
     from tf_autopar.graph.profile import GraphProfile
@@ -193,8 +199,6 @@ class LoadedModel:
         protobuf with every input's full shape given, so the analysis assumes what the
         measured runs do. Keras: analyze(model, input_signature=[specs at these shapes]).
         """
-        from tf_autopar.graph import analyze
-
         full = {k: tuple(int(d) for d in v) for k, v in shapes.items()}
         note = f"analysed at batch {batch}, shapes {_shapes_text(full)}"
         if self.kind == SAVEDMODEL:
@@ -502,7 +506,6 @@ class Prepared:
 def prepare_model(path: str, batch: int, options: Any = None) -> Prepared:
     """Load ``path`` and build its inputs from ``options`` (a ModelOptions); ValueError on bad input."""
     from tf_autopar.models import inputs as inp
-    from tf_autopar.models.options import ModelOptions
 
     options = options or ModelOptions()
     model = load(path, options.signature)

@@ -13,6 +13,7 @@ from typing import Any, Mapping, Sequence
 
 
 from tf_autopar._numbers import count
+from tf_autopar.graph.dims import parse_input_shape
 
 
 def parse_input_shapes(items: Sequence[str] | None) -> dict[str, tuple[int, ...]]:
@@ -21,8 +22,6 @@ def parse_input_shapes(items: Sequence[str] | None) -> dict[str, tuple[int, ...]
     The syntax of ``plan``/``analyze --input-shape`` (tf_autopar.graph.dims): NAME=D1,D2,...,
     the input's full shape, batch first, positive integers.
     """
-    from tf_autopar.graph.dims import parse_input_shape
-
     out: dict[str, tuple[int, ...]] = {}
     for item in items or ():
         name, dims = parse_input_shape(str(item))

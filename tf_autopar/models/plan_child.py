@@ -25,16 +25,20 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from tf_autopar._model_path import looks_like_model
-from tf_autopar._numbers import count
-from tf_autopar.graph.dims import MAX_BATCH
+from tf_autopar._numbers import add_batch_flag
+from tf_autopar.graph import analyze
 from tf_autopar.measure.cgroup import MIN_QUOTA_US, PERIOD_US, CgroupUnavailable, find_cpu_controller
 from tf_autopar.measure.child import command
+from tf_autopar.models.load import prepare_model
 from tf_autopar.models.options import ModelOptions, add_model_flags, from_args
+from tf_autopar.planning import plan as make_plan
 from tf_autopar.planning.modes import LATENCY, TRAINING
+from tf_autopar.runtime.core import calibration_for
+from tf_autopar.topology import cpu_budget, detect_topology
+from tf_autopar.topology.model import CpuQuota, Topology
 
-if TYPE_CHECKING:  # the parents import this module (ROW_MODES, plan_args): the graph package stays in the child
+if TYPE_CHECKING:
     from tf_autopar.graph.profile import GraphProfile
-    from tf_autopar.topology.model import Topology
 
 # Row modes -> (workloads runner mode, planner mode). Inference rows are one request at a
 # time in one process, so both inference rows are planned for latency.
@@ -56,9 +60,6 @@ def plan_args(
 
 
 def _with_quota(topology: Topology, cpus: float) -> Topology:
-    from tf_autopar.topology import cpu_budget
-    from tf_autopar.topology.model import CpuQuota
-
     try:
         version = find_cpu_controller().version
     except CgroupUnavailable:
@@ -79,13 +80,10 @@ def _profile(
 ) -> tuple[GraphProfile, dict]:
     """The row's GraphProfile, and what the report should know about a model file's inputs."""
     if looks_like_model(workload):
-        from tf_autopar.models.load import prepare_model
-
         prepared = prepare_model(workload, batch or 1, model_options)
         profile, note = prepared.profile()
         return profile, {**prepared.describe(), "profile_note": note}
-    from tf_autopar.graph import analyze
-    from tf_autopar_workloads import runner
+    from tf_autopar_workloads import runner  # imports numpy: the parents import this module (ROW_MODES, plan_args)
 
     return analyze(runner.graph_def(workload, runner_mode, size, batch=batch)), {}
 
@@ -96,9 +94,6 @@ def compute(
     if row_mode not in ROW_MODES:
         raise ValueError(f"unknown row mode {row_mode!r}; choose from {', '.join(ROW_MODES)}")
     runner_mode, plan_mode = ROW_MODES[row_mode]
-    from tf_autopar.planning import plan as make_plan
-    from tf_autopar.topology import detect_topology
-
     topology = detect_topology()
     quota_source = "none"
     if quota is not None:
@@ -114,8 +109,6 @@ def compute(
         batch = 1
     profile, model_info = _profile(workload, runner_mode, size, batch, model_options)
     # env={}: the plan under test must not inherit thread settings from the harness's shell.
-    from tf_autopar.runtime.core import calibration_for
-
     the_plan = make_plan(topology, profile, plan_mode, env={}, calibration=calibration_for(topology))
     return {
         "workload": workload,
@@ -138,12 +131,7 @@ def plan(argv: list[str]) -> dict:
     parser.add_argument("row_mode", choices=sorted(ROW_MODES))
     parser.add_argument("size")
     parser.add_argument("--quota", type=float, default=None)
-    parser.add_argument(
-        "--batch",
-        type=count(MAX_BATCH, "the largest batch tf-autopar synthesises inputs for"),
-        default=None,
-        help="default: 1 for infer1, else the published batch",
-    )
+    add_batch_flag(parser, default=None, help="default: 1 for infer1, else the published batch")
     add_model_flags(parser)  # a model file's rows only
     args = parser.parse_args(argv)
     return compute(args.workload, args.row_mode, args.size, args.quota, args.batch, from_args(args))

@@ -29,17 +29,20 @@ per section, MAX_ENTRY_BYTES per entry written), so reading it costs millisecond
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import json
 import logging
 import math
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from tf_autopar._files import Untrusted, read_json, write_json_atomic
 from tf_autopar._keys import stable_key
 from tf_autopar._paths import cache_dir
+from tf_autopar.runtime.fastpath_rules import batch_words, dominant_bucket, is_batch
 from tf_autopar.runtime.safety import warn_once
 
 if TYPE_CHECKING:
@@ -266,6 +269,32 @@ def _write(path: str, data: dict[str, Any]) -> None:
     write_json_atomic(path, data, indent=1, sort_keys=True)
 
 
+class NotYours(PermissionError):
+    """The plan cache file belongs to another user (or cannot be checked as ours): never replaced."""
+
+
+@contextlib.contextmanager
+def editing(path: str | None = None) -> Iterator[dict[str, Any]]:
+    """The cache's locked read-modify-write: ``with editing(path) as data:`` takes the file lock,
+    reads the content (``_load``: a corrupt file moved aside, failing entries left out) and yields
+    it to change in place; on a normal exit the file is replaced atomically, if the content
+    changed; on an exception nothing is written. NotYours (a PermissionError), before the body
+    runs, when the file is another user's: writers that skip it say
+    ``with contextlib.suppress(NotYours), editing(path) as data:``."""
+    from filelock import FileLock  # imported here: only writers pay for it (enable() reads the cache)
+
+    path = path or cache_path()
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with FileLock(path + ".lock", timeout=5):
+        data, writable = _load(path)
+        if not writable:
+            raise NotYours(f"the plan cache {path} is not this user's to change")
+        before = copy.deepcopy(data)
+        yield data
+        if data != before:
+            _write(path, data)
+
+
 def _trim(entries: dict[str, Any]) -> None:
     """Drop the oldest entries beyond MAX_ENTRIES, and any entry over MAX_ENTRY_BYTES (it would be
     skipped at every read)."""
@@ -287,14 +316,7 @@ def store(
     path: str | None = None,
 ) -> None:
     """Add a graph's plan and point the program at it if it is the program's heaviest graph."""
-    from filelock import FileLock  # imported here: only writers pay for it
-
-    path = path or cache_path()
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with FileLock(path + ".lock", timeout=5):
-        data, writable = _load(path)
-        if not writable:
-            return
+    with contextlib.suppress(NotYours), editing(path) as data:
         now = time.time()
         data["plans"][f"{fingerprint}|{topo_key}|{mode}"] = {
             "plan": plan,
@@ -310,7 +332,6 @@ def store(
                 data["programs"][pkey] = {"fingerprint": fingerprint, "heavy_ops": heavy, "name": name, "updated": now}
         _trim(data["plans"])
         _trim(data["programs"])
-        _write(path, data)
 
 
 def lookup_program(program: str, topo_key: str, mode: str, path: str | None = None) -> dict[str, Any] | None:
@@ -341,17 +362,9 @@ def store_profile(key: str, profile: dict[str, Any], path: str | None = None) ->
 
 def _put(section: str, key: str, entry: dict[str, Any], path: str | None) -> None:
     """One entry into one section, under the file lock, replacing the file atomically."""
-    from filelock import FileLock
-
-    path = path or cache_path()
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with FileLock(path + ".lock", timeout=5):
-        data, writable = _load(path)
-        if not writable:
-            return
+    with contextlib.suppress(NotYours), editing(path) as data:
         data[section][key] = {**entry, "updated": time.time()}
         _trim(data[section])
-        _write(path, data)
 
 
 def host_key(topology: Topology) -> str:
@@ -397,22 +410,14 @@ def store_served(
     fingerprint: str, host: str, mode: str, function: str, summary: dict[str, Any], path: str | None = None
 ) -> None:
     """One function's fast-path summary into the model's entry (the other functions' kept)."""
-    from filelock import FileLock
-
-    path = path or cache_path()
-    os.makedirs(os.path.dirname(path), exist_ok=True)
     key = served_key(fingerprint, host, mode)
-    with FileLock(path + ".lock", timeout=5):
-        data, writable = _load(path)
-        if not writable:
-            return
+    with contextlib.suppress(NotYours), editing(path) as data:
         entry = data["served"].get(key)
         functions = entry.get("functions") if isinstance(entry, dict) else None
         functions = dict(functions) if isinstance(functions, dict) else {}
         functions[function] = _carried(functions.get(function), summary)
         data["served"][key] = {"functions": functions, "updated": time.time()}
         _trim(data["served"])
-        _write(path, data)
 
 
 #: Per-bucket fields a later summary may not measure, kept from the earlier one: malloc's fault
@@ -436,8 +441,6 @@ def _carried(before: Any, summary: dict[str, Any]) -> dict[str, Any]:
 def observed_batch(fingerprint: str, host: str, mode: str, path: str | None = None) -> tuple[int, str] | None:
     """(the batch most calls carried, "batch 1 in 97% of 4,212 calls") from what the fast path
     remembered of this model, over all its functions; None when nothing was remembered."""
-    from tf_autopar.runtime.fastpath_rules import batch_words, dominant_bucket, is_batch
-
     entry = lookup_served(fingerprint, host, mode, path)
     functions = entry.get("functions") if entry else None
     counts: dict[int, int] = {}
@@ -479,17 +482,13 @@ def forget_tuning(fingerprint: str, host: str, path: str | None = None) -> dict[
     bucket's tuned setting and evidence. The calls per bucket and the frozen-or-original verdict
     stay, so the next start still plans for the observed batch and serves the frozen path at the
     rule's plan, then tunes again. Other hosts' entries are kept (a shared cache directory serves
-    several hosts; their measurements are theirs). Returns how many of each were dropped."""
-    from filelock import FileLock
-
+    several hosts; their measurements are theirs). Returns how many of each were dropped;
+    NotYours (a PermissionError) for another user's file."""
     path = path or cache_path()
     dropped = {"tuned": 0, "served_buckets": 0}
     if not os.path.exists(path):
         return dropped
-    with FileLock(path + ".lock", timeout=5):
-        data, writable = _load(path)
-        if not writable:
-            raise PermissionError(f"the plan cache {path} is not this user's to change")
+    with editing(path) as data:  # written only when something was dropped
         for key in [k for k in data["tuned"] if k.startswith(f"{fingerprint}|{host}|")]:
             del data["tuned"][key]
             dropped["tuned"] += 1
@@ -502,6 +501,4 @@ def forget_tuning(fingerprint: str, host: str, path: str | None = None) -> dict[
                         for f in TUNING_FIELDS:
                             bucket.pop(f, None)
                         dropped["served_buckets"] += 1
-        if any(dropped.values()):
-            _write(path, data)
     return dropped

@@ -13,6 +13,7 @@ gives a correct library after any TF upgrade and costs ~10 s once per TF version
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import logging
 import os
@@ -166,7 +167,7 @@ def build(force: bool = False, plan: BuildPlan | None = None) -> Path:
     A failed build leaves ``build-failed.log`` so later processes fall back at once
     instead of recompiling; ``force=True`` retries.
     """
-    from filelock import FileLock
+    from filelock import FileLock  # 30-45 ms: only a build pays for it (the CLI imports this module)
 
     plan = plan or make_plan()
     plan.cache_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -250,8 +251,6 @@ def open_library(path: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
-
     parser = argparse.ArgumentParser(prog="python -m tf_autopar.tracing.build", description=__doc__.split("\n")[0])
     parser.add_argument("--force", action="store_true", help="rebuild even if a cached library exists")
     args = parser.parse_args(argv)

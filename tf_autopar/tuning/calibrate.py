@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
+import time
 from typing import Any, Callable, Mapping
 
 import tf_autopar.planning.variables as V
@@ -24,6 +25,7 @@ from tf_autopar.measure.child import command
 from tf_autopar.measure.runner import OK, clean_env, run_child
 from tf_autopar.measure.stats import median
 from tf_autopar.runtime import cache
+from tf_autopar.topology import detect_topology
 
 CHANNELS = 64
 SIDES = (4, 6, 8, 11, 16, 23, 32, 45, 64)  # 3x3x64x64 convolutions: side^2 x 36,864 multiply-adds
@@ -63,8 +65,6 @@ def calibrate(
 ) -> dict[str, Any]:
     """Measure, decide, and (``store``) remember the threshold for this host; returns the entry.
     ``run(intra, round)`` -> {work: seconds per op} (default: a fresh child process)."""
-    from tf_autopar.topology import detect_topology
-
     topology = detect_topology(cpu_details=False)
     budget = max(1, int(topology.cpu_budget))
     if budget < 2:
@@ -106,9 +106,7 @@ def _child_run(intra: int, rnd: int) -> Mapping[int, float] | None:
 
 def _measure_ladder(reps: int = 15, warmup: int = 3) -> dict[str, float]:
     """Child: seconds per convolution for each size of the ladder, in this process's pools."""
-    import time
-
-    import tensorflow as tf
+    import tensorflow as tf  # the child's only: the parent never starts TensorFlow
 
     out = {}
     for side in SIDES:

@@ -229,16 +229,9 @@ def tune(
     be tuned this way, naming the problem."""
     from tf_autopar._model_path import looks_like_model
     from tf_autopar.models.load import model_kind
-    from tf_autopar.tuning.tuner import check_budget
+    from tf_autopar.tuning import check_arguments
 
-    if mode not in TUNE_MODES:
-        raise ValueError(
-            f"in-process tune serves an inference mode ({' or '.join(TUNE_MODES)}), not {mode!r}; "
-            "training steps are tuned with --process-pools"
-        )
-    check_budget(budget_s)
-    if batch is not None and batch < 1:
-        raise ValueError(f"--batch must be a positive integer, got {batch}")
+    check_arguments(mode, budget_s, batch, process_pools=False)
     if not looks_like_model(model):
         raise ValueError(
             f"{model}: in-process tune runs a SavedModel directory or a .keras file as a server "

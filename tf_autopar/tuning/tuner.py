@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 import tf_autopar.planning.variables as V
+import tf_autopar_workloads as workloads
 from tf_autopar._model_path import looks_like_model
 from tf_autopar.measure import stats
 from tf_autopar.measure.configs import config_from_plan
@@ -27,15 +28,13 @@ from tf_autopar.models.bench import Bench, BenchConfig, BenchOptions
 from tf_autopar.models.child import STEPS_CHILD, runner_args
 from tf_autopar.models.options import ModelOptions
 from tf_autopar.models.plan_child import PLAN_CHILD, plan_args
-from tf_autopar.planning.modes import LATENCY, TRAINING
+from tf_autopar.planning.modes import TRAINING
 from tf_autopar.runtime import cache
+from tf_autopar.topology import detect_topology
+from tf_autopar.tuning import DEFAULT_BUDGET_S, check_arguments
 
 log = logging.getLogger("tf_autopar.tuning")
 
-DEFAULT_BUDGET_S = 120.0
-MIN_BUDGET_S = 10.0  # below this no model compares two settings: each run starts TensorFlow afresh (seconds)
-MAX_BUDGET_S = 7 * 86400.0
-TUNE_MODES = (LATENCY, TRAINING)
 PLAN_TIMEOUT_S = 600.0
 DEFAULT_REQUESTS = 20
 MIN_REQUESTS = 5
@@ -143,20 +142,6 @@ def _max_runs(budget_s: float, one_run_s: float, rule: str) -> int:
     return max_runs
 
 
-def check_budget(budget_s: float) -> None:
-    """ValueError unless ``budget_s`` is a finite number of seconds a tune can use."""
-    if isinstance(budget_s, bool) or not isinstance(budget_s, (int, float)) or not budget_s > 0:
-        raise ValueError(f"--budget must be a positive number of seconds, got {budget_s!r}")
-    if not math.isfinite(budget_s) or budget_s > MAX_BUDGET_S:
-        raise ValueError(f"--budget {budget_s:g} is beyond {MAX_BUDGET_S:g} s: give a finite budget")
-    if budget_s < MIN_BUDGET_S:
-        raise ValueError(
-            f"a budget of {budget_s:g} s cannot compare two settings: every run starts TensorFlow in "
-            f"a fresh process, which takes seconds; the rule's plan is kept; give --budget "
-            f"{MIN_BUDGET_S:g} or more"
-        )
-
-
 def tune(
     model: str,
     *,
@@ -177,14 +162,7 @@ def tune(
     bundled workload's training step at ``batch``, default its published batch; a SavedModel
     carries no training step). ValueError when the budget cannot pay for two candidates (the
     rule's plan is kept) or the model cannot be fed (the same messages as ``bench``)."""
-    if mode not in TUNE_MODES:
-        raise ValueError(
-            f"tune measures {' or '.join(TUNE_MODES)}, not {mode!r} (throughput: tune the latency "
-            "of one instance, then `run --mode throughput` splits the host)"
-        )
-    check_budget(budget_s)
-    if batch is not None and batch < 1:
-        raise ValueError(f"--batch must be a positive integer, got {batch}")
+    check_arguments(mode, budget_s, batch, process_pools=True)
     say = progress or (lambda text: log.info("%s", text))
     steps = max(MIN_REQUESTS, requests)
     if mode == "training":
@@ -237,8 +215,6 @@ def _tune_training(
     say: Callable[[str], None],
 ) -> TuneOutcome:
     """Training steps of a bundled workload, through the workloads runner that ``validate`` uses."""
-    from tf_autopar.topology import detect_topology
-
     if looks_like_model(model):
         raise ValueError(
             f"{model}: a SavedModel or .keras file is tuned for inference (--mode latency); "
@@ -250,9 +226,7 @@ def _tune_training(
             f"not to the bundled workload {model!r}"
         )
     t0 = time.perf_counter()
-    if batch is None:
-        import tf_autopar_workloads as workloads  # the registry, only when the published batch is wanted
-
+    if batch is None:  # the workload's published batch
         batch = int(workloads.get(model).default_batch)
     env, _ = clean_env()
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
