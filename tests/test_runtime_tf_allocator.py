@@ -49,7 +49,8 @@ SCRIPT = """
 import tensorflow as tf
 import tf_autopar
 tf_autopar.enable()
-from tf_autopar.runtime import fastpath, fastpath_rules, tf_allocator
+from tf_autopar.runtime import fastpath, tf_allocator
+from tf_autopar.runtime.fastpath import rules as fastpath_rules
 fastpath_rules.SWITCH_RATIO = RATIO  # inf: the frozen session serves whatever its speed; ~0: it never does
 class Big(tf.Module):
     @tf.function(input_signature=[tf.TensorSpec([None, 16384], tf.float32)])

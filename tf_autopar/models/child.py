@@ -206,9 +206,9 @@ def _until_served(step: Callable[[], Any]) -> float | None:
     """With enable(), a loaded SavedModel switches to its frozen session after its first call (built
     in the background, runtime/fastpath.py): one call, then the wait for the build, so that the
     measured calls are the steady state a server reaches. Seconds it took (None: no fast path)."""
-    fastpath = sys.modules.get("tf_autopar.runtime.fastpath")
-    if fastpath is None:
+    if "tf_autopar.runtime.fastpath.roster" not in sys.modules:  # nothing was routed
         return None
+    fastpath = sys.modules["tf_autopar.runtime.fastpath"]
     t0 = time.perf_counter()
     step()
     fastpath.wait_idle(600)

@@ -436,7 +436,7 @@ def _carried(before: Any, summary: dict[str, Any]) -> dict[str, Any]:
 def observed_batch(fingerprint: str, host: str, mode: str, path: str | None = None) -> tuple[int, str] | None:
     """(the batch most calls carried, "batch 1 in 97% of 4,212 calls") from what the fast path
     remembered of this model, over all its functions; None when nothing was remembered."""
-    from tf_autopar.runtime.fastpath_rules import batch_words, dominant_bucket, is_batch
+    from tf_autopar.runtime.fastpath.rules import batch_words, dominant_bucket, is_batch
 
     entry = lookup_served(fingerprint, host, mode, path)
     functions = entry.get("functions") if entry else None

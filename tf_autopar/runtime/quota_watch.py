@@ -8,7 +8,7 @@ quotas and cpusets under running servers; pools sized for the old limits are the
   budget (the same cores), or is detected again when the CPUs changed;
 - this process's share of the host (coordination/reshare.py: same worker, same lease slot,
   cut again; re-bound when it is pinned and its CPUs moved);
-- the fast path's sessions: each listener (runtime/fastpath.py registers one) queues new
+- the fast path's sessions: each listener (runtime/fastpath/roster.py registers one) queues new
   sessions for the new limits on its builder thread, swapped in when ready.
 
 What cannot: TensorFlow's process pools are fixed at its start; status() says so ("process
@@ -23,17 +23,16 @@ Each change is logged once. The thread ends when tf_autopar is disabled.
 from __future__ import annotations
 
 import dataclasses
-
 import logging
 import os
 import threading
 import time
-from dataclasses import dataclass
 from typing import Callable
 
 from tf_autopar.coordination import apply_affinity
 from tf_autopar.coordination.reshare import reshare
-from tf_autopar.runtime import core
+from tf_autopar.runtime import core, state
+from tf_autopar.runtime.records import LimitsRecord
 from tf_autopar.runtime.safety import fail_open
 from tf_autopar.runtime.state import STATE
 from tf_autopar.topology import detect_topology
@@ -43,18 +42,6 @@ from tf_autopar.topology.model import Topology
 log = logging.getLogger("tf_autopar.runtime")
 
 CHECK_S = 1.0  # at most one check of the limits per second
-
-
-@dataclass(frozen=True)
-class LimitsRecord:
-    """The last change of the CPU limits seen while running (status().limits)."""
-
-    changes: int  # changes seen since the watch started
-    what: str  # "the CPU quota went from 2 CPUs to 1 CPU"
-    at: str  # local time of the check that saw it ("14:03:07")
-    quota: str  # the quota now, in words ("1 CPU", "no quota")
-    budget: int  # whole CPUs plans are made for now (this process's share of them)
-    process_pools: str  # what TensorFlow's process pools stay at ("2 inter-op x 2 intra-op threads"; "" unknown)
 
 
 class QuotaWatch:
@@ -163,6 +150,8 @@ def _forget_in_child() -> None:
     global _watch, _lock
     _watch, _lock = None, threading.Lock()
 
+
+state.provide("limits", record)  # status().limits
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_in_child)

@@ -3,7 +3,7 @@
 The fresh-process search (tuner.py, now ``tune --process-pools``) starts TensorFlow once per
 candidate and measures the eager path's process pools. A server under ``enable()`` runs its
 model's frozen graph in a session of its own, whose pools can change in the running process,
-and tunes them on its live calls (runtime/fastpath.py, the rule in tuning/live.py). So ``tune``
+and tunes them on its live calls (runtime/fastpath/, the rule in tuning/live.py). So ``tune``
 runs exactly that, in one child process: ``enable()`` in the mode asked for, the model loaded
 once through the load hook, then the server's own call (the signature with numpy inputs,
 Keras ``predict``) made in a loop on inputs synthesised from the signature (models/inputs.py),
@@ -163,7 +163,7 @@ class InProcessOutcome:
     mode: str
     batch: int
     function: str  # the routed function tuned, e.g. "signatures['serving_default']"
-    bucket: dict[str, Any]  # what the plan cache keeps of the bucket (fastpath summary)
+    bucket: dict[str, Any]  # what the plan cache keeps of the bucket (fastpath report.summary)
     settled: bool  # every neighbour was tried (else the budget ran out first)
     decided_s: float  # from the first call to the end of tuning (or the budget)
     calls: int
@@ -343,22 +343,22 @@ def _child(request: Mapping[str, Any]) -> dict[str, Any]:
     tf_autopar.enable(mode=request["mode"], cache=bool(request["store"]), tune_live=True)
     from tf_autopar.models.load import prepare_model
     from tf_autopar.models.options import ModelOptions as _Options
-    from tf_autopar.runtime import fastpath, fastpath_rules
+    from tf_autopar.runtime import fastpath
 
-    fastpath.TUNED_BY = fastpath.BY_TUNE
     batch = int(request["batch"])
     try:
         prepared = prepare_model(request["model"], batch, _Options.from_dict(request.get("options") or {}))
     except ValueError as exc:
         return {"error": str(exc)}
     call = prepared.model.serving_call(prepared.arrays)
-    bucket_id = fastpath_rules.bucket_of(batch)
+    bucket_id = fastpath.rules.bucket_of(batch)
     function = _routed_function(prepared.model)
     if function is None:
         return {
             "error": f"{request['model']} is not served by the fast path here (see the warning above): "
             "nothing to tune in one process; --process-pools tunes the process pools"
         }
+    fastpath.tune_as(function, by=fastpath.BY_TUNE)  # its wins are recorded as `tune`'s, not live traffic's
     budget = float(request["budget_s"])
     start = time.perf_counter()
     calls = [0]
