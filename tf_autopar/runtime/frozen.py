@@ -59,6 +59,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from tf_autopar.planning.modes import MODES
 from tf_autopar.runtime import controller, core, model_sources, sessions, watch
+from tf_autopar.runtime.records import SessionRecord
 from tf_autopar.runtime.streams import Retired, StreamPool
 from tf_autopar.runtime.safety import fail_open
 from tf_autopar.runtime.state import STATE
@@ -327,8 +328,6 @@ class FrozenGraph:
         analysis_ms: float = 0.0,
     ) -> None:
         """One status() record per session."""
-        from tf_autopar.runtime.records import SessionRecord
-
         with STATE.lock:
             for i in range(len(opened)):
                 stream = f" stream {i + 1}/{len(opened)}" if len(opened) > 1 else ""

@@ -8,6 +8,7 @@ else, so that a memory limit of another kind (a cgroup's, a server's own) replac
 
 from __future__ import annotations
 
+import ctypes
 import os
 from typing import Any, Mapping
 
@@ -92,7 +93,7 @@ def room_for_build(variable_bytes: int, sessions: int = 1) -> tuple[bool, str]:
 def available_bytes() -> int | None:
     """The memory available now (psutil), or None when unknown (then only the bound counts)."""
     try:
-        import psutil  # deferred: read only when a build asks
+        import psutil  # deferred: optional, and a build is the only reader
 
         return int(psutil.virtual_memory().available)
     except Exception:
@@ -121,8 +122,6 @@ def trim_heap() -> None:
     (MobileNetV2: 860 MB resident after the build, 744 MB after the trim); a server keeps it for
     its lifetime otherwise. No-op where the C library has no malloc_trim."""
     try:
-        import ctypes  # deferred: only builds need it
-
         ctypes.CDLL(None).malloc_trim(0)
     except (OSError, AttributeError):
         pass
