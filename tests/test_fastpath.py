@@ -1,4 +1,4 @@
-"""The fast path (runtime/fastpath.py): a SavedModel loaded after enable() serves its signatures
+"""The fast path (runtime/fastpath/): a SavedModel loaded after enable() serves its signatures
 and restored functions from a frozen session, in real processes, as a server would run it.
 
 The switch rule (frozen not slower in paired rounds) is timing and tested pure
@@ -62,7 +62,8 @@ import threading, time, numpy as np
 import tf_autopar
 st0 = tf_autopar.enable(__ENABLE__)
 import tensorflow as tf
-from tf_autopar.runtime import fastpath, fastpath_rules
+from tf_autopar.runtime import fastpath
+from tf_autopar.runtime.fastpath import builder, rules as fastpath_rules
 fastpath_rules.SWITCH_RATIO = float("inf")
 vision = tf.saved_model.load(DIR + "/vision")  # the others where a test uses them: the process plan is the last load's
 def load(name): return tf.saved_model.load(DIR + "/" + name)
@@ -107,11 +108,11 @@ def test_calls_switch_to_the_frozen_session_with_the_originals_outputs_and_error
         saved,
         """
 sig = vision.signatures["serving_default"]
-fastpath.BUILD_GATE = threading.Event()  # every build is held back until the gate opens
+builder.BUILD_GATE = threading.Event()  # every build is held back until the gate opens
 first = sig(**V)
 held = bucket("signatures['serving_default']")
 first_is_original = maxdiff(first, original(sig, **V)) == 0.0
-fastpath.BUILD_GATE.set()
+builder.BUILD_GATE.set()
 assert fastpath.wait_idle(180)
 out = sig(**V)
 ref = original(sig, **V)
@@ -429,7 +430,7 @@ while time.monotonic() - t0 < 120 and not words.startswith("tuned live"):
     words = rec.buckets[0].tuning if rec.buckets else ""
     fastpath.wait_idle(60)
 b = served().buckets[1]
-plan = fastpath_rules.label(fastpath.ServedFunction._key(b.plan))
+plan = fastpath_rules.label(fastpath.plan_key(b.plan))
 report(words=words, tried=list(b.tried), plan=plan, lost=[fastpath_rules.label(k) for k in b.lost],
        text=tf_autopar.status().text(), checks=len(checks))
 """

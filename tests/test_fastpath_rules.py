@@ -1,5 +1,5 @@
-"""The fast path's pure decisions (runtime/fastpath_rules.py) and the fair hand-out of sessions
-(runtime/streams.py), without TensorFlow."""
+"""The fast path's pure decisions (runtime/fastpath/rules.py, the memory rule of fastpath/memory.py)
+and the fair hand-out of sessions (runtime/streams.py), without TensorFlow."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from tf_autopar.runtime import fastpath_rules as rules
+from tf_autopar.runtime.fastpath import memory, rules
 from tf_autopar.runtime.streams import Retired, StreamPool
 
 
@@ -28,26 +28,26 @@ def test_every_batch_lies_in_its_bucket_above_the_previous_one(batch):
 
 def test_memory_bound_counts_the_graph_and_each_session():
     mb = 1 << 20
-    assert rules.frozen_extra_bytes(100 * mb, 1) == 200 * mb
-    assert rules.frozen_extra_bytes(100 * mb, 3) == 400 * mb
-    assert rules.memory_verdict(100 * mb, 1, None, 2048 * mb) == (True, "")
-    ok, why = rules.memory_verdict(1500 * mb, 1, None, 2048 * mb)
+    assert memory.frozen_extra_bytes(100 * mb, 1) == 200 * mb
+    assert memory.frozen_extra_bytes(100 * mb, 3) == 400 * mb
+    assert memory.memory_verdict(100 * mb, 1, None, 2048 * mb) == (True, "")
+    ok, why = memory.memory_verdict(1500 * mb, 1, None, 2048 * mb)
     assert not ok and "3,000 MB" in why and "TF_AUTOPAR_FAST_PATH_MAX_MB" in why
-    ok, why = rules.memory_verdict(10 * mb, 1, 200 * mb, 2048 * mb)  # 20 MB fits, but not the build's moment
+    ok, why = memory.memory_verdict(10 * mb, 1, 200 * mb, 2048 * mb)  # 20 MB fits, but not the build's moment
     assert not ok and "for a moment" in why and "half" in why
-    ok, why = rules.memory_verdict(100 * mb, 3, 7000 * mb, 2048 * mb)  # build 2.95 GB in 3.5 GB; keeps 400 MB
+    ok, why = memory.memory_verdict(100 * mb, 3, 7000 * mb, 2048 * mb)  # build 2.95 GB in 3.5 GB; keeps 400 MB
     assert ok, why
-    ok, why = rules.memory_verdict(100 * mb, 1, 5000 * mb, 2048 * mb)  # build 2.95 GB > 2.5 GB
+    ok, why = memory.memory_verdict(100 * mb, 1, 5000 * mb, 2048 * mb)  # build 2.95 GB > 2.5 GB
     assert not ok and "for a moment" in why
-    assert rules.build_peak_bytes(88 * mb) >= 2329 * mb  # Xception's measured build peak lies inside the estimate
+    assert memory.build_peak_bytes(88 * mb) >= 2329 * mb  # Xception's measured build peak lies inside the estimate
 
 
 def test_the_memory_bound_reads_ascii_megabytes_only():
-    assert rules.max_extra_bytes({}) == rules.MAX_EXTRA_MB << 20
-    assert rules.max_extra_bytes({rules.MAX_EXTRA_VAR: "10"}) == 10 << 20
+    assert memory.max_extra_bytes({}) == memory.MAX_EXTRA_MB << 20
+    assert memory.max_extra_bytes({memory.MAX_EXTRA_VAR: "10"}) == 10 << 20
     for bad in ("-1", "1.5", "٣", "lots"):
-        with pytest.raises(ValueError, match=rules.MAX_EXTRA_VAR):
-            rules.max_extra_bytes({rules.MAX_EXTRA_VAR: bad})
+        with pytest.raises(ValueError, match=memory.MAX_EXTRA_VAR):
+            memory.max_extra_bytes({memory.MAX_EXTRA_VAR: bad})
 
 
 def test_outputs_agree_within_the_documented_tolerance():

@@ -22,7 +22,8 @@ from tf_autopar.coordination.ranks import COUNTS, PAIRS, detect_ranks
 from tf_autopar.coordination.slices import MAX_WORKERS_PER_CORE, bound_count, slice_for
 from tf_autopar.planning import plan
 from tf_autopar.planning.user_settings import ENV_VARS, read_user_settings
-from tf_autopar.runtime import cache, core
+from tf_autopar.planning import graph_plan
+from tf_autopar.runtime import cache
 from tf_autopar.topology.cgroup import parse_cpu_max
 from tf_autopar.topology.cpulist import MAX_CPU_ID, parse_cpulist
 from tf_autopar.topology.model import Core, NumaNode, Topology
@@ -234,7 +235,7 @@ def test_a_cached_profile_that_passes_its_check_plans_and_one_that_fails_is_name
     if problem:
         assert field in problem and len(problem) < 120
         return
-    profile_read = core.cached_profile(garbled)
+    profile_read = graph_plan.cached_profile(garbled)
     p = plan(topo(cores), profile_read, mode)  # what enable() then does with it
     # Each pool within the cores (stock TF's inter-op threads share one intra-op pool, so the
     # product is no thread count: 3x3 on 3 cores is a model-less plan's every CPU in each); a

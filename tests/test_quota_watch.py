@@ -13,8 +13,9 @@ import pytest
 from tf_autopar.coordination import Share, split
 from tf_autopar.coordination.reshare import NOTE, reshare
 from tf_autopar.runtime.applied import Applied
-from tf_autopar.runtime import core, quota_watch
-from tf_autopar.runtime.state import STATE, ProcessRecord
+from tf_autopar.runtime import quota_watch
+from tf_autopar.runtime.state import STATE
+from tf_autopar.runtime.state import ProcessRecord
 from tf_autopar.topology import detect_topology
 from tf_autopar.topology._fs import HostFS
 from tf_autopar.topology.limits import Limits, LimitsReader, follow, what_changed
@@ -104,11 +105,11 @@ def watched(host_variant, monkeypatch):
 def test_a_check_replans_what_can_change_and_status_says_the_process_pools_stay(watched):
     root, watch = watched
     calls = []
-    watch.listeners.append(lambda: calls.append(core.topology().cpu_budget))
+    watch.listeners.append(lambda: calls.append(STATE.topology().cpu_budget))
     assert watch.check() == "" and calls == []  # unchanged: nothing happens
     _rewrite(root, LEAF, "100000 100000\n")
     assert watch.check() == "the CPU quota went from 2.5 CPUs to 1 CPU"
-    assert calls == [1] and core.host_topology().quota.cpus == 1.0
+    assert calls == [1] and STATE.host_topology().quota.cpus == 1.0
     assert watch.check() == "" and calls == [1]  # one change, one re-plan
     rec = STATE.snapshot().limits
     assert (rec.changes, rec.quota, rec.budget) == (1, "1 CPU", 1)
@@ -120,18 +121,18 @@ def test_a_check_replans_what_can_change_and_status_says_the_process_pools_stay(
 
 def test_a_share_follows_the_quota(watched, monkeypatch):
     root, watch = watched
-    host = core.host_topology()
+    host = STATE.host_topology()
     s = split(host, 2)[0]
     share = Share(0, 2, s.cpus, "env:LOCAL_RANK", budget=s.cores, pin=False, note="rank 0 of 2")
     STATE.applied.hold(share)
-    core.use_share(share.topology(host))
-    assert core.topology().cpu_budget == 2  # 2.5 CPUs for two workers: ceil = 3 cores, cut 2 + 1
+    STATE.use_share(share.topology(host))
+    assert STATE.topology().cpu_budget == 2  # 2.5 CPUs for two workers: ceil = 3 cores, cut 2 + 1
     bound = []  # the re-bind of a pinned share whose CPUs moved: recorded, not done to the test process
     monkeypatch.setattr(quota_watch, "apply_affinity", lambda share, all_threads: bound.append(share.cpus))
     _rewrite(root, LEAF, "100000 100000\n")  # 1 CPU: both workers share its one core
     watch.check()
     now = STATE.applied.share
-    assert now.budget == 1 and core.topology().cpu_budget == 1 and now.index == 0 and now.shared_with == 2
+    assert now.budget == 1 and STATE.topology().cpu_budget == 1 and now.index == 0 and now.shared_with == 2
     assert bound == [now.cpus] and len(now.cpus) < len(s.cpus)
 
 
@@ -140,7 +141,7 @@ def test_a_pinned_share_that_becomes_unpinned_widens_its_mask(watched, monkeypat
     host whose cores are one group, the sharing rule's new share is the whole host, unpinned: the
     old mask must widen, or the worker stays on the one core."""
     root, watch = watched
-    host = core.host_topology()
+    host = STATE.host_topology()
     old = Share(0, 4, host.affinity[:1], "lease", budget=1, pin=True, shared_with=4)
     whole = Share(0, 4, host.affinity, "lease", budget=1, pin=False, shared_with=4)
     STATE.applied.hold(old)

@@ -319,9 +319,10 @@ def test_optimize_uses_what_tune_measured_for_the_loaded_savedmodel(tmp_path):
         """
     tf_autopar.enable(batch=1)
     from tf_autopar.graph import analyze
-    from tf_autopar.runtime import cache, core
+    from tf_autopar.runtime import cache
+    from tf_autopar.runtime.state import STATE
     fp = analyze(PATH, batch=1).fingerprint
-    cache.store_tuned(fp, cache.host_key(core.topology()), "latency", 1,
+    cache.store_tuned(fp, cache.host_key(STATE.topology()), "latency", 1,
                       {"inter_op": 2, "intra_op": 2, "speedup": 1.25, "rounds": 3, "runs": 8, "date": "2026-11-30"})
     loaded = tf.saved_model.load(PATH)
     fast = tf_autopar.optimize(loaded)

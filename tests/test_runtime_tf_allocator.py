@@ -49,7 +49,8 @@ SCRIPT = """
 import tensorflow as tf
 import tf_autopar
 tf_autopar.enable()
-from tf_autopar.runtime import fastpath, fastpath_rules, tf_allocator
+from tf_autopar.runtime import fastpath, tf_allocator
+from tf_autopar.runtime.fastpath import rules as fastpath_rules
 fastpath_rules.SWITCH_RATIO = RATIO  # inf: the frozen session serves whatever its speed; ~0: it never does
 class Big(tf.Module):
     @tf.function(input_signature=[tf.TensorSpec([None, 16384], tf.float32)])
@@ -128,12 +129,12 @@ def test_onednns_allocator_is_a_pool_and_gets_no_advice(tmp_path):
 def test_a_winner_tuned_under_another_allocator_is_tuned_again():
     """The start that switches to the BFC pool (because malloc faulted) must not serve a winner chosen
     on samples that carried the faults; entries written before the allocator was recorded still count."""
-    from tf_autopar.runtime.fastpath import _remembered_key
+    from tf_autopar.runtime.fastpath.remembered import remembered_key
 
     tuned = {"tuned": "done", "inter_op": 1, "intra_op": 2, "streams": 1}
-    assert _remembered_key({**tuned, "allocator": "malloc"}, "malloc") == (1, 2, 1)
-    assert _remembered_key({**tuned, "allocator": "malloc"}, "bfc") is None
-    assert _remembered_key({**tuned, "allocator": "bfc"}, "bfc") == (1, 2, 1)
-    assert _remembered_key(tuned, "bfc") == (1, 2, 1)  # an older entry: no allocator recorded
-    assert _remembered_key({**tuned, "allocator": "bfc"}, None) == (1, 2, 1)  # not known yet: not judged
-    assert _remembered_key({**tuned, "tuned": ""}, "bfc") is None
+    assert remembered_key({**tuned, "allocator": "malloc"}, "malloc") == (1, 2, 1)
+    assert remembered_key({**tuned, "allocator": "malloc"}, "bfc") is None
+    assert remembered_key({**tuned, "allocator": "bfc"}, "bfc") == (1, 2, 1)
+    assert remembered_key(tuned, "bfc") == (1, 2, 1)  # an older entry: no allocator recorded
+    assert remembered_key({**tuned, "allocator": "bfc"}, None) == (1, 2, 1)  # not known yet: not judged
+    assert remembered_key({**tuned, "tuned": ""}, "bfc") is None

@@ -35,7 +35,7 @@ def _env(tmp_path, cache: str, ratio: str = "inf") -> dict[str, str]:
     site.mkdir(exist_ok=True)
     (site / "sitecustomize.py").write_text(
         "import os\nif os.environ.get('TFA_TEST_SWITCH_RATIO'):\n"
-        "    from tf_autopar.runtime import fastpath_rules\n"
+        "    from tf_autopar.runtime.fastpath import rules as fastpath_rules\n"
         "    fastpath_rules.SWITCH_RATIO = float(os.environ['TFA_TEST_SWITCH_RATIO'])\n"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TF_NUM_", "TF_OVERRIDE", "TF_AUTOPAR"))}
@@ -170,7 +170,8 @@ import threading, time
 import tf_autopar
 tf_autopar.enable(mode="throughput", streams=2)
 import numpy as np, tensorflow as tf
-from tf_autopar.runtime import fastpath, fastpath_rules
+from tf_autopar.runtime import fastpath
+from tf_autopar.runtime.fastpath import rules as fastpath_rules
 fastpath_rules.SWITCH_RATIO = float("inf")
 sig = tf.saved_model.load(SM).signatures["serving_default"]
 x = np.zeros((1, 32, 32, 3), np.float32)
@@ -192,7 +193,7 @@ while time.monotonic() - t0 < 150 and served().buckets[1].tuned != "done":
 stop.set(); [t.join() for t in threads]
 b = served().buckets[1]
 report(tuned=b.tuned, tried=b.tried, key=list(b.key), most_pools=most_pools[0], errors=errors[:3],
-       sessions=len(b.pool.sessions) if b.pool else 0)
+       sessions=b.pool.streams if b.pool else 0)
 """
 
 

@@ -21,7 +21,7 @@ from tf_autopar.graph.dims import for_unknown_batch, parse_input_shape, typical_
 from tf_autopar.graph.named import not_a_model
 from tf_autopar.planning import FORMATS, MODES, ThreadPlan, baseline_names, baseline_plan, plan
 from tf_autopar.planning.modes import INFERENCE_MODES
-from tf_autopar.runtime.core import calibration_for, tuned_for
+from tf_autopar.runtime.plans import calibration_for, tuned_for
 from tf_autopar.topology import detect_topology
 from tf_autopar.topology.model import Topology
 

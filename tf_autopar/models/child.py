@@ -48,7 +48,7 @@ from tf_autopar.models.load import prepare_model
 from tf_autopar.models.options import add_model_flags, from_args
 from tf_autopar.planning import plan
 from tf_autopar.planning.modes import INFERENCE_MODES, MODES
-from tf_autopar.runtime.core import calibration_for
+from tf_autopar.runtime.plans import calibration_for
 from tf_autopar.runtime.openmp import openmp_state
 from tf_autopar.runtime.streams import StreamPool
 from tf_autopar.topology import detect_topology
@@ -216,9 +216,9 @@ def _until_served(step: Callable[[], Any]) -> float | None:
     """With enable(), a loaded SavedModel switches to its frozen session after its first call (built
     in the background, runtime/fastpath.py): one call, then the wait for the build, so that the
     measured calls are the steady state a server reaches. Seconds it took (None: no fast path)."""
-    fastpath = sys.modules.get("tf_autopar.runtime.fastpath")
-    if fastpath is None:
+    if "tf_autopar.runtime.fastpath.roster" not in sys.modules:  # nothing was routed
         return None
+    fastpath = sys.modules["tf_autopar.runtime.fastpath"]
     t0 = time.perf_counter()
     step()
     fastpath.wait_idle(600)

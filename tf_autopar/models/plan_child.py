@@ -33,7 +33,7 @@ from tf_autopar.models.load import prepare_model
 from tf_autopar.models.options import ModelOptions, add_model_flags, from_args
 from tf_autopar.planning import plan as make_plan
 from tf_autopar.planning.modes import LATENCY, TRAINING
-from tf_autopar.runtime.core import calibration_for
+from tf_autopar.runtime.plans import calibration_for
 from tf_autopar.topology import cpu_budget, detect_topology
 from tf_autopar.topology.model import CpuQuota, Topology
 

@@ -762,6 +762,44 @@ def _value(settings: dict[str, Setting], knob: str) -> Any:
 # ------------------------------------------------------------------------------ plan
 
 
+def _pools_for_op_sizes(
+    p: int, profile: GraphProfile | None, op_work: float | None, mode: str, units: int, runtime: str, facts: list[str]
+) -> int:
+    """The width's pools, corrected for what measured faster: tiny ops on one pool, a training
+    graph's paired gradients and a recurrent model's loops on two."""
+    if op_work is not None:
+        facts.append(f"typical heavy op: {_mac(op_work)} multiply-adds (work-weighted median, from static shapes)")
+        if op_work < TINY_OP_WORK:
+            if p > 1:
+                p = 1
+                facts.append(
+                    f"tiny ops (under {_mac(TINY_OP_WORK)} multiply-adds): 1 inter-op pool, since handing an "
+                    "op to another thread takes about as long as running it"
+                )
+        elif mode == "training" and op_work < TRAIN_SMALL_OP_WORK and profile is not None:
+            pairs = min(2, profile.max_width, units)
+            if pairs > p:
+                p = pairs
+                facts.append(
+                    f"training with ops under {_mac(TRAIN_SMALL_OP_WORK)} multiply-adds: {p} inter-op pools, "
+                    "so that each layer's independent input and weight gradients run side by side"
+                )
+    tiny = op_work is not None and op_work < TINY_OP_WORK
+    if getattr(profile, "loops", False) and p < 2 <= units and not tiny:
+        if runtime == "openmp":
+            facts.append(
+                "the model runs While loops, but on OpenMP builds it keeps 1 inter-op pool: a second "
+                "owns a second OpenMP team, and an LSTM ran 1.07-1.4x slower with it (docs/openmp.md)"
+            )
+        else:
+            p = 2
+            facts.append(
+                "the model runs While loops (recurrent layers): 2 inter-op pools, so that the loop's "
+                "iterations and bookkeeping overlap (an LSTM at batch 32 ran 1.15x faster with 2 than 1)"
+            )
+    return p
+
+
 def plan(
     topology: Topology,
     profile: GraphProfile | None = None,
@@ -802,36 +840,7 @@ def plan(
     facts.append(p_why)
     op_work = getattr(profile, "typical_op_work", None)
     facts += [f"assumed: {a}" for a in getattr(profile, "assumptions", ())]
-    if op_work is not None:
-        facts.append(f"typical heavy op: {_mac(op_work)} multiply-adds (work-weighted median, from static shapes)")
-        if op_work < TINY_OP_WORK:
-            if p > 1:
-                p = 1
-                facts.append(
-                    f"tiny ops (under {_mac(TINY_OP_WORK)} multiply-adds): 1 inter-op pool, since handing an "
-                    "op to another thread takes about as long as running it"
-                )
-        elif mode == "training" and op_work < TRAIN_SMALL_OP_WORK and profile is not None:
-            pairs = min(2, profile.max_width, len(units))
-            if pairs > p:
-                p = pairs
-                facts.append(
-                    f"training with ops under {_mac(TRAIN_SMALL_OP_WORK)} multiply-adds: {p} inter-op pools, "
-                    "so that each layer's independent input and weight gradients run side by side"
-                )
-    tiny = op_work is not None and op_work < TINY_OP_WORK
-    if getattr(profile, "loops", False) and p < 2 <= len(units) and not tiny:
-        if runtime == "openmp":
-            facts.append(
-                "the model runs While loops, but on OpenMP builds it keeps 1 inter-op pool: a second "
-                "owns a second OpenMP team, and an LSTM ran 1.07-1.4x slower with it (docs/openmp.md)"
-            )
-        else:
-            p = 2
-            facts.append(
-                "the model runs While loops (recurrent layers): 2 inter-op pools, so that the loop's "
-                "iterations and bookkeeping overlap (an LSTM at batch 32 ran 1.15x faster with 2 than 1)"
-            )
+    p = _pools_for_op_sizes(p, profile, op_work, mode, len(units), runtime, facts)
     dnn_width = onednn_width(profile) if runtime == "openmp" else None
     lookup_bound = _lookup_bound(profile, runtime)
     if dnn_width is not None and p > dnn_width:

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 from tf_autopar._files import Untrusted, read_json, write_json_atomic
 from tf_autopar._keys import stable_key
 from tf_autopar._paths import cache_dir
-from tf_autopar.runtime.fastpath_rules import batch_words, dominant_bucket, is_batch
+from tf_autopar.runtime.fastpath.rules import batch_words, dominant_bucket, is_batch
 from tf_autopar.runtime.safety import warn_once
 
 if TYPE_CHECKING:
@@ -254,7 +254,7 @@ def entry_problem(section: str, entry: Any) -> str:
         for name in ("inter_op", "intra_op", "omp_threads"):
             if (name in entry or name != "omp_threads") and not _int_in(1, MAX_THREADS)(entry.get(name)):
                 return f"{name}: {_short(entry.get(name))} is not a thread count (1..{MAX_THREADS})"
-    if section == "served":  # fastpath.py: its readers check each bucket's values again
+    if section == "served":  # the fast path: its readers check each bucket's values again
         functions = entry.get("functions")
         if not isinstance(functions, dict) or not all(
             isinstance(f, dict) and isinstance(f.get("buckets", {}), dict) for f in functions.values()
@@ -401,7 +401,7 @@ def served_key(fingerprint: str, host: str, mode: str) -> str:
 
 
 def lookup_served(fingerprint: str, host: str, mode: str, path: str | None = None) -> dict[str, Any] | None:
-    """What the fast path saw of this model on this host (fastpath.py): calls per batch bucket, verdicts."""
+    """What the fast path saw of this model on this host (runtime/fastpath/): calls per batch bucket, verdicts."""
     entry = load(path)["served"].get(served_key(fingerprint, host, mode))
     return entry if isinstance(entry, dict) else None
 
@@ -472,7 +472,7 @@ def store_calibration(host: str, entry: dict[str, Any], path: str | None = None)
     _put("calibration", host, entry, path)
 
 
-#: What a served bucket keeps of live tuning (fastpath.py's summary): dropped by ``forget_tuning``.
+#: What a served bucket keeps of live tuning (the fast path's summary, fastpath/report.py): dropped by ``forget_tuning``.
 TUNING_FIELDS = ("tuned", "tried", "won", "by", "inter_op", "intra_op", "streams")
 
 

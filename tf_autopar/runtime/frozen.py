@@ -58,7 +58,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Sequence
 
 from tf_autopar.planning.modes import MODES
-from tf_autopar.runtime import controller, core, model_sources, sessions, watch
+from tf_autopar.runtime import controller, model_sources, plans, sessions, watch
+from tf_autopar.runtime.records import SessionRecord
 from tf_autopar.runtime.streams import Retired, StreamPool
 from tf_autopar.runtime.safety import fail_open
 from tf_autopar.runtime.state import STATE
@@ -327,8 +328,6 @@ class FrozenGraph:
         analysis_ms: float = 0.0,
     ) -> None:
         """One status() record per session."""
-        from tf_autopar.runtime.records import SessionRecord
-
         with STATE.lock:
             for i in range(len(opened)):
                 stream = f" stream {i + 1}/{len(opened)}" if len(opened) > 1 else ""
@@ -389,8 +388,8 @@ class _Compiled:
         if reuse is not None:
             profile, plan, ms = reuse.profile, reuse.plan, 0.0
         else:
-            profile, ms = core.analyze_graph(frozen.graph_def, f"optimize({frozen.name})")
-            plan = core.plan_for(profile, mode, streams=streams, tuned_fingerprint=tuned_fingerprint)
+            profile, ms = plans.analyze_graph(frozen.graph_def, f"optimize({frozen.name})")
+            plan = plans.plan_for(profile, mode, streams=streams, tuned_fingerprint=tuned_fingerprint)
         fields = plan.config_proto_fields()
         inter, intra = fields["inter_op_parallelism_threads"], fields["intra_op_parallelism_threads"]
         tuned = frozen.open_sessions(inter, intra, plan.instances)

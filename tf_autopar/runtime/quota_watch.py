@@ -4,11 +4,11 @@ Why: since Kubernetes 1.33 a pod's CPU limit can be resized in place, and operat
 quotas and cpusets under running servers; pools sized for the old limits are then throttled
 (a smaller quota) or leave CPUs idle (a larger one). What can follow here:
 
-- the plans made from now on: the host topology (runtime/core.py) takes the new quota and
+- the plans made from now on: the host topology (STATE, runtime/state.py) takes the new quota and
   budget (the same cores), or is detected again when the CPUs changed;
 - this process's share of the host (coordination/reshare.py: same worker, same lease slot,
   cut again; re-bound when it is pinned and its CPUs moved);
-- the fast path's sessions: each listener (runtime/fastpath.py registers one) queues new
+- the fast path's sessions: each listener (runtime/fastpath/roster.py registers one) queues new
   sessions for the new limits on its builder thread, swapped in when ready.
 
 What cannot: TensorFlow's process pools are fixed at its start; status() says so ("process
@@ -23,19 +23,18 @@ Each change is logged once. The thread ends when tf_autopar is disabled.
 from __future__ import annotations
 
 import dataclasses
-
 import logging
 import os
 import threading
 import time
-from dataclasses import dataclass
 from typing import Callable
 
 from tf_autopar.coordination import apply_affinity
 from tf_autopar.coordination.reshare import reshare
-from tf_autopar.runtime import core
-from tf_autopar.runtime.safety import fail_open
+from tf_autopar.runtime import state
 from tf_autopar.runtime.state import STATE
+from tf_autopar.runtime.records import LimitsRecord
+from tf_autopar.runtime.safety import fail_open
 from tf_autopar.topology import detect_topology
 from tf_autopar.topology.limits import Limits, LimitsReader, follow, what_changed
 from tf_autopar.topology.model import Topology
@@ -43,18 +42,6 @@ from tf_autopar.topology.model import Topology
 log = logging.getLogger("tf_autopar.runtime")
 
 CHECK_S = 1.0  # at most one check of the limits per second
-
-
-@dataclass(frozen=True)
-class LimitsRecord:
-    """The last change of the CPU limits seen while running (status().limits)."""
-
-    changes: int  # changes seen since the watch started
-    what: str  # "the CPU quota went from 2 CPUs to 1 CPU"
-    at: str  # local time of the check that saw it ("14:03:07")
-    quota: str  # the quota now, in words ("1 CPU", "no quota")
-    budget: int  # whole CPUs plans are made for now (this process's share of them)
-    process_pools: str  # what TensorFlow's process pools stay at ("2 inter-op x 2 intra-op threads"; "" unknown)
 
 
 class QuotaWatch:
@@ -87,12 +74,12 @@ class QuotaWatch:
         if not what:
             return ""
         old, self.baseline = self.baseline, new
-        host = follow(core.host_topology(), old, new)
+        host = follow(STATE.host_topology(), old, new)
         if host is None:  # the CPUs changed: detect them again (rare; on this thread, not a request's)
             host = detect_topology(cpu_details=False)
-        core.use_host(host)
+        STATE.use_host(host)
         _reshare(host)
-        budget = core.topology().cpu_budget
+        budget = STATE.topology().cpu_budget
         pools = _process_pools()
         n = self.record.changes + 1 if self.record else 1
         self.record = LimitsRecord(n, what, time.strftime("%H:%M:%S"), new.quota_words(), budget, pools)
@@ -119,7 +106,7 @@ def _reshare(host: Topology) -> None:
         return
     new = reshare(share, host)
     STATE.applied.recut_share(new)
-    core.use_share(new.topology(host))
+    STATE.use_share(new.topology(host))
     if (new.pin or share.pin) and set(new.cpus) != set(share.cpus):
         apply_affinity(dataclasses.replace(new, pin=True), all_threads=True)
 
@@ -163,6 +150,8 @@ def _forget_in_child() -> None:
     global _watch, _lock
     _watch, _lock = None, threading.Lock()
 
+
+state.provide("limits", record)  # status().limits
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_in_child)

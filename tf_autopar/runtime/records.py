@@ -53,7 +53,7 @@ def user_function_name(name: str) -> str:
 
 @dataclass(frozen=True)
 class BucketRecord:
-    """One batch bucket of a routed function (fastpath.py): which path serves it and why."""
+    """One batch bucket of a routed function (fastpath/): which path serves it and why."""
 
     bucket: int  # calls with a batch up to this power of two, above the previous one
     batch: int  # the batch its plan was made for (the largest seen in the bucket)
@@ -83,3 +83,15 @@ class ServedRecord:
     batches: str  # "batch 1 in 97% of 4,212 calls"
     buckets: tuple[BucketRecord, ...] = ()
     stopped: str = ""  # why the whole function stays on the original path
+
+
+@dataclass(frozen=True)
+class LimitsRecord:
+    """The last change of the CPU limits seen while running (status().limits)."""
+
+    changes: int  # changes seen since the watch started
+    what: str  # "the CPU quota went from 2 CPUs to 1 CPU"
+    at: str  # local time of the check that saw it ("14:03:07")
+    quota: str  # the quota now, in words ("1 CPU", "no quota")
+    budget: int  # whole CPUs plans are made for now (this process's share of them)
+    process_pools: str  # what TensorFlow's process pools stay at ("2 inter-op x 2 intra-op threads"; "" unknown)

@@ -20,7 +20,8 @@ import time
 import weakref
 from typing import TYPE_CHECKING, Any
 
-from tf_autopar.runtime import controller, core
+from tf_autopar.graph.live_graphs import structure_graph_def
+from tf_autopar.runtime import controller, plans
 from tf_autopar.runtime.safety import fail_open, maybe_fail
 from tf_autopar.runtime.state import STATE
 
@@ -96,11 +97,9 @@ def graph_profile(graph: Any) -> tuple[GraphProfile, float]:
     if hit is not None and hit[0] == version:
         return hit[1], 0.0
     t0 = time.perf_counter()
-    from tf_autopar.graph.live_graphs import structure_graph_def
-
     graph_def = structure_graph_def(graph)  # serialising the graph is part of the cost we add
     export_ms = (time.perf_counter() - t0) * 1e3
-    profile, ms = core.analyze_graph(graph_def, f"Session graph ({version} ops)")
+    profile, ms = plans.analyze_graph(graph_def, f"Session graph ({version} ops)")
     ms += export_ms
     _memo[graph] = (version, profile, ms)
     return profile, ms
@@ -133,7 +132,7 @@ def plan_session(graph: Any, config: Any) -> tuple[Any, SessionRecord | None]:
         note = "graph empty when the session was created: process plan used"
     else:
         profile, ms = graph_profile(g)
-    plan = core.plan_for(profile, STATE.mode, streams=STATE.streams)
+    plan = plans.plan_for(profile, STATE.mode, streams=STATE.streams)
 
     new = config_pb2.ConfigProto()
     new.CopyFrom(base)
@@ -144,7 +143,7 @@ def plan_session(graph: Any, config: Any) -> tuple[Any, SessionRecord | None]:
     if not len(base.session_inter_op_thread_pool):
         new.use_per_session_threads = True
     intra_own = controller.per_session_intra()
-    from tf_autopar.runtime.records import SessionRecord
+    from tf_autopar.runtime.records import SessionRecord  # deferred: enable() imports this module, not the records
 
     record = SessionRecord(
         session=STATE.next_session_name(),

@@ -17,7 +17,7 @@ import dataclasses
 import os
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from tf_autopar import _warn
 from tf_autopar.runtime.applied import Applied
@@ -26,9 +26,8 @@ from tf_autopar.topology.cpulist import format_cpulist
 
 if TYPE_CHECKING:
     from tf_autopar.graph.profile import GraphProfile
+    from tf_autopar.runtime.records import FunctionRecord, LimitsRecord, ServedRecord, SessionRecord
     from tf_autopar.topology.model import Topology
-    from tf_autopar.runtime.quota_watch import LimitsRecord
-    from tf_autopar.runtime.records import FunctionRecord, ServedRecord, SessionRecord
 
 
 @dataclass(frozen=True)
@@ -320,18 +319,25 @@ class Registry:
         return not (self.enabled and not self.use_cache)
 
 
-def _served_records() -> tuple[ServedRecord, ...]:
-    import sys
+#: Parts of status() that modules above this one provide, by name: "served" (the fast path's
+#: records), "limits" (quota_watch.py's). Each registers itself when imported (provide), so this
+#: module imports nothing above it and never imports one just to say "none".
+_providers: dict[str, Callable[[], Any]] = {}
 
-    fastpath = sys.modules.get("tf_autopar.runtime.fastpath")  # never imported just to say "none"
-    return fastpath.records() if fastpath is not None else ()
+
+def provide(name: str, fn: Callable[[], Any]) -> None:
+    """``fn()`` gives status()'s part ``name`` from now on (a later provider of it replaces this one)."""
+    _providers[name] = fn
+
+
+def _served_records() -> tuple[ServedRecord, ...]:
+    fn = _providers.get("served")
+    return fn() if fn is not None else ()
 
 
 def _limits_record() -> LimitsRecord | None:
-    import sys
-
-    quota_watch = sys.modules.get("tf_autopar.runtime.quota_watch")  # imported by the fast path when it serves
-    return quota_watch.record() if quota_watch is not None else None
+    fn = _providers.get("limits")
+    return fn() if fn is not None else None
 
 
 STATE = Registry()

@@ -32,7 +32,7 @@ def direct_run(session: Any, fetches: Sequence[str], feed_names: Sequence[str]) 
     ``make_callable`` with feeds is the same ``run`` (TensorFlow 2.21, client/session.py). Measured
     on DLRM (27 inputs, batch 1): the fast path served 1.57 ms per call against 1.21 ms for the
     bare session. The fast path checks each feed's dtype and shape before it feeds
-    (fastpath._exact_array, against its _Feed), which is what the per-call checks were for.
+    (fastpath/routing/arrays.exact_array, against its Feed), which is what the per-call checks were for.
     """
     try:
         graph = session.graph

@@ -3,7 +3,7 @@
 The fresh-process search (tuner.py, now ``tune --process-pools``) starts TensorFlow once per
 candidate and measures the eager path's process pools. A server under ``enable()`` runs its
 model's frozen graph in a session of its own, whose pools can change in the running process,
-and tunes them on its live calls (runtime/fastpath.py, the rule in tuning/live.py). So ``tune``
+and tunes them on its live calls (runtime/fastpath/, the rule in tuning/live.py). So ``tune``
 runs exactly that, in one child process: ``enable()`` in the mode asked for, the model loaded
 once through the load hook, then the server's own call (the signature with numpy inputs,
 Keras ``predict``) made in a loop on inputs synthesised from the signature (models/inputs.py),
@@ -35,6 +35,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 from tf_autopar.models.options import ModelOptions
 from tf_autopar.planning.modes import INFERENCE_MODES
+from tf_autopar.runtime.state import STATE
+from tf_autopar.tuning.arguments import check_arguments
 
 DEFAULT_BUDGET_S = 120.0
 MIN_BUDGET_S = 10.0
@@ -163,7 +165,7 @@ class InProcessOutcome:
     mode: str
     batch: int
     function: str  # the routed function tuned, e.g. "signatures['serving_default']"
-    bucket: dict[str, Any]  # what the plan cache keeps of the bucket (fastpath summary)
+    bucket: dict[str, Any]  # what the plan cache keeps of the bucket (fastpath report.summary)
     settled: bool  # every neighbour was tried (else the budget ran out first)
     decided_s: float  # from the first call to the end of tuning (or the budget)
     calls: int
@@ -229,7 +231,6 @@ def tune(
     be tuned this way, naming the problem."""
     from tf_autopar._model_path import looks_like_model
     from tf_autopar.models.load import model_kind
-    from tf_autopar.tuning import check_arguments
 
     check_arguments(mode, budget_s, batch, process_pools=False)
     if not looks_like_model(model):
@@ -299,7 +300,7 @@ def tune(
 def live_reset(model: str) -> dict[str, Any]:
     """``tune --live-reset MODEL``: forget what live tuning and ``tune`` chose for ``model`` on this
     host (runtime/cache.py forget_tuning says what stays). ValueError for a path that is no model."""
-    from tf_autopar.runtime import cache, core
+    from tf_autopar.runtime import cache
     from tf_autopar.runtime.model_loads import model_profile
 
     real = os.path.realpath(os.path.expanduser(model))
@@ -316,7 +317,7 @@ def live_reset(model: str) -> dict[str, Any]:
         ) from None
     if profile is None or not profile.fingerprint:
         raise ValueError(f"{model}: cannot read it as a model (no graph found)")
-    dropped = cache.forget_tuning(profile.fingerprint, cache.host_key(core.topology()))
+    dropped = cache.forget_tuning(profile.fingerprint, cache.host_key(STATE.topology()))
     return {"model": model, "fingerprint": profile.fingerprint, "cache": cache.cache_path(), **dropped}
 
 
@@ -336,22 +337,22 @@ def _child(request: Mapping[str, Any]) -> dict[str, Any]:
     tf_autopar.enable(mode=request["mode"], cache=bool(request["store"]), tune_live=True)
     from tf_autopar.models.load import prepare_model
     from tf_autopar.models.options import ModelOptions as _Options
-    from tf_autopar.runtime import fastpath, fastpath_rules
+    from tf_autopar.runtime import fastpath
 
-    fastpath.TUNED_BY = fastpath.BY_TUNE
     batch = int(request["batch"])
     try:
         prepared = prepare_model(request["model"], batch, _Options.from_dict(request.get("options") or {}))
     except ValueError as exc:
         return {"error": str(exc)}
     call = prepared.model.serving_call(prepared.arrays)
-    bucket_id = fastpath_rules.bucket_of(batch)
+    bucket_id = fastpath.rules.bucket_of(batch)
     function = _routed_function(prepared.model)
     if function is None:
         return {
             "error": f"{request['model']} is not served by the fast path here (see the warning above): "
             "nothing to tune in one process; --process-pools tunes the process pools"
         }
+    fastpath.tune_as(function, by=fastpath.BY_TUNE)  # its wins are recorded as `tune`'s, not live traffic's
     budget = float(request["budget_s"])
     start = time.perf_counter()
     calls = [0]
@@ -389,9 +390,7 @@ def _child(request: Mapping[str, Any]) -> dict[str, Any]:
     bucket = dict((summary.get("buckets") or {}).get(str(bucket_id), {}))
     done = rec is not None and (rec.tuned or rec.path == "original")
     # the cache entry is written by the fast path itself: when tuning ends, and at this process's exit
-    from tf_autopar.runtime import core
-
-    topo = core.topology()
+    topo = STATE.topology()
     return {
         "function": function[1],
         "bucket": bucket,

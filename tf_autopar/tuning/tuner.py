@@ -31,7 +31,7 @@ from tf_autopar.models.plan_child import PLAN_CHILD, plan_args
 from tf_autopar.planning.modes import TRAINING
 from tf_autopar.runtime import cache
 from tf_autopar.topology import detect_topology
-from tf_autopar.tuning import DEFAULT_BUDGET_S, check_arguments
+from tf_autopar.tuning.arguments import DEFAULT_BUDGET_S, check_arguments
 
 log = logging.getLogger("tf_autopar.tuning")
 

@@ -15,35 +15,34 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from tf_autopar.runtime import fastpath_rules as rules
+from tf_autopar.runtime.fastpath import pools, rules
 from tf_autopar.runtime.streams import Retired
 
 if TYPE_CHECKING:
-    from tf_autopar.runtime.fastpath import ServedFunction
+    from tf_autopar.runtime.fastpath.function import Function
 
 log = logging.getLogger("tf_autopar.runtime")
 
 
-def replan(served: ServedFunction, bucket_id: int, arrays: list[Any]) -> str:
+def replan(served: Function, bucket_id: int, arrays: list[Any]) -> str:
     """Re-plan one serving bucket for the current limits; what happened, in words (also logged)."""
     b = served.buckets.get(bucket_id)
     frozen = served.frozen
     if b is None or b.pool is None or frozen is None or b.generation != served.watch.generation:
         return "not serving from a session now: its next build plans for the new limits"
     old_pool, old_key = b.pool, b.key
-    plan = served._plan(arrays, b.batch)
-    key = served._key(plan)
+    plan = pools.plan(served, arrays, b.batch)
+    key = pools.plan_key(plan)
     if key == old_key:
         with served.lock:
             b.plan = plan
         return f"kept {rules.label(key)}: the plan for the new limits is the same"
-    pool = served._pool_for(key)
+    pool = pools.pool_for(served, key)
     if pool is None:
         return f"kept {rules.label(old_key)}: no session for {rules.label(key)} fits the memory bound"
-    feeds = dict(zip(frozen.inputs, arrays))
-    new_out = pool.run(frozen.outputs, feeds)  # grappler's first run: here, not on a request
+    new_out = pool.run(arrays)  # grappler's first run: here, not on a request
     try:
-        diff = rules.outputs_differ(new_out, old_pool.run(frozen.outputs, feeds))
+        diff = rules.outputs_differ(new_out, old_pool.run(arrays))
     except Retired:  # replaced meanwhile (a re-freeze): that build plans for the new limits itself
         diff = ""
     with served.lock:
@@ -54,9 +53,9 @@ def replan(served: ServedFunction, bucket_id: int, arrays: list[Any]) -> str:
             b.candidates, b.tried, b.won, b.tuned = [], [], {}, ""
             b.checks, b.lost = None, []  # neighbours of the old plan
             b.reason = f"re-planned for new CPU limits while running (was {rules.label(old_key)})"
-    served._drop_pool(old_key if swapped else key)  # retired when no bucket serves from it
+    pools.drop_pool(served, old_key if swapped else key)  # retired when no bucket serves from it
     if trial is not None:
-        served._drop_pool(trial.key)
+        pools.drop_pool(served, trial.key)
     if diff:
         what = f"kept {rules.label(old_key)}: the sessions for {rules.label(key)} gave other outputs ({diff})"
     elif not swapped:

@@ -1,16 +1,16 @@
 """The fast path's decisions, as pure functions of plain values (no TensorFlow; tested alone).
 
 - which batch bucket a call falls in (the plan is made per bucket, not per batch size);
-- whether a model's frozen copy fits the memory bound;
 - whether the frozen outputs equal the original's within the documented tolerance;
 - whether the frozen session, timed against the original path in paired rounds, is worth
   switching to;
 - how the observed batches read in a plan's explanation.
+
+The memory bound is memory.py's.
 """
 
 from __future__ import annotations
 
-import os
 import statistics
 from typing import Any, Mapping, Sequence
 
@@ -21,24 +21,6 @@ from tf_autopar._text import is_uint
 #: order of float sums; measured differences were 0 (MobileNetV2, a BERT encoder) to 1e-7 relative
 #: (NASNetMobile), so 1e-4 leaves room for larger graphs and still catches a wrong graph.
 RTOL = 1e-4
-
-#: The frozen path keeps its constants once in the imported graph and once in each session (about
-#: twice the variables' bytes for one session). It is taken only while that extra memory stays
-#: within MAX_EXTRA_MB (``TF_AUTOPAR_FAST_PATH_MAX_MB`` overrides) and within a quarter of the
-#: memory available when the build starts.
-MAX_EXTRA_MB = 2048
-MAX_EXTRA_VAR = "TF_AUTOPAR_FAST_PATH_MAX_MB"
-AVAILABLE_SHARE = 0.25
-#: Building costs far more for a moment: TensorFlow's converter, the graph import and grappler's
-#: first run each copy the graph several times. Measured peaks (peak RSS of a server process over
-#: the original path's, benchmarks/bench_fastpath.py, live tuning's candidate sessions included;
-#: the constants' size in brackets): MobileNetV2 +373 MB (14 MB), NASNetMobile +643 MB (21 MB),
-#: DLRM +1.65 GB (74 MB), Xception +2.33 GB (88 MB): up to about 26x the constants plus 250 MB. A
-#: build starts only when BUILD_FACTOR x the variables + BUILD_BASE_MB fits in half the memory
-#: available, so that it cannot push the server into the kernel's out-of-memory killer.
-BUILD_FACTOR = 27
-BUILD_BASE_MB = 256
-BUILD_SHARE = 0.5
 
 #: The switch check. With no traffic beside the build: paired rounds on the builder thread
 #: (original, frozen, alternating, on the first real inputs, after SWITCH_WARMUP runs of each),
@@ -82,57 +64,6 @@ def bucket_of(batch: int) -> int:
 def is_batch(value: Any) -> bool:
     """A batch size read from outside (the cache): a whole number from 1 to 2**30."""
     return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 1 << 30
-
-
-def frozen_extra_bytes(variable_bytes: int, sessions: int) -> int:
-    """What the frozen path adds: the graph's constants plus each session's copy."""
-    return variable_bytes * (1 + max(1, sessions))
-
-
-def max_extra_bytes(environ: Mapping[str, str] | None = None) -> int:
-    """The configured bound in bytes; ValueError naming the variable for a value that is no count."""
-    env = os.environ if environ is None else environ
-    text = env.get(MAX_EXTRA_VAR, "").strip()
-    if not text:
-        return MAX_EXTRA_MB << 20
-    if not is_uint(text):
-        raise ValueError(f"{MAX_EXTRA_VAR} must be a whole number of megabytes (ASCII digits), got {text!r}")
-    return min(int(text), 1 << 40) << 20
-
-
-def build_peak_bytes(variable_bytes: int) -> int:
-    """What a build may need for a moment beside the running model (see BUILD_FACTOR)."""
-    return variable_bytes * BUILD_FACTOR + (BUILD_BASE_MB << 20)
-
-
-def memory_verdict(
-    variable_bytes: int, sessions: int, available_bytes: int | None, bound_bytes: int
-) -> tuple[bool, str]:
-    """(take the fast path?, why not). ``available_bytes`` None: unknown, only the bound counts."""
-    peak = build_peak_bytes(variable_bytes)
-    if available_bytes is not None and peak > available_bytes * BUILD_SHARE:
-        return False, (
-            f"building its frozen copy may take about {_mb(peak)} for a moment (the variables' "
-            f"{_mb(variable_bytes)} copied by the converter, the import and grappler), over half the "
-            f"{_mb(available_bytes)} of memory available"
-        )
-    extra = frozen_extra_bytes(variable_bytes, sessions)
-    if extra > bound_bytes:
-        return False, (
-            f"its frozen copy would add about {_mb(extra)} (the variables' {_mb(variable_bytes)} in the "
-            f"graph and in each of {max(1, sessions)} session(s)), over the bound of {_mb(bound_bytes)} "
-            f"({MAX_EXTRA_VAR})"
-        )
-    if available_bytes is not None and extra > available_bytes * AVAILABLE_SHARE:
-        return False, (
-            f"its frozen copy would add about {_mb(extra)}, over a quarter of the "
-            f"{_mb(available_bytes)} of memory available"
-        )
-    return True, ""
-
-
-def _mb(n: int) -> str:
-    return f"{n / (1 << 20):,.0f} MB" if n >= 1 << 20 else f"{n / 1024:,.0f} kB"
 
 
 def outputs_differ(frozen: Sequence[Any], original: Sequence[Any]) -> str:

@@ -1,0 +1,81 @@
+"""Engines: what runs a frozen graph for the fast path, behind one protocol and a registry.
+
+An engine builds a runner from a frozen graph (runtime/frozen.py's FrozenGraph: a GraphDef with
+its variables folded into constants, its input and output tensor names) and a session setting
+(inter-op, intra-op, streams); the runner runs arrays in placeholder order to the flat outputs,
+describes its configuration for status(), and closes. TensorFlow's own frozen sessions
+(tf_session.py) are the first engine and the default.
+
+To add an engine: one module here with a class that has ``name`` and ``build``, one
+``register(...)`` line below, and its test.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+from tf_autopar.runtime.streams import Retired
+
+if TYPE_CHECKING:
+    from tf_autopar.runtime.frozen import FrozenGraph
+
+Setting = tuple[int, int, int]  # (inter-op threads, intra-op threads, streams)
+
+__all__ = ["DEFAULT", "Engine", "Retired", "Runner", "Setting", "get", "names", "register"]
+
+
+class Runner(Protocol):
+    """A built engine: the frozen graph, ready to run at one setting."""
+
+    #: how many concurrent streams (sessions) it serves calls on
+    streams: int
+
+    def run(self, arrays: list[Any]) -> list[Any]:
+        """The flat outputs (numpy arrays) for inputs in placeholder order. Thread-safe; raises
+        ``Retired`` once closed (the caller then answers the original way)."""
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        """Its configuration for status: at least ``engine``, ``inter_op``, ``intra_op``, ``streams``."""
+        ...
+
+    def close(self) -> None:
+        """Release it: idle resources now, busy ones when their call returns."""
+        ...
+
+
+class Engine(Protocol):
+    name: str
+
+    def build(self, frozen: FrozenGraph, setting: Setting) -> Runner:
+        """A runner of ``frozen`` at ``setting`` (built on the builder thread, never on a request)."""
+        ...
+
+
+_engines: dict[str, Engine] = {}
+
+
+def register(engine: Engine) -> Engine:
+    """Make ``engine`` available under its ``name`` (a later one of the same name replaces it)."""
+    _engines[engine.name] = engine
+    return engine
+
+
+def get(name: str | None = None) -> Engine:
+    """The engine called ``name`` (default: DEFAULT); KeyError naming the registered ones otherwise."""
+    key = name or DEFAULT
+    try:
+        return _engines[key]
+    except KeyError:
+        raise KeyError(f"no fast-path engine {key!r}; registered: {', '.join(sorted(_engines))}") from None
+
+
+def names() -> tuple[str, ...]:
+    return tuple(sorted(_engines))
+
+
+# ------------------------------------------------------------------ the registered engines
+from tf_autopar.runtime.fastpath.engines import tf_session  # noqa: E402  (after the protocol it implements)
+
+DEFAULT = tf_session.NAME
+register(tf_session.TensorFlowSessions())

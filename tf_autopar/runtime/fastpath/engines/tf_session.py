@@ -1,0 +1,49 @@
+"""TensorFlow's engine: the frozen graph in ``tf.compat.v1.Session``s with pools of their own.
+
+One session per stream, each with the setting's inter-op and intra-op pools
+(``FrozenGraph.open_sessions``); concurrent callers are handed them first come, first served
+(streams.StreamPool). Close retires them: idle sessions close now, busy ones when their call
+returns, and a caller about to use them gets ``Retired``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from tf_autopar.runtime.streams import StreamPool
+
+if TYPE_CHECKING:
+    from tf_autopar.runtime.frozen import FrozenGraph
+
+NAME = "tensorflow"
+
+
+class FrozenSessions:
+    """A runner: a StreamPool of sessions over one frozen graph at one setting."""
+
+    def __init__(self, frozen: FrozenGraph, setting: tuple[int, int, int]) -> None:
+        self.setting = setting
+        self.inputs, self.outputs = list(frozen.inputs), list(frozen.outputs)
+        self.pool = StreamPool(frozen.open_sessions(*setting))
+
+    @property
+    def streams(self) -> int:
+        return len(self.pool.sessions)
+
+    def run(self, arrays: list[Any]) -> list[Any]:
+        return self.pool.run(self.outputs, dict(zip(self.inputs, arrays)))
+
+    def describe(self) -> dict[str, Any]:
+        return {"engine": NAME, "inter_op": self.setting[0], "intra_op": self.setting[1], "streams": self.streams}
+
+    def close(self) -> None:
+        self.pool.retire()
+
+
+class TensorFlowSessions:
+    """The engine: builds FrozenSessions."""
+
+    name = NAME
+
+    def build(self, frozen: FrozenGraph, setting: tuple[int, int, int]) -> FrozenSessions:
+        return FrozenSessions(frozen, setting)

@@ -1,0 +1,45 @@
+"""A trial: a candidate taking alternate blocks of a bucket's calls, each timed and paired with
+the incumbent's call at the same place of the block before (measure/live.py decides)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from tf_autopar.measure.live import PairedTrial, Pairer, turn
+from tf_autopar.runtime.fastpath import rules
+
+Setting = tuple[int, int, int]  # a session setting: (inter-op, intra-op, streams)
+
+
+class Trial:
+    """A candidate session taking alternate blocks of a bucket's calls, and the evidence so far.
+    ``switch``: the switch check (the frozen session against the original path), taken when not
+    slower; otherwise live tuning (a candidate session against the serving one)."""
+
+    def __init__(self, key: Setting, pool: Any, switch: bool = False) -> None:
+        self.key, self.pool = key, pool
+        noise = 1.0 / rules.SWITCH_RATIO - 1.0 if rules.SWITCH_RATIO > 0 else float("inf")  # 0: never taken
+        self.test = (
+            PairedTrial(noise=noise, max_pairs=rules.SWITCH_MAX_PAIRS, point_at_end=True) if switch else PairedTrial()
+        )
+        self.pairer = Pairer()
+        self.done = threading.Event()  # the switch check's verdict is in (the builder waits for it)
+        self.calls = 0
+        self.started = time.monotonic()
+
+    def take(self) -> tuple[bool, int]:
+        """(the candidate serves this call?, its place in its block: 0, the first after a switch, is not timed)."""
+        self.calls += 1
+        return turn(self.calls - 1)
+
+    def paired(self, candidate: bool, place: int, level: int, seconds: float) -> bool:
+        """One timed call into the pairs; True when the rule has decided."""
+        if place == 0:  # the first call after the switch: not timed
+            return False
+        if not candidate:
+            self.pairer.incumbent(level, seconds, place)
+            return False
+        pair = self.pairer.candidate(level, seconds, place)
+        return pair is not None and self.test.add(*pair) != "undecided"

@@ -1,0 +1,117 @@
+"""A served function's frozen graph and its engine runners: freeze, plan, open, drop.
+
+Builder thread only. The frozen graph is made once per generation of the variables (watch.py);
+a re-freeze retires every runner (their buckets go STALE, rebuilt at their next call). Runners
+are kept by setting (inter-op, intra-op, streams) and shared by the buckets that plan alike;
+a new one opens only when memory.room_for_build says it fits.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from tf_autopar.graph import analyze
+from tf_autopar.measure.search import stream_neighbourhood
+from tf_autopar.runtime import plans, sessions, watch
+from tf_autopar.runtime.fastpath import memory
+from tf_autopar.runtime.fastpath.bucket import State
+from tf_autopar.runtime.frozen import FrozenGraph
+from tf_autopar.runtime.lowprio import run_low
+from tf_autopar.runtime.state import STATE
+
+if TYPE_CHECKING:
+    from tf_autopar.planning.plan import ThreadPlan
+    from tf_autopar.runtime.fastpath.engines import Runner, Setting
+    from tf_autopar.runtime.fastpath.function import Function
+
+
+def freeze(fn: Function, generation: int) -> None:
+    """A frozen graph of the current variables (once per generation); the old runners retire."""
+    if fn.frozen is not None and fn.frozen_generation == generation:
+        return
+    handles = watch.resource_handles(fn.concrete)
+    fn.variable_bytes = memory.variable_bytes(handles)
+    ok, why = memory.room_for_build(fn.variable_bytes, 1)
+    if not ok:
+        fn.stopped = why
+        return
+    fn.watch.add(handles)
+    concrete = fn.concrete
+    frozen = run_low(_frozen_graph, FrozenGraph, concrete)  # at the build priority (lowprio.py)
+    memory.trim_heap()  # the converter's copies, before the sessions add their own
+    with fn.lock:
+        old = list(fn.pools.values())
+        fn.pools.clear()
+        fn.frozen, fn.frozen_generation = frozen, generation
+        for b in fn.buckets.values():
+            b.trial = None  # its candidate session goes with the others; tuning restarts after the rebuild
+            if b.state is State.FAST:
+                b.go_stale()  # re-built at the bucket's next call
+    for pool in old:
+        pool.close()
+
+
+def plan(fn: Function, arrays: list[Any], batch: int) -> ThreadPlan:
+    """The plan for the observed batch (the call's own shapes fill every unknown dimension)."""
+    frozen = fn.frozen
+    assert frozen is not None
+    shapes = {name.split(":")[0]: tuple(a.shape) for name, a in zip(frozen.inputs, arrays) if a.ndim}
+    seen = (batch, tuple(sorted(shapes.items())))
+    profile = frozen.profiles.get(seen)
+    if profile is None:  # a re-plan for new CPU limits reuses it: the graph and the shapes did not change
+        graph_def = frozen.graph_def if frozen.graph_def is not None else frozen.graph.as_graph_def(add_shapes=True)
+        profile = analyze(graph_def, batch=batch, input_shapes=shapes)
+        frozen.graph_def = None  # a third copy of the constants otherwise: re-read from the graph when needed
+        frozen.profiles[seen] = profile
+    fn.max_width = profile.max_width
+    return plans.plan_for(profile, STATE.mode, streams=STATE.streams, tuned_fingerprint=fn.fingerprint, batch=batch)
+
+
+def plan_key(plan: ThreadPlan) -> Setting:
+    """The setting a plan gives the sessions: (inter-op, intra-op, streams)."""
+    fields = plan.config_proto_fields()
+    return fields["inter_op_parallelism_threads"], fields["intra_op_parallelism_threads"], max(1, plan.instances)
+
+
+def candidates(fn: Function, plan: ThreadPlan, key: Setting) -> list[Setting]:
+    """The neighbours of ``key`` (measure/search.py), itself left out: per-session pools in
+    latency mode; in throughput mode the per-stream pools and the stream count too."""
+    budget = max(1, getattr(plan, "usable_cpus", 0) or key[0] * key[1] * key[2] or 1)
+    width = max(1, int(fn.max_width or 1))
+    return [k for k in stream_neighbourhood(*key, budget, width) if k != key]
+
+
+def pool_for(fn: Function, key: Setting) -> Runner | None:
+    """The runner at ``key``: an open one, or a new one when it fits the memory rule; None otherwise."""
+    if fn.stopped or fn.frozen is None:
+        return None
+    with fn.lock:
+        pool = fn.pools.get(key)
+    if pool is not None:
+        return pool
+    sessions_after = sum(p.streams for p in fn.pools.values()) + key[2]
+    ok, why = memory.room_for_build(fn.variable_bytes, sessions_after)
+    if not ok:
+        if not fn.pools:
+            fn.stopped = why
+        return None
+    pool = fn.engine.build(fn.frozen, key)
+    with fn.lock:
+        fn.pools[key] = pool
+    return pool
+
+
+def drop_pool(fn: Function, key: Setting) -> None:
+    """Close the runner at ``key`` unless a bucket serves from it."""
+    with fn.lock:
+        pool = fn.pools.get(key)
+        if pool is None or any(b.pool is pool for b in fn.buckets.values()):
+            return
+        del fn.pools[key]
+    pool.close()
+
+
+def _frozen_graph(make: Any, concrete: Any) -> Any:
+    """``make(concrete)`` with the session hook bypassed (a thread-local switch: set here, on the thread that runs it)."""
+    with sessions.bypass():
+        return make(concrete)

@@ -1,0 +1,106 @@
+"""Live tuning: once a bucket serves from a runner, the plan's neighbours (measure/search.py) are
+tried one at a time on live calls, in alternate blocks of calls, each candidate call paired with
+the incumbent call at the same place of the block before, under the same load (pairing.py);
+measure/live.py's stopping rule decides from the pairs. A winner replaces the incumbent; the
+result and its evidence are remembered for the next start. At most one candidate runner beside
+the serving one; candidates are built on the builder thread (``next_trial``), a verdict is
+taken on the request path (``end_trial``) and the next candidate queued.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from tf_autopar.runtime.fastpath import builder, pools, remembered, rules
+from tf_autopar.runtime.fastpath.bucket import Bucket, State
+from tf_autopar.runtime.fastpath.pairing import Trial
+from tf_autopar.runtime.fastpath.bucket import bucket_words
+from tf_autopar.runtime.fastpath.report import number
+from tf_autopar.runtime.lowprio import run_low
+
+if TYPE_CHECKING:
+    from tf_autopar.runtime.fastpath.function import Function
+
+log = logging.getLogger("tf_autopar.runtime")
+
+
+def end_trial(fn: Function, b: Bucket, trial: Trial) -> None:
+    """The verdict is in: a winner becomes the incumbent; the next candidate is built off the request path."""
+    with fn.lock:
+        if b.trial is not trial:
+            return
+        b.trial = None
+        label = rules.label(trial.key)
+        test = trial.test
+        b.tried.append(f"{label}: {test.verdict} ({test.why})")
+        retired = trial.pool
+        if test.verdict == "win":
+            b.won = _win(b, trial, fn.by)
+            retired, b.pool, b.key = b.pool, trial.pool, trial.key
+            if b.speedup:
+                b.speedup *= test.speedup
+        in_use = any(o.pool is retired for o in fn.buckets.values() if o is not b) or retired is b.pool
+        if not in_use:
+            fn.pools = {k: p for k, p in fn.pools.items() if p is not retired}
+    if not in_use and retired is not None:
+        retired.close()
+    log.info(
+        "tf_autopar: live tuning of %s, batch %s: %s %s (%s)",
+        fn.name,
+        bucket_words(b.bucket),
+        label,
+        "won" if test.verdict == "win" else "kept the incumbent",
+        test.why,
+    )
+    builder.submit(fn, b.bucket, next_trial)
+
+
+def _win(b: Bucket, trial: Trial, by: str) -> dict[str, object]:
+    """The evidence of a win; an earlier win in this bucket: the evidence chains back to the plan."""
+    test, before = trial.test, b.won
+    earlier = before.get("pairs_total", before.get("pairs", 0))
+    return {
+        "from": rules.label(b.key),
+        "to": rules.label(trial.key),
+        "speedup": round(test.speedup, 4),
+        "pairs": len(test.ratios),
+        "spread": round(test.spread, 4),
+        "pairs_total": len(test.ratios) + (earlier if isinstance(earlier, int) else 0),
+        "seconds": round(time.monotonic() - trial.started, 1),
+        "date": time.strftime("%Y-%m-%d"),
+        "plan": before.get("plan", before.get("from", rules.label(b.key))),
+        "total": round(test.speedup * (number(before.get("total", before.get("speedup"))) or 1.0), 4),
+        "by": by,
+    }
+
+
+def next_trial(fn: Function, bucket_id: int) -> None:
+    """Builder thread: open the next candidate's runner (warmed up and checked), or finish."""
+    b = fn.buckets.get(bucket_id)
+    if b is None or b.state is not State.FAST or b.trial is not None or fn.frozen is None:
+        return
+    while b.candidates:
+        key = b.candidates.pop(0)
+        if key == b.key:
+            continue
+        pool = pools.pool_for(fn, key)
+        if pool is None:
+            b.tried.append(f"{rules.label(key)}: not tried (memory bound)")
+            continue
+        values = run_low(pool.run, b.warm)  # grappler, here
+        diff = rules.outputs_differ(values, b.expected)
+        if diff:
+            b.tried.append(f"{rules.label(key)}: not tried (outputs differ: {diff})")
+            pools.drop_pool(fn, key)
+            continue
+        with fn.lock:
+            if b.state is State.FAST and b.generation == fn.watch.generation:
+                b.trial = Trial(key, pool)
+                return
+        pools.drop_pool(fn, key)
+        return
+    b.tuned, b.by = "done", fn.by
+    b.warm, b.expected = [], []
+    remembered.remember(fn)
