@@ -3,7 +3,7 @@
 
 Pure (no TensorFlow, nothing timed): for each recorded host fixture, a chain (width 1) and a
 branchy (width 3) model, in latency mode (one session) and throughput mode (the plan's streams),
-the candidates live tuning tries (runtime/fastpath.py: tuning/search.py's stream_neighbourhood
+the candidates live tuning tries (runtime/fastpath/trials.py: tuning/search.py's stream_neighbourhood
 around the plan's setting, the setting itself left out) and the expected time to try them all,
 from the stopping rule's bounds (tuning/live.py) and two stated assumptions:
 

@@ -190,15 +190,16 @@ def test_status_names_the_neighbour_that_passed_where_the_plan_lost():
     switch check after the rule's lost it (not "planned by the rule")."""
     from types import SimpleNamespace
 
-    from tf_autopar.runtime.fastpath import _Bucket, _plan_source
+    from tf_autopar.runtime.fastpath.bucket import Bucket
+    from tf_autopar.runtime.fastpath.report import plan_source
 
     plan = SimpleNamespace(tuned=None)
-    kept = _Bucket(1, plan=plan, key=(1, 2, 1), tuned="done", tried=["a", "b", "c"])
-    assert _plan_source(kept) == "planned by the rule, which held against 3 neighbour(s) tuned live"
-    passed = _Bucket(1, plan=plan, key=(2, 2, 1), lost=[(1, 2, 1)], tuned="done", tried=["a", "b"])
-    assert _plan_source(passed) == (
+    kept = Bucket(1, plan=plan, key=(1, 2, 1), tuned="done", tried=["a", "b", "c"])
+    assert plan_source(kept) == "planned by the rule, which held against 3 neighbour(s) tuned live"
+    passed = Bucket(1, plan=plan, key=(2, 2, 1), lost=[(1, 2, 1)], tuned="done", tried=["a", "b"])
+    assert plan_source(passed) == (
         "the neighbour that passed its switch check where the setting planned by the rule (1x2) lost; "
         "it held against the 2 setting(s) tried tuned live"
     )
-    retried_and_won = _Bucket(1, plan=plan, key=(1, 2, 1), lost=[(1, 2, 1)])
-    assert _plan_source(retried_and_won) == "planned by the rule"
+    retried_and_won = Bucket(1, plan=plan, key=(1, 2, 1), lost=[(1, 2, 1)])
+    assert plan_source(retried_and_won) == "planned by the rule"

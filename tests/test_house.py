@@ -91,3 +91,62 @@ def test_each_shared_name_is_spelt_in_one_module(metrics):
     assert metrics.modules_naming_a_thread_variable == ["tf_autopar/planning/variables.py"]
     # the modes: planning/modes.py, by name, not as a literal list
     assert metrics.modules_defining_the_modes == []
+
+
+def test_no_arrow_points_up_inside_runtime(metrics):
+    # a TYPE_CHECKING import or a sys.modules look-up against the order of the imports that run
+    assert metrics.runtime_upward_arrows == [], metrics.runtime_upward_arrows
+    # named in docs/design.md: a calling convention's protocol and the served function it is
+    # handed name each other's types, and neither imports the other to run
+    assert metrics.hidden_cycles == [
+        ["tf_autopar.runtime.fastpath.function", "tf_autopar.runtime.fastpath.routing.base"]
+    ], metrics.hidden_cycles
+
+
+def test_no_room_bigger_than_the_anchors_largest(metrics):
+    # threadpoolctl's controller is 455 lines, loky's executor manager 419: our bounds
+    assert metrics.largest_module[1] <= 900, metrics.largest_module
+    assert metrics.largest_class[1] <= 450, metrics.largest_class
+    assert metrics.largest_function[1] <= 120, metrics.largest_function
+    assert metrics.imports_in_functions_per_kloc <= 6.0, metrics.imports_in_functions
+
+
+def test_the_counter_sees_arrows_a_reader_follows_up(tmp_path):
+    root = _tree(
+        tmp_path,
+        {
+            "tf_autopar/runtime/__init__.py": "",
+            "tf_autopar/runtime/low.py": (
+                "import sys\nfrom typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                "    from tf_autopar.runtime import high\n"
+                "def f():\n    return sys.modules.get('tf_autopar.runtime.mid')\n"
+            ),
+            "tf_autopar/runtime/mid.py": "from tf_autopar.runtime import low\n",
+            "tf_autopar/runtime/high.py": "from tf_autopar.runtime import mid\n",
+            "tf_autopar/runtime/side.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from tf_autopar.runtime import low\n",
+        },
+    )
+    m = house.measure(root)
+    assert m.file_cycles == []
+    # low -> high and low -> mid point up (both reach low through imports that run); side -> low
+    # points down
+    assert m.runtime_upward_arrows == [
+        ("tf_autopar.runtime.low", "tf_autopar.runtime.high"),
+        ("tf_autopar.runtime.low", "tf_autopar.runtime.mid"),
+    ]
+    assert m.hidden_cycles == [["tf_autopar.runtime.high", "tf_autopar.runtime.low", "tf_autopar.runtime.mid"]]
+
+
+def test_the_counter_counts_tensorflow_imports_apart_and_sizes_classes(tmp_path):
+    root = _tree(
+        tmp_path,
+        {
+            "tf_autopar/m.py": (
+                "class C:\n    def f(self):\n        import tensorflow as tf\n        import json\n"
+                "        from keras import layers\n        return tf, json, layers\n"
+            ),
+        },
+    )
+    m = house.measure(root)
+    assert (m.imports_in_functions, m.tensorflow_imports_in_functions) == (1, 2)
+    assert m.largest_class == ("tf_autopar/m.py:C", 6)

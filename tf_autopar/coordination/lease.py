@@ -291,7 +291,7 @@ _HELD: set[Lease] = set()
 _HELD_LOCK = threading.Lock()
 
 
-def _forget_in_child() -> None:
+def forget_in_child() -> None:
     """After fork: close inherited slot descriptors WITHOUT unlocking (the parent still holds them).
 
     Only leases taken by another process: a slot this child already claimed for itself (the
@@ -306,7 +306,7 @@ def _forget_in_child() -> None:
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_in_child)
+    os.register_at_fork(after_in_child=forget_in_child)
 
 
 def _open_slot(path: str) -> int:

@@ -14,7 +14,7 @@ Configurations:
   it, with an empty plan cache (``TF_AUTOPAR_CACHE_DIR``, fresh per run): a server's first start.
 - ``enable-cached``: the same with a cache one unmeasured ``enable`` run filled: its next start.
 - ``live``: ``enable`` fed calls until live tuning has tried the served setting's neighbours
-  (runtime/fastpath.py), then timed: what a server settles on.
+  (runtime/fastpath/), then timed: what a server settles on.
 - ``frozen``, ``frozen:INTERxINTRA``: no tf_autopar in the child; the model's frozen graph
   (variables folded into constants, as the fast path serves it) in one session with the plan's
   pools or these: the path ``enable()`` switches to, at a setting of your choice.

@@ -214,7 +214,7 @@ LIVE_LIMIT_S = 300.0  # --until-tuned: the longest a child feeds live tuning bef
 
 def _until_served(step: Callable[[], Any]) -> float | None:
     """With enable(), a loaded SavedModel switches to its frozen session after its first call (built
-    in the background, runtime/fastpath.py): one call, then the wait for the build, so that the
+    in the background, runtime/fastpath/): one call, then the wait for the build, so that the
     measured calls are the steady state a server reaches. Seconds it took (None: no fast path)."""
     if "tf_autopar.runtime.fastpath.roster" not in sys.modules:  # nothing was routed
         return None

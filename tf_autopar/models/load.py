@@ -132,7 +132,7 @@ class LoadedModel:
     def serving_call(self, arrays: Mapping[str, np.ndarray]) -> Callable[[], Any]:
         """A no-argument callable making the call a server makes, with numpy in: the signature by
         keyword (a SavedModel), ``predict`` of one batch (Keras). Under enable() the fast path
-        serves these calls (runtime/fastpath.py); ``step`` runs the model's own function instead."""
+        serves these calls (runtime/fastpath/); ``step`` runs the model's own function instead."""
         if self.kind == SAVEDMODEL:
             fn, kwargs = self._fn, {s.name: arrays[s.name] for s in self.inputs}
             return lambda: fn(**kwargs)
@@ -484,13 +484,13 @@ class Prepared:
         """The model's inference graph with its variables folded into constants, as the fast path
         serves it (runtime/frozen.py), and the feeds of these inputs: what ``bench``'s frozen
         configurations and ``tune`` measure."""
-        from tf_autopar.runtime.frozen import FrozenGraph, _concrete, _keras_signature
+        from tf_autopar.runtime.frozen import FrozenGraph, concrete_for, keras_signature
 
         if self.model.kind == SAVEDMODEL:
             frozen = FrozenGraph(self.model.concrete_function())
         else:
             target = self.model._obj  # the Keras model
-            frozen = FrozenGraph(_concrete(target, tuple(_keras_signature(target) or ())))
+            frozen = FrozenGraph(concrete_for(target, tuple(keras_signature(target) or ())))
         feeds = dict(zip(frozen.inputs, [self.arrays[s.name] for s in self.model.inputs]))  # sorted, as TF flattens
         return frozen, feeds
 

@@ -90,7 +90,7 @@ def _kept_message(parent: int, started: bool, shared: bool) -> str:
 def _replan_in_child(parent: int) -> None:
     """The child's own share: the parent's binding and variables undone, a slot of its own, the
     parent's profile planned for that share and applied before TensorFlow starts here."""
-    lease._forget_in_child()  # the parent's slot descriptors, before this child claims its own
+    lease.forget_in_child()  # the parent's slot descriptors, before this child claims its own
     record = STATE.applied
     record.forget_share()
     record.restore(kinds=(ENV, AFFINITY, SHARE))  # the hooks stay: this child runs the same program

@@ -108,7 +108,7 @@ class OptimizedFunction:
         if input_signature is not None:
             self._signature: list[Any] | None = list(input_signature)
         elif self._kind == KERAS:
-            self._signature = _keras_signature(self._target)
+            self._signature = keras_signature(self._target)
         else:
             self._signature = None
         # one graph when the input specs are known (a signature keeps its None batch); a str key
@@ -241,7 +241,7 @@ class OptimizedFunction:
         concrete = self._concretes.get(key)
         if concrete is None:
             with sessions.bypass():  # our own trace: no tf.function hook, no session patch
-                concrete = _concrete(self._target, key if isinstance(key, tuple) else tuple(self._signature or ()))
+                concrete = concrete_for(self._target, key if isinstance(key, tuple) else tuple(self._signature or ()))
             self._watch.add(watch.resource_handles(concrete))  # raises if the watch cannot be installed
             self._concretes[key] = concrete
         old = self._compiled.get(key)
@@ -515,7 +515,7 @@ def _signature_inputs(concrete: Any) -> list[str]:
     return tf.nest.flatten({k: k for k in specs})  # TF flattens a dict in sorted key order
 
 
-def _keras_signature(target: Any) -> list[Any] | None:
+def keras_signature(target: Any) -> list[Any] | None:
     inputs = getattr(target, "inputs", None)
     if not inputs:
         return None
@@ -524,7 +524,7 @@ def _keras_signature(target: Any) -> list[Any] | None:
     return [tf.TensorSpec([None, *list(t.shape)[1:]], tf.as_dtype(getattr(t, "dtype", "float32"))) for t in inputs]
 
 
-def _concrete(target: Any, signature: tuple[Any, ...]) -> Any:
+def concrete_for(target: Any, signature: tuple[Any, ...]) -> Any:
     """A ConcreteFunction of the target's inference call for ``signature``."""
     import tensorflow as tf
 

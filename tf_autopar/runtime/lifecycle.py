@@ -65,7 +65,7 @@ def enable(
     ``optimize``: in an inference mode (latency, throughput), a SavedModel loaded through the
     hooks serves its signatures and restored functions from a frozen graph in a session
     planned for the batch its calls carry, once that session is built (in the background) and
-    checked against the original path (runtime/fastpath.py); ``optimize=False`` or
+    checked against the original path (runtime/fastpath/); ``optimize=False`` or
     ``TF_AUTOPAR_FAST_PATH=0`` keeps TensorFlow's usual path. ``tune_live``: where the fast path
     serves, the plan's neighbours are tried on live calls and the winner kept and remembered;
     ``tune_live=False`` or ``TF_AUTOPAR_TUNE_LIVE=0`` serves the plan as it is.

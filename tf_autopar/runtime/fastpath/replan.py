@@ -1,7 +1,7 @@
 """A served bucket's sessions re-planned after the CPU limits changed (runtime/quota_watch.py).
 
 Runs on the fast path's builder thread, never on a request's: the bucket's plan is made again
-for the host under its new limits (runtime/core.py already follows them), and when it gives
+for the host under its new limits (STATE already follows them), and when it gives
 other pools, new sessions are opened, run once on the bucket's synthetic inputs (grappler's
 first run happens here) and checked against the serving sessions' outputs, then swapped in.
 The old sessions retire: idle ones close now, busy ones when their call returns, and a caller

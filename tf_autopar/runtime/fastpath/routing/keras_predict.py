@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from tf_autopar.runtime import sessions
 from tf_autopar.runtime.fastpath.routing import arrays
 from tf_autopar.runtime.fastpath.routing.base import ATTR, KERAS_MODEL, Matched, routed
-from tf_autopar.runtime.frozen import _concrete, _keras_signature
+from tf_autopar.runtime.frozen import concrete_for, keras_signature
 
 if TYPE_CHECKING:
     from tf_autopar.runtime.fastpath.function import Function
@@ -23,7 +23,7 @@ PREDICT_KWARGS = frozenset({"x", "batch_size", "verbose"})
 def specs(model: Any) -> list[tuple[str, Any]] | None:
     """A Keras model's declared inputs as (name, TensorSpec) with a free batch, or None."""
     inputs = getattr(model, "inputs", None)
-    signature = _keras_signature(model)
+    signature = keras_signature(model)
     if not inputs or not signature:
         return None
     return [(str(getattr(t, "name", f"input {i}")), spec) for i, (t, spec) in enumerate(zip(inputs, signature))]
@@ -41,7 +41,7 @@ class KerasPredict:
 
     def trace(self, target: Any) -> Any:
         with sessions.bypass():
-            return _concrete(target, tuple(_keras_signature(target) or ()))
+            return concrete_for(target, tuple(keras_signature(target) or ()))
 
     def install(self, target: Any, served: Function) -> None:
         vars(target)[ATTR] = served
