@@ -190,7 +190,8 @@ def test_status_names_the_neighbour_that_passed_where_the_plan_lost():
     switch check after the rule's lost it (not "planned by the rule")."""
     from types import SimpleNamespace
 
-    from tf_autopar.runtime.fastpath import _Bucket, _plan_source
+    from tf_autopar.runtime.fastpath.bucket import Bucket as _Bucket
+    from tf_autopar.runtime.fastpath.report import plan_source as _plan_source
 
     plan = SimpleNamespace(tuned=None)
     kept = _Bucket(1, plan=plan, key=(1, 2, 1), tuned="done", tried=["a", "b", "c"])
