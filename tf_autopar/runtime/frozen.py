@@ -55,7 +55,7 @@ import os
 import threading
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from tf_autopar.planning.modes import MODES
 from tf_autopar.runtime import controller, model_sources, plans, sessions, watch
@@ -289,7 +289,9 @@ class FrozenGraph:
     """A concrete function's inference graph with its variables folded into constants, imported
     into a graph of its own (finalized once its sessions are open): what a session runs."""
 
-    def __init__(self, concrete: Any) -> None:
+    def __init__(self, concrete: Any, between: Callable[[str], None] | None = None) -> None:
+        """``between(stage)``: called after "frozen" (the converter ran) and "imported" (the graph
+        is in its own tf.Graph); the fast path gives freed memory back there (fastpath/memory.py)."""
         import tensorflow as tf
 
         frozen = _freeze(concrete)
@@ -297,11 +299,18 @@ class FrozenGraph:
         # size is unknown and the plan keeps TensorFlow's default pool sizes: NASNetMobile at batch
         # 1 got 2x2 instead of 2x1, 55 against 26 ms per request)
         self.graph_def = frozen.graph.as_graph_def(add_shapes=True)
+        self.inputs = [t.name for t in frozen.inputs]
+        self.outputs = [t.name for t in frozen.outputs]
+        # the converter's function and its graph hold one more copy of the constants: gone before
+        # the import makes its own
+        del frozen
+        if between is not None:
+            between("frozen")
         self.graph = tf.Graph()
         with self.graph.as_default():
             tf.graph_util.import_graph_def(self.graph_def, name="")
-        self.inputs = [t.name for t in frozen.inputs]
-        self.outputs = [t.name for t in frozen.outputs]
+        if between is not None:
+            between("imported")
         self.structure = concrete.structured_outputs  # freezing flattens it to a list
         self.profiles: dict[tuple[Any, ...], GraphProfile] = {}  # (batch, input shapes) -> its analysis
         name = getattr(concrete, "name", "function")

@@ -52,6 +52,7 @@ class QuotaWatch:
         self.check_s = check_s
         self.baseline: Limits = self.reader.read()
         self.listeners: list[Callable[[], None]] = []
+        self.ticks: list[Callable[[], None]] = []  # run at every check (the fast path's memory watch)
         self.record: LimitsRecord | None = None
         self.checks = 0
         self.stopping = threading.Event()
@@ -65,6 +66,11 @@ class QuotaWatch:
                 self.check()
             except Exception as exc:  # fail open: the plans stay as they are
                 fail_open("follow a change of the CPU limits", exc)
+            for tick in list(self.ticks):
+                try:
+                    tick()
+                except Exception as exc:  # fail open: that watch stops mattering, nothing else
+                    fail_open("watch the memory limit", exc)
 
     def check(self) -> str:
         """One look at the limits; on a change, re-plan what can follow. What changed, or ""."""
@@ -123,8 +129,9 @@ _watch: QuotaWatch | None = None
 _lock = threading.Lock()
 
 
-def start(listener: Callable[[], None] | None = None) -> QuotaWatch | None:
-    """Watch the limits (once per process); ``listener`` is called after each change is applied."""
+def start(listener: Callable[[], None] | None = None, tick: Callable[[], None] | None = None) -> QuotaWatch | None:
+    """Watch the limits (once per process); ``listener`` is called after each change is applied,
+    ``tick`` at every check (each CHECK_S; it must be cheap: it runs on this thread)."""
     global _watch
     try:
         with _lock:
@@ -133,6 +140,8 @@ def start(listener: Callable[[], None] | None = None) -> QuotaWatch | None:
                 _watch.thread.start()
             if listener is not None and listener not in _watch.listeners:
                 _watch.listeners.append(listener)
+            if tick is not None and tick not in _watch.ticks:
+                _watch.ticks.append(tick)
             return _watch
     except Exception as exc:  # fail open: nothing follows a later change, everything else works
         fail_open("watch the CPU limits", exc)

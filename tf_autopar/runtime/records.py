@@ -86,6 +86,20 @@ class ServedRecord:
 
 
 @dataclass(frozen=True)
+class MemoryRecord:
+    """The container's memory limit as the fast path's builds see it (status().memory)."""
+
+    limit: str  # "1.5 GB"
+    path: str  # the file that set it
+    cgroup_version: int
+    working_set: str  # the group's usage less its inactive page cache, now
+    room: str  # the limit less the working set, now
+    margin: str  # what a build leaves free under the limit
+    paused: str = ""  # why builds are paused and candidates closed now ("" when they are not)
+    builds: int = 0  # builds of this process that held the group's build lock
+
+
+@dataclass(frozen=True)
 class LimitsRecord:
     """The last change of the CPU limits seen while running (status().limits)."""
 

@@ -26,7 +26,7 @@ from tf_autopar.topology.cpulist import format_cpulist
 
 if TYPE_CHECKING:
     from tf_autopar.graph.profile import GraphProfile
-    from tf_autopar.runtime.records import FunctionRecord, LimitsRecord, ServedRecord, SessionRecord
+    from tf_autopar.runtime.records import FunctionRecord, LimitsRecord, MemoryRecord, ServedRecord, SessionRecord
     from tf_autopar.topology.model import Topology
 
 
@@ -65,6 +65,7 @@ class Status:
     enable_ms: float = 0.0
     disabled_by: str = ""  # "TF_AUTOPAR_DISABLE=1" when the kill switch kept enable() from changing anything
     limits: LimitsRecord | None = None  # the CPU limits changed while running (quota_watch.py)
+    memory: MemoryRecord | None = None  # the cgroup memory limit the fast path builds under (fastpath/memory.py)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -138,6 +139,13 @@ class Status:
                 f"{self.limits.budget} CPU{'' if self.limits.budget == 1 else 's'}); frozen sessions follow it"
             )
             todo.append("restart the process for its process pools to follow the new CPU limits")
+        if self.memory is not None:
+            m = self.memory
+            lines.append(
+                f"  memory: cgroup v{m.cgroup_version} limit {m.limit} ({m.path}); {m.room} left "
+                f"(working set {m.working_set}); fast-path builds keep a {m.margin} margin"
+                + (f"; builds paused and candidate sessions closed: {m.paused}" if m.paused else "")
+            )
         if self.patches:
             lines.append("  watching: " + ", ".join(_HOOK_WORDS.get(h.split(" (")[0], h) for h in self.patches))
         for rec in self.sessions:
@@ -285,6 +293,7 @@ class Registry:
                 enable_ms=self.enable_ms,
                 disabled_by=self.disabled_by,
                 limits=_limits_record(),
+                memory=_memory_record(),
             )
 
     def next_session_name(self) -> str:
@@ -320,7 +329,7 @@ class Registry:
 
 
 #: Parts of status() that modules above this one provide, by name: "served" (the fast path's
-#: records), "limits" (quota_watch.py's). Each registers itself when imported (provide), so this
+#: records), "limits" (quota_watch.py's), "memory" (fastpath/memory.py's). Each registers itself when imported (provide), so this
 #: module imports nothing above it and never imports one just to say "none".
 _providers: dict[str, Callable[[], Any]] = {}
 
@@ -337,6 +346,11 @@ def _served_records() -> tuple[ServedRecord, ...]:
 
 def _limits_record() -> LimitsRecord | None:
     fn = _providers.get("limits")
+    return fn() if fn is not None else None
+
+
+def _memory_record() -> MemoryRecord | None:
+    fn = _providers.get("memory")
     return fn() if fn is not None else None
 
 

@@ -15,7 +15,8 @@ docs/design.md ("The fast path") has the map; in short, one job per module:
 - builder.py: the background thread; build.py: what a build does (freeze, check, time, settle);
 - pools.py: the frozen graph and its engine runners; engines/: what runs a frozen graph
   (TensorFlow's sessions first), behind a protocol and a registry;
-- trials.py and pairing.py: live tuning on paired live calls; memory.py: the build's memory rule;
+- trials.py and pairing.py: live tuning on paired live calls; memory.py: the build's memory rule
+  (the container's limit), one build per memory cgroup, pressure while serving;
 - remembered.py: memory across starts (the plan cache); report.py: status records and words;
 - roster.py: this process's routed functions; replan.py: new CPU limits; rules.py: pure decisions;
   switches.py: on or off, and who tunes.

@@ -14,7 +14,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from tf_autopar.runtime.fastpath import builder, pools, remembered, rules, trials
+from tf_autopar.runtime.fastpath import builder, memory, pools, remembered, rules, trials
 from tf_autopar.runtime.fastpath.bucket import Bucket, State
 from tf_autopar.runtime.fastpath.pairing import Trial
 from tf_autopar.runtime.fastpath.bucket import bucket_words
@@ -37,26 +37,22 @@ def build(fn: Function, bucket_id: int, arrays: list[Any], batch: int, original_
     import tensorflow as tf
 
     b = fn.buckets[bucket_id]
+    if not memory.wait_for_room(builder.exiting):  # memory under pressure: the bucket stays queued
+        return
     t0 = time.perf_counter()
     calls_before = sum(fn.calls.values())  # more by the check's start: traffic beside the build
     with fn.lock:
         b.start_build()
     generation = fn.watch.generation  # before the values are read: a write during the build shows next call
     maybe_fail("fast path build")
-    pools.freeze(fn, generation)
-    pool = None
-    if not fn.stopped:
-        plan = run_low(pools.plan, fn, arrays, batch)
-        # a re-freeze keeps what tuning chose; a neighbour's switch check (below) its setting
-        key = b.key if b.tuned == "done" and b.key[0] else (b.checking or pools.plan_key(plan))
-        pool = pools.pool_for(fn, key)
-    if pool is None:
-        fn.keep_original(b, fn.stopped or "no session fits the memory bound beside the ones it has")
+    # one build at a time per memory cgroup, from the freeze until its session ran once; the room
+    # is read under it (freeze, pool_for), so it counts the other workers' finished copies
+    with memory.build_lock(f"{fn.name} of {fn.model}, batch {bucket_words(b.bucket)}", builder.exiting) as held:
+        opened = _open(fn, b, arrays, batch, generation) if held else None
+    if opened is None:
         return
-    if builder.exiting():
-        return
+    plan, key, pool, frozen_flat = opened
     original_flat = [np.asarray(t) for t in tf.nest.flatten(original_out)]
-    frozen_flat = run_low(pool.run, arrays)  # first run: grappler, at the build priority
     diff = rules.outputs_differ(frozen_flat, original_flat)
     if diff:
         fn.keep_original(b, f"the frozen graph's outputs differ from the original's ({diff})")
@@ -75,6 +71,27 @@ def build(fn: Function, bucket_id: int, arrays: list[Any], batch: int, original_
         times_o, times_f = _paired(fn, target, pool, arrays)
         verdict = (*rules.switch_verdict(times_o, times_f), f"{rules.SWITCH_ROUNDS} paired rounds")
     _settle(fn, b, key, pool, generation, t0, *verdict)
+
+
+def _open(fn: Function, b: Bucket, arrays: list[Any], batch: int, generation: int) -> Any:
+    """Freeze (once per generation), plan, open the runner and run it once (grappler's first run,
+    at the build priority): (plan, setting, runner, its outputs), or None (kept on the original
+    path: the memory rule said no; or the process exits)."""
+    pools.freeze(fn, generation)
+    pool = None
+    if not fn.stopped:
+        plan = run_low(pools.plan, fn, arrays, batch)
+        # a re-freeze keeps what tuning chose; a neighbour's switch check (below) its setting
+        key = b.key if b.tuned == "done" and b.key[0] else (b.checking or pools.plan_key(plan))
+        pool = pools.pool_for(fn, key)
+    if pool is None:
+        fn.keep_original(b, fn.stopped or fn.refused or "no session fits the memory bound beside the ones it has")
+        return None
+    if builder.exiting():
+        return None
+    frozen_flat = run_low(pool.run, arrays)
+    memory.trim_heap()  # grappler's copies
+    return plan, key, pool, frozen_flat
 
 
 def _live_check(fn: Function, b: Bucket, key: Setting, pool: Runner, generation: int) -> Any:

@@ -48,6 +48,7 @@ class Function:
         self.max_width = 1
         self.variable_bytes = 0
         self.stopped = ""  # why the whole function stays on the original path
+        self.refused = ""  # why the last session asked for was not opened (the memory rule)
 
     def original(self, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """The call as it would have run without us."""

@@ -1,18 +1,63 @@
 """The build's memory rule: does a frozen copy (and the build that makes it) fit beside the model?
 
-One question, asked by the builder before it freezes and before it opens more sessions:
-``room_for_build(variable_bytes, sessions) -> (ok, reason)``. The estimate (what a build and its
-sessions cost, from the variables' bytes) and the memory available are read here and nowhere
-else, so that a memory limit of another kind (a cgroup's, a server's own) replaces this module.
+The builder asks ``room_for_build(variable_bytes, sessions, opening)`` before it freezes and
+before it opens each session: (ok, reason). Two rules, both must hold:
+
+- the host rule, as before: the frozen copy within ``TF_AUTOPAR_FAST_PATH_MAX_MB`` and a quarter
+  of the host's available memory, the build's moment (BUILD_FACTOR) within half of it;
+- under a cgroup memory limit (topology/memory.py's reading, re-read at each question by one
+  ``MemoryReader`` per process): the room is the limit less the group's working set less a
+  margin (planning/memory_budget.py), and what the build adds at its peak must fit in it. A
+  freeze needs ``build_need_bytes`` (the converter, the import and the first session's first
+  run); each further session (a stream, a live-tuning candidate) ``session_need_bytes``.
+
+The estimate, measured on an AMD EPYC host (2 CPUs; benchmarks/bench_build_memory.py,
+results/build_memory_epyc.json): the peak resident size over the served process's (loaded, one
+call at batch 1, trimmed), VmHWM reset before each stage, on the build as it runs now (the
+converter's function dropped before the import; ``malloc_trim`` after the freeze, the import and
+each first run). Peak a build adds (variables in brackets): MobileNetV2 +219 MB (13.5 MB),
+EfficientNet-B0 +419 MB (20.3), NASNetMobile +511 MB (20.3), DLRM +1,319 MB (73.8), Xception
++1,651 MB (87.4). Grappler's first run sets it (Xception: converter +902, import +847, first run
++1,651), so the trims do not lower it (untrimmed: the same +1,651) but give back what a build
+keeps (Xception 976 MB over the served process after its first session against 1,460 untrimmed;
+DLRM 860 against 1,319). A further session's first run, over the trimmed process: +186, +264,
++302, +815, +1,127 MB. Fitted from above: NEED_FACTOR 19x the variables + 160 MB per build
+(Xception 1,821 MB, 10% over), SESSION_FACTOR 13x + 96 MB per further session.
+
+Workers of one memory cgroup share its limit, so one build at a time per group: ``build_lock``
+(fcntl.flock on a file named from the group's directory, ``lock_path``) is held by the builder
+thread from the freeze until its session has run once, and around each later session's first
+run; the room is read after it is taken, so each build sees the others' finished copies. The
+builder waits for it; a request never does (it is answered the original way meanwhile).
+
+Under pressure while serving (``refresh``, called each second by quota_watch.py's thread while
+the fast path has work, and by a builder waiting for room): room under the margin, or memory
+PSI "some avg10" of PSI_HIGH % or more, pauses the builds and closes live-tuning candidates
+(roster.py); said once (a warning) and in status(); lifted when the room comes back.
 """
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import ctypes
+import fcntl
+import hashlib
+import logging
 import os
-from typing import Any, Mapping
+import tempfile
+import threading
+import time
+from typing import Any, Callable, Iterator, Mapping
 
 from tf_autopar._text import is_uint
+from tf_autopar.planning.memory_budget import budget_for, check, format_bytes
+from tf_autopar.runtime import state
+from tf_autopar.runtime.records import MemoryRecord
+from tf_autopar.runtime.safety import warn_once
+from tf_autopar.topology.memory import MemoryReader
+
+log = logging.getLogger("tf_autopar.runtime")
 
 #: The frozen path keeps its constants once in the imported graph and once in each session (about
 #: twice the variables' bytes for one session). It is taken only while that extra memory stays
@@ -31,6 +76,13 @@ AVAILABLE_SHARE = 0.25
 BUILD_FACTOR = 27
 BUILD_BASE_MB = 256
 BUILD_SHARE = 0.5
+#: Under a cgroup memory limit, the measured estimate (module docstring): a build's peak over the
+#: served process is NEED_FACTOR x the variables + NEED_BASE_MB; each further session's first run
+#: SESSION_FACTOR x the variables + SESSION_BASE_MB.
+NEED_FACTOR = 19.0
+NEED_BASE_MB = 160
+SESSION_FACTOR = 13.0
+SESSION_BASE_MB = 96
 
 
 def frozen_extra_bytes(variable_bytes: int, sessions: int) -> int:
@@ -84,20 +136,237 @@ def _mb(n: int) -> str:
     return f"{n / (1 << 20):,.0f} MB" if n >= 1 << 20 else f"{n / 1024:,.0f} kB"
 
 
-def room_for_build(variable_bytes: int, sessions: int = 1) -> tuple[bool, str]:
+def room_for_build(variable_bytes: int, sessions: int = 1, opening: int = 0) -> tuple[bool, str]:
     """(may the build go ahead?, why not): ``sessions`` sessions in all once it is done, over the
-    variables' ``variable_bytes``, against the bound and the memory available now."""
-    return memory_verdict(variable_bytes, sessions, available_bytes(), max_extra_bytes())
+    variables' ``variable_bytes``, against the bound and the memory available now; under a cgroup
+    memory limit, what it adds at its peak against the room left under the limit: a freeze
+    (``opening`` 0) needs build_need_bytes, opening ``opening`` more sessions session_need_bytes."""
+    ok, why = memory_verdict(variable_bytes, sessions, available_bytes(), max_extra_bytes())
+    if not ok:
+        return ok, why
+    reading = limit_reading()
+    if reading is None or reading.limit_bytes is None:
+        return True, ""
+    if opening:
+        need, what = session_need_bytes(variable_bytes, opening), f"opening {_sessions(opening)} of its frozen copy"
+    else:
+        need, what = build_need_bytes(variable_bytes), "building its frozen copy"
+    return check(budget_for(reading), need, what)
 
 
 def available_bytes() -> int | None:
-    """The memory available now (psutil), or None when unknown (then only the bound counts)."""
+    """The host's memory available now (psutil), or None when unknown (then only the bound counts)."""
     try:
         import psutil  # deferred: optional, and a build is the only reader
 
         return int(psutil.virtual_memory().available)
     except Exception:
         return None
+
+
+def _sessions(n: int) -> str:
+    return "a session" if n == 1 else f"{n} sessions"
+
+
+# ---------------------------------------------------------------------- the estimate under a limit
+
+
+def build_need_bytes(variable_bytes: int) -> int:
+    """What a build adds at its peak over the served process: the converter, the import and the
+    first session's first run (grappler), with the trims between them (measured: the module docstring)."""
+    return int(variable_bytes * NEED_FACTOR) + (NEED_BASE_MB << 20)
+
+
+def session_need_bytes(variable_bytes: int, sessions: int = 1) -> int:
+    """What opening ``sessions`` more sessions of a frozen graph adds at their first runs."""
+    return max(1, sessions) * (int(variable_bytes * SESSION_FACTOR) + (SESSION_BASE_MB << 20))
+
+
+# ---------------------------------------------------------------------- the container's limit, re-read
+
+_reader_lock = threading.Lock()
+_reader: Any = None  # topology.memory.MemoryReader, made at the first question; False: none here
+
+
+def limit_reading() -> Any:
+    """This process's memory cgroup reading now (topology.MemoryLimit), or None (no memory cgroup,
+    or it could not be read: then only the host rule counts). One reader per process; ~0.25 ms."""
+    global _reader
+    with _reader_lock:
+        if _reader is None:
+            try:
+                _reader = MemoryReader()
+            except Exception as exc:  # fail open: the host rule still holds
+                log.debug("tf_autopar: no memory cgroup reader", exc_info=exc)
+                _reader = False
+        reader = _reader
+    if reader is False:
+        return None
+    try:
+        return reader.read()
+    except Exception as exc:
+        log.debug("tf_autopar: the memory cgroup could not be read", exc_info=exc)
+        return None
+
+
+def own_group() -> str:
+    """The process's own memory group directory ("" when it has none): what names the build lock."""
+    limit_reading()
+    reader = _reader
+    groups = getattr(reader, "groups", None) or []
+    return groups[0].leaf if groups else ""
+
+
+# ---------------------------------------------------------------------- one build per memory cgroup
+
+#: the build lock's file lives here when it is a writable directory (shared memory, gone at reboot)
+LOCK_DIRS = ("/dev/shm",)
+LOCK_POLL_S = 0.1
+#: (what, taken at, released at) of this process's last builds under the lock (time.time()); for
+#: status and the tests that show two workers never build at once
+held: collections.deque[tuple[str, float, float]] = collections.deque(maxlen=64)
+
+
+def lock_path(group: str, dirs: tuple[str, ...] | None = None) -> str:
+    """The build lock's file for memory group ``group`` (its directory; "" for none: the host's)."""
+    digest = hashlib.sha256((group or "host").encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    where = next(
+        (d for d in (LOCK_DIRS if dirs is None else dirs) if os.path.isdir(d) and os.access(d, os.W_OK)),
+        tempfile.gettempdir(),
+    )
+    return os.path.join(where, f"tf_autopar_build_{digest}.lock")
+
+
+@contextlib.contextmanager
+def build_lock(what: str, exiting: Callable[[], bool] = lambda: False, wait: bool = True) -> Iterator[bool]:
+    """Held while a build of this memory cgroup takes its peak: True once taken; False when
+    ``exiting()`` came first, or with ``wait=False`` when another process holds it. Fail open:
+    a lock file that cannot be made or locked is no lock (True), said at debug level."""
+    try:
+        fd = os.open(lock_path(own_group()), os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as exc:
+        log.debug("tf_autopar: no build lock", exc_info=exc)
+        yield True
+        return
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if not wait or exiting():
+                    yield False
+                    return
+                time.sleep(LOCK_POLL_S)
+            except OSError as exc:
+                log.debug("tf_autopar: the build lock failed", exc_info=exc)
+                yield True
+                return
+        taken = time.time()
+        log.debug("tf_autopar: build lock taken: %s", what)
+        try:
+            yield True
+        finally:
+            held.append((what, taken, time.time()))
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+# ---------------------------------------------------------------------- pressure while serving
+
+#: memory PSI "some avg10" (percent of the last 10 s some task stalled on memory) that pauses builds
+PSI_HIGH = 10.0
+#: once paused, builds resume when the room is this many margins (and the stalls under half PSI_HIGH)
+RESUME_MARGINS = 2
+#: how often a builder waiting for room looks again
+WAIT_S = 0.5
+
+_paused = ""  # why builds are paused now ("" when they are not)
+_pause_lock = threading.Lock()
+
+
+def pressure(reading: Any, paused: bool = False) -> str:
+    """Why builds should pause under ``reading`` (a topology.MemoryLimit), or "". ``paused``: they
+    are; then they resume only at RESUME_MARGINS x the margin of room (closing the candidates frees
+    memory: without this the room would come back at once, and the candidates with it)."""
+    if reading is None:
+        return ""
+    if reading.limit_bytes is not None and reading.usage_bytes is not None:
+        budget = budget_for(reading)
+        floor = budget.margin_bytes * (RESUME_MARGINS if paused else 1)
+        if budget.room_bytes is not None and budget.room_bytes < floor:
+            return (
+                f"only {format_bytes(budget.room_bytes)} is left under the container's "
+                f"{format_bytes(reading.limit_bytes)} memory limit (under the {format_bytes(budget.margin_bytes)} margin)"
+            )
+    psi = reading.psi_some_avg10
+    if psi is not None and psi >= (PSI_HIGH / 2 if paused else PSI_HIGH):
+        return f"memory pressure: some tasks stalled on memory {psi:.0f}% of the last 10 s"
+    return ""
+
+
+def refresh() -> tuple[str, bool]:
+    """Read the limit again: (why builds are paused now or "", whether that changed). A change is
+    said once each way (a warning on pausing, an info line on resuming)."""
+    global _paused
+    with _pause_lock:
+        why = pressure(limit_reading(), bool(_paused))
+        changed, _paused = bool(why) != bool(_paused), why
+    if changed and why:
+        warn_once(
+            "memory-pressure",
+            f"tf_autopar: fast-path builds paused and live-tuning candidate sessions closed: {why}; "
+            "requests are served as before, and builds resume when memory is free again",
+        )
+    elif changed:
+        log.info("tf_autopar: memory is free again: fast-path builds resume")
+    return why, changed
+
+
+def paused() -> str:
+    """Why builds are paused (the last reading), or ""."""
+    return _paused
+
+
+def wait_for_room(exiting: Callable[[], bool]) -> bool:
+    """Builder thread, before a build: wait while memory is under pressure (re-read each WAIT_S).
+    False when the process exits first."""
+    while refresh()[0]:
+        if exiting():
+            return False
+        time.sleep(WAIT_S)
+    return True
+
+
+def record() -> MemoryRecord | None:
+    """status().memory: the cgroup limit, the room, and why builds are paused; None without a limit."""
+    reading = limit_reading()
+    if reading is None or reading.limit_bytes is None:
+        return None
+    budget = budget_for(reading)
+    return MemoryRecord(
+        limit=format_bytes(reading.limit_bytes),
+        path=reading.path,
+        cgroup_version=reading.cgroup_version,
+        working_set=format_bytes(reading.working_set_bytes or 0),
+        room=format_bytes(budget.room_bytes or 0),
+        margin=format_bytes(budget.margin_bytes),
+        paused=_paused,
+        builds=len(held),
+    )
+
+
+def _forget_in_child() -> None:
+    """A forked child finds its own groups (and owns no build lock)."""
+    global _reader, _reader_lock, _pause_lock, _paused
+    _reader, _reader_lock, _pause_lock, _paused = None, threading.Lock(), threading.Lock(), ""
+    held.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
+state.provide("memory", record)
 
 
 def variable_bytes(handles: list[Any]) -> int:
@@ -114,6 +383,11 @@ def variable_bytes(handles: list[Any]) -> int:
                 n *= max(int(d.size), 1)
             total += n * dtypes.as_dtype(st.dtype).size
     return total
+
+
+def after_stage(_stage: str) -> None:
+    """Between a build's stages (frozen.FrozenGraph's ``between``): the freed copies go back."""
+    trim_heap()
 
 
 def trim_heap() -> None:

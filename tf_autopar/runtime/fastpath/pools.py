@@ -37,8 +37,10 @@ def freeze(fn: Function, generation: int) -> None:
         return
     fn.watch.add(handles)
     concrete = fn.concrete
-    frozen = run_low(_frozen_graph, FrozenGraph, concrete)  # at the build priority (lowprio.py)
-    memory.trim_heap()  # the converter's copies, before the sessions add their own
+    # at the build priority (lowprio.py); the converter's and the import's freed copies go back
+    # between the stages (memory.after_stage), before the sessions add their own
+    frozen = run_low(_frozen_graph, FrozenGraph, concrete)
+    memory.trim_heap()
     with fn.lock:
         old = list(fn.pools.values())
         fn.pools.clear()
@@ -90,8 +92,9 @@ def pool_for(fn: Function, key: Setting) -> Runner | None:
     if pool is not None:
         return pool
     sessions_after = sum(p.streams for p in fn.pools.values()) + key[2]
-    ok, why = memory.room_for_build(fn.variable_bytes, sessions_after)
+    ok, why = memory.room_for_build(fn.variable_bytes, sessions_after, opening=key[2])
     if not ok:
+        fn.refused = why
         if not fn.pools:
             fn.stopped = why
         return None
@@ -114,4 +117,4 @@ def drop_pool(fn: Function, key: Setting) -> None:
 def _frozen_graph(make: Any, concrete: Any) -> Any:
     """``make(concrete)`` with the session hook bypassed (a thread-local switch: set here, on the thread that runs it)."""
     with sessions.bypass():
-        return make(concrete)
+        return make(concrete, between=memory.after_stage)

@@ -75,17 +75,22 @@ def prebuild(fn: Function, remembered: dict[str, Any]) -> None:
         if not rules.is_batch(batch) or rules.bucket_of(batch) != rules.dominant_bucket({key: 1}):
             continue
         try:
-            arrays = [synthetic(spec, batch) for _, spec in fn.specs]
-            pools.freeze(fn, fn.watch.generation)
-            if fn.stopped:
-                return
-            plan = pools.plan(fn, arrays, batch)
-            tuned_key = remembered_key(entry, tf_allocator.in_use())
-            setting = tuned_key or pools.plan_key(plan)
-            pool = pools.pool_for(fn, setting)
-            if pool is None:
-                return
-            pool.run(arrays)  # grappler, now
+            # at load, on the loading thread: another worker of this memory cgroup building now
+            # means no build here (the first call queues one, which waits for its turn)
+            with memory.build_lock(f"{fn.name} of {fn.model}: at load", wait=False) as held:
+                if not held:
+                    return
+                arrays = [synthetic(spec, batch) for _, spec in fn.specs]
+                pools.freeze(fn, fn.watch.generation)
+                if fn.stopped:
+                    return
+                plan = pools.plan(fn, arrays, batch)
+                tuned_key = remembered_key(entry, tf_allocator.in_use())
+                setting = tuned_key or pools.plan_key(plan)
+                pool = pools.pool_for(fn, setting)
+                if pool is None:
+                    return
+                pool.run(arrays)  # grappler, now
         except Exception as exc:  # the deferred path still works: build on the first call instead
             log.debug("tf_autopar: building %s at load failed", fn.name, exc_info=exc)
             return

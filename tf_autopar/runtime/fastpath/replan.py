@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from tf_autopar.runtime.fastpath import pools, rules
+from tf_autopar.runtime.fastpath import builder, memory, pools, rules
 from tf_autopar.runtime.streams import Retired
 
 if TYPE_CHECKING:
@@ -37,10 +37,13 @@ def replan(served: Function, bucket_id: int, arrays: list[Any]) -> str:
         with served.lock:
             b.plan = plan
         return f"kept {rules.label(key)}: the plan for the new limits is the same"
-    pool = pools.pool_for(served, key)
+    # one session's first run at a time per memory cgroup; the room is read under the lock
+    with memory.build_lock(f"{served.name} of {served.model}: re-plan", builder.exiting) as held:
+        pool = pools.pool_for(served, key) if held else None
+        new_out = pool.run(arrays) if pool is not None else None  # grappler's first run: here, not on a request
+        memory.trim_heap()
     if pool is None:
         return f"kept {rules.label(old_key)}: no session for {rules.label(key)} fits the memory bound"
-    new_out = pool.run(arrays)  # grappler's first run: here, not on a request
     try:
         diff = rules.outputs_differ(new_out, old_pool.run(arrays))
     except Retired:  # replaced meanwhile (a re-freeze): that build plans for the new limits itself

@@ -11,7 +11,7 @@ import weakref
 from typing import Any
 
 from tf_autopar.runtime import quota_watch, state
-from tf_autopar.runtime.fastpath import builder, remembered, replan, report, routing
+from tf_autopar.runtime.fastpath import builder, memory, remembered, replan, report, routing, trials
 from tf_autopar.runtime.fastpath.bucket import State
 from tf_autopar.runtime.fastpath.routing.arrays import synthetic
 from tf_autopar.runtime.fastpath.served import ServedFunction
@@ -47,7 +47,7 @@ def route(loaded: Any, path: str, fingerprint: str | None, source: str = routing
             routed += 1
             remembered.prebuild(served, memory.get(name, {}))
         if routed:
-            quota_watch.start(replan_all)
+            quota_watch.start(replan_all, memory_tick)
     except Exception as exc:  # fail open: the model runs the original way
         fail_open(f"route the loaded {_words(source)} to its frozen session", exc)
     return routed
@@ -80,6 +80,36 @@ def replan_all() -> None:
         for b in list(s.buckets.values()):
             if b.state in (State.FAST, State.QUEUED, State.BUILDING, State.CHECKING) and b.batch:
                 builder.submit(s, b.bucket, replan.replan, [synthetic(spec, b.batch) for _, spec in s.specs])
+
+
+_trials_paused = False  # memory_tick closed the candidates' sessions, and has not resumed them
+
+
+def memory_tick() -> None:
+    """Each second (quota_watch.py's thread), while a bucket is building or tuning: the memory
+    limit read again; under pressure the candidates' sessions close (builds wait by themselves:
+    memory.wait_for_room), and when room is back their tuning resumes. Cheap when idle: no read."""
+    global _trials_paused
+    served = _all()
+    if not _trials_paused and not any(_has_work(b) for s in served for b in list(s.buckets.values())):
+        return
+    why, _ = memory.refresh()
+    if bool(why) == _trials_paused:
+        return
+    _trials_paused = bool(why)
+    for s in served:
+        if why:
+            trials.pause(s, why)
+        else:
+            trials.resume(s)
+
+
+def _has_work(b: Any) -> bool:
+    return (
+        b.state in (State.QUEUED, State.BUILDING, State.CHECKING)
+        or b.trial is not None
+        or bool(b.candidates and b.tuned != "done")
+    )
 
 
 def records() -> tuple[ServedRecord, ...]:

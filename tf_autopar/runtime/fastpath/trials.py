@@ -13,7 +13,7 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from tf_autopar.runtime.fastpath import builder, pools, remembered, rules
+from tf_autopar.runtime.fastpath import builder, memory, pools, remembered, rules
 from tf_autopar.runtime.fastpath.bucket import Bucket, State
 from tf_autopar.runtime.fastpath.pairing import Trial
 from tf_autopar.runtime.fastpath.bucket import bucket_words
@@ -57,6 +57,34 @@ def end_trial(fn: Function, b: Bucket, trial: Trial) -> None:
     builder.submit(fn, b.bucket, next_trial)
 
 
+def pause(fn: Function, why: str) -> int:
+    """Memory pressure: the candidates' sessions that serve no bucket close now (their calls in
+    flight are answered by the original path); each is tried again, first, when room is back.
+    How many closed."""
+    closed = []
+    with fn.lock:
+        for b in fn.buckets.values():
+            trial = b.trial
+            if trial is None or b.state is not State.FAST:  # a switch check's session is the one to serve
+                continue
+            b.trial = None
+            if trial.key not in b.candidates:
+                b.candidates.insert(0, trial.key)
+            closed.append(trial.key)
+    for key in closed:
+        pools.drop_pool(fn, key)
+    if closed:
+        log.info("tf_autopar: %s of %s: %d live-tuning candidate(s) closed: %s", fn.name, fn.model, len(closed), why)
+    return len(closed)
+
+
+def resume(fn: Function) -> None:
+    """Room is back: the buckets whose tuning was paused try their next candidate (builder thread)."""
+    for b in list(fn.buckets.values()):
+        if b.state is State.FAST and b.trial is None and b.candidates and b.tuned != "done":
+            builder.submit(fn, b.bucket, next_trial)
+
+
 def _win(b: Bucket, trial: Trial, by: str) -> dict[str, object]:
     """The evidence of a win; an earlier win in this bucket: the evidence chains back to the plan."""
     test, before = trial.test, b.won
@@ -82,14 +110,23 @@ def next_trial(fn: Function, bucket_id: int) -> None:
     if b is None or b.state is not State.FAST or b.trial is not None or fn.frozen is None:
         return
     while b.candidates:
-        key = b.candidates.pop(0)
+        if memory.paused():  # under memory pressure: resumed (roster.memory_tick) when the room is back
+            return
+        key = b.candidates[0]
         if key == b.key:
+            b.candidates.pop(0)
             continue
-        pool = pools.pool_for(fn, key)
+        # one session's first run at a time per memory cgroup; the room is read under the lock
+        with memory.build_lock(f"{fn.name} of {fn.model}: candidate {rules.label(key)}", builder.exiting) as held:
+            if not held:
+                return
+            b.candidates.pop(0)
+            pool = pools.pool_for(fn, key)
+            values = run_low(pool.run, b.warm) if pool is not None else None  # grappler, here
+            memory.trim_heap()
         if pool is None:
-            b.tried.append(f"{rules.label(key)}: not tried (memory bound)")
+            b.tried.append(f"{rules.label(key)}: not tried ({fn.refused or 'memory bound'})")
             continue
-        values = run_low(pool.run, b.warm)  # grappler, here
         diff = rules.outputs_differ(values, b.expected)
         if diff:
             b.tried.append(f"{rules.label(key)}: not tried (outputs differ: {diff})")
