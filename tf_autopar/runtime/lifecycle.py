@@ -17,6 +17,7 @@ from tf_autopar.planning.modes import MODES
 from tf_autopar.runtime import cache, controller, hooks, model_arg, plans, pools, share as shares
 from tf_autopar.runtime import fork  # noqa: F401  (its import registers the at-fork handlers)
 from tf_autopar.runtime.applied import Applied
+from tf_autopar.runtime.fastpath.engines import choice
 from tf_autopar.runtime.safety import fail_open, maybe_fail
 from tf_autopar.runtime.state import STATE, Status
 
@@ -44,6 +45,7 @@ def enable(
     cooperate: bool = True,
     optimize: bool = True,
     tune_live: bool = True,
+    precision: str = "f32",
 ) -> Status:
     """Plan TensorFlow's threads for this host (and ``model``) and apply them wherever still possible.
 
@@ -68,13 +70,19 @@ def enable(
     checked against the original path (runtime/fastpath/); ``optimize=False`` or
     ``TF_AUTOPAR_FAST_PATH=0`` keeps TensorFlow's usual path. ``tune_live``: where the fast path
     serves, the plan's neighbours are tried on live calls and the winner kept and remembered;
-    ``tune_live=False`` or ``TF_AUTOPAR_TUNE_LIVE=0`` serves the plan as it is.
+    ``tune_live=False`` or ``TF_AUTOPAR_TUNE_LIVE=0`` serves the plan as it is. Where the
+    ``engines`` extra is installed, OpenVINO and ONNX Runtime compete with TensorFlow's sessions
+    on live calls, at the same outputs (``TF_AUTOPAR_ENGINES`` names the ones allowed).
+    ``precision="bf16"`` (or ``TF_AUTOPAR_PRECISION=bf16``) lets bf16 engines compete too, on a CPU
+    with AVX512_BF16 or AMX, checked against f32 within a looser tolerance (docs/serving.md);
+    never on by default.
     """
     switch = kill_switch()
     if switch:  # before anything else: an emergency switch must not depend on the rest working
         return _switched_off(switch)
     batch_given = batch is not None
     batch = _checked(mode, width, batch)  # ValueError for bad input, before anything changes
+    precision = choice.checked_precision(precision)
     with STATE.lock:
         if STATE.enabled and STATE.forked_from is None:
             return STATE.snapshot()
@@ -87,6 +95,7 @@ def enable(
         STATE.batch_given = batch_given
         STATE.fast_path = bool(optimize) and loaders and mode != "training"
         STATE.tune_live = bool(tune_live)
+        STATE.precision = choice.wanted_precision(precision)
         record = STATE.applied = Applied()
         try:
             maybe_fail("enable")

@@ -71,6 +71,8 @@ class BucketRecord:
     plan_source: str = ""  # where the numbers came from: "planned by the rule", "tuned live on <date>, ..."
     tuning: str = ""  # live tuning: what is being tried, or what won and by how much
     tuned: bool = False  # live tuning (or `tune`) has tried every neighbour: the setting is final
+    engine: str = ""  # what runs the frozen graph: "tensorflow" (sessions), "openvino", "onnxruntime", ...
+    engine_detail: str = ""  # its configuration in a few words ("f32, 2 threads, 1 stream")
 
 
 @dataclass(frozen=True)

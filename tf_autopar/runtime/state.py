@@ -203,13 +203,18 @@ def _served_lines(served: ServedRecord) -> list[str]:
         batch = f"batch {b.batch}" if b.batch else f"bucket {b.bucket}"
         if b.path == "frozen session":
             streams = f" in {b.streams} streams" if b.streams > 1 else ""
+            runner = (
+                f"{b.engine} ({b.engine_detail})"
+                if b.engine and b.engine != "tensorflow"
+                else f"frozen session, {_threads(b.inter_op, b.intra_op)}{streams}"
+            )
             speed = (
                 f", {b.speedup:.2f}x the original path's speed ({b.evidence or 'paired rounds'}, spread {b.spread:.2f}x)"
                 if b.speedup
                 else ""
             )
             lines.append(
-                f"    {batch}: frozen session, {_threads(b.inter_op, b.intra_op)}{streams} "
+                f"    {batch}: {runner} "
                 f"(batch {b.batch}: {b.plan_source or 'planned by the rule'}){speed}"
                 + (f", switched after {b.build_s:.1f} s" if b.build_s else "")
                 + (f"; {b.reason}" if b.reason else "")
@@ -262,6 +267,7 @@ class Registry:
         self.use_cache = False
         self.fast_path = False  # enable(optimize=...): loaded models served from frozen sessions (fastpath.py)
         self.tune_live = False  # enable(tune_live=...): their per-session pools tuned on live calls
+        self.precision = "f32"  # enable(precision=...): "bf16" lets reduced-precision engines compete
         self.batch: int | None = None  # what a model's None batch is read as (enable(batch=...))
         self.batch_given = False  # the user gave the batch (else it is assumed: graph/dims.py)
         self.applied = Applied()  # what enable() changed, undone by disable() (applied.py)

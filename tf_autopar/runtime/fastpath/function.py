@@ -18,7 +18,7 @@ from tf_autopar.runtime.fastpath.switches import BY_LIVE
 from tf_autopar.runtime.safety import warn_once
 
 if TYPE_CHECKING:
-    from tf_autopar.runtime.fastpath.engines import Runner, Setting
+    from tf_autopar.runtime.fastpath.engines import Key, Runner
     from tf_autopar.runtime.fastpath.routing.base import Convention
     from tf_autopar.runtime.frozen import FrozenGraph
 
@@ -44,11 +44,12 @@ class Function:
         self.watch = watch.Watch()
         self.frozen: FrozenGraph | None = None
         self.frozen_generation = -1
-        self.pools: dict[Setting, Runner] = {}  # the engine runners, by setting; shared by buckets
+        self.pools: dict[Key, Runner] = {}  # the engine runners, by setting; shared by buckets
         self.max_width = 1
         self.variable_bytes = 0
         self.stopped = ""  # why the whole function stays on the original path
-        self.refused = ""  # why the last session asked for was not opened (the memory rule)
+        self.refused = ""  # why the last session asked for was not opened (the memory rule, an engine's failure)
+        self.engine_failed: dict[str, str] = {}  # engines that could not run this graph: not tried again
 
     def original(self, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """The call as it would have run without us."""

@@ -22,7 +22,11 @@ class Trial:
         self.key, self.pool = key, pool
         noise = 1.0 / rules.SWITCH_RATIO - 1.0 if rules.SWITCH_RATIO > 0 else float("inf")  # 0: never taken
         self.test = (
-            PairedTrial(noise=noise, max_pairs=rules.SWITCH_MAX_PAIRS, point_at_end=True) if switch else PairedTrial()
+            PairedTrial(noise=noise, max_pairs=rules.SWITCH_MAX_PAIRS, point_at_end=True)
+            if switch
+            else PairedTrial()
+            if rules.TUNE_NOISE is None
+            else PairedTrial(noise=rules.TUNE_NOISE)
         )
         self.pairer = Pairer()
         self.done = threading.Event()  # the switch check's verdict is in (the builder waits for it)

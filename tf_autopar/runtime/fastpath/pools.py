@@ -8,20 +8,24 @@ a new one opens only when memory.room_for_build says it fits.
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 from tf_autopar.graph import analyze
 from tf_autopar.measure.search import stream_neighbourhood
 from tf_autopar.runtime import plans, sessions, watch
-from tf_autopar.runtime.fastpath import memory
+from tf_autopar.runtime.fastpath import engines, memory
+from tf_autopar.runtime.fastpath.engines import choice
 from tf_autopar.runtime.fastpath.bucket import State
 from tf_autopar.runtime.frozen import FrozenGraph
 from tf_autopar.runtime.lowprio import run_low
 from tf_autopar.runtime.state import STATE
 
+log = logging.getLogger("tf_autopar.runtime")
+
 if TYPE_CHECKING:
     from tf_autopar.planning.plan import ThreadPlan
-    from tf_autopar.runtime.fastpath.engines import Runner, Setting
+    from tf_autopar.runtime.fastpath.engines import Key, Runner, Setting
     from tf_autopar.runtime.fastpath.function import Function
 
 
@@ -75,36 +79,88 @@ def plan_key(plan: ThreadPlan) -> Setting:
     return fields["inter_op_parallelism_threads"], fields["intra_op_parallelism_threads"], max(1, plan.instances)
 
 
-def candidates(fn: Function, plan: ThreadPlan, key: Setting) -> list[Setting]:
-    """The neighbours of ``key`` (measure/search.py), itself left out: per-session pools in
-    latency mode; in throughput mode the per-stream pools and the stream count too."""
-    budget = max(1, getattr(plan, "usable_cpus", 0) or key[0] * key[1] * key[2] or 1)
+def candidates(fn: Function, plan: ThreadPlan, key: Key) -> list[Key]:
+    """What to try against ``key``, itself left out: the other engines first (installed, allowed,
+    of the precision opted in to: engines/choice.py), each at the CPU budget; then TensorFlow's
+    sessions at the neighbours of ``key``'s setting (measure/search.py): per-session pools in
+    latency mode, in throughput mode the per-stream pools and the stream count too."""
+    setting = engines.setting_of(key)
+    budget = max(1, getattr(plan, "usable_cpus", 0) or setting[0] * setting[1] * setting[2] or 1)
     width = max(1, int(fn.max_width or 1))
-    return [k for k in stream_neighbourhood(*key, budget, width) if k != key]
+    others = choice.candidate_engines(
+        engines.registered(),
+        engines.DEFAULT,
+        STATE.precision,
+        cpu_isa(),
+        fn.engine_failed,
+        choice.allowed_names(),
+    )
+    at = choice.engine_setting(budget, setting[2])
+    out: list[Key] = [engines.key_for(name, at) for name in others]
+    out += list(stream_neighbourhood(*setting, budget, width))
+    return [k for k in out if k != key]
 
 
-def pool_for(fn: Function, key: Setting) -> Runner | None:
-    """The runner at ``key``: an open one, or a new one when it fits the memory rule; None otherwise."""
+def cpu_isa() -> tuple[str, ...]:
+    """The processor's flags (bf16 engines need AVX512_BF16 or AMX), read once."""
+    global _ISA
+    if _ISA is None:
+        _ISA = choice.cpu_flags()
+    return _ISA
+
+
+_ISA: tuple[str, ...] | None = None
+
+
+def pool_for(fn: Function, key: Key) -> Runner | None:
+    """The runner at ``key``: an open one, or a new one when it fits the memory rule; None otherwise
+    (``fn.refused`` says why: the memory rule, or an engine that could not convert the graph)."""
     if fn.stopped or fn.frozen is None:
         return None
     with fn.lock:
         pool = fn.pools.get(key)
     if pool is not None:
         return pool
-    sessions_after = sum(p.streams for p in fn.pools.values()) + key[2]
-    ok, why = memory.room_for_build(fn.variable_bytes, sessions_after, opening=key[2])
+    setting = engines.setting_of(key)
+    sessions_after = sum(p.streams for p in fn.pools.values()) + setting[2]
+    ok, why = memory.room_for_build(fn.variable_bytes, sessions_after, opening=setting[2])
     if not ok:
         fn.refused = why
         if not fn.pools:
             fn.stopped = why
         return None
-    pool = fn.engine.build(fn.frozen, key)
+    name = engines.engine_of(key)
+    engine = engines.get(name)
+    if name == engines.DEFAULT:
+        pool = engine.build(fn.frozen, setting)
+    else:
+        pool = _other_engine(fn, engine, setting)
+        if pool is None:
+            return None
     with fn.lock:
         fn.pools[key] = pool
     return pool
 
 
-def drop_pool(fn: Function, key: Setting) -> None:
+def _other_engine(fn: Function, engine: Any, setting: Setting) -> Runner | None:
+    """Another engine's runner: its conversion at the build priority (lowprio.py), its compilation
+    here (an engine's thread pools inherit the creating thread's priority, and serve requests).
+    A failure is the engine's, not the request's: it is not tried again for this function."""
+    try:
+        convert = getattr(engine, "convert", None)
+        if convert is not None:
+            run_low(convert, fn.frozen)
+        memory.trim_heap()
+        return engine.build(fn.frozen, setting)
+    except Exception as exc:
+        why = f"{engine.name} could not run the graph: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        fn.engine_failed[engine.name] = why[:300]
+        fn.refused = why[:300]
+        log.info("tf_autopar: %s of %s: %s", fn.name, fn.model, why)
+        return None
+
+
+def drop_pool(fn: Function, key: Key) -> None:
     """Close the runner at ``key`` unless a bucket serves from it."""
     with fn.lock:
         pool = fn.pools.get(key)

@@ -9,7 +9,8 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from tf_autopar.runtime import cache, tf_allocator
-from tf_autopar.runtime.fastpath import memory, pools, rules
+from tf_autopar.runtime.fastpath import engines, memory, pools, rules
+from tf_autopar.runtime.fastpath.engines import choice
 from tf_autopar.runtime.fastpath.bucket import Bucket, State
 from tf_autopar.runtime.fastpath.report import number, summary
 from tf_autopar.runtime.fastpath.routing.arrays import synthetic
@@ -18,7 +19,7 @@ from tf_autopar.runtime.safety import fail_open
 from tf_autopar.runtime.state import STATE
 
 if TYPE_CHECKING:
-    from tf_autopar.runtime.fastpath.engines import Setting
+    from tf_autopar.runtime.fastpath.engines import Key
     from tf_autopar.runtime.fastpath.function import Function
 
 log = logging.getLogger("tf_autopar.runtime")
@@ -49,20 +50,32 @@ def remember(fn: Function) -> None:
         fail_open("write the plan cache", exc)
 
 
-def remembered_key(entry: dict[str, Any], allocator: str | None = None) -> Setting | None:
+def remembered_key(entry: dict[str, Any], allocator: str | None = None) -> Key | None:
     """The sessions a cached bucket ended on (after live tuning), or None when not usable: also when
     it was tuned under another CPU allocator than ``allocator`` (the one running now). A start that
     switched to TensorFlow's BFC pool because malloc faulted (tf_allocator) tunes again: the faults
-    were in every sample the old winner was chosen on."""
+    were in every sample the old winner was chosen on. The same for another precision opted in to."""
     inter, intra = entry.get("inter_op"), entry.get("intra_op")
     if entry.get("tuned") != "done" or not (rules.is_batch(inter) and rules.is_batch(intra)):
         return None
     if allocator and entry.get("allocator") not in (None, allocator):
         return None
+    if entry.get("precision", "f32") != STATE.precision:  # bf16 opted in (or out) since: tuned again
+        return None
     streams = entry.get("streams", 1)
     if inter > 1024 or intra > 1024 or not rules.is_batch(streams) or streams > 1024:
         return None
-    return inter, intra, streams
+    name = entry.get("engine") or engines.DEFAULT
+    if not isinstance(name, str) or name not in engines.names():
+        return None
+    if name != engines.DEFAULT:  # another engine: only where it is still installed and allowed
+        allowed = choice.allowed_names()
+        engine = engines.get(name)
+        if (allowed is not None and name not in allowed) or engine.available():
+            return None
+        if getattr(engine, "precision", "f32") != "f32" and STATE.precision != engine.precision:
+            return None
+    return engines.key_for(name, (inter, intra, streams))
 
 
 def prebuild(fn: Function, remembered: dict[str, Any]) -> None:
@@ -106,8 +119,8 @@ def _remembered_bucket(
     batch: int,
     pool: Any,
     plan: Any,
-    setting: Setting,
-    tuned_key: Setting | None,
+    setting: Key,
+    tuned_key: Key | None,
 ) -> Bucket:
     """The bucket as the cache entry left it, serving from ``pool``; to verify on its first call."""
     stale = entry.get("tuned") == "done" and not tuned_key  # tuned under another allocator: all again

@@ -8,10 +8,11 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from tf_autopar.runtime import tf_allocator
-from tf_autopar.runtime.fastpath import rules
+from tf_autopar.runtime.fastpath import engines, rules
 from tf_autopar.runtime.fastpath.bucket import Bucket, State
 from tf_autopar.runtime.fastpath.switches import BY_LIVE, BY_TUNE
 from tf_autopar.runtime.records import BucketRecord, ServedRecord
+from tf_autopar.runtime.state import STATE
 
 if TYPE_CHECKING:
     from tf_autopar.runtime.fastpath.function import Function
@@ -54,7 +55,21 @@ def _bucket_record(b: Bucket, calls: int) -> BucketRecord:
         plan_source=plan_source(b),
         tuning=tuning_words(b),
         tuned=b.tuned == "done",
+        **_engine_words(b),
     )
+
+
+def _engine_words(b: Bucket) -> dict[str, str]:
+    """The serving runner's engine and configuration, from its own description."""
+    if b.pool is None:
+        return {}
+    try:
+        d = b.pool.describe()
+    except Exception:  # a closed or failing runner: status still reads
+        return {"engine": engines.engine_of(b.key)}
+    keys = ("precision", "threads", "streams")
+    detail = ", ".join(f"{k} {d[k]}" for k in keys if k in d and d.get("engine") != engines.DEFAULT)
+    return {"engine": str(d.get("engine", engines.engine_of(b.key))), "engine_detail": detail}
 
 
 def summary(fn: Function) -> dict[str, Any]:
@@ -80,6 +95,8 @@ def summary(fn: Function) -> dict[str, Any]:
             )
             if b.key[0]:
                 entry.update(inter_op=b.key[0], intra_op=b.key[1], streams=b.key[2])
+                if engines.engine_of(b.key) != engines.DEFAULT:
+                    entry.update(engine=engines.engine_of(b.key))
             if allocator == "malloc" and len(b.faults) >= tf_allocator.SAMPLE_CALLS:  # tf_allocator.remembered_env
                 entry.update(faults_per_call=int(statistics.median(b.faults)))
             if b.tuned:
@@ -89,6 +106,7 @@ def summary(fn: Function) -> dict[str, Any]:
                     won=dict(b.won),
                     by=b.by or BY_LIVE,
                     allocator=allocator,  # remembered.remembered_key: another allocator tunes again
+                    precision=STATE.precision,  # and so does another precision opted in to
                 )
             elif b.tried:  # the switch checks of the plan and its neighbours, none faster than the original
                 entry.update(tried=list(b.tried))

@@ -33,6 +33,9 @@ RTOL = 1e-4
 SWITCH_ROUNDS = 7
 SWITCH_WARMUP = 2
 SWITCH_RATIO = 1.0
+#: Live tuning's bar: a candidate (another setting or engine) replaces the incumbent when faster by
+#: this beyond the noise (measure/live.py's NOISE); -1 lets any candidate win at the first look (tests).
+TUNE_NOISE: float | None = None
 #: A check on live calls that sees no call for this long (or five of the frozen session's calls,
 #: if longer) is finished alone, in paired rounds: the traffic stopped.
 CHECK_IDLE_S = 1.0
@@ -49,9 +52,13 @@ def retry_delay(attempts: int) -> float | None:
     return RETRY_S * 2 ** (attempts - 1) if 1 <= attempts <= RETRIES else None
 
 
-def label(key: tuple[int, int, int]) -> str:
-    """(inter, intra, streams) as the status text and the log say it: "2x1", "1x1 in 2 streams"."""
-    return f"{key[0]}x{key[1]}" + (f" in {key[2]} streams" if key[2] > 1 else "")
+def label(key: tuple[Any, ...]) -> str:
+    """A candidate as the status text and the log say it: TensorFlow's sessions as (inter, intra,
+    streams): "2x1", "1x1 in 2 streams"; another engine by name and threads: "openvino, 2 threads"."""
+    streams = f" in {key[2]} streams" if key[2] > 1 else ""
+    if len(key) > 3:
+        return f"{key[3]}, {key[1]} thread{'s' if key[1] != 1 else ''}" + (streams and f" per stream{streams}")
+    return f"{key[0]}x{key[1]}" + streams
 
 
 def bucket_of(batch: int) -> int:

@@ -16,7 +16,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from tf_autopar.runtime import tf_allocator
-from tf_autopar.runtime.fastpath import build, builder, remembered, rules, trials
+from tf_autopar.runtime.fastpath import build, builder, engines, pools, remembered, rules, trials
 from tf_autopar.runtime.fastpath.bucket import CHECK, ORIGINAL_PATH, SERVE, Bucket, State, bucket_words
 from tf_autopar.runtime.fastpath.function import Function
 from tf_autopar.runtime.fastpath.routing.arrays import eager
@@ -73,6 +73,9 @@ class ServedFunction(Function):
         except Retired:
             return _DECLINED  # re-frozen meanwhile: the original serves this call
         except Exception as exc:
+            name = engines.engine_of(b.key)
+            if name != engines.DEFAULT:  # not tried again for this function (its rebuild: TF's sessions)
+                self.engine_failed[name] = f"{name} failed while serving: {type(exc).__name__}: {str(exc)[:200]}"
             self._retire_bucket(b, f"its frozen session failed: {type(exc).__name__}: {exc}")
             fail_open("serve a call from the frozen session", exc)
             return _DECLINED
@@ -109,7 +112,13 @@ class ServedFunction(Function):
         mark = fault_mark(b)
         try:
             t0 = time.perf_counter()
-            out = self._run(pool, arrays)
+            try:
+                out = self._run(pool, arrays)
+            except Exception as exc:
+                if not candidate or isinstance(exc, Retired):
+                    raise
+                self._candidate_failed(b, trial, exc)  # the incumbent answers; the candidate is dropped
+                return self._run(b.pool, arrays)
             seconds = time.perf_counter() - t0
         finally:
             b.in_flight -= 1
@@ -152,6 +161,21 @@ class ServedFunction(Function):
                     b.trial = None  # the calls go the original way until the builder settles the verdict
                     trial.done.set()
         return out
+
+    def _candidate_failed(self, b: Bucket, trial: Any, exc: Exception) -> None:
+        """A live-tuning candidate raised: it is dropped (an engine: not tried again for this
+        function), the tuning goes on with the next one."""
+        name = engines.engine_of(trial.key)
+        why = f"{rules.label(trial.key)} failed: {type(exc).__name__}: {str(exc)[:200]}"
+        with self.lock:
+            if b.trial is not trial:
+                return
+            b.trial = None
+            b.tried.append(why)
+            if name != engines.DEFAULT:
+                self.engine_failed[name] = why
+        fail_open(f"serve a call from {rules.label(trial.key)}", exc)
+        builder.submit(self, b.bucket, _drop_and_go_on, trial.key)
 
     def _check_failed(self, b: Bucket, trial: Any, exc: Exception) -> None:
         retired = isinstance(exc, Retired)
@@ -219,6 +243,11 @@ class ServedFunction(Function):
 def fault_mark(b: Bucket) -> int | None:
     """The process's page faults before a call of ``b``, while its first calls are still being counted."""
     return tf_allocator.minor_faults() if len(b.faults) < tf_allocator.SAMPLE_CALLS else None
+
+
+def _drop_and_go_on(served: ServedFunction, bucket_id: int, key: Any) -> None:
+    pools.drop_pool(served, key)
+    trials.next_trial(served, bucket_id)
 
 
 def _remember(served: ServedFunction, _bucket_id: int) -> None:

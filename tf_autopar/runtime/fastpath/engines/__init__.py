@@ -20,8 +20,24 @@ if TYPE_CHECKING:
     from tf_autopar.runtime.frozen import FrozenGraph
 
 Setting = tuple[int, int, int]  # (inter-op threads, intra-op threads, streams)
+#: A candidate: a Setting for TensorFlow's sessions (the default engine, so that its keys read as
+#: before), (inter, intra, streams, engine name) for any other engine.
+Key = tuple[Any, ...]
 
-__all__ = ["DEFAULT", "Engine", "Retired", "Runner", "Setting", "get", "names", "register"]
+__all__ = [
+    "DEFAULT",
+    "Engine",
+    "Key",
+    "Retired",
+    "Runner",
+    "Setting",
+    "engine_of",
+    "get",
+    "key_for",
+    "names",
+    "register",
+    "setting_of",
+]
 
 
 class Runner(Protocol):
@@ -46,6 +62,12 @@ class Runner(Protocol):
 
 class Engine(Protocol):
     name: str
+    #: "f32", or "bf16" for a reduced-precision variant (a candidate only where the user opted in)
+    precision: str
+
+    def available(self) -> str:
+        """ "" when it can build here, else why not in a few words (the extra not installed, ...)."""
+        ...
 
     def build(self, frozen: FrozenGraph, setting: Setting) -> Runner:
         """A runner of ``frozen`` at ``setting`` (built on the builder thread, never on a request)."""
@@ -70,8 +92,27 @@ def get(name: str | None = None) -> Engine:
         raise KeyError(f"no fast-path engine {key!r}; registered: {', '.join(sorted(_engines))}") from None
 
 
+def registered() -> dict[str, Engine]:
+    """The engines in registration order (a copy)."""
+    return dict(_engines)
+
+
 def names() -> tuple[str, ...]:
     return tuple(sorted(_engines))
+
+
+def engine_of(key: Key) -> str:
+    """The engine a candidate key names."""
+    return str(key[3]) if len(key) > 3 else DEFAULT
+
+
+def setting_of(key: Key) -> Setting:
+    return int(key[0]), int(key[1]), int(key[2])
+
+
+def key_for(name: str, setting: Setting) -> Key:
+    """The key of ``name`` at ``setting``: the bare setting for the default engine."""
+    return tuple(setting) if name == DEFAULT else (*setting, name)
 
 
 # ------------------------------------------------------------------ the registered engines

@@ -21,8 +21,8 @@ NAME = "tensorflow"
 class FrozenSessions:
     """A runner: a StreamPool of sessions over one frozen graph at one setting."""
 
-    def __init__(self, frozen: FrozenGraph, setting: tuple[int, int, int]) -> None:
-        self.setting = setting
+    def __init__(self, frozen: FrozenGraph, setting: tuple[int, int, int], name: str = NAME) -> None:
+        self.setting, self.name = setting, name
         self.inputs, self.outputs = list(frozen.inputs), list(frozen.outputs)
         self.pool = StreamPool(frozen.open_sessions(*setting))
 
@@ -34,7 +34,7 @@ class FrozenSessions:
         return self.pool.run(self.outputs, dict(zip(self.inputs, arrays)))
 
     def describe(self) -> dict[str, Any]:
-        return {"engine": NAME, "inter_op": self.setting[0], "intra_op": self.setting[1], "streams": self.streams}
+        return {"engine": self.name, "inter_op": self.setting[0], "intra_op": self.setting[1], "streams": self.streams}
 
     def close(self) -> None:
         self.pool.retire()
@@ -46,4 +46,4 @@ class TensorFlowSessions:
     name = NAME
 
     def build(self, frozen: FrozenGraph, setting: tuple[int, int, int]) -> FrozenSessions:
-        return FrozenSessions(frozen, setting)
+        return FrozenSessions(frozen, setting, self.name)

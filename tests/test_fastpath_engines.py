@@ -1,0 +1,177 @@
+"""The engine seam of the fast path (runtime/fastpath/engines/): other engines compete with
+TensorFlow's sessions as live-tuning candidates, a failing one falls open to the path serving
+before it, and status() names the engine that serves. Real sessions in real processes; the
+engines here are TensorFlow's own sessions under other names (so these run without the
+``engines`` extra); tests/test_engines.py covers OpenVINO and ONNX Runtime themselves.
+
+As in test_fastpath.py, the children set ``SWITCH_RATIO`` to infinity and ``TUNE_NOISE`` to -1:
+any candidate wins at the first look, so what is checked is the routing, the outputs and the fallbacks.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from _runtime_child import run_child
+
+pytestmark = pytest.mark.tf
+
+BUILD = """
+import keras
+keras.utils.set_random_seed(0)
+x = keras.Input((16,), name="x")
+h = keras.layers.Dense(32, activation="relu")(x)
+keras.Model(x, keras.layers.Dense(4)(h)).export(DIR + "/mlp", verbose=False)
+report(ok=True)
+"""
+
+PRELUDE = """
+import os, threading, time, numpy as np
+if ONE_CPU:  # TensorFlow's sessions have no neighbour on one CPU: the engines are the only candidates
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+import tf_autopar
+tf_autopar.enable()
+import tensorflow as tf
+from tf_autopar.runtime import fastpath
+from tf_autopar.runtime.fastpath import engines, rules
+from tf_autopar.runtime.fastpath.engines import tf_session
+rules.SWITCH_RATIO = float("inf")
+rules.TUNE_NOISE = -1.0
+
+class Copy(tf_session.TensorFlowSessions):
+    '''TensorFlow's sessions under another name: a real second engine.'''
+    name, precision = "tf-copy", "f32"
+    def available(self): return ""
+
+class Broken(Copy):
+    name = "broken"
+    def convert(self, frozen): raise RuntimeError("no converter for this graph")
+
+class FailsLater(Copy):
+    '''Runs a few calls, then raises while serving (an engine's error at run time).'''
+    name = "fails-later"
+    def build(self, frozen, setting):
+        runner = super().build(frozen, setting)
+        run, count = runner.run, [0]
+        def failing(arrays):
+            count[0] += 1
+            if count[0] > 3:
+                raise RuntimeError("engine error at run time")
+            return run(arrays)
+        runner.run = failing
+        return runner
+
+class Bf16(Copy):
+    name, precision = "tf-bf16", "bf16"
+
+for e in ENGINES:
+    engines.register(globals()[e]())
+mlp = tf.saved_model.load(DIR + "/mlp")
+sig = mlp.signatures["serving_default"]
+X = np.random.default_rng(0).standard_normal((1, 16)).astype(np.float32)
+served = lambda: next(s for s in fastpath._served if s.name == "signatures['serving_default']")
+def original():
+    cls = getattr(type(sig), "_tf_autopar_original", type(sig))
+    return cls.__call__(sig, x=X)
+def drive(seconds=120):
+    sig(x=X); assert fastpath.wait_idle(180)
+    t0, answered = time.monotonic(), 0
+    while time.monotonic() - t0 < seconds:
+        out = sig(x=X); answered += 1
+        b = served().buckets[1]
+        if b.tuned == "done":
+            break
+        fastpath.wait_idle(30)
+    return answered
+"""
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory) -> str:
+    directory = str(tmp_path_factory.mktemp("engine_models"))
+    res, err, rc = run_child(f"DIR = {directory!r}\n" + BUILD, {})
+    assert rc == 0 and res.get("ok"), err[-3000:]
+    return directory
+
+
+def _run(saved: str, engines: str, body: str, tmp_path, env: dict | None = None, one_cpu: bool = True) -> dict:
+    script = f"DIR = {saved!r}\nENGINES = {engines.split(', ')!r}\nONE_CPU = {one_cpu}\n" + PRELUDE + body
+    res, err, rc = run_child(script, {"TF_AUTOPAR_CACHE_DIR": str(tmp_path / "cache"), **(env or {})}, timeout=400)
+    assert rc == 0, err[-4000:]
+    assert res, err[-4000:]
+    return res
+
+
+REPORT = """
+answered = drive()
+b = served().buckets[1]
+out = sig(x=X)
+report(answered=answered, tried=list(b.tried), key=list(b.key), failed=dict(served().engine_failed),
+       text=tf_autopar.status().text(), diff=float(np.max(np.abs(out["output_0"].numpy() - original()["output_0"].numpy()))),
+       engine=b.pool.describe()["engine"], tuned=b.tuned)
+"""
+
+
+def test_another_engine_competes_first_and_a_failing_conversion_falls_open(saved, tmp_path):
+    res = _run(saved, "Broken, Copy", REPORT, tmp_path)
+    tried = " | ".join(res["tried"])
+    assert "tf-copy, " in tried and "win" in tried, res["tried"]  # tried as a live candidate, won (ratio inf)
+    assert "broken" in res["failed"] and "no converter for this graph" in res["failed"]["broken"], res
+    assert "not tried (broken could not run the graph" in tried, res["tried"]
+    assert res["tuned"] == "done" and res["diff"] <= 1e-4, res
+    assert res["engine"] == "tf-copy", res
+
+
+def test_only_the_engines_the_user_allows_compete(saved, tmp_path):
+    res = _run(saved, "Copy", REPORT, tmp_path, env={"TF_AUTOPAR_ENGINES": "tensorflow"})
+    assert not any("tf-copy" in t for t in res["tried"]), res["tried"]
+    assert res["engine"] == "tensorflow"
+
+
+def test_bf16_engines_compete_only_when_the_user_opts_in(saved, tmp_path):
+    off = _run(saved, "Bf16", REPORT, tmp_path)
+    assert not any("tf-bf16" in t for t in off["tried"]), off["tried"]
+    flags = open("/proc/cpuinfo").read()
+    on = _run(saved, "Bf16", REPORT, tmp_path, env={"TF_AUTOPAR_PRECISION": "bf16"})
+    opted = any("tf-bf16" in t for t in on["tried"])
+    assert opted == ("avx512_bf16" in flags or "amx_bf16" in flags), on["tried"]
+
+
+def test_an_engine_failing_while_serving_falls_open_and_every_call_is_answered(saved, tmp_path):
+    body = """
+answered = drive()
+b = served().buckets[1]
+outs = [sig(x=X)["output_0"].numpy() for _ in range(20)]
+ref = original()["output_0"].numpy()
+report(answered=answered, tried=list(b.tried), failed=dict(served().engine_failed), engine=b.pool.describe()["engine"],
+       diff=max(float(np.max(np.abs(o - ref))) for o in outs), text=tf_autopar.status().text())
+"""
+    res = _run(saved, "FailsLater", body, tmp_path)
+    assert "fails-later" in res["failed"] and "engine error at run time" in res["failed"]["fails-later"], res
+    assert res["engine"] == "tensorflow", res  # what serves now: TensorFlow's sessions
+    assert res["diff"] <= 1e-4, res
+
+
+def test_status_names_the_engine_that_serves_and_the_next_start_builds_it_at_load(saved, tmp_path):
+    res = _run(saved, "Copy", REPORT, tmp_path)
+    assert res["engine"] == "tf-copy" and res["key"][3:] == ["tf-copy"], res
+    assert "tf-copy (" in res["text"], res["text"]
+    again = _run(
+        saved,
+        "Copy",
+        """
+b0 = served().buckets[1]
+out = sig(x=X)
+report(engine=b0.pool.describe()["engine"], served=b0.served, tuned=b0.tuned)
+""",
+        tmp_path,
+    )
+    assert again == {"engine": "tf-copy", "served": 1, "tuned": "done"}, again
+
+
+def test_with_tensorflow_neighbours_the_engines_are_tried_first(saved, tmp_path):
+    if len(__import__("os").sched_getaffinity(0)) < 2:
+        pytest.skip("needs 2 CPUs: on one, TensorFlow's sessions have no neighbour")
+    res = _run(saved, "Copy", REPORT, tmp_path, one_cpu=False)
+    assert res["tried"][0].startswith("tf-copy"), res["tried"]
+    assert len(res["tried"]) > 1 and res["diff"] <= 1e-4, res
