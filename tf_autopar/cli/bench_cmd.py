@@ -67,7 +67,9 @@ def add_parser(subparsers: Any) -> None:
         help="comma-separated configurations: default (TF's default), plan (tf_autopar's plan), "
         "enable (enable() with no model, empty cache: a first start), enable-cached (its second "
         "start), live (enable() once live tuning has settled), frozen (the frozen graph in a session "
-        "with the plan's pools: the fast path), frozen:INTERxINTRA (the same with these pools), "
+        "with the plan's pools: the fast path; also tf-frozen), frozen:INTERxINTRA (the same with these pools), "
+        "openvino, onnxruntime, openvino-bf16 (the frozen graph on that engine at the plan's CPUs; the "
+        "engines extra), "
         "INTERxINTRA (e.g. 1x2), and on OpenMP builds INTERxINTRAxOMP[:btMS] (OpenMP "
         "threads apart from TF's intra-op pool, KMP_BLOCKTIME; e.g. 1x1x2:bt1); default "
         "'default,plan'. Speedups are over 'default'",

@@ -62,7 +62,10 @@ log = logging.getLogger("tf_autopar.models")
 SCHEMA_VERSION = 1
 MODES = INFERENCE_MODES  # a model file has no training step
 FROZEN, LIVE = "frozen", "live"  # the frozen graph at the plan's pools; enable() once live tuning decided
-SPECIAL = ("default", "plan", "enable", "enable-cached", FROZEN, LIVE)
+#: Other engines on the model's frozen graph (runtime/fastpath/engines/; the ``engines`` extra), and
+#: ``tf-frozen``, TensorFlow's session on it (the same as ``frozen``), at the plan's CPU budget.
+ENGINES = ("tf-frozen", "openvino", "onnxruntime", "openvino-bf16")
+SPECIAL = ("default", "plan", "enable", "enable-cached", FROZEN, LIVE, *ENGINES)
 FROZEN_PREFIX = f"{FROZEN}:"  # frozen:INTERxINTRA, the frozen graph in a session with these pools
 DEFAULT_COMPARE = ("default", "plan")
 DEFAULT_REQUESTS = 50
@@ -82,6 +85,7 @@ class BenchConfig:
     env: tuple[tuple[str, str], ...] = ()
     cpus: tuple[tuple[int, ...], ...] = ()  # per instance; () = unbound
     frozen: str = ""  # kind "frozen": the session's pools, "INTERxINTRA"
+    engine: str = ""  # kind "frozen": another engine than TensorFlow's session runs the frozen graph
 
     @property
     def enable(self) -> bool:
@@ -89,6 +93,8 @@ class BenchConfig:
 
     def to_dict(self) -> dict[str, Any]:
         out = {"kind": self.kind, "env": dict(self.env), "cpus": [list(c) for c in self.cpus]}
+        if self.engine:
+            out["engine"] = self.engine
         return {**out, "frozen": self.frozen} if self.frozen else out
 
 
@@ -287,10 +293,14 @@ class Bench:
                 out.append(BenchConfig(name, "plan", env, cpus))
             elif name in ("enable", "enable-cached", "live"):
                 out.append(BenchConfig(name, name))
-            elif name == "frozen":  # at the plan's pools, as the fast path's first session
+            elif name in ("frozen", "tf-frozen"):  # at the plan's pools, as the fast path's first session
                 plan = self.prepared["plan"]
                 setting = f"{max(1, int(plan.get('inter_op') or 1))}x{max(1, int(plan.get('intra_op') or 1))}"
                 out.append(BenchConfig(name, "frozen", FROZEN_ENV, frozen=setting))
+            elif name in ENGINES:  # as the fast path tries it: the plan's CPUs in one stream
+                plan = self.prepared["plan"]
+                budget = max(1, int(plan.get("inter_op") or 1)) * max(1, int(plan.get("intra_op") or 1))
+                out.append(BenchConfig(name, "frozen", FROZEN_ENV, frozen=f"1x{budget}", engine=name))
             elif name.startswith(FROZEN_PREFIX):
                 out.append(BenchConfig(name, "frozen", FROZEN_ENV, frozen=frozen_setting(name)))
             else:
@@ -405,6 +415,8 @@ class Bench:
             cmd += ["--until-tuned"]
         if cfg.frozen:
             cmd += ["--frozen", cfg.frozen]
+        if cfg.engine:
+            cmd += ["--engine", cfg.engine]
         return cmd + self._model_args()
 
     def _run_config(

@@ -251,14 +251,31 @@ def frozen_pools(setting: str) -> tuple[int, int]:
     return int(parts[0]), int(parts[1])
 
 
-def _frozen_step(prepared: Any, setting: str) -> Callable[[], Any]:
+def _frozen_step(prepared: Any, setting: str, engine: str = "") -> Callable[[], Any]:
     """The prepared model's frozen graph in one session with ``setting`` ("INTERxINTRA") as its
-    own pools (TF_OVERRIDE_GLOBAL_THREADPOOL=1, set by the parent): the fast path's call."""
+    own pools (TF_OVERRIDE_GLOBAL_THREADPOOL=1, set by the parent): the fast path's call; or run
+    by another ``engine`` (runtime/fastpath/engines/) at that setting."""
     try:
         inter, intra = frozen_pools(setting)
     except ValueError as exc:
         raise ChildError(f"--frozen: {exc}") from None
     frozen, feeds = prepared.frozen()
+    if engine and engine != "tf-frozen":
+        from tf_autopar.runtime.fastpath import engines
+
+        try:
+            chosen = engines.get(engine)
+        except KeyError as exc:
+            raise ChildError(f"--engine: {exc.args[0]}") from None
+        why = chosen.available()
+        if why:
+            raise ChildError(f"--engine {engine}: {why}")
+        convert = getattr(chosen, "convert", None)
+        if convert is not None:
+            convert(frozen)
+        runner = chosen.build(frozen, (inter, intra, 1))
+        arrays = [feeds[name] for name in frozen.inputs]
+        return lambda: runner.run(arrays)
     pool = StreamPool(frozen.open_sessions(inter, intra, 1))
     return lambda: pool.run(frozen.outputs, feeds)
 
@@ -284,7 +301,11 @@ def run(argv: list[str]) -> dict[str, Any]:
         options = from_args(args)
         if looks_like_model(args.model):
             prepared = prepare_model(args.model, args.batch, options)
-            step = _frozen_step(prepared, args.frozen) if args.frozen else prepared.model.step(prepared.arrays)
+            step = (
+                _frozen_step(prepared, args.frozen, args.engine)
+                if args.frozen
+                else prepared.model.step(prepared.arrays)
+            )
             info: dict[str, Any] = prepared.describe()
         else:
             if options.given:
@@ -299,6 +320,8 @@ def run(argv: list[str]) -> dict[str, Any]:
     settings = effective_settings()
     if args.frozen:
         settings["frozen_session"] = args.frozen  # the session's own pools; the process's are above
+        if args.engine:
+            settings["engine"] = args.engine
     if args.enable:
         st = tf_autopar.status().to_dict()
         status = {
@@ -528,6 +551,9 @@ def _run_parser() -> argparse.ArgumentParser:
     rp.add_argument("--until-tuned", action="store_true", help="with --enable: call until live tuning is done first")
     rp.add_argument(
         "--frozen", metavar="INTERxINTRA", default=None, help="time the frozen graph in a session with these pools"
+    )
+    rp.add_argument(
+        "--engine", default="", help="with --frozen: run the frozen graph on this engine (openvino, onnxruntime, ...)"
     )
     add_model_flags(rp)
     return rp

@@ -13,7 +13,7 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from tf_autopar.runtime.fastpath import builder, memory, pools, remembered, rules
+from tf_autopar.runtime.fastpath import builder, engines, memory, pools, remembered, rules
 from tf_autopar.runtime.fastpath.bucket import Bucket, State
 from tf_autopar.runtime.fastpath.pairing import Trial
 from tf_autopar.runtime.fastpath.bucket import bucket_words
@@ -41,6 +41,16 @@ def end_trial(fn: Function, b: Bucket, trial: Trial) -> None:
             retired, b.pool, b.key = b.pool, trial.pool, trial.key
             if b.speedup:
                 b.speedup *= test.speedup
+            if engines.engine_of(trial.key) != engines.DEFAULT and test.speedup >= rules.ENGINE_MARGIN:
+                # TensorFlow's other pool settings differ by tens of percent at most: not worth the
+                # calls they would take from a much faster engine
+                skipped = [c for c in b.candidates if engines.engine_of(c) == engines.DEFAULT]
+                b.candidates = [c for c in b.candidates if c not in skipped]
+                if skipped:
+                    b.tried.append(
+                        f"{len(skipped)} TensorFlow session setting(s) not tried: "
+                        f"{rules.label(trial.key)} was {test.speedup:.2f}x faster"
+                    )
         in_use = any(o.pool is retired for o in fn.buckets.values() if o is not b) or retired is b.pool
         if not in_use:
             fn.pools = {k: p for k, p in fn.pools.items() if p is not retired}
