@@ -47,7 +47,7 @@ from tf_autopar.models.plan_child import PLAN_CHILD, ROW_MODES, plan_args
 from tf_autopar.topology.model import Topology
 from tf_autopar.tuning.tuner import candidate_env, search_plan
 import tf_autopar.validation.results as results
-from tf_autopar.validation.space import SearchSpace, baseline_configs, frozen_config, live_config, search_space
+from tf_autopar.validation.space import SearchSpace, baseline_configs, engine_configs, frozen_config, live_config, search_space
 
 log = logging.getLogger("tf_autopar.validation")
 
@@ -426,6 +426,9 @@ class Harness:
             inter, intra = ours.effective_threads(self.topology.logical_cpus)
             configs.append(frozen_config(inter, intra, name=FROZEN, cpus=ours.cpus))
         configs += self.space.frozen
+        # the other engines the fast path would try, at our plan's CPUs (or the host's)
+        budget = inter * intra if ours is not None else self.topology.logical_cpus
+        configs += engine_configs(budget)
         if model_kind(path) == KERAS:
             doc["live_reason"] = (
                 "n/a for a .keras file: the model child times its traced call, while enable()'s fast path serves predict()"

@@ -155,6 +155,27 @@ def frozen_config(inter: int, intra: int, *, name: str | None = None, cpus: tupl
     )
 
 
+def engine_configs(cpus: int) -> list[Config]:
+    """The frozen graph on each other engine installed here (runtime/fastpath/engines/; f32 only),
+    as the fast path tries it: ``cpus`` threads in one stream. [] without the ``engines`` extra."""
+    from tf_autopar.runtime.fastpath import engines
+    from tf_autopar.runtime.fastpath.engines import choice
+
+    names = choice.candidate_engines(engines.registered(), engines.DEFAULT, "f32", (), {}, None)
+    setting = f"1x{max(1, cpus)}"
+    return [
+        Config(
+            name,
+            1,
+            max(1, cpus),
+            env=FROZEN_ENV,
+            kind=FROZEN,
+            runner_args=("--frozen", setting, "--engine", name),
+        )
+        for name in names
+    ]
+
+
 def live_config(plan_mode: str) -> Config:
     """``enable(mode=plan_mode)`` before the model loads, fed calls until live tuning has decided
     (the model child's ``--until-tuned``), then timed. Its pools are live tuning's to choose
