@@ -104,7 +104,7 @@ def strip(n):
 
 def first_line(exc):
     text = str(exc).strip()
-    return (type(exc).__name__ + ": " + (text.splitlines()[0] if text else ""))[:300]
+    return (type(exc).__name__ + ": " + (text.splitlines()[0] if text else ""))[:1000]
 
 def timed(call, seconds, after=None):
     times, stamps, result = [], [], None
@@ -448,8 +448,8 @@ def _ms(x) -> str:
 def _cell(c: dict) -> str:
     if "ms" in c:
         return _ms(c["ms"])
-    if "failed" in c:
-        return "fails: " + c["failed"].replace("|", "/")[:90]
+    if "failed" in c:  # the whole first line is under "failures:"
+        return "fails: " + c["failed"].split(": ")[1 if ": " in c["failed"] else 0][:40]
     if "skipped" in c:
         return "skipped"
     return "-"
@@ -535,7 +535,10 @@ def summarise(data: dict) -> str:
         + ", ".join(f"{k} {_f(v)}" for k, v in single.items())
     )
     failures = [
-        f"- {r['model']} b{r['batch']} {c}: {r[c]['failed']}" for r in rows for c in CONFIGS if "failed" in r.get(c, {})
+        f"- {r['model']} b{r['batch']} {c}: {r[c]['failed'][:400]}"
+        for r in rows
+        for c in CONFIGS
+        if "failed" in r.get(c, {})
     ]
     skipped = {r[c]["skipped"] for r in rows for c in CONFIGS if "skipped" in r.get(c, {})}
     if failures:
