@@ -27,6 +27,19 @@ named inputs, as a server would load it with ``tf.saved_model.load``.
 | dcn_v2          | DCN-V2 (Wang 2021), Criteo shape: DLRM's 26 tables x 16, 3 full-rank     | dense_features [None,13] f32, |
 |                 | cross layers (429 wide), then ReLU 512-256, sigmoid                     | cat_00..cat_25 [None] i64 |
 
+Added for issue 46's engine benchmark (benchmarks/bench_engines.py), unlike the nine above:
+
+| name            | architecture                                                            | inputs |
+|-----------------|-------------------------------------------------------------------------|--------|
+| unet_small      | U-Net, 128x128: 3 levels 16-32-64 + 128 bottleneck, Conv2DTranspose     | images [None,128,128,3] f32 |
+|                 | upsampling, skip concats, 4-class per-pixel softmax                     | |
+| tiny_mlp        | MLP 32 -> 64 -> 64 -> 1 (sigmoid): per-call overhead dominates          | features [None,32] f32 |
+| gru_tagger      | Embedding 10000x64, bidirectional GRU 128, per-token softmax over 16    | input_ids [None,48] i32 |
+| gpt_decoder     | GPT-style decoder: 2 pre-LN layers, 256 wide, 4 heads, causal mask,     | input_ids [None,64] i32 |
+|                 | FFN 1024, next-token softmax over 8000 from the last position           | |
+| vit_tiny        | ViT-style: 96x96 in 8x8 patches (144), 192 wide, 4 pre-LN layers,       | images [None,96,96,3] f32 |
+|                 | 3 heads, MLP 384, mean-pooled, softmax over 100                         | |
+
 The module is importable without TensorFlow (the benchmark driver imports ``SERVING``,
 ``INPUTS`` and ``make_inputs``); TensorFlow and Keras are imported inside functions.
 Model files are large (xception 88 MB, dlrm 76 MB): write them outside the repository.
@@ -122,6 +135,54 @@ SERVING: dict[str, dict[str, int]] = {
     "youtube_dnn": {"batch1": 1, "serving": 512},
     "dcn_v2": {"batch1": 1, "serving": 2048},
 }
+
+# ------------------------------------------------------------------------------ issue 46's architectures
+
+UNET_SIZE, UNET_WIDTHS, UNET_CLASSES = 128, (16, 32, 64), 4
+MLP_FEATURES, MLP_UNITS = 32, (64, 64)
+GRU_SEQ, GRU_VOCAB, GRU_EMBED, GRU_UNITS, GRU_TAGS = 48, 10000, 64, 128, 16
+GPT_SEQ, GPT_VOCAB, GPT_HIDDEN, GPT_LAYERS, GPT_HEADS, GPT_FFN = 64, 8000, 256, 2, 4, 1024
+VIT_SIZE, VIT_PATCH, VIT_DIM, VIT_LAYERS, VIT_HEADS, VIT_MLP, VIT_CLASSES = 96, 8, 192, 4, 3, 384, 100
+
+#: Kept in a block of their own (dict updates, not edits of the tables above) so that other
+#: additions to this file merge without touching the same lines.
+ENGINE_MODELS = ("unet_small", "tiny_mlp", "gru_tagger", "gpt_decoder", "vit_tiny")
+MODELS = MODELS + ENGINE_MODELS
+INPUTS.update(
+    {
+        "unet_small": [("images", "float32", (UNET_SIZE, UNET_SIZE, 3), None)],
+        "tiny_mlp": [("features", "float32", (MLP_FEATURES,), None)],
+        "gru_tagger": [("input_ids", "int32", (GRU_SEQ,), GRU_VOCAB)],
+        "gpt_decoder": [("input_ids", "int32", (GPT_SEQ,), GPT_VOCAB)],
+        "vit_tiny": [("images", "float32", (VIT_SIZE, VIT_SIZE, 3), None)],
+    }
+)
+OUTPUT_KEYS.update(
+    {
+        "unet_small": "segmentation",
+        "tiny_mlp": "score",
+        "gru_tagger": "tag_probabilities",
+        "gpt_decoder": "next_token_probabilities",
+    }
+)
+#: Serving batches: measured once with ``--check --calls 9`` (as above: one process, default
+#: threads, median after 2 warm-up calls) on "AMD EPYC" (2 vCPUs, AVX-512), TF 2.21, host shared
+#: (load average ~2.4):
+#:   model          batch 1     serving batch
+#:   unet_small     14.9 ms      4:   52 ms
+#:   tiny_mlp        0.3 ms    256:  0.6 ms   (overhead-bound at any batch a server would use)
+#:   gru_tagger      4.7 ms     32:   12 ms
+#:   gpt_decoder     8.0 ms      8:   27 ms
+#:   vit_tiny       11.3 ms      8:   44 ms
+SERVING.update(
+    {
+        "unet_small": {"batch1": 1, "serving": 4},
+        "tiny_mlp": {"batch1": 1, "serving": 256},
+        "gru_tagger": {"batch1": 1, "serving": 32},
+        "gpt_decoder": {"batch1": 1, "serving": 8},
+        "vit_tiny": {"batch1": 1, "serving": 8},
+    }
+)
 
 
 def make_inputs(name: str, batch: int, seed: int = 0) -> dict:
@@ -280,11 +341,121 @@ def _lstm_classifier():
     return keras.Model(ids, out, name="lstm_classifier")
 
 
+def _unet_small():
+    """A small U-Net: two 3x3 convs per level, max-pool down, Conv2DTranspose up, the encoder's
+    output of the same level concatenated before each decoder level (conv + transposed conv +
+    skip concat: the segmentation shape)."""
+    import keras
+    from keras import layers
+
+    def block(x, width, tag):
+        for k in range(2):
+            x = layers.Conv2D(width, 3, padding="same", activation="relu", name=f"{tag}_conv{k}")(x)
+        return x
+
+    images = keras.Input((UNET_SIZE, UNET_SIZE, 3), name="images")
+    x, skips = images, []
+    for i, width in enumerate(UNET_WIDTHS):
+        x = block(x, width, f"down{i}")
+        skips.append(x)
+        x = layers.MaxPooling2D(2, name=f"pool{i}")(x)
+    x = block(x, 2 * UNET_WIDTHS[-1], "bottleneck")
+    for i, width in reversed(list(enumerate(UNET_WIDTHS))):
+        x = layers.Conv2DTranspose(width, 2, strides=2, name=f"up{i}")(x)
+        x = layers.Concatenate(name=f"skip{i}")([x, skips[i]])
+        x = block(x, width, f"dec{i}")
+    out = layers.Conv2D(UNET_CLASSES, 1, activation="softmax", name="segmentation")(x)
+    return keras.Model(images, out, name="unet_small")
+
+
+def _tiny_mlp():
+    """A tiny MLP (32 features, two ReLU layers of 64, a sigmoid): a few microseconds of math,
+    so what a call costs is the serving stack's own overhead."""
+    import keras
+    from keras import layers
+
+    x = features = keras.Input((MLP_FEATURES,), name="features")
+    for i, units in enumerate(MLP_UNITS):
+        x = layers.Dense(units, activation="relu", name=f"hidden_{i}")(x)
+    out = layers.Dense(1, activation="sigmoid", name="score")(x)
+    return keras.Model(features, out, name="tiny_mlp")
+
+
+def _gru_tagger():
+    """A sequence tagger: embeddings, a bidirectional GRU over the whole sequence, a softmax per
+    token (recurrent: a While loop that engines convert or unroll differently)."""
+    import keras
+    from keras import layers
+
+    ids = keras.Input((GRU_SEQ,), dtype="int32", name="input_ids")
+    x = layers.Embedding(GRU_VOCAB, GRU_EMBED, name="embeddings")(ids)
+    x = layers.Bidirectional(layers.GRU(GRU_UNITS, return_sequences=True), name="bigru")(x)
+    out = layers.Dense(GRU_TAGS, activation="softmax", name="tag_probabilities")(x)
+    return keras.Model(ids, out, name="gru_tagger")
+
+
+def _transformer_layer(x, heads: int, width: int, ffn: int, tag: str, causal: bool):
+    """One pre-LN transformer layer (attention and a GELU FFN, each with a residual)."""
+    from keras import layers
+
+    h = layers.LayerNormalization(epsilon=1e-6, name=f"{tag}_ln1")(x)
+    h = layers.MultiHeadAttention(heads, width // heads, name=f"{tag}_attention")(h, h, use_causal_mask=causal)
+    x = x + h
+    h = layers.LayerNormalization(epsilon=1e-6, name=f"{tag}_ln2")(x)
+    h = layers.Dense(ffn, activation="gelu", name=f"{tag}_ffn_in")(h)
+    return x + layers.Dense(width, name=f"{tag}_ffn_out")(h)
+
+
+def _positions(x):
+    """Position ids 0..n-1 of x's second axis, derived from x (cumsum of ones) so that the
+    .keras file needs no custom objects."""
+    from keras import ops
+
+    return ops.cast(ops.cumsum(ops.ones_like(x), axis=1) - 1, "int32")
+
+
+def _gpt_decoder():
+    """A GPT-style decoder (causal self-attention) returning the next token's distribution from
+    the last position: the generation step of a small language model."""
+    import keras
+    from keras import layers
+
+    ids = keras.Input((GPT_SEQ,), dtype="int32", name="input_ids")
+    x = layers.Embedding(GPT_VOCAB, GPT_HIDDEN, name="token_embeddings")(ids)
+    x = x + layers.Embedding(GPT_SEQ, GPT_HIDDEN, name="position_embeddings")(_positions(ids))
+    for i in range(GPT_LAYERS):
+        x = _transformer_layer(x, GPT_HEADS, GPT_HIDDEN, GPT_FFN, f"layer_{i}", causal=True)
+    x = layers.LayerNormalization(epsilon=1e-6, name="final_ln")(x)
+    out = layers.Dense(GPT_VOCAB, activation="softmax", name="next_token_probabilities")(x[:, -1, :])
+    return keras.Model(ids, out, name="gpt_decoder")
+
+
+def _vit_tiny():
+    """A ViT-style classifier: 8x8 patches embedded by a strided conv, learned position
+    embeddings, pre-LN transformer layers, mean pooling (no class token: no custom layer)."""
+    import keras
+    from keras import layers, ops
+
+    images = keras.Input((VIT_SIZE, VIT_SIZE, 3), name="images")
+    n = (VIT_SIZE // VIT_PATCH) ** 2
+    x = layers.Conv2D(VIT_DIM, VIT_PATCH, strides=VIT_PATCH, name="patch_embedding")(images)
+    x = layers.Reshape((n, VIT_DIM), name="patches")(x)
+    x = x + layers.Embedding(n, VIT_DIM, name="position_embeddings")(_positions(ops.sum(x, axis=-1)))
+    for i in range(VIT_LAYERS):
+        x = _transformer_layer(x, VIT_HEADS, VIT_DIM, VIT_MLP, f"layer_{i}", causal=False)
+    x = layers.LayerNormalization(epsilon=1e-6, name="final_ln")(x)
+    x = layers.GlobalAveragePooling1D(name="pool")(x)
+    out = layers.Dense(VIT_CLASSES, activation="softmax", name="probabilities")(x)
+    return keras.Model(images, out, name="vit_tiny")
+
+
 def build(name: str):
     """The Keras model NAME, built with fixed seeds and random weights."""
     import keras
 
     keras.utils.set_random_seed(SEED)
+    if name in ENGINE_MODELS:
+        return globals()[f"_{name}"]()
     if name in ("mobilenet_v2", "nasnet_mobile", "efficientnet_b0", "xception"):
         return _vision(name)
     return {

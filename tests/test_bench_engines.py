@@ -1,0 +1,103 @@
+"""bench_engines.py's verdicts from saved runs: the figures docs/serving.md quotes are computed here.
+
+Pure: synthetic runs in the shape the benchmark's child records, no TensorFlow, no engine.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+_spec = importlib.util.spec_from_file_location("bench_engines", ROOT / "benchmarks" / "bench_engines.py")
+bench_engines = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench_engines)
+import user_models  # noqa: E402
+
+
+def served(cfg: str, ms: list[float], **kw) -> dict:
+    """A default/enable run: calls one per 0.1 s."""
+    return dict(config=cfg, times_ms=ms, stamps_s=[0.1 * i for i in range(len(ms))], **kw)
+
+
+def engine(cfg: str, ms: float, diff: float | str, **kw) -> dict:
+    return dict(config=cfg, samples_ms=[ms] * 5, max_rel_diff=diff, peak_rss_mb=500.0, **kw)
+
+
+def row(**configs) -> dict:
+    return {"model": "m", "batch": 1, "rounds": [{k.replace("_", "-"): v for k, v in configs.items()}]}
+
+
+def test_enable_steady_state_is_the_last_third_and_the_window_holds_the_start() -> None:
+    run = served("enable", [50.0, 9.0, 9.0, 9.0, 9.0, 9.0, 2.0, 2.0, 2.0, 2.0])
+    assert bench_engines.steady(run)[0] == 2.0  # stamps 0.6-0.9 of a run that ends at 0.9
+    p50, p99 = bench_engines.window(run, 0.35)  # calls at 0.0-0.3
+    assert (p50, p99) == (9.0, 50.0)
+
+
+def test_fastest_engine_is_the_fastest_within_tolerance() -> None:
+    r = row(
+        default=served("default", [10.0] * 10),
+        default_again=served("default-again", [10.0] * 10),
+        enable=served("enable", [8.0] * 10, max_rel_diff=1e-7),
+        tf_frozen=engine("tf-frozen", 6.0, 1e-7, setting="1x2"),
+        openvino=engine("openvino", 4.0, 1e-6),
+        openvino_bf16=engine("openvino-bf16", 1.0, 3e-2),  # faster, but bf16: not the f32 bar
+        onnxruntime=engine("onnxruntime", 2.0, 5e-3),  # faster, but outside 1e-4
+    )
+    s = bench_engines.row_summary(r, 60.0)
+    assert s["fastest"] == ["openvino", 4.0]
+    assert s["enable_vs_fastest"] == pytest.approx(0.5)
+    assert s["enable_vs_default"] == pytest.approx(1.25)
+    assert s["tf-frozen"]["setting"] == "1x2"
+
+
+def test_a_conversion_failure_is_the_rows_result_not_a_crash() -> None:
+    r = row(
+        default=served("default", [10.0] * 10),
+        enable=served("enable", [8.0] * 10),
+        onnxruntime={"config": "onnxruntime", "failed": "conversion or session: InvalidGraph: Erfc"},
+        enable_bf16={"config": "enable-bf16", "skipped": "tf_autopar.enable() takes no precision argument"},
+    )
+    s = bench_engines.row_summary(r, 60.0)
+    assert s["onnxruntime"]["failed"].endswith("Erfc")
+    assert "fastest" not in s
+    text = bench_engines.summarise({"host": {"cpu_model": "X", "cpus": 2, "tf_version": "2", "date": "d"}, "rows": [r]})
+    assert "| fails: InvalidGraph |" in text  # the table's cell; the whole line under "failures:"
+    assert "- m b1 onnxruntime: conversion or session: InvalidGraph: Erfc" in text
+    assert "skipped: tf_autopar.enable() takes no precision argument" in text
+
+
+def test_second_start_names_the_engine_of_its_first_call() -> None:
+    run = served("enable-2nd", [3.0, 3.0], fast=[True, True], first_call_runners=[{"engine": "openvino", "served": 1}])
+    assert bench_engines.first_call(run) == "fast path: openvino"
+    assert bench_engines.first_call(served("enable-2nd", [3.0], fast=[False])) == "original path"
+    end = {"runners": [{"engine": "tensorflow", "inter_op": 1, "intra_op": 2, "served": 40}]}
+    assert bench_engines.end_engine(end) == "tensorflow 1x2"
+    assert bench_engines.end_engine({"buckets": [{"path": "original", "reason": "not faster"}]}) == (
+        "not served: original (not faster)"
+    )
+
+
+def test_max_rel_diff_is_relative_to_the_largest_reference_output(tmp_path: Path) -> None:
+    ref, other = tmp_path / "ref.npz", tmp_path / "other.npz"
+    np.savez(ref, a=np.array([10.0, -20.0]), b=np.array([1.0]))
+    np.savez(other, a=np.array([10.0, -19.8]), b=np.array([1.0]))
+    assert bench_engines.max_rel_diff(str(other), str(ref)) == pytest.approx(0.01)
+    np.savez(other, a=np.array([10.0]), b=np.array([1.0]))
+    assert "shape" in bench_engines.max_rel_diff(str(other), str(ref))
+
+
+@pytest.mark.parametrize("name", user_models.ENGINE_MODELS)
+def test_new_architectures_are_declared_everywhere_the_drivers_read(name: str) -> None:
+    assert name in user_models.MODELS and name in user_models.SERVING
+    for which in ("batch1", "serving"):
+        batch = user_models.SERVING[name][which]
+        arrays = user_models.make_inputs(name, batch)
+        assert sorted(arrays) == sorted(i[0] for i in user_models.INPUTS[name])
+        assert all(a.shape[0] == batch for a in arrays.values())
