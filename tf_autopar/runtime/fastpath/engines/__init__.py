@@ -4,9 +4,14 @@ An engine builds a runner from a frozen graph (runtime/frozen.py's FrozenGraph: 
 its variables folded into constants, its input and output tensor names) and a session setting
 (inter-op, intra-op, streams); the runner runs arrays in placeholder order to the flat outputs,
 describes its configuration for status(), and closes. TensorFlow's own frozen sessions
-(tf_session.py) are the first engine and the default.
+(tf_session.py) are the first engine and the default; OpenVINO (f32, and bf16 opt-in) and ONNX
+Runtime (openvino_engine.py, onnxruntime_engine.py) come with the ``engines`` extra
+(``pip install 'tf_autopar[engines]'``). Registering them imports neither: each engine's
+``available()`` says "" when it can build, else why not, and ``build`` raises
+``EngineError`` (naming the engine and the cause) when it cannot take the graph.
 
-To add an engine: one module here with a class that has ``name`` and ``build``, one
+To add an engine: one module here with a class that has ``name``, ``precision``, ``available``
+and ``build`` (its runner: ``bytes``, the estimated memory of its copy, where it is not TF's), one
 ``register(...)`` line below, and its test.
 """
 
@@ -14,6 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
+from tf_autopar.runtime.fastpath.engines.foreign import EngineError
 from tf_autopar.runtime.streams import Retired
 
 if TYPE_CHECKING:
@@ -21,7 +27,7 @@ if TYPE_CHECKING:
 
 Setting = tuple[int, int, int]  # (inter-op threads, intra-op threads, streams)
 
-__all__ = ["DEFAULT", "Engine", "Retired", "Runner", "Setting", "get", "names", "register"]
+__all__ = ["DEFAULT", "Engine", "EngineError", "Retired", "Runner", "Setting", "get", "names", "register"]
 
 
 class Runner(Protocol):
@@ -46,6 +52,12 @@ class Runner(Protocol):
 
 class Engine(Protocol):
     name: str
+    #: "f32", or "bf16" for an opt-in reduced-precision variant
+    precision: str
+
+    def available(self) -> str:
+        """ "" when it can build here; else why not (e.g. its package is not installed)."""
+        ...
 
     def build(self, frozen: FrozenGraph, setting: Setting) -> Runner:
         """A runner of ``frozen`` at ``setting`` (built on the builder thread, never on a request)."""
@@ -75,7 +87,10 @@ def names() -> tuple[str, ...]:
 
 
 # ------------------------------------------------------------------ the registered engines
-from tf_autopar.runtime.fastpath.engines import tf_session  # noqa: E402  (after the protocol it implements)
+from tf_autopar.runtime.fastpath.engines import onnxruntime_engine, openvino_engine, tf_session  # noqa: E402
 
 DEFAULT = tf_session.NAME
 register(tf_session.TensorFlowSessions())
+register(openvino_engine.OpenVINO("f32"))
+register(openvino_engine.OpenVINO("bf16"))
+register(onnxruntime_engine.OnnxRuntime())
