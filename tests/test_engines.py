@@ -270,7 +270,8 @@ def test_registering_the_engines_imports_none_of_them():
         "('onnxruntime',",
         "'openvino',",
         "'openvino-bf16',",
-        "'tensorflow')",
+        "'tensorflow',",
+        "'tensorflow-xla')",
         "tensorflow",
         "True",
     ], out.stdout
@@ -366,3 +367,71 @@ def test_thread_counts_stay_inside_the_setting(name, setting):
     # the threads that computed beside the caller: at most the setting's others (intra-op - 1
     # with the caller computing, or intra-op where the engine computes on its own threads)
     assert counts["busy_new"] <= intra * streams, counts
+
+
+def test_openvino_static_shapes_serve_their_calls_and_other_shapes_still_answer(graphs):
+    _needs("openvino")
+    frozen = graphs["multi"]
+    at4, at3 = _inputs(frozen, 4), _inputs(frozen, 3, seed=5)
+    runner = engines.get("openvino").build(frozen, (1, 1, 1), shapes=[a.shape for a in at4])
+    try:
+        assert runner.describe()["static_shapes"] == [list(a.shape) for a in at4]
+        request = runner.pool.sessions[0]
+        assert request.static is not None and request.static.compiled.inputs[0].get_partial_shape().is_static
+        assert _worst(_reference(frozen, at4), runner.run(at4)) <= 1e-4
+        assert _worst(_reference(frozen, at3), runner.run(at3)) <= 1e-4  # the free-shape copy answers
+        assert runner.bytes >= 2 * foreign.constant_bytes(frozen)
+    finally:
+        runner.close()
+
+
+_XLA_CHILD = textwrap.dedent(
+    """
+    import json
+    import numpy as np
+    import tensorflow as tf
+    from tf_autopar.runtime.frozen import FrozenGraph
+    from tf_autopar.runtime.fastpath import engines
+
+    w = tf.constant(np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32))
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 64], tf.float32)])
+    def f(x):
+        return tf.nn.relu(tf.matmul(tf.tanh(x) * 2 + 1, w))
+
+    frozen = FrozenGraph(f.get_concrete_function())
+    x = np.random.default_rng(1).standard_normal((8, 64)).astype(np.float32)
+    out = {"available": engines.get("tensorflow-xla").available()}
+    for name in ("tensorflow", "tensorflow-xla"):
+        runner = engines.get(name).build(frozen, (1, 1, 1))
+        opts, meta = tf.compat.v1.RunOptions(output_partition_graphs=True), tf.compat.v1.RunMetadata()
+        value = runner.pool.sessions[0].run(frozen.outputs, {frozen.inputs[0]: x}, options=opts, run_metadata=meta)
+        out[name] = {
+            "xla_ops": sorted({n.op for g in meta.partition_graphs for n in g.node if "Xla" in n.op}),
+            "value": value[0].tolist(),
+            "runner": runner.run([x])[0].tolist(),
+            "engine": runner.describe()["engine"],
+        }
+    print(json.dumps(out))
+    """
+)
+
+
+def test_xla_sessions_cluster_per_session_where_the_flag_is_set():
+    env = {**_child_env(), "TF_XLA_FLAGS": "--tf_xla_cpu_global_jit"}
+    out = subprocess.run([sys.executable, "-c", _XLA_CHILD], capture_output=True, text=True, env=env, timeout=240)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["available"] == ""
+    assert got["tensorflow"]["xla_ops"] == [] and "_XlaRun" in got["tensorflow-xla"]["xla_ops"]
+    assert got["tensorflow-xla"]["engine"] == "tensorflow-xla"
+    plain, xla = np.array(got["tensorflow"]["value"]), np.array(got["tensorflow-xla"]["runner"])
+    assert np.max(np.abs(plain - xla)) <= 1e-4 * np.max(np.abs(plain))
+
+
+def test_xla_is_unavailable_without_the_flag(monkeypatch, graphs):
+    monkeypatch.delenv("TF_XLA_FLAGS", raising=False)
+    why = engines.get("tensorflow-xla").available()
+    assert "TF_XLA_FLAGS=--tf_xla_cpu_global_jit" in why
+    with pytest.raises(engines.EngineError, match="^tensorflow-xla: setup failed: XLA"):
+        engines.get("tensorflow-xla").build(graphs["mlp"], (1, 1, 1))

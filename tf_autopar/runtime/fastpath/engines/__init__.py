@@ -87,10 +87,11 @@ def names() -> tuple[str, ...]:
 
 
 # ------------------------------------------------------------------ the registered engines
-from tf_autopar.runtime.fastpath.engines import onnxruntime_engine, openvino_engine, tf_session  # noqa: E402
+from tf_autopar.runtime.fastpath.engines import onnxruntime_engine, openvino_engine, tf_session, tf_xla  # noqa: E402
 
 DEFAULT = tf_session.NAME
 register(tf_session.TensorFlowSessions())
 register(openvino_engine.OpenVINO("f32"))
 register(openvino_engine.OpenVINO("bf16"))
 register(onnxruntime_engine.OnnxRuntime())
+register(tf_xla.TensorFlowXla())  # available only in a process started with TF_XLA_FLAGS=--tf_xla_cpu_global_jit
