@@ -6,7 +6,8 @@
   converts again and the old conversion goes with the old graph);
 - the dtypes TensorFlow gives each output, so an engine's output is cast only where that is
   lossless (int32 -> int64), never where it is not (the equality check then fails, as it should);
-- the frozen constants' bytes, from which each engine estimates its copy's memory;
+- the frozen constants' bytes, from which each engine estimates its copy's memory
+  (``estimate_bytes``: factors measured by benchmarks/bench_engine_settings.py --memory);
 - ``EngineError``: conversion or compilation failed, naming the engine and the cause (the
   caller falls open to TensorFlow's session).
 """
@@ -99,6 +100,28 @@ def constant_bytes(frozen: FrozenGraph) -> int:
         except Exception:  # strings: no fixed size
             continue
     return total
+
+
+_used: set[str] = set()
+_used_lock = threading.Lock()
+
+
+def first_use(engine: str) -> bool:
+    """True once per process and engine: the build that loads the engine's libraries."""
+    with _used_lock:
+        if engine in _used:
+            return False
+        _used.add(engine)
+        return True
+
+
+def estimate_bytes(
+    constants: int, per_copy: float, conversion: float, copies: int, converted: bool, libraries: int
+) -> int:
+    """What a runner adds to RSS: ``copies`` compiled copies at ``per_copy`` x the constants, the
+    conversion (``conversion`` x) where this build made it, the libraries' first use where this
+    is the process's first build of the engine (``libraries`` bytes, else 0)."""
+    return int(constants * (per_copy * copies + (conversion if converted else 0.0))) + libraries
 
 
 class Conversions(Generic[T]):

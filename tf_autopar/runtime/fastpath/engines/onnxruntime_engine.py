@@ -31,13 +31,19 @@ OPSET = 17
 
 #: whether ONNX Runtime's intra-op threads spin waiting for work. Off: spinning keeps a worker's
 #: threads busy between calls, and under several workers on shared CPUs that burns the CPU the
-#: other workers' requests need; measured alone it was no faster here either
-#: (benchmarks/bench_engine_settings.py, results/engine_settings_epyc.json)
+#: other workers' requests need. Measured at (1, 2, 1) on a 2-core EPYC shared with other jobs
+#: (load average 9-11; benchmarks/bench_engine_settings.py, results/engine_settings_epyc.json,
+#: median of 7 interleaved rounds): off against on, MobileNetV2 b1 8.2 against 48.1 ms,
+#: EfficientNet-B0 b1 51 against 86, DLRM b64 1.19 against 1.51: spinning lost every row there
 SPIN = False
 
-#: what a session adds to the process's RSS per byte of the frozen constants (the serialized
-#: model kept per frozen graph counted once), measured as openvino_engine's factors are
-CONVERT_FACTOR, SESSION_FACTOR = 1.0, 1.0
+#: what a build adds to the process's RSS, per byte of the frozen constants, the largest of the
+#: models measured (benchmarks/bench_engine_settings.py --memory, results/engine_memory_epyc.json):
+#: a session 1.69 (MobileNetV2), 1.73 (EfficientNet-B0), 1.02 (DLRM); the conversion (tf2onnx's
+#: working copies, the serialized model kept) 3.54, 3.07, 1.52
+SESSION_FACTOR, CONVERT_FACTOR = 1.8, 3.6
+#: the first build in a process loads ONNX Runtime and tf2onnx (31.6-32.9 MB)
+LIBRARY_BYTES = 33 << 20
 
 _conversions: foreign.Conversions[bytes] = foreign.Conversions()
 
@@ -101,7 +107,9 @@ class OnnxRuntimeRunner:
         self.outputs = list(frozen.outputs)
         constants = foreign.constant_bytes(frozen)
         #: estimated memory of this copy (the conversion counted in the build that made it)
-        self.bytes = int(constants * (SESSION_FACTOR + (CONVERT_FACTOR if converted else 0.0)))
+        self.bytes = foreign.estimate_bytes(
+            constants, SESSION_FACTOR, CONVERT_FACTOR, 1, converted, LIBRARY_BYTES if foreign.first_use(NAME) else 0
+        )
 
     @property
     def streams(self) -> int:

@@ -32,10 +32,15 @@ if TYPE_CHECKING:
 
 NAME, NAME_BF16 = "openvino", "openvino-bf16"
 
-#: what a compiled copy adds to the process's RSS per byte of the frozen constants
-#: (benchmarks/bench_engine_settings.py --memory, results/engine_memory.json): the converted
-#: model (once per frozen graph) and the compiled model (per setting) each hold the weights
-CONVERT_FACTOR, COMPILE_FACTOR = 1.0, 1.0
+#: what a build adds to the process's RSS, per byte of the frozen constants: the largest of
+#: four models measured (benchmarks/bench_engine_settings.py --memory,
+#: results/engine_memory_epyc.json; RSS after malloc_trim, the libraries loaded beforehand):
+#: a compiled copy 2.06 (MobileNetV2), 1.92 (EfficientNet-B0), 0.79 (BERT-style encoder), 0.11
+#: (DLRM: its embedding tables are not repacked); the conversion 2.0, 1.83, 1.36, 1.17. So an
+#: over-estimate on the recommenders (DLRM: 4x), never an under-estimate on those measured.
+COMPILE_FACTOR, CONVERT_FACTOR = 2.1, 2.0
+#: the first build in a process loads OpenVINO's CPU plugin and makes its pools (27.5-27.8 MB)
+LIBRARY_BYTES = 28 << 20
 
 _core: Any = None
 _core_lock = threading.Lock()
@@ -139,10 +144,13 @@ class OpenVINORunner:
 
     ``shapes`` (the inputs' shapes of the calls it will mostly serve, e.g. the bucket's batch):
     a second copy compiled for exactly those shapes serves them, the free-shape one every other
-    call. Why: with free dimensions OpenVINO infers shapes node by node on every call; measured
-    here (2-core EPYC, loaded host, 9 interleaved rounds, 2 threads) DLRM b64 took 6.7 ms static
-    against 11.5 ms free, the BERT-style encoder b4 132 against 146, MobileNetV2 b1 23.4 against
-    24.6. It costs a second compiled copy (``bytes`` counts it).
+    call. Why: with free dimensions OpenVINO infers shapes node by node on every call. Measured
+    (benchmarks/bench_engine_settings.py, results/engine_settings_epyc.json: 2-core EPYC, load
+    average 9-11 from other jobs, 7 interleaved rounds, 2 threads) the static copy against the
+    free one: BERT-style encoder b4 120 against 156 ms, MobileNetV2 b1 33 against 36,
+    EfficientNet-B0 b1 56 against 55, DLRM b64 12.6 against 7.9 (rounds spread 7-17 ms both):
+    not established on that host, so optional (the fast path may pass a bucket's shapes and
+    let its live timing decide). It costs a second compiled copy (``bytes`` counts it).
     """
 
     def __init__(
@@ -185,8 +193,14 @@ class OpenVINORunner:
         self.outputs = list(frozen.outputs)
         constants = foreign.constant_bytes(frozen)
         #: estimated memory of this copy (the conversion counted in the build that made it)
-        copies = 2 if self.shapes else 1
-        self.bytes = int(constants * (COMPILE_FACTOR * copies + (CONVERT_FACTOR if converted else 0.0)))
+        self.bytes = foreign.estimate_bytes(
+            constants,
+            COMPILE_FACTOR,
+            CONVERT_FACTOR,
+            2 if self.shapes else 1,
+            converted,
+            LIBRARY_BYTES if foreign.first_use(NAME) else 0,
+        )
 
     @property
     def streams(self) -> int:
