@@ -1,8 +1,10 @@
 """TensorFlow's frozen sessions with XLA auto-clustering (``global_jit_level=ON_1``).
 
-A candidate where it can win: measured in issue 46, the BERT-style encoder b4 1.41x faster than
-the frozen session, MobileNetV2 b1 7x slower (benchmarks/bench_engine_settings.py measures it
-beside the other engines). On CPU, TensorFlow honours a session's ``global_jit_level`` only
+A candidate where it can win, never a default: in issue 46 the BERT-style encoder b4 was 1.41x
+faster than the frozen session and MobileNetV2 b1 7x slower; on a 2-core EPYC loaded by other
+jobs (benchmarks/bench_engine_settings.py, results/engine_settings_epyc.json and _2.json, two
+runs of 7 interleaved rounds at 1x2) MobileNetV2 b1 28-29x and EfficientNet-B0 b1 31x slower,
+the encoder 0.80x and 0.64x, DLRM b64 1.14x and 0.33x: it wins only where live timing says so. On CPU, TensorFlow honours a session's ``global_jit_level`` only
 when the process started with ``TF_XLA_FLAGS=--tf_xla_cpu_global_jit`` (read once, when
 TensorFlow starts); in such a process the other sessions stay unclustered, so auto-clustering
 is per session and this engine is available only there.
