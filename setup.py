@@ -42,6 +42,8 @@ setup(
     extras_require={
         "tensorflow": ["tensorflow-cpu==2.21.0"],  # the build the bundled workloads and the figures use
         "plots": ["matplotlib>=3.8"],  # the PNG charts of `validate --plot` and `analyze --plot`
+        # the fast path's other engines (runtime/fastpath/engines): OpenVINO, ONNX Runtime via tf2onnx
+        "engines": ["openvino>=2025.0", "onnxruntime>=1.18", "tf2onnx>=1.16"],
         "characterize": ["scipy>=1.11", "matplotlib>=3.8"],  # `tf-autopar characterize`: clustering, figures
         # the serving example and its tests: FastAPI under gunicorn/uvicorn, Ray Serve on a local cluster
         "serve": ["fastapi>=0.110", "uvicorn>=0.29", "gunicorn>=22", "ray[serve]>=2.40"],

@@ -145,8 +145,8 @@ class _Echo:
 def test_the_engine_registry_has_tensorflow_by_default_and_takes_another():
     assert engines.DEFAULT == "tensorflow" and engines.get().name == "tensorflow"
     assert "tensorflow" in engines.names()
-    with pytest.raises(KeyError, match="no fast-path engine 'openvino'; registered: .*tensorflow"):
-        engines.get("openvino")
+    with pytest.raises(KeyError, match="no fast-path engine 'no-such-engine'; registered: .*tensorflow"):
+        engines.get("no-such-engine")
     try:
         engines.register(_Echo())
         assert engines.get("echo").build(None, (1, 2, 3)).run([1, 2]) == [1, 2]
@@ -172,7 +172,14 @@ def test_tensorflows_runner_describes_its_setting_and_closes_its_sessions():
     frozen = SimpleNamespace(inputs=["x:0"], outputs=["y:0"], open_sessions=lambda inter, intra, n: made[:n])
     runner = engines.get().build(frozen, (1, 2, 2))
     assert isinstance(runner, FrozenSessions)
-    assert runner.describe() == {"engine": "tensorflow", "inter_op": 1, "intra_op": 2, "streams": 2}
+    assert runner.describe() == {
+        "engine": "tensorflow",
+        "inter_op": 1,
+        "intra_op": 2,
+        "streams": 2,
+        "threads": 6,
+        "precision": "f32",
+    }
     assert runner.run([7]) == [7]
     runner.close()
     assert all(s.closed for s in made)

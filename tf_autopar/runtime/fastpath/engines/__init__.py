@@ -4,9 +4,14 @@ An engine builds a runner from a frozen graph (runtime/frozen.py's FrozenGraph: 
 its variables folded into constants, its input and output tensor names) and a session setting
 (inter-op, intra-op, streams); the runner runs arrays in placeholder order to the flat outputs,
 describes its configuration for status(), and closes. TensorFlow's own frozen sessions
-(tf_session.py) are the first engine and the default.
+(tf_session.py) are the first engine and the default; OpenVINO (f32, and bf16 opt-in) and ONNX
+Runtime (openvino_engine.py, onnxruntime_engine.py) come with the ``engines`` extra
+(``pip install 'tf_autopar[engines]'``). Registering them imports neither: each engine's
+``available()`` says "" when it can build, else why not, and ``build`` raises
+``EngineError`` (naming the engine and the cause) when it cannot take the graph.
 
-To add an engine: one module here with a class that has ``name`` and ``build``, one
+To add an engine: one module here with a class that has ``name``, ``precision``, ``available``
+and ``build`` (its runner: ``bytes``, the estimated memory of its copy, where it is not TF's), one
 ``register(...)`` line below, and its test.
 """
 
@@ -14,6 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
+from tf_autopar.runtime.fastpath.engines.foreign import EngineError
 from tf_autopar.runtime.streams import Retired
 
 if TYPE_CHECKING:
@@ -27,6 +33,7 @@ Key = tuple[Any, ...]
 __all__ = [
     "DEFAULT",
     "Engine",
+    "EngineError",
     "Key",
     "Retired",
     "Runner",
@@ -116,7 +123,11 @@ def key_for(name: str, setting: Setting) -> Key:
 
 
 # ------------------------------------------------------------------ the registered engines
-from tf_autopar.runtime.fastpath.engines import tf_session  # noqa: E402  (after the protocol it implements)
+from tf_autopar.runtime.fastpath.engines import onnxruntime_engine, openvino_engine, tf_session, tf_xla  # noqa: E402
 
 DEFAULT = tf_session.NAME
 register(tf_session.TensorFlowSessions())
+register(openvino_engine.OpenVINO("f32"))
+register(openvino_engine.OpenVINO("bf16"))
+register(onnxruntime_engine.OnnxRuntime())
+register(tf_xla.TensorFlowXla())  # available only in a process started with TF_XLA_FLAGS=--tf_xla_cpu_global_jit

@@ -21,6 +21,8 @@ NAME = "tensorflow"
 class FrozenSessions:
     """A runner: a StreamPool of sessions over one frozen graph at one setting."""
 
+    precision = "f32"
+
     def __init__(self, frozen: FrozenGraph, setting: tuple[int, int, int], name: str = NAME) -> None:
         self.setting, self.name = setting, name
         self.inputs, self.outputs = list(frozen.inputs), list(frozen.outputs)
@@ -34,7 +36,15 @@ class FrozenSessions:
         return self.pool.run(self.outputs, dict(zip(self.inputs, arrays)))
 
     def describe(self) -> dict[str, Any]:
-        return {"engine": self.name, "inter_op": self.setting[0], "intra_op": self.setting[1], "streams": self.streams}
+        inter, intra, _ = self.setting
+        return {
+            "engine": self.name,
+            "inter_op": inter,
+            "intra_op": intra,
+            "streams": self.streams,
+            "threads": (inter + intra) * self.streams,  # the pools' threads, every session's
+            "precision": self.precision,
+        }
 
     def close(self) -> None:
         self.pool.retire()
@@ -44,6 +54,11 @@ class TensorFlowSessions:
     """The engine: builds FrozenSessions."""
 
     name = NAME
+    precision = "f32"
+
+    def available(self) -> str:
+        """Always "": TensorFlow is what the fast path runs on."""
+        return ""
 
     def build(self, frozen: FrozenGraph, setting: tuple[int, int, int]) -> FrozenSessions:
         return FrozenSessions(frozen, setting, self.name)

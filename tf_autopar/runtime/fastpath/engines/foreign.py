@@ -1,0 +1,167 @@
+"""What the engines other than TensorFlow's share: the graph handed over, converted once, checked.
+
+- the frozen GraphDef (``FrozenGraph.graph_def``, or re-read from its graph where the planner
+  dropped it to save a copy of the constants);
+- one conversion per FrozenGraph (``Conversions``: keyed weakly, so a re-freeze's new graph
+  converts again and the old conversion goes with the old graph);
+- the dtypes TensorFlow gives each output, so an engine's output is cast only where that is
+  lossless (int32 -> int64), never where it is not (the equality check then fails, as it should);
+- the frozen constants' bytes, from which each engine estimates its copy's memory
+  (``estimate_bytes``: factors measured by benchmarks/bench_engine_settings.py --memory);
+- ``EngineError``: conversion or compilation failed, naming the engine and the cause (the
+  caller falls open to TensorFlow's session).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import weakref
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+if TYPE_CHECKING:
+    from tf_autopar.runtime.frozen import FrozenGraph
+
+log = logging.getLogger("tf_autopar.runtime")
+
+T = TypeVar("T")
+
+INSTALL = "pip install 'tf_autopar[engines]'"
+
+
+class EngineError(RuntimeError):
+    """An engine could not take this graph (conversion, compilation): the caller keeps TensorFlow's."""
+
+    def __init__(self, engine: str, stage: str, cause: BaseException | str) -> None:
+        why = cause if isinstance(cause, str) else f"{type(cause).__name__}: {cause}"
+        why = why.strip().splitlines()[0][:500] if why.strip() else type(cause).__name__
+        super().__init__(f"{engine}: {stage} failed: {why}")
+        self.engine, self.stage = engine, stage
+
+
+def missing(module: str) -> str:
+    """Why ``module`` cannot be used ("" when it imports): the engines' ``available()``."""
+    import importlib
+
+    try:
+        importlib.import_module(module)
+    except ImportError as exc:  # also sys.modules[module] = None
+        return f"{module} is not installed ({exc}): {INSTALL}"
+    except Exception as exc:  # a broken install: say so rather than fail the caller
+        return f"{module} does not import ({type(exc).__name__}: {exc})"
+    return ""
+
+
+def graph_def(frozen: FrozenGraph) -> Any:
+    """The frozen GraphDef (re-read from the graph when the planner dropped its copy)."""
+    gd = getattr(frozen, "graph_def", None)
+    return gd if gd is not None else frozen.graph.as_graph_def()
+
+
+def output_dtypes(frozen: FrozenGraph) -> list[Any]:
+    """numpy dtypes of the frozen outputs as TensorFlow gives them (None where TF has no numpy one)."""
+    out = []
+    for name in frozen.outputs:
+        try:
+            out.append(frozen.graph.get_tensor_by_name(name).dtype.as_numpy_dtype)
+        except Exception:  # e.g. a string or resource output: leave the engine's
+            out.append(None)
+    return out
+
+
+def as_tf_dtype(value: Any, want: Any) -> Any:
+    """``value`` (a numpy array) in TensorFlow's dtype where the cast is lossless; as it is otherwise."""
+    import numpy as np
+
+    if want is None or value.dtype == want:
+        return value
+    try:
+        if np.can_cast(value.dtype, want, casting="safe"):
+            return value.astype(want)
+    except TypeError:
+        pass
+    return value
+
+
+def constant_bytes(frozen: FrozenGraph) -> int:
+    """Bytes of the frozen graph's constants (from their shapes; no copy made)."""
+    total = 0
+    for op in frozen.graph.get_operations():
+        if op.type != "Const":
+            continue
+        t = op.outputs[0]
+        n = t.shape.num_elements()
+        if n is None:
+            continue
+        try:
+            total += n * t.dtype.size
+        except Exception:  # strings: no fixed size
+            continue
+    return total
+
+
+_used: set[str] = set()
+_used_lock = threading.Lock()
+
+
+def first_use(engine: str) -> bool:
+    """True once per process and engine: the build that loads the engine's libraries."""
+    with _used_lock:
+        if engine in _used:
+            return False
+        _used.add(engine)
+        return True
+
+
+def estimate_bytes(
+    constants: int, per_copy: float, conversion: float, copies: int, converted: bool, libraries: int
+) -> int:
+    """What a runner adds to RSS: ``copies`` compiled copies at ``per_copy`` x the constants, the
+    conversion (``conversion`` x) where this build made it, the libraries' first use where this
+    is the process's first build of the engine (``libraries`` bytes, else 0)."""
+    return int(constants * (per_copy * copies + (conversion if converted else 0.0))) + libraries
+
+
+class Conversions(Generic[T]):
+    """One conversion per FrozenGraph, made on first use and dropped with the graph."""
+
+    def __init__(self) -> None:
+        self._done: weakref.WeakKeyDictionary[Any, T] = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
+        self._making: dict[int, threading.Lock] = {}
+
+    def get(self, frozen: FrozenGraph, convert: Callable[[FrozenGraph], T]) -> tuple[T, bool]:
+        """(the conversion, whether this call made it); two builders of one graph convert once."""
+        with self._lock:
+            found = self._done.get(frozen)
+            if found is not None:
+                return found, False
+            making = self._making.setdefault(id(frozen), threading.Lock())
+        with making:
+            with self._lock:
+                found = self._done.get(frozen)
+            if found is not None:
+                return found, False
+            try:
+                made = convert(frozen)
+                with self._lock:
+                    self._done[frozen] = made
+            finally:
+                with self._lock:
+                    self._making.pop(id(frozen), None)
+            return made, True
+
+
+@contextlib.contextmanager
+def quiet(*loggers: str, level: int = logging.ERROR) -> Iterator[None]:
+    """Raise these Python loggers to ``level`` for the block (converters log every step at INFO)."""
+    saved = [(lg, lg.level) for lg in (logging.getLogger(n) for n in loggers)]
+    for lg, _ in saved:
+        lg.setLevel(level)
+    try:
+        yield
+    finally:
+        for lg, old in saved:
+            lg.setLevel(old)

@@ -1,0 +1,155 @@
+"""ONNX Runtime's engine: the frozen GraphDef converted in memory by tf2onnx (opset 17) and run
+by one ``InferenceSession`` at the setting.
+
+How the setting maps to ONNX Runtime:
+- ``intra_op_num_threads`` = intra-op (ONNX Runtime counts the calling thread among them),
+  ``inter_op_num_threads`` = inter-op, the parallel execution mode only when inter-op > 1;
+- streams: one session serves concurrent ``run`` calls (``InferenceSession.run`` is
+  thread-safe); concurrent calls share its intra-op pool, as concurrent calls share one
+  TensorFlow session's pools; ``streams`` is reported as 1;
+- spinning (``session.intra_op.allow_spinning``): off by default, see SPIN;
+- no thread affinity is set (ONNX Runtime pins only when it sizes its pool itself).
+
+tf2onnx logs every step of a conversion (and TensorFlow's deprecation notices on the way):
+both are held at ERROR for the conversion. Converted once per FrozenGraph (foreign.Conversions:
+the serialized model), one session per setting.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from tf_autopar.runtime.fastpath.engines import foreign
+from tf_autopar.runtime.streams import StreamPool
+
+if TYPE_CHECKING:
+    from tf_autopar.runtime.frozen import FrozenGraph
+
+NAME = "onnxruntime"
+OPSET = 17
+
+#: whether ONNX Runtime's intra-op threads spin waiting for work. Off: spinning keeps a worker's
+#: threads busy between calls, and under several workers on shared CPUs that burns the CPU the
+#: other workers' requests need. Measured at (1, 2, 1) on a 2-core EPYC shared with other jobs
+#: (load average 9-11; benchmarks/bench_engine_settings.py, results/engine_settings_epyc.json,
+#: median of 7 interleaved rounds): off against on, MobileNetV2 b1 8.2 against 48.1 ms,
+#: EfficientNet-B0 b1 51 against 86, DLRM b64 1.19 against 1.51: spinning lost every row there
+SPIN = False
+
+#: what a build adds to the process's RSS, per byte of the frozen constants, the largest of the
+#: models measured (benchmarks/bench_engine_settings.py --memory, results/engine_memory_epyc.json):
+#: a session 1.69 (MobileNetV2), 1.73 (EfficientNet-B0), 1.02 (DLRM); the conversion (tf2onnx's
+#: working copies, the serialized model kept) 3.54, 3.07, 1.52
+SESSION_FACTOR, CONVERT_FACTOR = 1.8, 3.6
+#: the first build in a process loads ONNX Runtime and tf2onnx (31.6-32.9 MB)
+LIBRARY_BYTES = 33 << 20
+
+_conversions: foreign.Conversions[bytes] = foreign.Conversions()
+
+
+def _convert(frozen: FrozenGraph) -> bytes:
+    import tf2onnx
+
+    with foreign.quiet("tf2onnx", "tensorflow", "absl"):
+        tf2onnx.logging.set_level(logging.ERROR)
+        model, _ = tf2onnx.convert.from_graph_def(
+            foreign.graph_def(frozen), input_names=list(frozen.inputs), output_names=list(frozen.outputs), opset=OPSET
+        )
+    return model.SerializeToString()
+
+
+class _Session:
+    """The session, run the way StreamPool runs a TensorFlow session."""
+
+    def __init__(self, session: Any, inputs: list[str], outputs: list[str], dtypes: list[Any]) -> None:
+        self.session, self.inputs, self.outputs, self.dtypes = session, inputs, outputs, dtypes
+
+    def run(self, fetches: Any, feeds: dict[str, Any]) -> list[Any]:
+        values = self.session.run(self.outputs, dict(zip(self.inputs, feeds.values())))
+        return [foreign.as_tf_dtype(v, want) for v, want in zip(values, self.dtypes)]
+
+    def close(self) -> None:
+        self.session = None  # ONNX Runtime frees it with the last reference
+
+
+class OnnxRuntimeRunner:
+    """One InferenceSession at one setting."""
+
+    def __init__(self, frozen: FrozenGraph, setting: tuple[int, int, int], spin: bool = SPIN) -> None:
+        inter, intra, _streams = (max(1, int(v)) for v in setting)
+        self.setting, self.spin, self.precision = (inter, intra, 1), spin, "f32"
+        self.threads = intra + (inter if inter > 1 else 0)
+        try:
+            serialized, converted = _conversions.get(frozen, _convert)
+        except Exception as exc:
+            raise foreign.EngineError(NAME, f"conversion (tf2onnx, opset {OPSET})", exc) from exc
+        try:
+            import onnxruntime as ort
+
+            options = ort.SessionOptions()
+            options.intra_op_num_threads = intra
+            options.inter_op_num_threads = inter
+            options.execution_mode = ort.ExecutionMode.ORT_PARALLEL if inter > 1 else ort.ExecutionMode.ORT_SEQUENTIAL
+            options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
+            options.add_session_config_entry("session.inter_op.allow_spinning", "1" if spin else "0")
+            options.log_severity_level = 3  # errors only
+            session = ort.InferenceSession(serialized, options, providers=["CPUExecutionProvider"])
+            names = {i.name for i in session.get_inputs()}
+            absent = [n for n in frozen.inputs if n not in names]
+            if absent:
+                raise ValueError(f"the converted model has inputs {sorted(names)}, not {absent}")
+        except Exception as exc:
+            raise foreign.EngineError(NAME, "session creation", exc) from exc
+        self.pool = StreamPool(
+            [_Session(session, list(frozen.inputs), list(frozen.outputs), foreign.output_dtypes(frozen))]
+        )
+        self.outputs = list(frozen.outputs)
+        constants = foreign.constant_bytes(frozen)
+        #: estimated memory of this copy (the conversion counted in the build that made it)
+        self.bytes = foreign.estimate_bytes(
+            constants, SESSION_FACTOR, CONVERT_FACTOR, 1, converted, LIBRARY_BYTES if foreign.first_use(NAME) else 0
+        )
+
+    @property
+    def streams(self) -> int:
+        return 1
+
+    def run(self, arrays: list[Any]) -> list[Any]:
+        return self.pool.run(self.outputs, dict(enumerate(arrays)))
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "engine": NAME,
+            "inter_op": self.setting[0],
+            "intra_op": self.setting[1],
+            "streams": 1,
+            "threads": self.threads,
+            "precision": self.precision,
+            "spinning": self.spin,
+            "execution_mode": "parallel" if self.setting[0] > 1 else "sequential",
+            "opset": OPSET,
+        }
+
+    def close(self) -> None:
+        self.pool.retire()
+
+
+class OnnxRuntime:
+    """The engine."""
+
+    name = NAME
+    precision = "f32"
+
+    def __init__(self, spin: bool = SPIN) -> None:
+        self.spin = spin
+
+    def available(self) -> str:
+        """ "" when onnxruntime and tf2onnx import; else why not."""
+        return foreign.missing("onnxruntime") or foreign.missing("tf2onnx")
+
+    def build(self, frozen: FrozenGraph, setting: tuple[int, int, int]) -> OnnxRuntimeRunner:
+        why = self.available()
+        if why:
+            raise foreign.EngineError(NAME, "import", why)
+        return OnnxRuntimeRunner(frozen, setting, self.spin)
