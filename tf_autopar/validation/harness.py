@@ -47,7 +47,14 @@ from tf_autopar.models.plan_child import PLAN_CHILD, ROW_MODES, plan_args
 from tf_autopar.topology.model import Topology
 from tf_autopar.tuning.tuner import candidate_env, search_plan
 import tf_autopar.validation.results as results
-from tf_autopar.validation.space import SearchSpace, baseline_configs, engine_configs, frozen_config, live_config, search_space
+from tf_autopar.validation.space import (
+    SearchSpace,
+    baseline_configs,
+    engine_configs,
+    frozen_config,
+    live_config,
+    search_space,
+)
 
 log = logging.getLogger("tf_autopar.validation")
 

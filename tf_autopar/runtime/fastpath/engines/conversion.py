@@ -30,7 +30,7 @@ RESULT = {OPENVINO: "model.xml", ONNX: "model.onnx"}
 #: A conversion still running after this long is stopped (tf2onnx took up to 66 s on the held-out
 #: models; a model ten times larger gets the same room).
 TIMEOUT_S = 900.0
-ONNX_OPSET = 17
+ONNX_OPSET = 17  # onnxruntime_engine.OPSET
 
 
 class ConversionError(RuntimeError):
@@ -103,13 +103,20 @@ def _lowest_priority() -> None:  # in the child, before exec
 
 # ------------------------------------------------------------------------------ the child
 def _openvino(directory: str, names: dict[str, list[str]]) -> None:
+    """OpenVINO's TensorFlow frontend on the GraphDef file, then the transformations
+    ``convert_model`` applies (openvino_engine.py says why not ``convert_model`` itself)."""
     import openvino as ov
 
-    model = ov.convert_model(
-        os.path.join(directory, "graph.pb"),
-        input=names["inputs"],  # tensor names, "images:0": the model's inputs and outputs keep them
-        output=names["outputs"],
-    )
+    path = os.path.join(directory, "graph.pb")
+    try:
+        from openvino._offline_transformations import apply_moc_transformations
+        from openvino.frontend import FrontEndManager
+    except ImportError:
+        model = ov.convert_model(path, input=names["inputs"], output=names["outputs"])
+    else:
+        frontend = FrontEndManager().load_by_framework("tf")
+        model = frontend.convert(frontend.load(path))
+        apply_moc_transformations(model, cf=False, smart_reshape=True)
     ov.save_model(model, os.path.join(directory, RESULT[OPENVINO]), compress_to_fp16=False)
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from tf_autopar.runtime.fastpath.engines import foreign
+from tf_autopar.runtime.fastpath.engines import conversion, foreign
 from tf_autopar.runtime.streams import StreamPool
 
 if TYPE_CHECKING:
@@ -57,6 +57,13 @@ def _convert(frozen: FrozenGraph) -> bytes:
             foreign.graph_def(frozen), input_names=list(frozen.inputs), output_names=list(frozen.outputs), opset=OPSET
         )
     return model.SerializeToString()
+
+
+def _convert_in_child(frozen: FrozenGraph) -> bytes:
+    """The conversion in a child process (conversion.py: tf2onnx is Python throughout and would
+    hold the interpreter lock from the requests for seconds to a minute)."""
+    with conversion.convert(conversion.ONNX, frozen) as converted, open(converted.path, "rb") as fh:
+        return fh.read()
 
 
 class _Session:
@@ -147,6 +154,14 @@ class OnnxRuntime:
     def available(self) -> str:
         """ "" when onnxruntime and tf2onnx import; else why not."""
         return foreign.missing("onnxruntime") or foreign.missing("tf2onnx")
+
+    def convert(self, frozen: FrozenGraph) -> None:
+        """The conversion, once per frozen graph, in a child process (the fast path calls this
+        before ``build``; ``build`` alone converts in this process)."""
+        try:
+            _conversions.get(frozen, _convert_in_child)
+        except Exception as exc:
+            raise foreign.EngineError(NAME, f"conversion (tf2onnx, opset {OPSET}, in a child)", exc) from exc
 
     def build(self, frozen: FrozenGraph, setting: tuple[int, int, int]) -> OnnxRuntimeRunner:
         why = self.available()

@@ -24,7 +24,7 @@ import os
 import threading
 from typing import TYPE_CHECKING, Any
 
-from tf_autopar.runtime.fastpath.engines import foreign
+from tf_autopar.runtime.fastpath.engines import conversion, foreign
 from tf_autopar.runtime.streams import StreamPool
 
 if TYPE_CHECKING:
@@ -84,6 +84,13 @@ def _convert(frozen: FrozenGraph) -> Any:
     del loaded, iterator
     apply_moc_transformations(model, cf=False, smart_reshape=True)
     return model
+
+
+def _convert_in_child(frozen: FrozenGraph) -> Any:
+    """The conversion in a child process (conversion.py: OpenVINO's converter holds the
+    interpreter lock for long stretches); the model read back here."""
+    with conversion.convert(conversion.OPENVINO, frozen) as converted:
+        return core().read_model(converted.path)  # a mapped weights file stays readable once removed
 
 
 def _port_index(ports: Any, name: str) -> int:
@@ -255,6 +262,16 @@ class OpenVINO:
         except Exception as exc:
             return f"{self.name}: OpenVINO could not report the CPU's capabilities ({exc})"
         return "" if "bf16" in caps else f"{self.name}: this CPU has no native bf16 (OpenVINO reports {caps})"
+
+    def convert(self, frozen: FrozenGraph) -> None:
+        """The conversion, once per frozen graph, in a child process (the fast path calls this
+        before ``build``; ``build`` alone converts in this process)."""
+        try:
+            _conversions.get(frozen, _convert_in_child)
+        except Exception as exc:
+            raise foreign.EngineError(
+                self.name, "conversion (OpenVINO's TensorFlow frontend, in a child)", exc
+            ) from exc
 
     def build(
         self, frozen: FrozenGraph, setting: tuple[int, int, int], shapes: list[tuple[int, ...]] | None = None
