@@ -52,7 +52,7 @@ class XlaSessions(FrozenSessions):
     """FrozenSessions whose sessions auto-cluster with XLA."""
 
     def __init__(self, frozen: FrozenGraph, setting: tuple[int, int, int]) -> None:
-        self.setting = setting
+        self.setting, self.name = setting, NAME
         self.inputs, self.outputs = list(frozen.inputs), list(frozen.outputs)
         self.pool = StreamPool(open_sessions(frozen, *setting))
 
