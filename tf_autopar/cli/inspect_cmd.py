@@ -16,7 +16,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description="Show the host topology as tf_autopar reads it: sockets, NUMA nodes, physical "
         "cores, SMT, hybrid core types, last-level cache domains, affinity, cgroup cpuset and quota, the resulting CPU budget, "
         "the cgroups' memory limit and use, CPU model/ISA and "
-        "the threading runtime of the installed TensorFlow. Never imports TensorFlow.",
+        "the threading runtime of the installed TensorFlow and AMD's zentf plugin. Never imports TensorFlow.",
     )
     p.add_argument(
         "--root",
@@ -91,6 +91,8 @@ def format_report(d: dict[str, Any]) -> str:
     rt = d["tf_runtime"]
     dist = f" [{rt['distribution']}]" if rt.get("distribution") else ""
     row("TensorFlow", f"{rt['runtime']}{dist}: {rt['evidence']}")
+    z = d.get("zentf")
+    row("zentf", _zentf_line(z) if z else "not installed (AMD's ZenDNN plugin for TensorFlow)")
     if d["warnings"]:
         row("Warnings", d["warnings"][0])
         for w in d["warnings"][1:]:
@@ -98,6 +100,13 @@ def format_report(d: dict[str, Any]) -> str:
     else:
         row("Warnings", "none")
     return "\n".join(lines)
+
+
+def _zentf_line(z: dict[str, Any]) -> str:
+    """The zentf row: the plugin TensorFlow will load, and that ZenDNN plans its OpenMP threads."""
+    from tf_autopar.topology.model import ZentfPlugin
+
+    return ZentfPlugin(**z).describe() + "; ZenDNN's OpenMP teams are planned (docs/openmp.md)"
 
 
 def memory_rows(m: dict[str, Any] | None) -> list[tuple[str, str]]:
