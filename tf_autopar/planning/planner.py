@@ -49,6 +49,9 @@ Frameworks", TACO 2021, adapted to how TensorFlow 2 really threads):
 5. User settings (TF_NUM_*, OMP_NUM_THREADS, MKL_NUM_THREADS, KMP_*,
    TF_OVERRIDE_GLOBAL_THREADPOOL) found in ``env`` are kept, never overridden; a kept
    inter-op value feeds the OpenMP division.
+6. AMD's zentf plugin, when TensorFlow loads it and ``env`` turns it on (TF_ENABLE_ZENDNN_OPTS):
+   its ZenDNN kernels run on OpenMP teams, so the plan is the OpenMP builds' (3), plus AMD's
+   recommended variables for zentf (planning/zentf.py); the user's values of those are kept too.
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, Mapping, NamedTuple
 
+import tf_autopar.planning.zentf as Z
 from tf_autopar.planning.memory_budget import limit_fact
 from tf_autopar.planning.modes import MODES
 from tf_autopar.planning.plan import Setting, ThreadPlan, plural
@@ -154,13 +158,27 @@ def _check_inputs(
     return profile
 
 
-def _runtime(topology: Topology) -> tuple[str, list[str]]:
+def _runtime(topology: Topology, env: Mapping[str, str] | None = None) -> tuple[str, list[str]]:
     rt = topology.threading_runtime
+    zentf = getattr(topology, "zentf", None)
+    if zentf is not None and Z.enabled(env):
+        return "openmp", [
+            f"{zentf.describe()}",
+            f"zentf {zentf.version} is on ({Z.ENABLE}): ZenDNN plans its OpenMP threads. Its kernels run on "
+            "OpenMP teams, one per inter-op thread that runs them, as oneDNN's do on Intel's OpenMP builds, "
+            "and are planned as those are (docs/openmp.md), with AMD's recommended variables for zentf",
+        ]
+    facts = []
+    if zentf is not None:
+        facts.append(
+            f"zentf {zentf.version} is installed but off ({Z.ENABLE} is not 1): its kernels do not run, "
+            "so nothing zentf-specific is planned"
+        )
     if rt == "openmp":
-        return "openmp", ["threading runtime: OpenMP (each inter-op thread owns an OpenMP team)"]
+        return "openmp", ["threading runtime: OpenMP (each inter-op thread owns an OpenMP team)", *facts]
     if rt == "eigen":
-        return "eigen", ["threading runtime: Eigen (one intra-op pool shared by all inter-op threads)"]
-    return "eigen", [f"threading runtime {rt!r}: planned as Eigen, the stock pip TensorFlow runtime"]
+        return "eigen", ["threading runtime: Eigen (one intra-op pool shared by all inter-op threads)", *facts]
+    return "eigen", [f"threading runtime {rt!r}: planned as Eigen, the stock pip TensorFlow runtime", *facts]
 
 
 # ------------------------------------------------------------------------------ budget
@@ -800,6 +818,38 @@ def _pools_for_op_sizes(
     return p
 
 
+def _plan_zentf(
+    topology: Topology,
+    env: Mapping[str, str] | None,
+    mode: str,
+    layout: Layout,
+    profile: GraphProfile | None,
+    settings: dict[str, Setting],
+    kept: dict[str, str],
+    facts: list[str],
+) -> dict[str, str]:
+    """AMD's variables for zentf when it is on (planning/zentf.py), in place: its settings join the
+    plan's, the user's own values of them join ``kept``. Returns the planned variables."""
+    zentf = getattr(topology, "zentf", None)
+    if zentf is None or not Z.enabled(env):
+        return {}
+    shared = Z.shares_host(topology.cpu_budget, topology.host_cpus, layout.instances)
+    recommender = bool(getattr(profile, "lookups", 0))
+    zentf_settings, mine = Z.zentf_settings(zentf, mode, shared, recommender, env)
+    settings.update(zentf_settings)
+    kept.update(mine)
+    if settings.get("kmp_affinity") is not None and settings["kmp_affinity"].source == "planned":
+        settings["kmp_affinity"] = Setting(None, "planned", Z.NO_PINNING_WHY)
+    kept.setdefault(Z.ENABLE, str((env or {}).get(Z.ENABLE, "")).strip())
+    inter = settings["inter_op"].value
+    if isinstance(inter, int) and inter > 1:
+        facts.append(
+            f"zentf: the guide gives TF_NUM_INTEROP_THREADS=1 for CNN and NLP models; this model's width "
+            f"keeps {inter} inter-op threads, and the OpenMP teams divide the CPUs among them"
+        )
+    return Z.zentf_env(zentf_settings)
+
+
 def plan(
     topology: Topology,
     profile: GraphProfile | None = None,
@@ -826,7 +876,7 @@ def plan(
     """
     profile = _check_inputs(mode, profile, width, streams)
     user = read_user_settings(env)
-    runtime, runtime_facts = _runtime(topology)
+    runtime, runtime_facts = _runtime(topology, env)
     units, facts = select_budget(topology, use_hyperthreads)
     facts += runtime_facts
     if tf_data is None:
@@ -863,6 +913,9 @@ def plan(
     _keep_user(settings, user, len(units), facts)
     _mkl_follows_user_omp(settings)
 
+    kept = dict(user.raw)
+    plugin_env = _plan_zentf(topology, env, mode, layout, profile, settings, kept, facts)
+
     omp, mkl, blocktime = (
         _value(settings, "omp_threads"),
         _value(settings, "mkl_threads"),
@@ -883,10 +936,11 @@ def plan(
         cpus=layout.cpus,
         tf_data_threads=settings["tf_data_threads"].value,
         settings=settings,
-        user_settings=dict(user.raw),
+        user_settings=kept,
         facts=tuple(facts),
         runtime=runtime,
         usable_cpus=layout.total,
+        plugin_env=plugin_env,
     )
     log.info(
         "plan %s: inter=%s intra=%s omp=%s instances=%s", mode, result.inter_op, result.intra_op, omp, result.instances
