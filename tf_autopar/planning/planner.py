@@ -49,9 +49,7 @@ Frameworks", TACO 2021, adapted to how TensorFlow 2 really threads):
 5. User settings (TF_NUM_*, OMP_NUM_THREADS, MKL_NUM_THREADS, KMP_*,
    TF_OVERRIDE_GLOBAL_THREADPOOL) found in ``env`` are kept, never overridden; a kept
    inter-op value feeds the OpenMP division.
-6. AMD's zentf plugin, when TensorFlow loads it and ``env`` turns it on (TF_ENABLE_ZENDNN_OPTS):
-   its ZenDNN kernels run on OpenMP teams, so the plan is the OpenMP builds' (3), plus AMD's
-   recommended variables for zentf (planning/zentf.py); the user's values of those are kept too.
+6. AMD's zentf plugin, when on: an OpenMP build (3) plus AMD's variables (planning/zentf.py).
 """
 
 from __future__ import annotations
@@ -160,25 +158,13 @@ def _check_inputs(
 
 def _runtime(topology: Topology, env: Mapping[str, str] | None = None) -> tuple[str, list[str]]:
     rt = topology.threading_runtime
-    zentf = getattr(topology, "zentf", None)
-    if zentf is not None and Z.enabled(env):
-        return "openmp", [
-            f"{zentf.describe()}",
-            f"zentf {zentf.version} is on ({Z.ENABLE}): ZenDNN plans its OpenMP threads. Its kernels run on "
-            "OpenMP teams, one per inter-op thread that runs them, as oneDNN's do on Intel's OpenMP builds, "
-            "and are planned as those are (docs/openmp.md), with AMD's recommended variables for zentf",
-        ]
-    facts = []
-    if zentf is not None:
-        facts.append(
-            f"zentf {zentf.version} is installed but off ({Z.ENABLE} is not 1): its kernels do not run, "
-            "so nothing zentf-specific is planned"
-        )
+    zentf_on, zentf_facts = Z.runtime_facts(getattr(topology, "zentf", None), env)
+    if zentf_on:
+        return "openmp", zentf_facts
     if rt == "openmp":
-        return "openmp", ["threading runtime: OpenMP (each inter-op thread owns an OpenMP team)", *facts]
-    if rt == "eigen":
-        return "eigen", ["threading runtime: Eigen (one intra-op pool shared by all inter-op threads)", *facts]
-    return "eigen", [f"threading runtime {rt!r}: planned as Eigen, the stock pip TensorFlow runtime", *facts]
+        return "openmp", ["threading runtime: OpenMP (each inter-op thread owns an OpenMP team)", *zentf_facts]
+    why = "Eigen (one intra-op pool shared by all inter-op threads)" if rt == "eigen" else f"{rt!r}: planned as Eigen"
+    return "eigen", [f"threading runtime: {why}", *zentf_facts]
 
 
 # ------------------------------------------------------------------------------ budget
@@ -818,38 +804,6 @@ def _pools_for_op_sizes(
     return p
 
 
-def _plan_zentf(
-    topology: Topology,
-    env: Mapping[str, str] | None,
-    mode: str,
-    layout: Layout,
-    profile: GraphProfile | None,
-    settings: dict[str, Setting],
-    kept: dict[str, str],
-    facts: list[str],
-) -> dict[str, str]:
-    """AMD's variables for zentf when it is on (planning/zentf.py), in place: its settings join the
-    plan's, the user's own values of them join ``kept``. Returns the planned variables."""
-    zentf = getattr(topology, "zentf", None)
-    if zentf is None or not Z.enabled(env):
-        return {}
-    shared = Z.shares_host(topology.cpu_budget, topology.host_cpus, layout.instances)
-    recommender = bool(getattr(profile, "lookups", 0))
-    zentf_settings, mine = Z.zentf_settings(zentf, mode, shared, recommender, env)
-    settings.update(zentf_settings)
-    kept.update(mine)
-    if settings.get("kmp_affinity") is not None and settings["kmp_affinity"].source == "planned":
-        settings["kmp_affinity"] = Setting(None, "planned", Z.NO_PINNING_WHY)
-    kept.setdefault(Z.ENABLE, str((env or {}).get(Z.ENABLE, "")).strip())
-    inter = settings["inter_op"].value
-    if isinstance(inter, int) and inter > 1:
-        facts.append(
-            f"zentf: the guide gives TF_NUM_INTEROP_THREADS=1 for CNN and NLP models; this model's width "
-            f"keeps {inter} inter-op threads, and the OpenMP teams divide the CPUs among them"
-        )
-    return Z.zentf_env(zentf_settings)
-
-
 def plan(
     topology: Topology,
     profile: GraphProfile | None = None,
@@ -913,9 +867,7 @@ def plan(
     _keep_user(settings, user, len(units), facts)
     _mkl_follows_user_omp(settings)
 
-    kept = dict(user.raw)
-    plugin_env = _plan_zentf(topology, env, mode, layout, profile, settings, kept, facts)
-
+    plugin_env, kept = Z.plan_zentf(topology, profile, env, mode, layout.instances, settings, user.raw, facts)
     omp, mkl, blocktime = (
         _value(settings, "omp_threads"),
         _value(settings, "mkl_threads"),

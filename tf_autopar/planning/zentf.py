@@ -30,7 +30,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from tf_autopar.planning.plan import Setting
-from tf_autopar.topology.model import ZentfPlugin
+from tf_autopar.topology.model import Topology, ZentfPlugin
 
 GUIDE = "AMD ZenDNN User Guide 57300 (5.2.1), 'Optimal Environment Variable Settings for zentf'"
 
@@ -62,12 +62,12 @@ VARIABLES = (
     MATMUL_ALGO,
 )
 # The guide's KMP_AFFINITY=granularity=fine,compact,1,0 is not planned: it binds each TensorFlow
-# thread that starts a team (and the team) to fixed CPUs, and zentf ran 2-3x slower with it than
-# without (MobileNetV2, batch 1, 2-core EPYC shared with other work: benchmarks/results/
-# zentf_ablation*_epyc.json). A user's KMP_AFFINITY is kept as ever.
+# thread that starts a team (and the team) to fixed CPUs, and MobileNetV2 at batch 1 took 2.6x as
+# long with it as without (1.6-3.3x over 4 rounds; 2-core EPYC shared with other work:
+# benchmarks/results/zentf_ablation2_epyc.json). A user's KMP_AFFINITY is kept as ever.
 NO_PINNING_WHY = (
     "zentf: no pinning (the guide gives compact): it binds the TensorFlow threads that start OpenMP teams to "
-    "single CPUs, and MobileNetV2 ran 2-3x slower with it on a shared 2-core EPYC (docs/openmp.md)"
+    "single CPUs, and MobileNetV2 took 2.6x as long with it on a shared 2-core EPYC (docs/openmp.md)"
 )
 MATMUL_ALGO_LATENCY = "1"  # the guide: NLP FP32 latency, and DIEN (recommenders) in any mode
 MATMUL_ALGO_THROUGHPUT = "2"  # the guide: NLP FP32 throughput
@@ -124,6 +124,58 @@ def zentf_settings(
         else:
             settings[name] = Setting(value, "planned", f"zentf: {why} (ZenDNN guide 57300)")
     return settings, kept
+
+
+def runtime_facts(zentf: ZentfPlugin | None, env: Mapping[str, str] | None) -> tuple[bool, list[str]]:
+    """(whether zentf's kernels will run, the facts the plan states about it)."""
+    if zentf is None:
+        return False, []
+    if not enabled(env):
+        return False, [
+            f"zentf {zentf.version} is installed but off ({ENABLE} is not 1): its kernels do not run, "
+            "so nothing zentf-specific is planned"
+        ]
+    return True, [
+        zentf.describe(),
+        f"zentf {zentf.version} is on ({ENABLE}): ZenDNN plans its OpenMP threads. Its kernels run on OpenMP "
+        "teams, one per inter-op thread that runs them, as oneDNN's do on Intel's OpenMP builds, and are "
+        "planned as those are (docs/openmp.md), with AMD's recommended variables for zentf",
+    ]
+
+
+def plan_zentf(
+    topology: Topology,
+    profile: object,
+    env: Mapping[str, str] | None,
+    mode: str,
+    instances: int,
+    settings: dict[str, Setting],
+    user_raw: Mapping[str, str],
+    facts: list[str],
+) -> tuple[dict[str, str], dict[str, str]]:
+    """(the planned zentf variables, the user's variables to keep: ``user_raw`` and the user's values
+    of zentf's, ENABLE among them). Its settings join the plan's ``settings`` in place.
+    ``profile``: the model's GraphProfile (or None); embedding look-ups make it a recommender."""
+    kept = dict(user_raw)
+    zentf = getattr(topology, "zentf", None)
+    if zentf is None or not enabled(env):
+        return {}, kept
+    shared = shares_host(topology.cpu_budget, topology.host_cpus, instances)
+    recommender = bool(getattr(profile, "lookups", 0))
+    planned, mine = zentf_settings(zentf, mode, shared, recommender, env)
+    settings.update(planned)
+    kept.update(mine)
+    kept.setdefault(ENABLE, str((env or {}).get(ENABLE, "")).strip())
+    affinity = settings.get("kmp_affinity")
+    if affinity is not None and affinity.source == "planned":
+        settings["kmp_affinity"] = Setting(None, "planned", NO_PINNING_WHY)
+    inter = settings["inter_op"].value if "inter_op" in settings else 1
+    if isinstance(inter, int) and inter > 1:
+        facts.append(
+            f"zentf: the guide gives TF_NUM_INTEROP_THREADS=1 for CNN and NLP models; this model's width "
+            f"keeps {inter} inter-op threads, and the OpenMP teams divide the CPUs among them"
+        )
+    return zentf_env(planned), kept
 
 
 def zentf_env(settings: Mapping[str, Setting]) -> dict[str, str]:
