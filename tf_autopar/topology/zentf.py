@@ -14,6 +14,7 @@ Importing ``zentf`` would import TensorFlow (about 2.5 s, and it fixes the threa
 
 from __future__ import annotations
 
+import glob
 import logging
 import os
 import re
@@ -58,7 +59,7 @@ def detect_zentf(
 
     dirs: site-packages directories to look in (default: those TensorFlow scans); env: the
     environment for TF_PLUGGABLE_DEVICE_LIBRARY_PATH (default os.environ). tf_installed=False
-    (no TensorFlow to load it): None. A few stat calls; metadata is read only when found.
+    (no TensorFlow to load it): None. A few stat calls; the plugin's files are read once when found.
     """
     if not tf_installed:
         return None
@@ -73,7 +74,21 @@ def detect_zentf(
     return None
 
 
+_memory: dict[tuple[str, int], ZentfPlugin] = {}
+
+
 def _describe(plugin: str) -> ZentfPlugin:
+    """The plugin's description, read once per file version in a process (enable() may ask often)."""
+    try:
+        key = (plugin, os.stat(plugin).st_mtime_ns)
+    except OSError:
+        key = (plugin, 0)
+    if key not in _memory:
+        _memory[key] = _read(plugin)
+    return _memory[key]
+
+
+def _read(plugin: str) -> ZentfPlugin:
     site_dir = os.path.dirname(os.path.dirname(plugin))
     build = _build_info(os.path.join(site_dir, "zentf", "_build_info.py"))
     needed = elf_needed(plugin) or []
@@ -100,10 +115,19 @@ def _build_info(path: str) -> dict[str, str]:
 
 
 def _version(site_dir: str) -> str:
-    import importlib.metadata  # only when the plugin is there: the import costs a few ms
-
-    for dist in importlib.metadata.distributions(path=[site_dir]):
-        name = (dist.metadata["Name"] or "").lower().replace("_", "-")
-        if name in DISTRIBUTIONS:
-            return dist.version
+    """The installed distribution's version from its dist-info METADATA (the dist-info's name alone
+    when that is unreadable): globbing one name is much cheaper than importlib.metadata's scan of
+    every distribution of the directory."""
+    for name in DISTRIBUTIONS:
+        for info in sorted(glob.glob(os.path.join(site_dir, name.replace("-", "_") + "-*.dist-info"))):
+            try:
+                with open(os.path.join(info, "METADATA"), encoding="utf-8", errors="replace") as fh:
+                    for line in fh:
+                        if line.startswith("Version:"):
+                            return line.split(":", 1)[1].strip()
+                        if not line.strip():
+                            break
+            except OSError:
+                pass
+            return os.path.basename(info)[len(name) + 1 : -len(".dist-info")]
     return "unknown"
