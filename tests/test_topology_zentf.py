@@ -85,8 +85,10 @@ def test_inspect_names_the_plugin_and_the_plan_cache_tells_it_apart(tmp_path, ho
     found = detect_zentf([str(fake_site(tmp_path))], env={})
     d = report(host_root("this-host-2c"))
     d["zentf"] = dataclasses.asdict(found)
-    line = next(x for x in format_report(d).splitlines() if x.strip().startswith("zentf"))
-    assert "zentf 2.21.0.0 (ZenDNN v5.2.2" in line and "planned" in line
+    for on, state in ((True, "on (TF_ENABLE_ZENDNN_OPTS): ZenDNN's OpenMP teams are planned"), (False, "off:")):
+        d["zentf_on"] = on
+        line = next(x for x in format_report(d).splitlines() if x.strip().startswith("zentf"))
+        assert "zentf 2.21.0.0 (ZenDNN v5.2.2" in line and state in line
     d["zentf"] = None
     assert "not installed" in format_report(d)
     topo = detect_topology(host_root("this-host-2c"), cpu_details=False)
