@@ -33,10 +33,12 @@ def test_latency_plan_sets_the_guides_variables_with_one_team_per_instance(host_
     p = plan(host(host_root, name), GraphProfile.from_width(1), "latency", env=ON)
     env = p.to_env()
     cpus = len(p.cpus[0]) if p.cpus else p.usable_cpus
-    # the OpenMP rule: one team (width 1) gets every CPU of the instance; TF's own pool gets 1
+    # the OpenMP rule: one team (width 1) gets every CPU of the instance; TF's own pool the same
+    # (the guide's TF_NUM_INTRAOP_THREADS = cores; 1 ran slower under zentf)
     assert p.runtime == "openmp" and p.instances == 1
     assert env["OMP_NUM_THREADS"] == str(cpus) == str(p.usable_cpus)
-    assert (env["TF_NUM_INTEROP_THREADS"], env["TF_NUM_INTRAOP_THREADS"]) == ("1", "1")
+    assert (env["TF_NUM_INTEROP_THREADS"], env["TF_NUM_INTRAOP_THREADS"]) == ("1", str(cpus))
+    assert "TF_NUM_INTRAOP_THREADS = cores" in p.settings["intra_op"].reason
     assert env["KMP_BLOCKTIME"] == "1"
     # no pinning: the guide's compact KMP_AFFINITY ran zentf 2-3x slower here (docs/openmp.md)
     assert "KMP_AFFINITY" not in env and "no pinning" in p.settings["kmp_affinity"].reason
@@ -59,7 +61,7 @@ def test_throughput_plan_takes_the_throughput_algo_and_passive_waits(host_root, 
     p = plan(host(host_root, name), GraphProfile.from_width(1), "throughput", env=ON)
     env = p.to_env()
     assert p.instances > 1
-    assert env["OMP_NUM_THREADS"] == str(len(p.cpus[0]))  # each stream's team: its own CPUs
+    assert env["OMP_NUM_THREADS"] == env["TF_NUM_INTRAOP_THREADS"] == str(len(p.cpus[0]))  # each stream's CPUs
     assert env[Z.MATMUL_ALGO] == Z.MATMUL_ALGO_THROUGHPUT
     assert env[Z.OMP_WAIT_POLICY] == "PASSIVE"  # streams share the host: waiting threads yield
 
@@ -81,6 +83,7 @@ def test_the_users_own_variables_are_kept_and_reported(host_root):
         Z.OMP_WAIT_POLICY: "passive",
         Z.KMP_TPAUSE: "1",
         "KMP_AFFINITY": "compact",
+        "TF_NUM_INTRAOP_THREADS": "2",
     }
     p = plan(host(host_root, "epyc-4numa-64c"), GraphProfile.from_width(1), "latency", env=mine)
     env = p.to_env()
@@ -89,6 +92,7 @@ def test_the_users_own_variables_are_kept_and_reported(host_root):
         assert p.settings[var].source == "user" and var not in p.plugin_env
         assert p.user_settings[var] == mine[var]
     assert p.settings["omp_threads"].source == p.settings["kmp_affinity"].source == "user"
+    assert p.settings["intra_op"].source == "user"
     text = p.explain()
     assert "kept from your environment (never overridden)" in text
     assert f"{Z.MATMUL_ALGO}=4" in text and f"{Z.OMP_WAIT_POLICY}=passive" in text
@@ -128,7 +132,7 @@ def test_gnu_openmp_plugin_gets_no_kmp_extras_and_recommenders_keep_algo_1(host_
 
 def test_a_wide_model_keeps_its_pools_and_divides_the_teams(host_root):
     p = plan(host(host_root, "this-host-2c"), GraphProfile.from_width(2), "latency", env=ON)
-    assert p.inter_op == 2 and p.omp_threads == 1
+    assert p.inter_op == 2 and p.omp_threads == p.intra_op == 1  # 2 teams of 1 on 2 cores
     assert any("TF_NUM_INTEROP_THREADS=1" in f for f in p.facts)
 
 

@@ -21,6 +21,8 @@ variables AMD recommends for zentf. Source: AMD ZenDNN User Guide (UG 57300, rev
   other workers; KMP_BLOCKTIME=1 still lets them spin 1 ms first.
 - TF_NUM_INTEROP_THREADS=1 (CNN and NLP models) is what the OpenMP rule gives a one-wide model;
   a wider one keeps its measured pools and its teams divide the CPUs (reported as a fact).
+  TF_NUM_INTRAOP_THREADS = cores (128 on Turin): the plan gives TensorFlow's pool the team's size
+  (INTRA_WHY), which is the instance's CPUs for a one-wide model.
 
 Variables the user set are kept, never overridden, and reported (``kept``).
 """
@@ -68,6 +70,15 @@ VARIABLES = (
 NO_PINNING_WHY = (
     "zentf: no pinning (the guide gives compact): it binds the TensorFlow threads that start OpenMP teams to "
     "single CPUs, and MobileNetV2 took 2.6x as long with it on a shared 2-core EPYC (docs/openmp.md)"
+)
+# TensorFlow's own intra-op pool: the team's size, as the guide's TF_NUM_INTRAOP_THREADS = cores (for
+# one team), not the OpenMP rule's 1 (measured on intel-tensorflow). With zentf, MobileNetV2 at
+# batch 1 ran faster with it in each of 10 paired rounds over three runs (1.35-3x;
+# benchmarks/results/zentf_*epyc.json).
+INTRA_WHY = (
+    "zentf: TensorFlow's own pool gets the team's {team} thread(s), as the guide's TF_NUM_INTRAOP_THREADS = "
+    "cores; with 1 thread (the OpenMP rule, measured on intel-tensorflow) MobileNetV2 ran 1.35-3x slower "
+    "under zentf (docs/openmp.md)"
 )
 MATMUL_ALGO_LATENCY = "1"  # the guide: NLP FP32 latency, and DIEN (recommenders) in any mode
 MATMUL_ALGO_THROUGHPUT = "2"  # the guide: NLP FP32 throughput
@@ -169,6 +180,9 @@ def plan_zentf(
     affinity = settings.get("kmp_affinity")
     if affinity is not None and affinity.source == "planned":
         settings["kmp_affinity"] = Setting(None, "planned", NO_PINNING_WHY)
+    intra, team = settings.get("intra_op"), settings.get("omp_threads")
+    if intra is not None and intra.source == "planned" and team is not None and isinstance(team.value, int):
+        settings["intra_op"] = Setting(team.value, "planned", INTRA_WHY.format(team=team.value))
     inter = settings["inter_op"].value if "inter_op" in settings else 1
     if isinstance(inter, int) and inter > 1:
         facts.append(
