@@ -72,12 +72,13 @@ NO_PINNING_WHY = (
     "single CPUs, and MobileNetV2 took 2.6x as long with it on a shared 2-core EPYC (docs/openmp.md)"
 )
 # TensorFlow's own intra-op pool: the team's size, as the guide's TF_NUM_INTRAOP_THREADS = cores (for
-# one team), not the OpenMP rule's 1 (measured on intel-tensorflow). With zentf, MobileNetV2 at
-# batch 1 ran faster with it in each of 10 paired rounds over three runs (1.35-3x;
-# benchmarks/results/zentf_*epyc.json).
+# one team), not the OpenMP rule's 1 (measured on intel-tensorflow). Under zentf, MobileNetV2 at
+# batch 1 ran faster with it in each of 10 paired rounds over three runs: 1.36-3.0x (median 1.6x)
+# in the 3 rounds of the plan as it is (benchmarks/results/zentf_epyc.json), 1.07-4.3x in the 7
+# with compact pinning (zentf_ablation*_epyc.json).
 INTRA_WHY = (
     "zentf: TensorFlow's own pool gets the team's {team} thread(s), as the guide's TF_NUM_INTRAOP_THREADS = "
-    "cores; with 1 thread (the OpenMP rule, measured on intel-tensorflow) MobileNetV2 ran 1.35-3x slower "
+    "cores; with 1 thread (the OpenMP rule, measured on intel-tensorflow) MobileNetV2 ran 1.6x slower "
     "under zentf (docs/openmp.md)"
 )
 MATMUL_ALGO_LATENCY = "1"  # the guide: NLP FP32 latency, and DIEN (recommenders) in any mode
