@@ -151,7 +151,7 @@ def runtime_facts(zentf: ZentfPlugin | None, env: Mapping[str, str] | None) -> t
         zentf.describe(),
         f"zentf {zentf.version} is on ({ENABLE}): ZenDNN plans its OpenMP threads. Its kernels run on OpenMP "
         "teams, one per inter-op thread that runs them, as oneDNN's do on Intel's OpenMP builds, and are "
-        "planned as those are (docs/openmp.md), with AMD's recommended variables for zentf",
+        f"planned as those are (docs/openmp.md), with AMD's recommended variables for zentf ({GUIDE})",
     ]
 
 
@@ -182,7 +182,8 @@ def plan_zentf(
     if affinity is not None and affinity.source == "planned":
         settings["kmp_affinity"] = Setting(None, "planned", NO_PINNING_WHY)
     intra, team = settings.get("intra_op"), settings.get("omp_threads")
-    if intra is not None and intra.source == "planned" and team is not None and isinstance(team.value, int):
+    planned_intra = intra is not None and intra.source == "planned"
+    if planned_intra and team is not None and isinstance(team.value, int) and intra.value != team.value:
         settings["intra_op"] = Setting(team.value, "planned", INTRA_WHY.format(team=team.value))
     inter = settings["inter_op"].value if "inter_op" in settings else 1
     if isinstance(inter, int) and inter > 1:
