@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from typing import Any
 
 BUDGET_RULE = "budget = max(1, min(affinity CPUs, floor(quota / period)))"
@@ -16,7 +17,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description="Show the host topology as tf_autopar reads it: sockets, NUMA nodes, physical "
         "cores, SMT, hybrid core types, last-level cache domains, affinity, cgroup cpuset and quota, the resulting CPU budget, "
         "the cgroups' memory limit and use, CPU model/ISA and "
-        "the threading runtime of the installed TensorFlow. Never imports TensorFlow.",
+        "the threading runtime of the installed TensorFlow and AMD's zentf plugin. Never imports TensorFlow.",
     )
     p.add_argument(
         "--root",
@@ -31,6 +32,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def report(root: str = "/", pid: int | None = None) -> dict[str, Any]:
     """Topology.to_dict() plus the fields a reader wants spelled out."""
+    from tf_autopar.planning.zentf import enabled as zentf_enabled
     from tf_autopar.topology import detect_topology, detect_tf_runtime
     from tf_autopar.topology.cpulist import format_cpulist
 
@@ -43,6 +45,7 @@ def report(root: str = "/", pid: int | None = None) -> dict[str, Any]:
         affinity_list=format_cpulist(topo.affinity),
         cpuset_list=format_cpulist(topo.cpuset) if topo.cpuset is not None else None,
         budget_rule=BUDGET_RULE,
+        zentf_on=zentf_enabled(os.environ),
         tf_runtime={
             "runtime": runtime.runtime,
             "evidence": runtime.evidence,
@@ -91,6 +94,10 @@ def format_report(d: dict[str, Any]) -> str:
     rt = d["tf_runtime"]
     dist = f" [{rt['distribution']}]" if rt.get("distribution") else ""
     row("TensorFlow", f"{rt['runtime']}{dist}: {rt['evidence']}")
+    z = d.get("zentf")
+    row(
+        "zentf", _zentf_line(z, d.get("zentf_on", False)) if z else "not installed (AMD's ZenDNN plugin for TensorFlow)"
+    )
     if d["warnings"]:
         row("Warnings", d["warnings"][0])
         for w in d["warnings"][1:]:
@@ -98,6 +105,20 @@ def format_report(d: dict[str, Any]) -> str:
     else:
         row("Warnings", "none")
     return "\n".join(lines)
+
+
+def _zentf_line(z: dict[str, Any], on: bool) -> str:
+    """The zentf row: the plugin TensorFlow will load, and whether its kernels (and so their OpenMP
+    teams, which are then planned) will run."""
+    from tf_autopar.planning.zentf import ENABLE
+    from tf_autopar.topology.model import ZentfPlugin
+
+    state = (
+        f"on ({ENABLE}): ZenDNN's OpenMP teams are planned"
+        if on
+        else f"off: its kernels run only with {ENABLE}=1; nothing zentf-specific is planned"
+    )
+    return f"{ZentfPlugin(**z).describe()}; {state} (docs/openmp.md)"
 
 
 def memory_rows(m: dict[str, Any] | None) -> list[tuple[str, str]]:

@@ -58,6 +58,7 @@ class ThreadPlan:
     override_global_threadpool: bool | None = None  # TF_OVERRIDE_GLOBAL_THREADPOOL; only the user's
     runtime: str = "unknown"  # threading runtime planned for: "eigen" or "openmp"
     usable_cpus: int = 0  # CPUs the plan keeps busy in total (all instances); 0 = not computed
+    plugin_env: dict[str, str] = field(default_factory=dict)  # a plugin's planned variables (zentf's)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -84,6 +85,7 @@ class ThreadPlan:
             k: v if isinstance(v, Setting) else Setting(**v) for k, v in dict(data.get("settings", {})).items()
         }
         data["user_settings"] = dict(data.get("user_settings", {}))
+        data["plugin_env"] = dict(data.get("plugin_env", {}))
         return cls(**data)
 
     @classmethod
@@ -115,6 +117,7 @@ class ThreadPlan:
                 env[V.KMP_HW_SUBSET] = self.kmp_hw_subset
         if self.override_global_threadpool is not None:
             env[V.OVERRIDE_GLOBAL_THREADPOOL] = "1" if self.override_global_threadpool else "0"
+        env.update(self.plugin_env)
         env.update(self.user_settings)
         return env
 

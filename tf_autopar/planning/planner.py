@@ -49,6 +49,7 @@ Frameworks", TACO 2021, adapted to how TensorFlow 2 really threads):
 5. User settings (TF_NUM_*, OMP_NUM_THREADS, MKL_NUM_THREADS, KMP_*,
    TF_OVERRIDE_GLOBAL_THREADPOOL) found in ``env`` are kept, never overridden; a kept
    inter-op value feeds the OpenMP division.
+6. AMD's zentf plugin, when on: an OpenMP build (3) plus AMD's variables (planning/zentf.py).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, Mapping, NamedTuple
 
+import tf_autopar.planning.zentf as Z
 from tf_autopar.planning.memory_budget import limit_fact
 from tf_autopar.planning.modes import MODES
 from tf_autopar.planning.plan import Setting, ThreadPlan, plural
@@ -154,13 +156,15 @@ def _check_inputs(
     return profile
 
 
-def _runtime(topology: Topology) -> tuple[str, list[str]]:
+def _runtime(topology: Topology, env: Mapping[str, str] | None = None) -> tuple[str, list[str]]:
     rt = topology.threading_runtime
+    zentf_on, zentf_facts = Z.runtime_facts(getattr(topology, "zentf", None), env)
+    if zentf_on:
+        return "openmp", zentf_facts
     if rt == "openmp":
-        return "openmp", ["threading runtime: OpenMP (each inter-op thread owns an OpenMP team)"]
-    if rt == "eigen":
-        return "eigen", ["threading runtime: Eigen (one intra-op pool shared by all inter-op threads)"]
-    return "eigen", [f"threading runtime {rt!r}: planned as Eigen, the stock pip TensorFlow runtime"]
+        return "openmp", ["threading runtime: OpenMP (each inter-op thread owns an OpenMP team)", *zentf_facts]
+    why = "Eigen (one intra-op pool shared by all inter-op threads)" if rt == "eigen" else f"{rt!r}: planned as Eigen"
+    return "eigen", [f"threading runtime: {why}", *zentf_facts]
 
 
 # ------------------------------------------------------------------------------ budget
@@ -826,7 +830,7 @@ def plan(
     """
     profile = _check_inputs(mode, profile, width, streams)
     user = read_user_settings(env)
-    runtime, runtime_facts = _runtime(topology)
+    runtime, runtime_facts = _runtime(topology, env)
     units, facts = select_budget(topology, use_hyperthreads)
     facts += runtime_facts
     if tf_data is None:
@@ -863,6 +867,7 @@ def plan(
     _keep_user(settings, user, len(units), facts)
     _mkl_follows_user_omp(settings)
 
+    plugin_env, kept = Z.plan_zentf(topology, profile, env, mode, layout.instances, settings, user.raw, facts)
     omp, mkl, blocktime = (
         _value(settings, "omp_threads"),
         _value(settings, "mkl_threads"),
@@ -883,10 +888,11 @@ def plan(
         cpus=layout.cpus,
         tf_data_threads=settings["tf_data_threads"].value,
         settings=settings,
-        user_settings=dict(user.raw),
+        user_settings=kept,
         facts=tuple(facts),
         runtime=runtime,
         usable_cpus=layout.total,
+        plugin_env=plugin_env,
     )
     log.info(
         "plan %s: inter=%s intra=%s omp=%s instances=%s", mode, result.inter_op, result.intra_op, omp, result.instances

@@ -65,8 +65,8 @@ def cache_path() -> str:
 
 
 def topology_key(topology: Topology) -> str:
-    """What of the host a plan depends on: budget, cores, sockets, NUMA, quota, runtime, and the
-    cache domains and core types where the host has several."""
+    """What of the host a plan depends on: budget, cores, sockets, NUMA, quota, runtime, the
+    cache domains and core types where the host has several, and the zentf plugin when loaded."""
     facts = [
         getattr(topology, "cpu_budget", None),
         list(getattr(topology, "affinity", ())),
@@ -84,6 +84,9 @@ def topology_key(topology: Topology) -> str:
         facts.append(["cache domains", [list(d.cpus) for d in domains]])
     if getattr(topology, "hybrid", False):
         facts.append(["performance cores", [c.cpus[0] for c in topology.cores if c.kind == "performance"]])
+    zentf = getattr(topology, "zentf", None)
+    if zentf is not None:  # its kernels run on OpenMP teams: another plan
+        facts.append(["zentf", zentf.version, zentf.openmp])
     return stable_key(json.dumps(facts, default=str))
 
 

@@ -14,6 +14,7 @@ from .cpuinfo import read_cpuinfo
 from .cpulist import format_cpulist
 from .model import Core, Topology
 from .tf_runtime import detect_tf_runtime
+from .zentf import detect_zentf
 
 log = logging.getLogger("tf_autopar.topology")
 
@@ -25,7 +26,8 @@ def detect_topology(root: str = "/", *, pid: int | None = None, cpu_details: boo
     holding the same sys/ and proc/ files. pid: read /proc/<pid> instead of /proc/self.
     Missing or garbled files give warnings (Topology.warnings, and logged) and a safe
     fallback, never an exception; a root that is not a directory raises FileNotFoundError.
-    The threading runtime always describes the TensorFlow importable here, whatever the root.
+    The threading runtime and the zentf plugin always describe the TensorFlow importable here,
+    whatever the root.
     cpu_details=False skips py-cpuinfo on a cache miss (about 1 s) and parses /proc/cpuinfo:
     planning needs no ISA details, and enable() must stay cheap on a program's first start.
     """
@@ -88,6 +90,8 @@ def detect_topology(root: str = "/", *, pid: int | None = None, cpu_details: boo
     kinds = caches.core_kinds(fs, affinity, {c: core.cpus for core in cores for c in core.cpus}, notes)
     cores = _annotate(cores, {c: d.id for d in domains for c in d.cpus}, kinds)
 
+    runtime = detect_tf_runtime().runtime
+    zentf = detect_zentf(tf_installed=runtime != "absent")
     return Topology(
         host_cpus=len(online),
         affinity=affinity,
@@ -97,11 +101,12 @@ def detect_topology(root: str = "/", *, pid: int | None = None, cpu_details: boo
         quota=quota,
         cpuset=restricting,
         cpu=read_cpuinfo(fs, notes, allow_slow=cpu_details),
-        threading_runtime=detect_tf_runtime().runtime,
+        threading_runtime=runtime,
         warnings=tuple(notes.warnings),
         cache_domains=domains,
         core_kinds_from=kinds.source,
         memory=mem,
+        zentf=zentf,
     )
 
 

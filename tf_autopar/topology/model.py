@@ -107,6 +107,32 @@ class CpuInfo:
 
 
 @dataclass(frozen=True)
+class ZentfPlugin:
+    """The zentf plugin TensorFlow will load, and what it is built from."""
+
+    version: str  # the distribution's version, e.g. "2.21.0.0" ("unknown" without its metadata)
+    plugin: str  # path of libamdcpu_plugin.so
+    zendnn: str = ""  # ZenDNN version it bundles, e.g. "v5.2.2" ("" when unreadable)
+    tf_version: str = ""  # the TensorFlow it was built for, e.g. "2.21.0"
+    openmp: str = ""  # the OpenMP runtime the plugin links, e.g. "libiomp5.so" ("" when unreadable)
+
+    @property
+    def llvm_openmp(self) -> bool:
+        """KMP_* variables apply: the plugin links LLVM's (Intel-compatible) OpenMP runtime."""
+        return self.openmp.startswith(("libiomp5", "libomp"))
+
+    def describe(self) -> str:
+        """One line for `inspect` and the plan's facts."""
+        parts = [
+            f"ZenDNN {self.zendnn}" if self.zendnn else "",
+            f"built for TensorFlow {self.tf_version}" if self.tf_version else "",
+        ]
+        built = ", ".join(p for p in parts if p)
+        omp = f"; its kernels run on {self.openmp}" if self.openmp else ""
+        return f"zentf {self.version}" + (f" ({built})" if built else "") + f"{omp}: {self.plugin}"
+
+
+@dataclass(frozen=True)
 class Topology:
     """What this process may use of the host's CPUs, and why."""
 
@@ -123,6 +149,7 @@ class Topology:
     cache_domains: tuple[CacheDomain, ...] = ()  # () = the host says nothing of its caches
     core_kinds_from: str = ""  # where the core types came from ("" = not a hybrid host)
     memory: MemoryLimit | None = None  # the cgroups' memory limit and use (None: no memory cgroup visible)
+    zentf: ZentfPlugin | None = None  # AMD's zentf plugin, when TensorFlow will load it
 
     @property
     def sockets(self) -> tuple[int, ...]:
