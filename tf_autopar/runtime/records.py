@@ -71,6 +71,7 @@ class BucketRecord:
     plan_source: str = ""  # where the numbers came from: "planned by the rule", "tuned live on <date>, ..."
     tuning: str = ""  # live tuning: what is being tried, or what won and by how much
     tuned: bool = False  # live tuning (or `tune`) has tried every neighbour: the setting is final
+    engine: str = ""  # the serving runner's describe()["engine"] ("tensorflow": its own sessions)
 
 
 @dataclass(frozen=True)

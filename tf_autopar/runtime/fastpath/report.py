@@ -54,7 +54,15 @@ def _bucket_record(b: Bucket, calls: int) -> BucketRecord:
         plan_source=plan_source(b),
         tuning=tuning_words(b),
         tuned=b.tuned == "done",
+        engine=_engine(b),
     )
+
+
+def _engine(b: Bucket) -> str:
+    """The serving runner's engine, as its describe() names it ("" when no runner serves)."""
+    if b.pool is None or b.state is not State.FAST:
+        return ""
+    return str(b.pool.describe().get("engine") or "")
 
 
 def summary(fn: Function) -> dict[str, Any]:
