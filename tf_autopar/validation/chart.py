@@ -14,7 +14,7 @@ from typing import Any, Mapping
 from tf_autopar._files import write_bytes_atomic
 from tf_autopar._png import GLYPH_H, Canvas, hex_colour, text_width
 from tf_autopar.planning import baselines
-from tf_autopar.validation.report import delivers_text
+from tf_autopar.validation.report import delivers_text, optimum_text
 
 DELIVERS_COLOUR = "#dd8452"  # what the one line delivers
 OPTIMUM_COLOUR = "#8c8c8c"
@@ -80,6 +80,7 @@ def render(doc: Mapping[str, Any]) -> bytes:
         label = f"{t:g}"
         c.text(at(t) - text_width(label) // 2, bottom + 6, label, GREY)
         t += step
+    c.vline(at(1.0), top - 6, bottom, INK, dashed=True)
     if not rows:
         c.text(x0, top + 10, "no row has TensorFlow's default measured", INK, S)
     for i, r in enumerate(rows):
@@ -98,9 +99,11 @@ def render(doc: Mapping[str, Any]) -> bytes:
             label = f"{v:.2f}x"
             if key == "delivers":
                 label += "  " + delivers_text(r, r["summary"])
+            elif key == "optimum":
+                label += "  " + optimum_text(r, r["summary"])
+            c.rect(at(v) + 2, by + 2, at(v) + 8 + text_width(label), by + BAR - 1, (255, 255, 255))
             c.text(at(v) + 5, by + 4, label, INK)
     c.vline(x0, top - 6, bottom, INK)
-    c.vline(at(1.0), top - 6, bottom, INK, dashed=True)
     note = "1 = TF's default"
     c.text(at(1.0) - text_width(note) // 2, top - 16, note, INK)
     geo = doc.get("geomean", {})

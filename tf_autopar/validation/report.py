@@ -195,13 +195,18 @@ def _x(c: Mapping[str, Any] | None, suffix: str = "") -> str:
     return "-" if not c or c.get("value") is None else f"{c['value']:.2f}{suffix}"
 
 
-def _optimum_short(c: RowCells) -> str:
-    opt = c.summary.get("optimum")
+def optimum_text(row: Mapping[str, Any], summary: Mapping[str, Any], by_path: bool = True) -> str:
+    """The optimum's setting and path: 'frozen 2x2', 'live 1x1', 'pools 2x1' ('2x1' in a document
+    without the frozen path)."""
+    opt = summary.get("optimum")
     if not opt:
         return "-"
-    path = path_of(c.row["configs"][opt])
-    text = _threads(c.row, opt)
-    return ("pools " + text) if path == PROCESS and c.by_path else text
+    text = _threads(row, opt)
+    return ("pools " + text) if path_of(row["configs"][opt]) == PROCESS and by_path else text
+
+
+def _optimum_short(c: RowCells) -> str:
+    return optimum_text(c.row, c.summary, c.by_path)
 
 
 def headline_columns(doc: Mapping[str, Any]) -> list[Column]:
