@@ -57,29 +57,29 @@ def render(doc: Mapping[str, Any]) -> bytes:
         10,
         30,
         f"{doc.get('processor', 'unknown processor')}, {doc.get('host', {}).get('logical_cpus', '?')} logical CPUs;"
-        f" {opts.get('rounds')} rounds; bars: median of per-round paired ratios (default time / its time)",
+        f" {opts.get('rounds')} rounds; bars from the default's line: median of per-round paired ratios (default time / its time), log scale",
         GREY,
     )
     x = 10
     for _, label, colour in kinds:
         c.rect(x, 48, x + 14, 62, hex_colour(colour))
         x = c.text(x + 18, 48, label, INK, S) + 16
-    values = [((r["summary"]["vs_default"].get(k) or {}).get("value") or 0.0) for r in rows for k, _, _ in kinds]
-    span = max([1.0, *(v for v in values if math.isfinite(v))]) * 1.05
+    values = [(r["summary"]["vs_default"].get(k) or {}).get("value") for r in rows for k, _, _ in kinds]
+    shown = [v for v in values if v is not None and math.isfinite(v) and v > 0]
+    lo, hi = _bounds(shown)
     x0, x1 = LEFT, WIDTH - RIGHT
-    scale = (x1 - x0) / span
 
-    def at(v: float) -> int:
-        return x0 + int(round(v * scale))
+    def at(v: float) -> int:  # a log scale: 0.5x and 2x as far from the default's line
+        v = min(max(v, lo), hi)
+        return x0 + int(round((math.log2(v) - math.log2(lo)) / (math.log2(hi) - math.log2(lo)) * (x1 - x0)))
 
     bottom = top + max(1, len(rows)) * group
-    step = _tick_step(span)
-    t = 0.0
-    while t <= span + 1e-9:
+    t = lo
+    while t <= hi * 1.0001:
         c.vline(at(t), top - 6, bottom, (225, 225, 225))
-        label = f"{t:g}"
+        label = f"{t:g}x"
         c.text(at(t) - text_width(label) // 2, bottom + 6, label, GREY)
-        t += step
+        t *= 2
     c.vline(at(1.0), top - 6, bottom, INK, dashed=True)
     if not rows:
         c.text(x0, top + 10, "no row has TensorFlow's default measured", INK, S)
@@ -95,15 +95,15 @@ def render(doc: Mapping[str, Any]) -> bytes:
             if v is None or not math.isfinite(v):
                 c.text(x0 + 4, by + 1, "not measured", GREY)
                 continue
-            c.rect(x0, by, at(v), by + BAR, hex_colour(colour))
+            c.rect(at(1.0), by, at(v) + (1 if v >= 1 else 0), by + BAR, hex_colour(colour))
             label = f"{v:.2f}x"
             if key == "delivers":
                 label += "  " + delivers_text(r, r["summary"])
             elif key == "optimum":
                 label += "  " + optimum_text(r, r["summary"])
-            c.rect(at(v) + 2, by + 2, at(v) + 8 + text_width(label), by + BAR - 1, (255, 255, 255))
-            c.text(at(v) + 5, by + 4, label, INK)
-    c.vline(x0, top - 6, bottom, INK)
+            end = max(at(v), at(1.0))
+            c.rect(end + 2, by + 2, end + 8 + text_width(label), by + BAR - 1, (255, 255, 255))
+            c.text(end + 5, by + 4, label, INK)
     note = "1 = TF's default"
     c.text(at(1.0) - text_width(note) // 2, top - 16, note, INK)
     geo = doc.get("geomean", {})
@@ -123,12 +123,11 @@ def render(doc: Mapping[str, Any]) -> bytes:
     return c.png()
 
 
-def _tick_step(span: float) -> float:
-    """A round step giving 4-10 ticks over [0, span]."""
-    for step in (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0):
-        if span / step <= 10:
-            return step
-    return 10 ** math.ceil(math.log10(span / 10))
+def _bounds(values: list[float]) -> tuple[float, float]:
+    """The axis's ends, powers of two around the values and 1 (the default): at least 0.5x-2x."""
+    low = min([0.5, *values])
+    high = max([2.0, *values])
+    return 2.0 ** math.floor(math.log2(low)), 2.0 ** math.ceil(math.log2(high))
 
 
 def write(doc: Mapping[str, Any], path: str) -> None:

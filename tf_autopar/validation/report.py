@@ -201,7 +201,7 @@ def optimum_text(row: Mapping[str, Any], summary: Mapping[str, Any], by_path: bo
     opt = summary.get("optimum")
     if not opt:
         return "-"
-    text = _threads(row, opt)
+    text = opt if row["configs"][opt].get("kind") == "baseline" else _threads(row, opt)  # 'tf-default', not 0x0
     return ("pools " + text) if path_of(row["configs"][opt]) == PROCESS and by_path else text
 
 
@@ -350,7 +350,7 @@ def _delivers_below(rows: list[Mapping[str, Any]]) -> list[str]:
         if v is None or v >= BELOW_OPTIMUM:
             continue
         opt = s.get("optimum")
-        won = f"the optimum is {_threads(r, opt)} ({path_of(r['configs'][opt])} path)" if opt else ""
+        won = f"the optimum is {optimum_text(r, s)}" if opt else ""
         why = "; ".join(s.get("reasons") or []) if (s.get("delivers") or {}).get("config") == OURS else ""
         out.append(f"  {_row_name(RowCells(r, s, True))}: {v:.2f}; {won}" + (f": {why}" if why else ""))
     return [f"rows below {BELOW_OPTIMUM:.2f} of the optimum:", *out] if out else []
