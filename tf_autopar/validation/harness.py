@@ -429,7 +429,7 @@ class Harness:
                     if name in swept:
                         continue  # timed inside this round's live run, below
                     cfg = by_name[name]
-                    args = [*cfg.runner_args, *self._sweep_args(swept, by_name, r)] if name == LIVE else cfg.runner_args
+                    args = [*cfg.runner_args, *self._sweep_args(swept, r)] if name == LIVE else cfg.runner_args
                     run = self._run_one([*frozen_cmd, *args] if args else cmd, cfg, r)
                     row_doc["configs"][name]["runs"].append(run)
                     self._tick_run(row, r, name, run)
@@ -457,7 +457,7 @@ class Harness:
         }
 
     @staticmethod
-    def _sweep_args(swept: Mapping[str, str], by_name: Mapping[str, Config], rnd: int) -> list[str]:
+    def _sweep_args(swept: Mapping[str, str], rnd: int) -> list[str]:
         """``--sweep`` for round ``rnd``: the swept settings, rotated by the round so that none is
         always first after the live calls."""
         settings = list(swept.values())
