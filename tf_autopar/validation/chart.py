@@ -15,6 +15,7 @@ from tf_autopar._files import write_bytes_atomic
 from tf_autopar._png import GLYPH_H, Canvas, hex_colour, text_width
 from tf_autopar.planning import baselines
 from tf_autopar.validation.report import delivers_text, optimum_text
+from tf_autopar.validation.results import DEFAULT
 
 DELIVERS_COLOUR = "#dd8452"  # what the one line delivers
 OPTIMUM_COLOUR = "#8c8c8c"
@@ -31,7 +32,7 @@ S = 2  # the font's scale for names and numbers
 def series() -> list[tuple[str, str, str]]:
     """(key in vs_default, legend label, colour): the published recommendations (every baseline
     but the default itself), what the one line delivers, the optimum."""
-    recs = [(b.name, b.name, b.colour) for b in baselines.BASELINES if b.name != baselines.BASELINES[0].name]
+    recs = [(b.name, b.name, b.colour) for b in baselines.BASELINES if b.name != DEFAULT]
     return [
         *recs,
         ("delivers", "the one line (enable() / plan)", DELIVERS_COLOUR),

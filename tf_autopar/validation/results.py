@@ -51,7 +51,7 @@ ROW_MODES = ("infer1", "infer", "train")
 PROCESS = "process"  # the process pools' path: baselines, ours, tuned, the search space
 PROCESS_KINDS = ("baseline", "plan", "tuned", "search")
 PATHS = (PROCESS, FROZEN, LIVE)  # the paths measured today, in the report's order (any other kind is a path too)
-DEFAULT = "tf-default"  # the baseline every "vs default" is against
+DEFAULT = baselines.BASELINES[0].name  # TensorFlow's default (the first record): every "vs default" is against it
 FROZEN_STATUSES = ("ok", "n/a", "failed")
 
 
