@@ -109,6 +109,19 @@ def test_the_default_view_has_at_most_eight_columns_in_100_characters():
     assert len(report.columns(doc)) <= 8
     text = report.format_table(doc)
     assert max(len(ln) for ln in text.splitlines()) <= 100, text
+    # as wide as a quick run gets: a long name at batch 16, live serving two sessions across the
+    # rounds, the optimum a baseline
+    wide = served_doc(engine="tensorflow")
+    infer, train = wide["rows"]
+    infer.update(workload="inception_v3", mode="infer", batch=16)
+    for run, session in zip(infer["configs"]["live"]["runs"], ("1x1", "2x1", "1x1")):
+        run["served"] = [session]
+    for r in train["configs"]["tf-default"]["runs"]:
+        r.update(step_times_s=[0.1] * 3, median_s=0.1)
+    _finish(wide)
+    assert train["summary"]["optimum"] == "tf-default"
+    text = report.format_table(wide)
+    assert "enable(): tensorflow 1x1,2x1" in text and max(len(ln) for ln in text.splitlines()) <= 100, text
     header = text.splitlines()[2]
     for gone in ("vs tf-rec", "vs intel", "ours/opt", "frozen/opt", "live serves", "tune cost"):
         assert gone not in header  # in --details, the JSON and the markdown report

@@ -197,11 +197,13 @@ def _x(c: Mapping[str, Any] | None, suffix: str = "") -> str:
 
 def optimum_text(row: Mapping[str, Any], summary: Mapping[str, Any], by_path: bool = True) -> str:
     """The optimum's setting and path: 'frozen 2x2', 'live 1x1', 'pools 2x1' ('2x1' in a document
-    without the frozen path)."""
+    without the frozen path), or a baseline's name."""
     opt = summary.get("optimum")
     if not opt:
         return "-"
-    text = opt if row["configs"][opt].get("kind") == "baseline" else _threads(row, opt)  # 'tf-default', not 0x0
+    if row["configs"][opt].get("kind") == "baseline":
+        return opt  # 'tf-default' (not 0x0): a baseline is the process pools' by name
+    text = _threads(row, opt)
     return ("pools " + text) if path_of(row["configs"][opt]) == PROCESS and by_path else text
 
 
@@ -211,7 +213,7 @@ def _optimum_short(c: RowCells) -> str:
 
 def headline_columns(doc: Mapping[str, Any]) -> list[Column]:
     """The default view: what the one line delivers per row, against TensorFlow's default and the
-    optimum (at most eight columns, for an 80-100 character terminal)."""
+    optimum (six columns, for an 80-100 character terminal)."""
     cols = [
         Column("row", "row", _row_name, lambda geo: "geomean"),
         Column("delivers", "the one line delivers", lambda c: delivers_text(c.row, c.summary)),
@@ -230,16 +232,7 @@ def headline_columns(doc: Mapping[str, Any]) -> list[Column]:
         ),
         Column("optimum_short", "optimum", _optimum_short),
     ]
-    if _has_tuned(doc):
-        cols.append(
-            Column(
-                "tuned/opt",
-                "tuned",
-                lambda c: _x(c.summary.get("tuned_vs_optimum")) if c.row.get("tune") else "-",
-                _geo("tuned_vs_optimum"),
-            )
-        )
-    return cols  # the rows below the optimum are listed under the table (_delivers_below)
+    return cols  # the rows below the optimum are listed under the table (_delivers_below); --tuned's: --details
 
 
 def _delivers_detail_columns() -> list[Column]:
@@ -335,7 +328,10 @@ def _headline_legend(doc: Mapping[str, Any]) -> list[str]:
         "--details: every configuration, the baselines, our plan's pools and each path, with ranges.",
     ]
     if _has_tuned(doc):
-        out.append("tuned: what `tf-autopar tune` chose, as a share of the optimum.")
+        out.append(
+            f"tuned (what `tf-autopar tune` chose) reached {_two(doc.get('geomean', {}).get('tuned_vs_optimum'))}"
+            " of the optimum (geomean); its columns: --details."
+        )
     if any((r.get("summary") or {}).get("statistic") == "mean" for r in doc["rows"]):
         out.append("step time = each run's MEAN step (under a CPU quota), median over rounds.")
     return out
