@@ -81,7 +81,9 @@ def add_parser(subparsers: Any) -> None:
         "infer rows (default: the published batch)",
     )
     p.add_argument(
-        "--quick", action="store_true", help="representative subset at tiny size, 2 rounds: about 4 minutes on 2 cores"
+        "--quick",
+        action="store_true",
+        help="representative subset at tiny size, 2 rounds: 4 rows, at most 46 fresh processes; writes its JSON, markdown report and chart",
     )
     p.add_argument("--rounds", type=count(), default=None, help="interleaved rounds (default 5; --quick 2)")
     p.add_argument("--steps", type=count(), default=None, help="timed steps per run (default 20; --quick 10)")
