@@ -107,24 +107,7 @@ def add_parser(subparsers: Any) -> None:
         default=None,
         help="seconds per run before it is killed and recorded as a timeout (default 180 tiny, 1800 paper)",
     )
-    p.add_argument(
-        "--json", action="store_true", help="print every raw timing as JSON on stdout (the report goes to stderr)"
-    )
-    p.add_argument("--json-out", metavar="OUT.json", default=None, help="write every raw timing as JSON to OUT.json")
-    p.add_argument(
-        "--plot",
-        metavar="OUT.png",
-        default=None,
-        help="chart: per row, speed relative to TF's default of the published recommendations, of what "
-        "the one line delivers and of the optimum (no extra needed)",
-    )
-    p.add_argument("--markdown", metavar="OUT.md", default=None, help="the report as markdown, every column")
-    p.add_argument(
-        "--out-dir",
-        metavar="DIR",
-        default=None,
-        help=f"write {', '.join(OUT_FILES)} there (--quick: {QUICK_OUT_DIR}/ unless --json-out, --plot or --markdown)",
-    )
+    _add_output_flags(p)
     p.add_argument(
         "--details",
         action="store_true",
@@ -173,6 +156,28 @@ def add_parser(subparsers: Any) -> None:
     add_model_flags(p)
     p.add_argument("--estimate", action="store_true", help="print the run count and time estimate, then exit")
     p.set_defaults(func=run)
+
+
+def _add_output_flags(p: Any) -> None:
+    """--json, --json-out, --plot, --markdown and --out-dir: where the results go besides the table."""
+    p.add_argument(
+        "--json", action="store_true", help="print every raw timing as JSON on stdout (the report goes to stderr)"
+    )
+    p.add_argument("--json-out", metavar="OUT.json", default=None, help="write every raw timing as JSON to OUT.json")
+    p.add_argument(
+        "--plot",
+        metavar="OUT.png",
+        default=None,
+        help="chart: per row, speed relative to TF's default of the published recommendations, of what "
+        "the one line delivers and of the optimum (no extra needed)",
+    )
+    p.add_argument("--markdown", metavar="OUT.md", default=None, help="the report as markdown, every column")
+    p.add_argument(
+        "--out-dir",
+        metavar="DIR",
+        default=None,
+        help=f"write {', '.join(OUT_FILES)} there (--quick: {QUICK_OUT_DIR}/ unless --json-out, --plot or --markdown)",
+    )
 
 
 def _check_models(rows: Any, out: Any) -> None:
