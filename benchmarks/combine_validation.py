@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tf_autopar.validation import report, results  # noqa: E402
+from tf_autopar.validation import chart, report, results  # noqa: E402
 
 
 def replan(row: dict, config: str) -> dict:
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     merged["geomean"] = results.geomeans(merged["rows"])
     results.validate_document(merged)
     report.write_json(merged, args.out)
-    report.plot(merged, str(Path(args.out).with_suffix(".png")))
+    chart.write(merged, str(Path(args.out).with_suffix(".png")))
     print(report.format_table(merged))
     print(
         "rows merged from: "

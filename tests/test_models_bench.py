@@ -334,14 +334,18 @@ def test_validate_accepts_a_savedmodel_as_a_row(models, tmp_path):
     # the frozen path (--space none: no sweep): the model file's frozen graph at our plan's pools, and live
     assert row["frozen_path"]["status"] == "ok" and "export" not in row["frozen_path"]
     assert row["order"][-2:] == ["frozen", "live"]
+    # the frozen session at our plan's pools is timed inside the live run (its --sweep)
     inter, intra = row["summary"]["configs"][results.OURS]["threads"]
     (frozen,) = row["configs"]["frozen"]["runs"]
-    assert frozen["frozen_session"] == f"{inter}x{intra}" and len(frozen["step_times_s"]) == 3
+    assert frozen["swept_in"] == "live" and frozen["status"] == "ok" and len(frozen["step_times_s"]) == 3
     (live,) = row["configs"]["live"]["runs"]
     assert live["tuned_s"] is not None and isinstance(live["served"], list)  # it waited for live tuning
+    assert list(live["sweep"]) == [f"{inter}x{intra}"]
+    assert bool(live["engines"]) == bool(live["served"])  # each served session's engine, as status() named it
     s = row["summary"]
     assert s["frozen_vs_optimum"]["value"] > 0 and s["live_vs_optimum"]["value"] > 0
-    assert s["optimum_path"] in results.PATHS and "frozen/opt" in proc.stdout
+    assert s["delivers"]["config"] == "live" and s["delivers_vs_default"]["value"] > 0
+    assert s["optimum_path"] in results.PATHS and "of optimum" in proc.stdout and "enable()" in proc.stdout
 
 
 def test_validate_rejects_a_model_it_cannot_feed(models, tmp_path):

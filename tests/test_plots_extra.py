@@ -1,4 +1,5 @@
-"""matplotlib is an extra: a chart asked for without it is a clear error naming the extra, before any run."""
+"""matplotlib is an extra: a chart asked for without it is a clear error naming the extra, before any
+run; validate's chart needs none."""
 
 import sys
 
@@ -18,11 +19,14 @@ def test_pyplot_without_matplotlib_names_the_extra(no_matplotlib):
         _plots.pyplot()
 
 
-def test_validate_plot_without_matplotlib_fails_before_running(no_matplotlib, tmp_path, capsys):
-    assert main(["validate", "--quick", "--plot", str(tmp_path / "v.png"), "--no-progress"]) == 2
-    err = capsys.readouterr().err
-    assert "tf_autopar[plots]" in err and "validating" not in err
-    assert not (tmp_path / "v.png").exists()
+def test_validate_draws_its_chart_without_matplotlib(no_matplotlib, tmp_path):
+    """validate's chart is drawn with zlib alone (tf_autopar/_png.py): every quick start writes it."""
+    from test_validation_headline import served_doc
+
+    from tf_autopar.validation import chart
+
+    chart.write(served_doc(), str(tmp_path / "v.png"))
+    assert (tmp_path / "v.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_analyze_plot_without_matplotlib_fails_before_analysing(no_matplotlib, tmp_path, capsys):

@@ -115,6 +115,7 @@ VALIDATE_CASES = {
     "validate_minimal_details.txt": lambda: report.format_table(_finish(minimal_doc()), details=True),
     "validate_frozen_details.txt": lambda: report.format_table(_frozen_doc(), details=True),
     "validate_tuned.txt": lambda: report.format_table(_tuned_doc()),
+    "validate_tuned_details.txt": lambda: report.format_table(_tuned_doc(), details=True),
     "validate_quota_details.txt": lambda: report.format_table(_quota_doc(), details=True),
 }
 
@@ -187,8 +188,11 @@ def test_the_pinned_reports_take_every_branch():
     frozen = (PINNED / "validate_frozen_details.txt").read_text()
     assert "frozen/opt" in frozen and "frozen path failed (export crashed): x/infer1" in frozen
     assert "live n/a for a .keras file: k/infer1" in frozen and "frozen path n/a (training: no): t/train" in frozen
-    tuned = (PINNED / "validate_tuned.txt").read_text()
+    tuned = (PINNED / "validate_tuned_details.txt").read_text()
     assert "tuned/opt" in tuned and "of sweep" in tuned and "failed" in tuned
+    headline = (PINNED / "validate_tuned.txt").read_text()
+    assert "tuned (what `tf-autopar tune` chose) reached 1.00 of the optimum" in headline
+    assert "6 failed run(s)" in headline
     quota = (PINNED / "validate_quota_details.txt").read_text()
     for text in ("INTERRUPTED", "CPU quota 1.5", "MEAN step", "plan failed", "Segmentation fault", "throttled 20%"):
         assert text in quota, text

@@ -163,7 +163,9 @@ def test_the_harness_process_never_imports_tensorflow(tmp_path):
         [sys.executable, "-c", code], env=cli_env(tmp_path / "log"), capture_output=True, text=True, timeout=120
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "inception_v3/infer1" in proc.stdout and "fresh processes" in proc.stdout
+    assert (
+        "inception_v3/infer," in proc.stdout and "wide_deep/infer1" in proc.stdout and "fresh processes" in proc.stdout
+    )
 
 
 @pytest.mark.root

@@ -30,8 +30,10 @@ PROCESS_SLOTS = ["tf-default", "tf-recommended", "1x1", "2x1", "2x2"]  # 1x2 and
 
 
 def standin_options(**kw) -> Options:
+    """The stand-in as every child; each frozen session a process of its own (``sweep`` off: the
+    tests below it check that method; tests/test_validation_headline.py the sweep inside live)."""
     return Options(
-        **{"rounds": 2, "steps": 3, "warmup": 0, "timeout_s": 60, **kw},
+        **{"rounds": 2, "steps": 3, "warmup": 0, "timeout_s": 60, "sweep": False, **kw},
         runner=RUNNER,
         model_runner=RUNNER,
         export_runner=RUNNER,
@@ -126,7 +128,7 @@ def test_a_faster_frozen_session_is_the_optimum_and_named_as_such(standin_log, m
     assert s["best_by_path"]["frozen"] == "frozen" and s["best_by_path"]["process"] in PROCESS_SLOTS
     assert s["ours_vs_optimum"]["value"] < 0.6 and s["frozen_vs_optimum"]["value"] == 1.0
     assert s["below_optimum"] and s["reasons"][0].startswith("the optimum is on the frozen path (session 1x2)")
-    text = report.format_table(doc)
+    text = report.format_table(doc, details=True)  # the optimum and each path's share: --details
     line = next(ln for ln in text.splitlines() if ln.startswith("wa"))
     assert "frozen 1x2 = ours" in line and "1.00" in line
     assert "frozen/opt" in text and "live/opt" in text and "live serves" in text
@@ -141,7 +143,7 @@ def test_a_failed_export_is_recorded_and_the_row_goes_on(standin_log, monkeypatc
     assert "export as a SavedModel failed" in row["frozen_path"]["reason"]
     assert "simulated export failure" in row["frozen_path"]["stderr_tail"]
     assert "frozen_vs_optimum" not in row["summary"] and row["summary"]["optimum_path"] == "process"
-    text = report.format_table(doc)
+    text = report.format_table(doc, details=True)
     assert "frozen path failed (the export as a SavedModel failed" in text
     assert next(ln for ln in text.splitlines() if ln.startswith("wa")).count("failed") == 2
     results.validate_document(json.loads(report.to_json(doc)))
@@ -164,7 +166,7 @@ def test_a_model_file_row_runs_its_own_file_and_a_keras_file_has_no_live_run(sta
     assert all(r["status"] == "ok" for row in doc["rows"] for c in row["configs"].values() for r in c["runs"])
     log = read_log(standin_log)
     assert {e["workload"] for e in log if e["threads"] in ("frozen:1x2", "live")} == {str(sm), str(keras)}
-    text = report.format_table(doc)
+    text = report.format_table(doc, details=True)
     assert "live n/a for a .keras file" in text and str(keras) in text.split("live n/a for a .keras file")[1]
 
 
@@ -227,7 +229,8 @@ def test_report_shows_the_frozen_columns_and_geomeans():
     )
     w = next(ln for ln in text.splitlines() if ln.startswith("w "))
     assert "frozen 1x2 = ours  0.50 (0.50-0.50)  1.00 (1.00-1.00)  0.83 (0.75-0.92)" in w
-    assert w.split()[-3:] == ["1x1", "<", "0.95"]  # live served 1x1; ours is flagged against the frozen optimum
+    assert "0.83 (0.75-0.92)  1x1          enable(): 1x1" in w  # live served 1x1, and it is what the line delivers
+    assert w.split()[-3:] == ["(0.75-0.92)", "<", "0.95"]  # ours is flagged against the frozen optimum
     t = next(ln for ln in text.splitlines() if ln.startswith("t "))
     assert t.count("n/a") == 2 and "pools 2x1" in t  # the process optimum, named by its path
     assert "frozen path n/a (training: no): t/train" in text
@@ -243,7 +246,8 @@ def test_an_old_document_without_frozen_entries_renders_as_before():
             c.pop("path", None)
     results.validate_document(doc)
     text = report.format_table(doc, details=True)
-    assert "frozen/opt" not in text and "live" not in text and "pools" not in text
+    assert "frozen/opt" not in text and "live/opt" not in text and "live serves" not in text and "pools 2x1" not in text
+    assert "plan: pools 1x2" in text  # the headline: no live run, so the plan
     line = next(ln for ln in text.splitlines() if ln.startswith("w "))
     assert " 2x1 " in line and "0.80" in line
     # and a saved document re-summarised by today's code

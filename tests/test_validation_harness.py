@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tf_autopar.validation import report, results
+from tf_autopar.validation import chart, report, results
 from tf_autopar.validation.harness import ChildPlanProvider, Harness, Options, RowSpec, fixed_plan_provider
 from tf_autopar.measure.runner import TRACKER
 from tf_autopar.measure.configs import thread_config
@@ -74,7 +74,7 @@ def test_rounds_are_interleaved_and_every_timing_is_kept(standin_log, tmp_path):
     table = report.format_table(loaded, details=True)
     assert "geomean" in table and "wa" in table and "same as tf-recommended" in table
     png = tmp_path / "v.png"
-    report.plot(loaded, str(png))
+    chart.write(loaded, str(png))
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not TRACKER.live
 
@@ -104,8 +104,9 @@ def test_crashes_timeouts_and_garbage_are_recorded_and_the_run_goes_on(standin_l
     assert s["configs"]["2x2"]["status"] == "timeout" and s["configs"]["1x1"]["status"] == "crash"
     assert s["optimum"] in ("tf-default", "tf-recommended")
     results.validate_document(json.loads(json.dumps(doc)))
-    table = report.format_table(doc)
+    table = report.format_table(doc, details=True)  # the default view counts them: "6 failed run(s)"
     assert "failed runs" in table and "2x2 round 2: timeout" in table
+    assert "6 failed run(s)" in report.format_table(doc)
     # the hung children were killed, not left behind
     assert not any(alive(e["pid"]) for e in read_log(standin_log))
     assert not TRACKER.live
@@ -184,7 +185,7 @@ def test_tuned_finds_the_faster_neighbour_and_reports_its_cost(standin_log, monk
     assert cost["runs"] == len(tune["runs"]) and cost["sweep_runs"] == 4 * 2  # 4 search configs x 2 rounds
     assert 0 < cost["share"] == pytest.approx(cost["wall_s"] / cost["sweep_wall_s"])
     assert doc["geomean"]["tuned_vs_optimum"] == pytest.approx(s["tuned_vs_optimum"]["value"])
-    text = report.format_table(doc)
+    text = report.format_table(doc, details=True)
     assert "tuned/opt" in text and "of sweep" in text
     results.validate_document(doc)
 

@@ -16,7 +16,9 @@ runner's JSON object. Environment knobs make it misbehave on purpose:
 
 The IxJ of the knobs is the process's TF_NUM_* pools, ``frozen:IxJ`` for a frozen session
 (``--frozen IxJ``, the model child's flag) and ``live`` for ``--enable MODE --until-tuned``,
-whose output reports one frozen session served (STANDIN_LIVE_SERVES, default 1x1). With
+whose output reports one frozen session served (STANDIN_LIVE_SERVES, default 1x1) and its engine
+(STANDIN_LIVE_ENGINE, default "tensorflow"); with ``--sweep IxJ,...`` it also times each
+setting as ``frozen:IxJ`` would be (the payload's ``sweep``). With
 ``--out DIR`` it stands in for the export child: empty files and the export's JSON object.
 """
 
@@ -47,6 +49,7 @@ def main() -> int:
     p.add_argument("--frozen")
     p.add_argument("--enable")
     p.add_argument("--until-tuned", action="store_true")
+    p.add_argument("--sweep")
     p.add_argument("--out")
     a = p.parse_args()
     if a.out is not None:
@@ -99,20 +102,17 @@ def main() -> int:
         if pid == 0:
             os._exit(0)
         os.waitpid(pid, 0)
-    times = []
-    work = 2000 * a.batch // (4 if os.environ.get("STANDIN_FAST") == threads else 1)
-    for _ in range(a.warmup + a.steps):
-        t = time.perf_counter()
-        sum(i * i for i in range(work))
-        times.append(time.perf_counter() - t)
-    times = times[a.warmup :]
+    times = _steps(a, threads)
     s = sorted(times)
-    extra = {}
+    extra: dict = {}
+    if a.sweep:
+        extra["sweep"] = {x: {"step_times_s": _steps(a, f"frozen:{x}")} for x in a.sweep.split(",")}
     if a.frozen:
         extra["settings"] = {"frozen_session": a.frozen}
     if a.enable:
         inter, intra = os.environ.get("STANDIN_LIVE_SERVES", "1x1").split("x")
         bucket = {"path": "frozen session", "inter_op": int(inter), "intra_op": int(intra), "calls": 9, "tuned": True}
+        bucket["engine"] = os.environ.get("STANDIN_LIVE_ENGINE", "tensorflow")
         extra["tf_autopar"] = {"served": [{"buckets": [bucket]}], "tuned_s": 0.01, "switch_s": 0.01}
     print(
         json.dumps(
@@ -135,6 +135,17 @@ def main() -> int:
         )
     )
     return 0
+
+
+def _steps(a: argparse.Namespace, threads: str) -> list[float]:
+    """Step times of a pure-Python busy loop (a quarter of the work where STANDIN_FAST names ``threads``)."""
+    times = []
+    work = 2000 * a.batch // (4 if os.environ.get("STANDIN_FAST") == threads else 1)
+    for _ in range(a.warmup + a.steps):
+        t = time.perf_counter()
+        sum(i * i for i in range(work))
+        times.append(time.perf_counter() - t)
+    return times[a.warmup :]
 
 
 def export(a: argparse.Namespace) -> int:

@@ -128,12 +128,17 @@ def write_json_atomic(path: str, data: Any, **dump_options: Any) -> None:
 def write_text_atomic(path: str, text: str) -> None:
     """Write ``text`` to ``path``: a temporary file in the same directory, then a rename (a
     symlink at ``path`` is replaced, never written through)."""
+    write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_bytes_atomic(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` as write_text_atomic does."""
     directory = os.path.dirname(path) or "."
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
         os.replace(tmp, path)
     except BaseException:
         try:

@@ -9,12 +9,12 @@ directories, .keras files: inference rows at --batch, see tf_autopar/models/).
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 from typing import TYPE_CHECKING, Any
 
 import tf_autopar_workloads as workloads
-from tf_autopar import _plots
 from tf_autopar._model_path import looks_like_model
 from tf_autopar._numbers import add_batch_flag, count, seconds
 from tf_autopar.measure.configs import parse_config
@@ -32,18 +32,21 @@ if TYPE_CHECKING:
 # `run` that use it, not here: every subcommand's module is imported to build the CLI's parser.
 
 # --quick (the README default): a wide vision model with parallel branches (Inception v3,
-# inference at batch 1 and training), a wide recommender at batch 1 (Wide&Deep: the
-# latency-bound case where fewer threads won on this kind of host) and a sequential conv net
-# (AlexNet, training), at tiny size. 4 rows x (5 distinct configurations x 3 rounds + 1 plan)
-# = 64 fresh processes on a 2-CPU host, ~6 s each: about 6 minutes (5 min 55 s measured). The
-# two inference rows' frozen path adds 5 distinct processes per round (4 sessions, ours among
-# them, and live) and one export: 2 x 16 = 32 more, about 4 minutes (one round measured per row:
-# Inception v3's 5 runs 34 s and its export 9 s; Wide&Deep's slower on a busy host).
-QUICK_ROWS = (("inception_v3", "infer1"), ("inception_v3", "train"), ("wide_deep", "infer1"), ("alexnet", "train"))
+# inference at its published batch 16, where compute, not the per-call overhead, dominates, and
+# training), a wide recommender at batch 1 (Wide&Deep: the latency-bound case) and a sequential
+# conv net (AlexNet, training), at tiny size. Measured first (issue 47, 2-core AMD EPYC): one
+# tiny inference row took 249 s of fresh processes with the frozen sessions a process each and
+# the pools searched too. Now an inference row's frozen sessions are timed inside its live run
+# (one process a round) and its process pools are TF's default, the recommendations and our
+# plan (the sweep covers the path enable() serves); training rows keep every setting, a fresh
+# process each. 2 rounds.
+QUICK_ROWS = (("inception_v3", "infer"), ("inception_v3", "train"), ("wide_deep", "infer1"), ("alexnet", "train"))
 QUICK_WORKLOADS = tuple(dict.fromkeys(w for w, _ in QUICK_ROWS))
-QUICK_MODES = ("infer1", "train")
-QUICK = {"size": "tiny", "rounds": 3, "steps": 10, "warmup": 2}
+QUICK_MODES = ("infer", "infer1", "train")
+QUICK = {"size": "tiny", "rounds": 2, "steps": 10, "warmup": 2}
 FULL = {"size": "paper", "rounds": 5, "steps": 20, "warmup": 3}
+QUICK_OUT_DIR = "tf-autopar-validate"  # --quick writes its files here unless told otherwise
+OUT_FILES = ("validate.json", "validate.md", "validate.png")
 DEFAULT_TIMEOUT_S = {"tiny": 180.0, "paper": 1800.0}
 DEFAULT_TUNE_RUNS = 12  # the tuner's neighbourhood is at most 12 candidates; halving measures fewer
 
@@ -78,9 +81,11 @@ def add_parser(subparsers: Any) -> None:
         "infer rows (default: the published batch)",
     )
     p.add_argument(
-        "--quick", action="store_true", help="representative subset at tiny size, 3 rounds: about 10 minutes on 2 cores"
+        "--quick",
+        action="store_true",
+        help="representative subset at tiny size, 2 rounds: 4 rows, at most 46 fresh processes; writes its JSON, markdown report and chart",
     )
-    p.add_argument("--rounds", type=count(), default=None, help="interleaved rounds (default 5; --quick 3)")
+    p.add_argument("--rounds", type=count(), default=None, help="interleaved rounds (default 5; --quick 2)")
     p.add_argument("--steps", type=count(), default=None, help="timed steps per run (default 20; --quick 10)")
     p.add_argument("--warmup", type=count(), default=None, help="untimed steps per run first (default 3; --quick 2)")
     p.add_argument(
@@ -102,17 +107,12 @@ def add_parser(subparsers: Any) -> None:
         default=None,
         help="seconds per run before it is killed and recorded as a timeout (default 180 tiny, 1800 paper)",
     )
+    _add_output_flags(p)
     p.add_argument(
-        "--json", action="store_true", help="print every raw timing as JSON on stdout (the report goes to stderr)"
+        "--details",
+        action="store_true",
+        help="every column (the baselines, our plan's pools, each path, ranges) and every configuration",
     )
-    p.add_argument("--json-out", metavar="OUT.json", default=None, help="write every raw timing as JSON to OUT.json")
-    p.add_argument(
-        "--plot",
-        metavar="OUT.png",
-        default=None,
-        help="bar chart of our speedups per row (needs the plots extra: matplotlib)",
-    )
-    p.add_argument("--details", action="store_true", help="also print every configuration of every row")
     p.add_argument(
         "--runner",
         default=None,
@@ -147,10 +147,37 @@ def add_parser(subparsers: Any) -> None:
         "search space, at our plan's pools, and live tuning); those runs use tf_autopar's model child "
         "even with --runner",
     )
+    p.add_argument(
+        "--frozen-processes",
+        action="store_true",
+        help="time each frozen session in a fresh process of its own, not inside the row's live run",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     add_model_flags(p)
     p.add_argument("--estimate", action="store_true", help="print the run count and time estimate, then exit")
     p.set_defaults(func=run)
+
+
+def _add_output_flags(p: Any) -> None:
+    """--json, --json-out, --plot, --markdown and --out-dir: where the results go besides the table."""
+    p.add_argument(
+        "--json", action="store_true", help="print every raw timing as JSON on stdout (the report goes to stderr)"
+    )
+    p.add_argument("--json-out", metavar="OUT.json", default=None, help="write every raw timing as JSON to OUT.json")
+    p.add_argument(
+        "--plot",
+        metavar="OUT.png",
+        default=None,
+        help="chart: per row, speed relative to TF's default of the published recommendations, of what "
+        "the one line delivers and of the optimum (no extra needed)",
+    )
+    p.add_argument("--markdown", metavar="OUT.md", default=None, help="the report as markdown, every column")
+    p.add_argument(
+        "--out-dir",
+        metavar="DIR",
+        default=None,
+        help=f"write {', '.join(OUT_FILES)} there (--quick: {QUICK_OUT_DIR}/ unless --json-out, --plot or --markdown)",
+    )
 
 
 def _check_models(rows: Any, out: Any) -> None:
@@ -175,8 +202,7 @@ def _check_models(rows: Any, out: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from tf_autopar.validation.harness import make_rows
 
-    if args.plot:
-        _plots.require()  # before the run, not after it
+    _out_files(args)
     preset = QUICK if args.quick else FULL
     size = args.size or preset["size"]
     modes = _modes(args)
@@ -198,6 +224,19 @@ def run(args: argparse.Namespace) -> int:
         return 0
     doc = harness.run(rows)  # SIGTERM stops it as Ctrl-C does: cli/interrupt.py
     return _report(args, doc, out)
+
+
+def _out_files(args: argparse.Namespace) -> None:
+    """--out-dir (and --quick's default one) as --json-out, --markdown and --plot paths."""
+    out_dir = args.out_dir
+    if out_dir is None and args.quick and not (args.json_out or args.plot or args.markdown or args.estimate):
+        out_dir = QUICK_OUT_DIR
+    if out_dir is None:
+        return
+    json_name, md_name, png_name = OUT_FILES
+    args.json_out = args.json_out or os.path.join(out_dir, json_name)
+    args.markdown = args.markdown or os.path.join(out_dir, md_name)
+    args.plot = args.plot or os.path.join(out_dir, png_name)
 
 
 def _modes(args: argparse.Namespace) -> tuple[str, ...]:
@@ -260,6 +299,8 @@ def _options(args: argparse.Namespace, preset: dict[str, Any], size: str) -> Opt
         else 0,
         runner=tuple(shlex.split(args.runner)) if args.runner else DEFAULT_RUNNER,
         frozen=not args.no_frozen,
+        infer_pool_search=not args.quick,
+        sweep=not args.frozen_processes,
     )
     options.check()
     return options
@@ -298,10 +339,16 @@ def _announce(harness: Harness, rows: list[Any], model_rows: list[Any], size: st
         file=out,
     )
     if harness.options.frozen and any(r.runner_mode == "infer" for r in rows):
+        where = (
+            "timed inside the live run, one process a round"
+            if harness.options.sweep
+            else "a fresh process each (--frozen-processes)"
+        )
+        pools = "" if harness.options.infer_pool_search else "; their process pools: the baselines and our plan"
         print(
-            f"inference rows also run the frozen path: the frozen graph in a session of its own at each of "
-            f"{len(harness.space.frozen)} inter x intra settings and at our plan's pools, and live tuning "
-            "(--no-frozen: without)",
+            f"inference rows also run the path enable() serves: live tuning, and the frozen graph in a session "
+            f"of its own at each of {len(harness.space.frozen)} inter x intra settings and at our plan's pools, "
+            f"{where}{pools} (--no-frozen: without)",
             file=out,
         )
     print(
@@ -317,6 +364,8 @@ def _report(args: argparse.Namespace, doc: dict[str, Any], out: Any) -> int:
     from tf_autopar.validation import report
     from tf_autopar.validation.results import OURS
 
+    from tf_autopar.validation import chart
+
     print(report.format_table(doc, details=args.details), file=out)
     if args.json:
         print(report.to_json(doc))
@@ -324,8 +373,12 @@ def _report(args: argparse.Namespace, doc: dict[str, Any], out: Any) -> int:
         report.write_json(doc, args.json_out)
         print(f"raw timings written to {args.json_out}", file=out)
     if args.plot:
-        report.plot(doc, args.plot)
+        chart.write(doc, args.plot)
         print(f"chart written to {args.plot}", file=out)
+    if args.markdown:
+        shown = args.plot and os.path.relpath(args.plot, os.path.dirname(os.path.abspath(args.markdown)))
+        report.write_markdown(doc, args.markdown, chart=shown or None)
+        print(f"report (every column) written to {args.markdown}", file=out)
     if doc.get("interrupted"):
         return 130
     unmeasured = [

@@ -505,6 +505,19 @@ def served_sessions(status: Mapping[str, Any] | None) -> list[str]:
     )
 
 
+def served_engines(status: Mapping[str, Any] | None) -> list[str]:
+    """The engines (each runner's ``describe()["engine"]``) of the fast path's frozen sessions
+    serving at the end of a run, from the child's ``tf_autopar`` status, as status() named them."""
+    return sorted(
+        {
+            str(b["engine"])
+            for s in (status or {}).get("served") or []
+            for b in s.get("buckets") or []
+            if b.get("path") == "frozen session" and b.get("engine")
+        }
+    )
+
+
 def prepare_in_child(
     model: str,
     *,

@@ -280,11 +280,34 @@ def _frozen_step(prepared: Any, setting: str, engine: str = "") -> Callable[[], 
     return lambda: pool.run(frozen.outputs, feeds)
 
 
+def frozen_sweep(prepared: Any, settings: list[str], warmup: int, steps: int) -> dict[str, Any]:
+    """``--sweep``: the prepared model's frozen graph in a session of its own at each setting
+    ("INTERxINTRA"), one after the other in this process (per-session pools, as live tuning
+    measures its candidates): each warmed up, then ``steps`` calls timed, then closed. Setting ->
+    its ``measure`` result. Per-session intra-op pools need TF_OVERRIDE_GLOBAL_THREADPOOL=1 at
+    start (the parent's, or enable()'s)."""
+    try:
+        pools = [(s, frozen_pools(s)) for s in settings]
+    except ValueError as exc:
+        raise ChildError(f"--sweep: {exc}") from None
+    frozen, feeds = prepared.frozen()
+    out: dict[str, Any] = {}
+    for label, (inter, intra) in pools:
+        pool = StreamPool(frozen.open_sessions(inter, intra, 1))
+        try:
+            out[label] = measure(lambda p=pool: p.run(frozen.outputs, feeds), warmup + 1, steps, None)
+        finally:
+            pool.retire()
+    return out
+
+
 def run(argv: list[str]) -> dict[str, Any]:
     """Time requests (the workloads-runner contract); see the module docstring."""
     args = _run_parser().parse_args(argv)
     if args.frozen and (args.enable or not looks_like_model(args.model)):
         raise ChildError("--frozen measures a model file's frozen graph, without --enable")
+    if args.sweep and not looks_like_model(args.model):
+        raise ChildError("--sweep measures a model file's frozen graph")
     t_start = time.perf_counter()
     status = None
     cache_at_start = None
@@ -317,6 +340,7 @@ def run(argv: list[str]) -> dict[str, Any]:
     switch_s = _until_served(step) if args.enable else None
     tuned_s = _until_tuned(step) if args.enable and args.until_tuned else None
     result = measure(step, args.warmup, args.steps, args.time)
+    sweep = frozen_sweep(prepared, args.sweep.split(","), args.warmup, args.steps) if args.sweep else None
     settings = effective_settings()
     if args.frozen:
         settings["frozen_session"] = args.frozen  # the session's own pools; the process's are above
@@ -350,6 +374,8 @@ def run(argv: list[str]) -> dict[str, Any]:
         "tf_version": tf.__version__,
         **info,
     }
+    if sweep is not None:
+        payload["sweep"] = sweep
     try:
         from tf_autopar_workloads.runner import peak_rss_mb
 
@@ -554,6 +580,12 @@ def _run_parser() -> argparse.ArgumentParser:
     )
     rp.add_argument(
         "--engine", default="", help="with --frozen: run the frozen graph on this engine (openvino, onnxruntime, ...)"
+    )
+    rp.add_argument(
+        "--sweep",
+        metavar="IxJ,...",
+        default=None,
+        help="after the timed requests, time the frozen graph in a session of its own at each setting, in this process",
     )
     add_model_flags(rp)
     return rp

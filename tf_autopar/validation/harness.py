@@ -39,11 +39,12 @@ from tf_autopar.measure.configs import Config, config_from_plan
 from tf_autopar.measure.progress import Progress
 from tf_autopar.measure.runner import OK, ChildResult, check_step_payload, clean_env, run_child
 from tf_autopar.measure.search import Candidate
-from tf_autopar.models.bench import FROZEN, LIVE, enable_env, served_sessions
+from tf_autopar.models.bench import FROZEN, LIVE, enable_env, served_engines, served_sessions
 from tf_autopar.models.child import EXPORT_CHILD, RUN_CHILD, STEPS_CHILD, export_args, runner_args
 from tf_autopar.models.load import KERAS, model_kind
 from tf_autopar.models.options import ModelOptions
 from tf_autopar.models.plan_child import PLAN_CHILD, ROW_MODES, plan_args
+from tf_autopar.topology.cpuinfo import parse_proc_cpuinfo
 from tf_autopar.topology.model import Topology
 from tf_autopar.tuning.tuner import candidate_env, search_plan
 import tf_autopar.validation.results as results
@@ -100,6 +101,12 @@ class Options:
     model_runner: tuple[str, ...] = MODEL_RUNNER  # the runner of model-file rows and of every frozen-path run
     frozen: bool = True  # inference rows: the frozen path too (frozen sessions over the space, live)
     export_runner: tuple[str, ...] = EXPORT_CHILD  # a bundled workload as a SavedModel, for its frozen path
+    # the frozen sessions of an inference row timed inside its live run, one process a round (the
+    # model child's --sweep: per-session pools, as live tuning measures), not a process each
+    sweep: bool = True
+    # the process pools' search on inference rows with the frozen path (False: the baselines and
+    # our plan only there; --quick, where enable() serves the frozen path the sweep covers)
+    infer_pool_search: bool = True
 
     def check(self) -> None:
         if self.rounds < 1:
@@ -213,6 +220,15 @@ def fixed_plan_provider(config: Config) -> PlanProvider:
     return provide
 
 
+def processor() -> str:
+    """/proc/cpuinfo's model name ("unknown" without one): recorded with every document."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            return parse_proc_cpuinfo(fh.read()).model or "unknown"
+    except OSError:
+        return "unknown"
+
+
 def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
@@ -278,9 +294,16 @@ class Harness:
         """Distinct processes per round: baselines and search deduplicated, plus our plan if it is new;
         on an inference row the frozen sweep, plus the frozen session at our plan if it is new, and live."""
         order, _ = distinct_slots(
-            [*self.baselines, *self.space.configs], self.topology.threading_runtime, tuple(self.topology.affinity)
+            [*self.baselines, *self._pool_search(row)], self.topology.threading_runtime, tuple(self.topology.affinity)
         )
-        return len(order) + 1 + (len(self.space.frozen) + 2 if self._frozen_row(row) else 0)
+        if not self._frozen_row(row):
+            return len(order) + 1
+        return len(order) + 1 + (1 if self.options.sweep else len(self.space.frozen) + 2)
+
+    def _pool_search(self, row: RowSpec) -> tuple[Config, ...]:
+        """The search space's process-pool configurations this row runs (none on an inference row
+        with the frozen path when ``infer_pool_search`` is off)."""
+        return self.space.configs if self.options.infer_pool_search or not self._frozen_row(row) else ()
 
     def _frozen_row(self, row: RowSpec) -> bool:
         return self.options.frozen and row.runner_mode == "infer"
@@ -304,6 +327,7 @@ class Harness:
             "schema": results.SCHEMA_VERSION,
             "tool": "tf-autopar validate",
             "host": self.topology.to_dict(),
+            "processor": processor(),
             "started": _now(),
             "finished": None,
             "interrupted": False,
@@ -388,7 +412,7 @@ class Harness:
                 *self.baselines,
                 *([ours] if ours is not None else []),
                 *([tuned] if tuned else []),
-                *self.space.configs,
+                *self._pool_search(row),
                 *frozen,
             ]
             names = [c.name for c in configs]
@@ -402,14 +426,55 @@ class Harness:
                 # the estimate assumed no duplicates; shrink the total now that this row's slots are known
                 self.progress.set_total(self.progress.total - (self._max_slots(row) - len(order)) * self.options.rounds)
             by_name = {c.name: c for c in configs}
+            swept = self._swept(order, by_name)
+            if swept:
+                row_doc["frozen_path"]["swept_in"] = LIVE
+                if self.progress is not None:
+                    self.progress.set_total(self.progress.total - len(swept) * self.options.rounds)
             for r in range(1, self.options.rounds + 1):
                 for name in order:
+                    if name in swept:
+                        continue  # timed inside this round's live run, below
                     cfg = by_name[name]
-                    run = self._run_one([*frozen_cmd, *cfg.runner_args] if cfg.runner_args else cmd, cfg, r)
+                    args = [*cfg.runner_args, *self._sweep_args(swept, r)] if name == LIVE else cfg.runner_args
+                    run = self._run_one([*frozen_cmd, *args] if args else cmd, cfg, r)
                     row_doc["configs"][name]["runs"].append(run)
-                    med = run.get("median_s")
-                    shown = f"{med * 1e3:.2f} ms" if run["status"] == OK and med else run["status"].upper()
-                    self._tick(f"{row.key} round {r}/{self.options.rounds} {name}: {shown}")
+                    self._tick_run(row, r, name, run)
+                    if name == LIVE:
+                        for label, rec in sweep_records(run, swept, r).items():
+                            row_doc["configs"][label]["runs"].append(rec)
+                            self._tick_run(row, r, label, rec, count=False)
+
+    def _tick_run(self, row: RowSpec, r: int, name: str, run: Mapping[str, Any], count: bool = True) -> None:
+        med = run.get("median_s")
+        shown = f"{med * 1e3:.2f} ms" if run["status"] == OK and med else run["status"].upper()
+        label = f"{row.key} round {r}/{self.options.rounds} {name}: {shown}"
+        if self.progress is not None:
+            self.progress.update(label, advance=1 if count else 0)
+
+    def _swept(self, order: Sequence[str], by_name: Mapping[str, Config]) -> dict[str, str]:
+        """The frozen configurations timed inside the live run (name -> its setting "IxJ"): every
+        distinct one not bound to CPUs of its own, when the row has a live run and ``sweep`` is on."""
+        if not self.options.sweep or LIVE not in order:
+            return {}
+        return {
+            n: by_name[n].runner_args[-1]
+            for n in order
+            if by_name[n].kind == FROZEN
+            and not by_name[n].cpus
+            and by_name[n].runner_args[:1] == ("--frozen",)
+            and "--engine" not in by_name[n].runner_args  # another engine: in a process of its own
+        }
+
+    @staticmethod
+    def _sweep_args(swept: Mapping[str, str], rnd: int) -> list[str]:
+        """``--sweep`` for round ``rnd``: the swept settings, rotated by the round so that none is
+        always first after the live calls."""
+        settings = list(swept.values())
+        if not settings:
+            return []
+        k = (rnd - 1) % len(settings)
+        return ["--sweep", ",".join(settings[k:] + settings[:k])]
 
     def _frozen_path(
         self, row: RowSpec, ours: Config | None, row_doc: dict[str, Any], tmp: str
@@ -529,6 +594,34 @@ class Harness:
         return run_record(res, rnd, self._seq)
 
 
+def sweep_records(live: Mapping[str, Any], swept: Mapping[str, str], rnd: int) -> dict[str, dict[str, Any]]:
+    """The swept frozen configurations' runs of round ``rnd``, from that round's live run (its
+    payload's ``sweep``, kept by run_record): each as a run of its own, failed with the live run's
+    status (or "crash" when its setting is missing) and error when there is nothing to read."""
+    sweep = live.get("sweep") or {}
+    out = {}
+    for name, setting in swept.items():
+        got = sweep.get(setting) or {}
+        times = [float(t) for t in got.get("step_times_s") or []]
+        ok = live.get("status") == OK and bool(times)
+        out[name] = {
+            "round": rnd,
+            "seq": live.get("seq"),
+            "status": OK if ok else (live.get("status") if live.get("status") != OK else "crash"),
+            "step_times_s": times if ok else [],
+            "median_s": stats.median(times) if ok else None,
+            "p10_s": None,
+            "p90_s": None,
+            "wall_s": 0.0,  # inside the live run's process (its wall_s counts it)
+            "returncode": live.get("returncode"),
+            "error": None if ok else (live.get("error") or f"the live run of round {rnd} timed no {setting}"),
+            "stderr_tail": "" if ok else live.get("stderr_tail", ""),
+            "cpu_stat": None,
+            "swept_in": LIVE,
+        }
+    return out
+
+
 def run_record(res: ChildResult, rnd: int, seq: int) -> dict[str, Any]:
     """One run as stored in the document (every raw step time kept)."""
     p = res.payload or {}
@@ -552,8 +645,11 @@ def run_record(res: ChildResult, rnd: int, seq: int) -> dict[str, Any]:
             rec[key] = p[key]
     if (p.get("settings") or {}).get("frozen_session"):
         rec["frozen_session"] = p["settings"]["frozen_session"]  # the session's own pools
+    if p.get("sweep"):  # live with --sweep: the frozen sessions it timed (sweep_records reads them)
+        rec["sweep"] = {k: {"step_times_s": v.get("step_times_s") or []} for k, v in p["sweep"].items()}
     if p.get("tf_autopar"):  # live: what the fast path served at the end, and how long tuning took
         rec["served"] = served_sessions(p["tf_autopar"])
+        rec["engines"] = served_engines(p["tf_autopar"])
         rec["tuned_s"] = p["tf_autopar"].get("tuned_s")
         rec["switch_s"] = p["tf_autopar"].get("switch_s")
     return rec

@@ -1,20 +1,22 @@
-"""Rendering a validation document: the text table, the JSON file and the PNG chart."""
+"""Rendering a validation document: the text table, its markdown report and the JSON file (the
+chart: chart.py)."""
 
 from __future__ import annotations
 
 import json
 import math
+import textwrap
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from tf_autopar import _plots
 from tf_autopar._files import write_text_atomic
 from tf_autopar._text import table
 from tf_autopar.measure.stats import BELOW_OPTIMUM, format_ratio
 from tf_autopar.planning import baselines
 from tf_autopar.validation.results import FROZEN, LIVE, OURS, PROCESS, TUNED, canonical, path_of, served
 
-OPTIMUM_COLOUR = "#8c8c8c"  # the chart's "ours / optimum" bars (each baseline's colour is in its record)
+
+DEFAULT_WIDTH = 100  # the default view's lines: an 80-100 character terminal
 
 
 def _ms(x: float | None) -> str:
@@ -108,14 +110,12 @@ def _two(v: float | None) -> str:
 
 @dataclass(frozen=True)
 class Column:
-    """One column of the table: its header, its cell in a row and in the geomean line, and
-    whether it is shown by default (the others only with ``details``)."""
+    """One column of the table: its header, its cell in a row and in the geomean line."""
 
     name: str
     header: str
     cell: Callable[[RowCells], str]
     geomean: Callable[[Mapping[str, Any]], str] = _blank
-    default: bool = True
 
 
 def _ours_ms(c: RowCells) -> str:
@@ -160,8 +160,107 @@ def _has_tuned(doc: Mapping[str, Any]) -> bool:
     return any(row.get("tune") for row in doc["rows"])
 
 
+def _row_name(c: RowCells) -> str:
+    """'inception_v3 infer b16': a model file by its last path component."""
+    name = c.row["workload"].rstrip("/").rsplit("/", 1)[-1] or c.row["workload"]
+    return f"{name} {c.row['mode']} b{c.row['batch']}"
+
+
+def delivers_text(row: Mapping[str, Any], summary: Mapping[str, Any]) -> str:
+    """What the one line delivers on this row: 'enable(): tensorflow 1x1' (the engine and the
+    session live tuning settled on, as the live runs recorded them; 'enable(): TF's own path' when
+    it stayed there), 'plan: pools 1x2', or why there is nothing."""
+    d = summary.get("delivers")
+    if not d:
+        return "plan failed" if row.get("plan", {}).get("status") not in (None, "ok", "pending") else "-"
+    cfg = (summary.get("configs") or {}).get(d["config"]) or {}
+    if d["path"] == LIVE:
+        if not cfg.get("rounds_ok"):
+            return "enable(): " + (cfg.get("status") or "failed")
+        if not d.get("served"):
+            return "enable(): TF's own path"
+        return "enable(): " + " ".join([*d.get("engines", []), ",".join(d["served"])])
+    if not cfg.get("rounds_ok"):
+        return "plan: " + (cfg.get("status") or "failed")
+    return "plan: pools " + _threads(row, d["config"]).replace(" bound", "")
+
+
+def _delivers_ms(c: RowCells) -> str:
+    d = c.summary.get("delivers") or {}
+    cfg = (c.summary.get("configs") or {}).get(d.get("config") or "") or {}
+    return _ms(cfg.get("median_s"))
+
+
+def _x(c: Mapping[str, Any] | None, suffix: str = "") -> str:
+    return "-" if not c or c.get("value") is None else f"{c['value']:.2f}{suffix}"
+
+
+def optimum_text(row: Mapping[str, Any], summary: Mapping[str, Any], by_path: bool = True) -> str:
+    """The optimum's setting and path: 'frozen 2x2', 'live 1x1', 'pools 2x1' ('2x1' in a document
+    without the frozen path), or a baseline's name."""
+    opt = summary.get("optimum")
+    if not opt:
+        return "-"
+    if row["configs"][opt].get("kind") == "baseline":
+        return opt  # 'tf-default' (not 0x0): a baseline is the process pools' by name
+    text = _threads(row, opt)
+    return ("pools " + text) if path_of(row["configs"][opt]) == PROCESS and by_path else text
+
+
+def _optimum_short(c: RowCells) -> str:
+    return optimum_text(c.row, c.summary, c.by_path)
+
+
+def headline_columns(doc: Mapping[str, Any]) -> list[Column]:
+    """The default view: what the one line delivers per row, against TensorFlow's default and the
+    optimum (six columns, for an 80-100 character terminal)."""
+    cols = [
+        Column("row", "row", _row_name, lambda geo: "geomean"),
+        Column("delivers", "the one line delivers", lambda c: delivers_text(c.row, c.summary)),
+        Column("delivers_ms", "ms", _delivers_ms),
+        Column(
+            "delivers_vs_default",
+            "vs default",
+            lambda c: _x(c.summary.get("delivers_vs_default"), "x"),
+            lambda geo: _x({"value": geo.get("delivers_vs_default")}, "x"),
+        ),
+        Column(
+            "delivers_vs_optimum",
+            "of optimum",
+            lambda c: _x(c.summary.get("delivers_vs_optimum")),
+            _geo("delivers_vs_optimum"),
+        ),
+        Column("optimum_short", "optimum", _optimum_short),
+    ]
+    return cols  # the rows below the optimum are listed under the table (_delivers_below); --tuned's: --details
+
+
+def _delivers_detail_columns() -> list[Column]:
+    """The headline's numbers with their per-round ranges, in the details table."""
+    return [
+        Column("delivers", "delivers", lambda c: delivers_text(c.row, c.summary)),
+        Column("delivers_ms", "delivers ms", _delivers_ms),
+        Column(
+            "delivers_vs_default",
+            "delivers vs default",
+            lambda c: format_ratio(c.summary.get("delivers_vs_default")),
+            _geo("delivers_vs_default"),
+        ),
+        Column(
+            "delivers/opt",
+            "delivers/opt",
+            lambda c: format_ratio(c.summary.get("delivers_vs_optimum")),
+            _geo("delivers_vs_optimum"),
+        ),
+    ]
+
+
 def columns(doc: Mapping[str, Any], details: bool = False) -> list[Column]:
-    """The table's columns for ``doc``: the frozen path's and the tuning's only where it has them."""
+    """The table's columns for ``doc``: the headline (what the one line delivers) by default;
+    with ``details`` every column: the baselines, our plan's process pools, the frozen path's
+    and the tuning's (only where it has them), and the headline's with their ranges."""
+    if not details:
+        return headline_columns(doc)
     names = [b.name for b in baselines.BASELINES]
     cols = [
         Column("workload", "workload", lambda c: c.row["workload"], lambda geo: "geomean"),
@@ -187,8 +286,9 @@ def columns(doc: Mapping[str, Any], details: bool = False) -> list[Column]:
             _part_column("tuned/opt", _tuned_cells, 1, _geo("tuned_vs_optimum")),
             _part_column("tune cost", _tuned_cells, 2, _tune_cost_share),
         ]
+    cols += _delivers_detail_columns()
     cols.append(Column("flag", "", lambda c: f"< {BELOW_OPTIMUM:.2f}" if c.summary.get("below_optimum") else ""))
-    return [c for c in cols if c.default or details]
+    return cols
 
 
 def format_table(doc: Mapping[str, Any], details: bool = False) -> str:
@@ -198,12 +298,69 @@ def format_table(doc: Mapping[str, Any], details: bool = False) -> str:
     lines = [[col.cell(RowCells(row, row.get("summary") or {}, by_path)) for col in cols] for row in doc["rows"]]
     geo = doc.get("geomean", {})
     lines.append([col.geomean(geo) for col in cols])
-    out = _heading(doc) + table([col.header for col in cols], lines) + _legend(doc)
-    out += _flagged(doc["rows"]) + _failures(doc["rows"]) + _throttling(doc)
-    if details:
-        out.append("")
-        out += format_details(doc)
+    if not details:
+        notes = _headline_legend(doc) + _delivers_below(doc["rows"]) + _failures_count(doc["rows"])
+        out = _wrap(_heading(doc)) + table([col.header for col in cols], lines) + _wrap(notes)
+        return "\n".join(out)
+    out = _heading(doc) + table([col.header for col in cols], lines)
+    out += _legend(doc) + _flagged(doc["rows"]) + _failures(doc["rows"]) + _throttling(doc)
+    out.append("")
+    out += format_details(doc)
     return "\n".join(out)
+
+
+def _wrap(lines: list[str], width: int = DEFAULT_WIDTH) -> list[str]:
+    """Each line cut at spaces to ``width`` characters, its continuations indented four more."""
+    out = []
+    for line in lines:
+        indent = " " * (len(line) - len(line.lstrip(" ")) + 4)
+        out += textwrap.wrap(line, width, subsequent_indent=indent, break_on_hyphens=False) or [""]
+    return out
+
+
+def _headline_legend(doc: Mapping[str, Any]) -> list[str]:
+    """What the default view's columns mean, in lines under 100 characters."""
+    out = [
+        "the one line delivers: enable() after live tuning (its engine and session pools) on inference",
+        "rows, the plan's process pools on training rows; ms: its median call or step.",
+        "vs default = TF's default time / its time (>1: faster); of optimum = optimum time / its time,",
+        "the optimum being the best of every configuration measured in the row, on every path.",
+        "--details: every configuration, the baselines, our plan's pools and each path, with ranges.",
+    ]
+    if _has_tuned(doc):
+        out.append(
+            f"tuned (what `tf-autopar tune` chose) reached {_two(doc.get('geomean', {}).get('tuned_vs_optimum'))}"
+            " of the optimum (geomean); its columns: --details."
+        )
+    if any((r.get("summary") or {}).get("statistic") == "mean" for r in doc["rows"]):
+        out.append("step time = each run's MEAN step (under a CPU quota), median over rounds.")
+    return out
+
+
+def _delivers_below(rows: list[Mapping[str, Any]]) -> list[str]:
+    """Rows where what the one line delivers is below BELOW_OPTIMUM of the optimum, and what won."""
+    out = []
+    for r in rows:
+        s = r.get("summary") or {}
+        v = (s.get("delivers_vs_optimum") or {}).get("value")
+        if v is None or v >= BELOW_OPTIMUM:
+            continue
+        opt = s.get("optimum")
+        won = f"the optimum is {optimum_text(r, s)}" if opt else ""
+        why = "; ".join(s.get("reasons") or []) if (s.get("delivers") or {}).get("config") == OURS else ""
+        out.append(f"  {_row_name(RowCells(r, s, True))}: {v:.2f}; {won}" + (f": {why}" if why else ""))
+    return [f"rows below {BELOW_OPTIMUM:.2f} of the optimum:", *out] if out else []
+
+
+def _failures_count(rows: list[Mapping[str, Any]]) -> list[str]:
+    """One line counting the failed runs (each is listed with --details)."""
+    n = sum(
+        1 for row in rows for cfg in row["configs"].values() for run in cfg.get("runs", []) if run["status"] != "ok"
+    )
+    plans = sum(1 for row in rows if row.get("plan", {}).get("status") not in (None, "ok", "pending"))
+    if not n and not plans:
+        return []
+    return [f"{n} failed run(s), {plans} failed plan(s), recorded (the run went on): --details lists them"]
 
 
 def _heading(doc: Mapping[str, Any]) -> list[str]:
@@ -369,52 +526,62 @@ def write_json(doc: Mapping[str, Any], path: str) -> None:
     write_text_atomic(path, to_json(doc) + "\n")
 
 
-def plot(doc: Mapping[str, Any], path: str) -> None:
-    """Grouped bars per row: our speedup over each baseline and our share of the optimum."""
-    plt = _plots.pyplot()
-    rows = [r for r in doc["rows"] if (r.get("summary") or {}).get("ours")]
-    series = [(f"over {b.label}", b.name, b.colour) for b in baselines.BASELINES]
-    series.append(("ours / optimum", None, OPTIMUM_COLOUR))
-    n = max(1, len(rows))
-    fig, ax = plt.subplots(figsize=(max(7.0, 1.1 * n + 3.5), 4.2))
-    width = 0.8 / len(series)
-    for k, (label, base, colour) in enumerate(series):
-        vals, lo, hi = [], [], []
-        for r in rows:
-            c = r["summary"]["ours_vs_optimum"] if base is None else r["summary"]["speedup"].get(base)
-            v = (c or {}).get("value")
-            p = (c or {}).get("paired") or {}
-            vals.append(v if v is not None else 0.0)
-            lo.append(max(0.0, (v or 0) - p["q25"]) if v is not None and p.get("q25") is not None else 0.0)
-            hi.append(max(0.0, p["q75"] - (v or 0)) if v is not None and p.get("q75") is not None else 0.0)
-        xs = [i + (k - (len(series) - 1) / 2) * width for i in range(len(rows))]
-        ax.bar(xs, vals, width, label=label, color=colour, yerr=[lo, hi], capsize=2)
-    ax.axhline(1.0, color="black", linewidth=0.8)
-    ax.axhline(BELOW_OPTIMUM, color=OPTIMUM_COLOUR, linewidth=0.6, linestyle="--")
-    ax.set_xticks(range(len(rows)))
-    ax.set_xticklabels([f"{r['workload']}\n{r['mode']} b{r['batch']}" for r in rows], fontsize=8)
-    ax.set_ylabel("speedup of tf_autopar (x); share of optimum")
-    fig.text(
-        0.01,
-        0.01,
-        "bars: median of per-round paired ratios; whiskers: their interquartile range",
-        fontsize=7,
-        color="#555555",
-    )
-    geo = doc.get("geomean", {})
-    parts = [
-        f"vs {b.label} {geo['speedup'][b.name]:.2f}" for b in baselines.BASELINES if geo.get("speedup", {}).get(b.name)
+def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    def line(cells: list[str]) -> str:
+        return "| " + " | ".join(c.replace("|", "/") for c in cells) + " |"
+
+    return [line(header), line(["---"] * len(header)), *(line(r) for r in rows)]
+
+
+def _md_columns(doc: Mapping[str, Any], cols: list[Column]) -> list[str]:
+    by_path = _has_frozen(doc)
+    lines = [[col.cell(RowCells(row, row.get("summary") or {}, by_path)) for col in cols] for row in doc["rows"]]
+    lines.append([col.geomean(doc.get("geomean", {})) for col in cols])
+    return _md_table([col.header or "flag" for col in cols], lines)
+
+
+def format_markdown(doc: Mapping[str, Any], chart: str | None = None) -> str:
+    """The report as markdown: the headline table, every column, every configuration of every row,
+    the notes; ``chart``: the chart's file name, shown at the top."""
+    opts = doc.get("options", {})
+    out = [
+        "# tf-autopar validate",
+        "",
+        f"{doc.get('processor', 'unknown processor')}, {doc.get('host', {}).get('logical_cpus', '?')} logical CPUs;"
+        f" started {doc.get('started')}, finished {doc.get('finished')};"
+        f" {opts.get('rounds')} rounds x {opts.get('steps')} steps (warm-up {opts.get('warmup')}), fresh process"
+        " per run (an inference row's frozen sessions inside its live run: the JSON's `swept_in`).",
+        "",
+        f"Search space: {doc['space']['description']}.",
+        "",
     ]
-    if geo.get("ours_vs_optimum"):
-        parts.append(f"of optimum {geo['ours_vs_optimum']:.2f}")
-    quota = doc.get("options", {}).get("cpu_quota")
-    ax.set_title(
-        "tf_autopar vs baselines"
-        + (f" (CPU quota {quota:g})" if quota else "")
-        + ("\ngeomean " + ", ".join(parts) if parts else ""),
-        fontsize=10,
-    )
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    if doc.get("interrupted"):
+        out += ["**Interrupted: partial results.**", ""]
+    if chart:
+        out += [f"![speed relative to TensorFlow's default]({chart})", ""]
+    out += ["## What the one line delivers", "", *_md_columns(doc, headline_columns(doc)), ""]
+    out += _headline_legend(doc) + [""] + _delivers_below(doc["rows"])
+    out += ["", "## Every column", "", *_md_columns(doc, columns(doc, details=True)), ""]
+    out += _legend(doc) + [""] + _flagged(doc["rows"]) + _failures(doc["rows"]) + _throttling(doc)
+    out += ["", "## Every configuration", ""]
+    for row in doc["rows"]:
+        out += [f"### {row['workload']}/{row['mode']} batch {row['batch']}", ""]
+        lines = []
+        for name, c in (row.get("summary") or {}).get("configs", {}).items():
+            lines.append(
+                [
+                    name,
+                    _threads(row, name),
+                    c["status"],
+                    f"{c['rounds_ok']}/{c['rounds']}",
+                    _ms(c["median_s"]),
+                    _range(c["spread_s"]),
+                    f"same as {c['same_as']}" if c.get("same_as") else "",
+                ]
+            )
+        out += _md_table(["config", "threads", "status", "ok", "median ms", "range ms", ""], lines) + [""]
+    return "\n".join(out) + "\n"
+
+
+def write_markdown(doc: Mapping[str, Any], path: str, chart: str | None = None) -> None:
+    write_text_atomic(path, format_markdown(doc, chart))

@@ -23,6 +23,14 @@ The frozen path (inference rows, since issue 28; absent from older documents and
 ``--no-frozen``): configurations of kind ``frozen`` (``frozen`` at our plan's pools,
 ``frozen:INTERxINTRA`` over the space) and ``live`` (whose runs record the ``served`` sessions).
 The optimum is the best configuration of every path; ``optimum_path`` says which won.
+
+What the one line delivers (``summary["delivers"]``, the table's headline since issue 47): on an
+inference row with a ``live`` configuration, ``enable()`` after live tuning (the sessions and the
+engine it served, read from its runs); elsewhere our plan. ``delivers_vs_default`` and
+``delivers_vs_optimum`` compare it with TensorFlow's default and with the optimum, and
+``vs_default`` sets every baseline, the delivered configuration and the optimum against the default
+(the chart's bars). The optimum is the best of every configuration measured in the row, whatever
+its path: a path added later (another engine) counts without a change here.
 """
 
 from __future__ import annotations
@@ -41,7 +49,9 @@ TUNED = "tuned"  # validate --tuned: what `tf-autopar tune` chose for the row
 STATUSES = ("ok", "crash", "timeout")
 ROW_MODES = ("infer1", "infer", "train")
 PROCESS = "process"  # the process pools' path: baselines, ours, tuned, the search space
-PATHS = (PROCESS, FROZEN, LIVE)
+PROCESS_KINDS = ("baseline", "plan", "tuned", "search")
+PATHS = (PROCESS, FROZEN, LIVE)  # the paths measured today, in the report's order (any other kind is a path too)
+DEFAULT = baselines.BASELINES[0].name  # TensorFlow's default (the first record): every "vs default" is against it
 FROZEN_STATUSES = ("ok", "n/a", "failed")
 
 
@@ -87,9 +97,25 @@ def effective_threads(config: Mapping[str, Any], logical_cpus: int) -> tuple[int
 
 
 def path_of(config: Mapping[str, Any]) -> str:
-    """Which path a configuration measures: PROCESS, FROZEN (a frozen session) or LIVE."""
+    """Which path a configuration measures: PROCESS (the process pools), FROZEN (a frozen session),
+    LIVE, or the kind of a configuration of any other path."""
     kind = config.get("kind")
-    return kind if kind in (FROZEN, LIVE) else PROCESS
+    return PROCESS if kind in PROCESS_KINDS or not kind else str(kind)
+
+
+def delivered(configs: Mapping[str, Any]) -> str | None:
+    """The configuration that measures what the one line delivers: ``live`` (enable() after live
+    tuning) where the row has it, else our plan; None when the row has neither."""
+    for name in (LIVE, OURS):
+        if name in configs:
+            return name
+    return None
+
+
+def engines(config: Mapping[str, Any]) -> list[str]:
+    """The engines (their runners' ``describe()["engine"]``) a live configuration's clean runs
+    served at their end, as the runs recorded them ([]: none recorded, or TensorFlow's own path)."""
+    return sorted({e for r in config.get("runs", []) if r.get("status") == "ok" for e in r.get("engines") or []})
 
 
 def served(config: Mapping[str, Any]) -> list[str]:
@@ -167,7 +193,8 @@ def summarize_row(row: Mapping[str, Any], logical_cpus: int, statistic: str = "m
         if path_of(cfg) == LIVE:
             per_config[name]["served"] = served(configs[canon])
     canon_medians = {n: stats.median(medians[n].values()) for n in configs if not configs[n].get("same_as")}
-    optimum = stats.best(canon_medians)  # the best of every path measured
+    optimum = stats.best(canon_medians)  # the best of every configuration of every path measured
+    paths = list(dict.fromkeys([*(p for p in PATHS), *(path_of(configs[n]) for n in canon_medians)]))
     summary: dict[str, Any] = {
         "configs": per_config,
         "statistic": statistic,
@@ -175,7 +202,7 @@ def summarize_row(row: Mapping[str, Any], logical_cpus: int, statistic: str = "m
         "optimum_path": None if optimum is None else path_of(configs[optimum]),
         "best_by_path": {
             p: stats.best({n: m for n, m in canon_medians.items() if path_of(configs[n]) == p})
-            for p in PATHS
+            for p in paths
             if any(path_of(configs[n]) == p for n in canon_medians)
         },
         "ours": None,
@@ -186,6 +213,7 @@ def summarize_row(row: Mapping[str, Any], logical_cpus: int, statistic: str = "m
     }
     if row.get("frozen_path"):
         summary["frozen_path"] = {k: row["frozen_path"].get(k) for k in ("status", "reason", "live_reason")}
+    summary.update(_delivers(configs, medians, optimum))
     if optimum is not None:
         summary["optimum_aliases"] = sorted(n for n in configs if canonical(configs, n) == optimum)
         for key, name in (("frozen_vs_optimum", FROZEN), ("live_vs_optimum", LIVE)):
@@ -220,6 +248,36 @@ def summarize_row(row: Mapping[str, Any], logical_cpus: int, statistic: str = "m
     if row.get("tune"):
         summary["tune_cost"] = tune_cost(row)
     return summary
+
+
+def _delivers(
+    configs: Mapping[str, Any], medians: Mapping[str, Mapping[int, float]], optimum: str | None
+) -> dict[str, Any]:
+    """The summary's headline: what the one line delivers, against TensorFlow's default and the
+    optimum, and every baseline, it and the optimum against the default (the chart)."""
+    name = delivered(configs)
+    out: dict[str, Any] = {"delivers": None, "delivers_vs_default": None, "delivers_vs_optimum": None}
+    if name is None:
+        return out
+    canon = configs[canonical(configs, name)]
+    out["delivers"] = {
+        "config": name,
+        "path": path_of(configs[name]),
+        "served": served(canon) if path_of(configs[name]) == LIVE else [],
+        "engines": engines(canon),
+    }
+    got = medians.get(name)
+    default = medians.get(DEFAULT)
+    if got and default:
+        out["delivers_vs_default"] = stats.Comparison.of(default, got).to_dict()
+    if got and optimum is not None and medians.get(optimum):
+        out["delivers_vs_optimum"] = stats.Comparison.of(medians[optimum], got).to_dict()
+    if default:
+        pairs = [*((b, b) for b in baselines.names()), ("delivers", name), ("optimum", optimum)]
+        out["vs_default"] = {
+            key: stats.Comparison.of(default, medians[n]).to_dict() for key, n in pairs if n and medians.get(n)
+        }
+    return out
 
 
 def tune_cost(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -270,6 +328,9 @@ def geomeans(rows: list[Mapping[str, Any]]) -> dict[str, Any]:
         costs = [r["summary"]["tune_cost"] for r in rows if r.get("summary", {}).get("tune_cost")]
         sweep_s = sum(c["sweep_wall_s"] for c in costs)
         out["tune_cost_share"] = sum(c["wall_s"] for c in costs) / sweep_s if sweep_s else None
+    for key in ("delivers_vs_default", "delivers_vs_optimum"):
+        vals = [r["summary"][key]["value"] for r in rows if (r.get("summary") or {}).get(key)]
+        out[key] = _none_nan(stats.geomean(v for v in vals if v is not None)) if vals else None
     for key in ("frozen_vs_optimum", "live_vs_optimum"):
         vals = [r["summary"][key]["value"] for r in rows if (r.get("summary") or {}).get(key)]
         if vals:

@@ -61,7 +61,7 @@ def _bucket_record(b: Bucket, calls: int) -> BucketRecord:
 
 def _engine_words(b: Bucket) -> dict[str, str]:
     """The serving runner's engine and configuration, from its own description."""
-    if b.pool is None:
+    if b.pool is None or b.state is not State.FAST:
         return {}
     try:
         d = b.pool.describe()
