@@ -64,6 +64,15 @@ class FailsLater(Copy):
 class Bf16(Copy):
     name, precision = "tf-bf16", "bf16"
 
+class Skewed(Bf16):
+    '''A bf16 engine whose answers move the top class: the opted-in tolerance must reject it.'''
+    name = "tf-skewed"
+    def build(self, frozen, setting):
+        runner = super().build(frozen, setting)
+        run = runner.run
+        runner.run = lambda arrays: [np.ascontiguousarray(o[..., ::-1]) for o in run(arrays)]
+        return runner
+
 for e in ENGINES:
     engines.register(globals()[e]())
 mlp = tf.saved_model.load(DIR + "/mlp")
@@ -96,7 +105,13 @@ def saved(tmp_path_factory) -> str:
 
 def _run(saved: str, engines: str, body: str, tmp_path, env: dict | None = None, one_cpu: bool = True) -> dict:
     script = f"DIR = {saved!r}\nENGINES = {engines.split(', ')!r}\nONE_CPU = {one_cpu}\n" + PRELUDE + body
-    names = {"Copy": "tf-copy", "Broken": "broken", "FailsLater": "fails-later", "Bf16": "tf-bf16"}
+    names = {
+        "Copy": "tf-copy",
+        "Broken": "broken",
+        "FailsLater": "fails-later",
+        "Bf16": "tf-bf16",
+        "Skewed": "tf-skewed",
+    }
     # only this test's engines compete (OpenVINO and ONNX Runtime, where installed, stay out)
     allowed = ",".join(names[e] for e in engines.split(", "))
     env = {"TF_AUTOPAR_CACHE_DIR": str(tmp_path / "cache"), "TF_AUTOPAR_ENGINES": allowed, **(env or {})}
@@ -139,6 +154,16 @@ def test_bf16_engines_compete_only_when_the_user_opts_in(saved, tmp_path):
     on = _run(saved, "Bf16", REPORT, tmp_path, env={"TF_AUTOPAR_PRECISION": "bf16"})
     opted = any("tf-bf16" in t for t in on["tried"])
     assert opted == ("avx512_bf16" in flags or "amx_bf16" in flags), on["tried"]
+
+
+def test_an_opted_in_bf16_engine_that_moves_the_top_class_is_rejected(saved, tmp_path):
+    flags = open("/proc/cpuinfo").read()
+    if "avx512_bf16" not in flags and "amx_bf16" not in flags:
+        pytest.skip("bf16 engines compete only on a CPU with AVX512_BF16 or AMX")
+    res = _run(saved, "Skewed", REPORT, tmp_path, env={"TF_AUTOPAR_PRECISION": "bf16"})
+    tried = " | ".join(res["tried"])
+    assert "tf-skewed, 1 thread: not tried (outputs differ: output 0:" in tried, res["tried"]
+    assert res["engine"] == "tensorflow" and res["diff"] <= 1e-4, res
 
 
 def test_an_engine_failing_while_serving_falls_open_and_every_call_is_answered(saved, tmp_path):

@@ -53,7 +53,7 @@ def build(fn: Function, bucket_id: int, arrays: list[Any], batch: int, original_
         return
     plan, key, pool, frozen_flat = opened
     original_flat = [np.asarray(t) for t in tf.nest.flatten(original_out)]
-    diff = rules.outputs_differ(frozen_flat, original_flat)
+    diff = rules.outputs_differ(frozen_flat, original_flat, *pools.tolerance(key))
     if diff:
         fn.keep_original(b, f"the frozen graph's outputs differ from the original's ({diff})")
         return
@@ -240,10 +240,12 @@ def verify(fn: Function, bucket_id: int, arrays: list[Any], frozen_out: Any) -> 
         return
     args, kwargs = fn.convention.call_args(fn, arrays)
     original = fn.original(target, args, kwargs)
-    diff = rules.outputs_differ(
-        [np.asarray(t) for t in tf.nest.flatten(frozen_out)], [np.asarray(t) for t in tf.nest.flatten(original)]
-    )
     b = fn.buckets[bucket_id]
+    diff = rules.outputs_differ(
+        [np.asarray(t) for t in tf.nest.flatten(frozen_out)],
+        [np.asarray(t) for t in tf.nest.flatten(original)],
+        *pools.tolerance(b.key),
+    )
     if diff:
         fn.keep_original(
             b, f"the frozen graph's outputs differ from the original's ({diff}); one call was served from it"

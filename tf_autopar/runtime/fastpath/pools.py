@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from tf_autopar.graph import analyze
 from tf_autopar.measure.search import stream_neighbourhood
 from tf_autopar.runtime import plans, sessions, watch
-from tf_autopar.runtime.fastpath import engines, memory
+from tf_autopar.runtime.fastpath import engines, memory, rules
 from tf_autopar.runtime.fastpath.engines import choice
 from tf_autopar.runtime.fastpath.bucket import State
 from tf_autopar.runtime.frozen import FrozenGraph
@@ -99,6 +99,12 @@ def candidates(fn: Function, plan: ThreadPlan, key: Key) -> list[Key]:
     out: list[Key] = [engines.key_for(name, at) for name in others]
     out += list(stream_neighbourhood(*setting, budget, width))
     return [k for k in out if k != key]
+
+
+def tolerance(key: Key) -> tuple[float, bool]:
+    """How closely the runner at ``key`` must agree with the original (rules.tolerance, by its engine's precision)."""
+    engine = engines.get(engines.engine_of(key))
+    return rules.tolerance(getattr(engine, "precision", "f32"))
 
 
 def cpu_isa() -> tuple[str, ...]:

@@ -137,7 +137,7 @@ def next_trial(fn: Function, bucket_id: int) -> None:
         if pool is None:
             b.tried.append(f"{rules.label(key)}: not tried ({fn.refused or 'memory bound'})")
             continue
-        diff = rules.outputs_differ(values, b.expected)
+        diff = rules.outputs_differ(values, b.expected, *pools.tolerance(key))
         if diff:
             b.tried.append(f"{rules.label(key)}: not tried (outputs differ: {diff})")
             pools.drop_pool(fn, key)
