@@ -48,6 +48,11 @@ def _own_cache_dir(tmp_path_factory) -> Iterator[None]:
     that checks the cache sets its own directory on top."""
     with pytest.MonkeyPatch.context() as mp:  # session-scoped: the function-scoped monkeypatch cannot
         mp.setenv("TF_AUTOPAR_CACHE_DIR", str(tmp_path_factory.mktemp("tf_autopar_cache")))
+        # TensorFlow's sessions only, unless a test says otherwise: with the engines extra
+        # installed, every fast-path test would otherwise also convert for OpenVINO and ONNX
+        # Runtime (seconds to a minute each). Their tests (test_engines.py,
+        # test_fastpath_engines.py) name the engines they let in.
+        mp.setenv("TF_AUTOPAR_ENGINES", "tensorflow")
         yield
 
 

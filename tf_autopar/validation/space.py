@@ -157,11 +157,12 @@ def frozen_config(inter: int, intra: int, *, name: str | None = None, cpus: tupl
 
 def engine_configs(cpus: int) -> list[Config]:
     """The frozen graph on each other engine installed here (runtime/fastpath/engines/; f32 only),
-    as the fast path tries it: ``cpus`` threads in one stream. [] without the ``engines`` extra."""
+    as the fast path tries it: ``cpus`` threads in one stream. [] without the ``engines`` extra;
+    ``TF_AUTOPAR_ENGINES`` names the ones measured, as it names the ones the fast path tries."""
     from tf_autopar.runtime.fastpath import engines
     from tf_autopar.runtime.fastpath.engines import choice
 
-    names = choice.candidate_engines(engines.registered(), engines.DEFAULT, "f32", (), {}, None)
+    names = choice.candidate_engines(engines.registered(), engines.DEFAULT, "f32", (), {}, choice.allowed_names())
     setting = f"1x{max(1, cpus)}"
     return [
         Config(
