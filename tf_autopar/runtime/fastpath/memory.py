@@ -24,6 +24,13 @@ DLRM 860 against 1,319). A further session's first run, over the trimmed process
 +302, +815, +1,127 MB. Fitted from above: NEED_FACTOR 19x the variables + 160 MB per build
 (Xception 1,821 MB, 10% over), SESSION_FACTOR 13x + 96 MB per further session.
 
+Without a container limit (``footprint_check``): what the fast path keeps and what a build adds at
+its peak stay within FOOTPRINT_FACTOR (2) x the process's memory without the fast path, its
+resident size less ``held_bytes`` (each frozen graph and each open session, by the measured
+estimate). Eight models in one process had peaked at 3.4x the default path's resident memory with
+every frozen copy built; under the bound the ones whose build does not fit stay on the original
+path, said in status() with the numbers.
+
 Workers of one memory cgroup share its limit, so one build at a time per group: ``build_lock``
 (fcntl.flock on a file named from the group's directory, ``lock_path``) is held by the builder
 thread from the freeze until its session has run once, and around each later session's first
@@ -42,12 +49,14 @@ import collections
 import contextlib
 import ctypes
 import fcntl
+import gc
 import hashlib
 import logging
 import os
 import tempfile
 import threading
 import time
+import weakref
 from typing import Any, Callable, Iterator, Mapping
 
 from tf_autopar._text import is_uint
@@ -144,13 +153,13 @@ def room_for_build(variable_bytes: int, sessions: int = 1, opening: int = 0) -> 
     ok, why = memory_verdict(variable_bytes, sessions, available_bytes(), max_extra_bytes())
     if not ok:
         return ok, why
-    reading = limit_reading()
-    if reading is None or reading.limit_bytes is None:
-        return True, ""
     if opening:
         need, what = session_need_bytes(variable_bytes, opening), f"opening {_sessions(opening)} of its frozen copy"
     else:
         need, what = build_need_bytes(variable_bytes), "building its frozen copy"
+    reading = limit_reading()
+    if reading is None or reading.limit_bytes is None:
+        return footprint_check(need, what)
     return check(budget_for(reading), need, what)
 
 
@@ -180,6 +189,98 @@ def build_need_bytes(variable_bytes: int) -> int:
 def session_need_bytes(variable_bytes: int, sessions: int = 1) -> int:
     """What opening ``sessions`` more sessions of a frozen graph adds at their first runs."""
     return max(1, sessions) * (int(variable_bytes * SESSION_FACTOR) + (SESSION_BASE_MB << 20))
+
+
+# ---------------------------------------------------------------------- without a limit: the process's footprint
+
+#: Without a container limit, what the fast path keeps and what a build takes at its peak stay
+#: within FOOTPRINT_FACTOR x the process's memory without the fast path (its resident size less
+#: what the fast path holds, ``held_bytes``): eight models in one process peaked at 2.5x the
+#: default path's memory with every frozen copy built. ``TF_AUTOPAR_FAST_PATH_MEMORY_FACTOR``
+#: overrides (a number; 0 turns the bound off). Under a container's limit the limit rules instead.
+FOOTPRINT_FACTOR = 2.0
+FOOTPRINT_VAR = "TF_AUTOPAR_FAST_PATH_MEMORY_FACTOR"
+#: the share of the bound kept free for the requests' own growth while a build runs
+FOOTPRINT_MARGIN = 0.05
+#: What a built function keeps (measured, benchmarks/bench_memory.py --anatomy on Xception, 87 MB
+#: of variables: the imported graph +89 MB, each session after its first run +430 MB, of which
+#: oneDNN's reordered filters ~80 MB): GRAPH_KEEP x the variables for the graph, SESSION_KEEP x
+#: the variables + SESSION_KEEP_BASE_MB per session.
+GRAPH_KEEP = 1.0
+SESSION_KEEP = 5.0
+SESSION_KEEP_BASE_MB = 16
+
+_built: weakref.WeakSet[Any] = weakref.WeakSet()  # fastpath Function objects with a frozen graph
+
+
+def track(fn: Any) -> None:
+    """``fn`` (a fastpath Function) froze a graph: its graph and sessions count in held_bytes."""
+    _built.add(fn)
+
+
+def held_bytes() -> int:
+    """What the fast path holds now, by the measured estimate: each frozen graph and each open session."""
+    total = 0
+    for fn in list(_built):
+        if getattr(fn, "frozen", None) is None:
+            continue
+        v = int(getattr(fn, "variable_bytes", 0) or 0)
+        sessions = sum(getattr(p, "streams", 1) for p in list(getattr(fn, "pools", {}).values()))
+        total += int(v * GRAPH_KEEP) + sessions * (int(v * SESSION_KEEP) + (SESSION_KEEP_BASE_MB << 20))
+    return total
+
+
+def footprint_factor(environ: Mapping[str, str] | None = None) -> float:
+    """The bound's factor (FOOTPRINT_FACTOR, or the variable's value); 0: no bound. ValueError for
+    a value that is no number."""
+    env = os.environ if environ is None else environ
+    text = env.get(FOOTPRINT_VAR, "").strip()
+    if not text:
+        return FOOTPRINT_FACTOR
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{FOOTPRINT_VAR} must be a number (2 for twice the memory), got {text!r}") from None
+    if value != value or value < 0:
+        raise ValueError(f"{FOOTPRINT_VAR} must be a number of 0 or more, got {text!r}")
+    return value
+
+
+def resident_bytes() -> int | None:
+    """This process's resident size (/proc/self/statm), or None where it cannot be read."""
+    try:
+        with open("/proc/self/statm", "rb") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def footprint_room(factor: float, rss: int, held: int) -> tuple[int, int, int]:
+    """(the bound, the memory without the fast path, the room under the bound less its margin): pure."""
+    without = max(0, rss - held)
+    bound = int(without * factor)
+    return bound, without, max(0, bound - rss - int(bound * FOOTPRINT_MARGIN))
+
+
+def footprint_check(need_bytes: int, what: str) -> tuple[bool, str]:
+    """Without a container limit: does ``need_bytes`` fit under FOOTPRINT_FACTOR x the process's
+    memory without the fast path? Unknown resident size, or the bound off: it fits."""
+    try:
+        factor = footprint_factor()
+    except ValueError as exc:
+        warn_once("fast-path-memory-factor", f"tf_autopar: {exc}; using {FOOTPRINT_FACTOR:g}")
+        factor = FOOTPRINT_FACTOR
+    rss = resident_bytes() if factor else None
+    if rss is None:
+        return True, ""
+    bound, without, room = footprint_room(factor, rss, held_bytes())
+    if need_bytes <= room:
+        return True, ""
+    return False, (
+        f"{what} needs about {format_bytes(need_bytes)}; {format_bytes(room)} is left under the fast path's "
+        f"bound of {factor:g}x the process's memory without it ({format_bytes(bound)}, {factor:g} x "
+        f"{format_bytes(without)}; {FOOTPRINT_VAR} sets the factor)"
+    )
 
 
 # ---------------------------------------------------------------------- the container's limit, re-read
@@ -385,8 +486,14 @@ def variable_bytes(handles: list[Any]) -> int:
     return total
 
 
-def after_stage(_stage: str) -> None:
-    """Between a build's stages (frozen.FrozenGraph's ``between``): the freed copies go back."""
+def after_stage(stage: str) -> None:
+    """Between a build's stages (frozen.FrozenGraph's ``between``): the freed copies go back.
+    After the converter, a full garbage collection first: its functions (each with the constants
+    inside, and registered with the eager context) sit in reference cycles, so they stay until
+    Python's own collector reaches its oldest generation (Xception: +543 MB kept after the freeze
+    without it, +93 MB with it, 0.2 s of the builder thread with the GIL held)."""
+    if stage == "frozen":
+        gc.collect()
     trim_heap()
 
 
