@@ -102,6 +102,7 @@ def test_without_a_limit_the_process_stays_within_twice_its_memory_without_the_f
     monkeypatch.setattr(memory, "limit_reading", lambda: None)
     monkeypatch.setattr(memory, "_built", [])
     # a 1.7 GB server (eight models on the original path): a 416 MB build fits, Xception's 1.8 GB not
+    # (twice 1.7 GB is more than 1.7 GB + the floor)
     monkeypatch.setattr(memory, "resident_bytes", lambda: 1700 * MB)
     assert memory.room_for_build(int(13.5 * MB), 1) == (True, "")
     ok, why = memory.room_for_build(88 * MB, 1)
@@ -119,6 +120,8 @@ def test_without_a_limit_the_process_stays_within_twice_its_memory_without_the_f
     bound, without, room = memory.footprint_room(2.0, 1700 * MB + held, held)
     assert (bound, without) == (3400 * MB, 1700 * MB)
     assert room == 3400 * MB - 1700 * MB - held - int(3400 * MB * memory.FOOTPRINT_MARGIN)
+    # a small process may grow by the floor: 600 MB served, a 0.96 GB build (BERT-sized) fits
+    assert memory.footprint_room(2.0, 600 * MB, 0)[0] == 600 * MB + (memory.FOOTPRINT_FLOOR_MB << 20)
     built[0].frozen = None  # a function that has not frozen (or was disabled) holds nothing
     assert memory.held_bytes() == held - 20 * MB - per(20 * MB)
     # the factor: configurable, 0 turns the bound off, a bad value is said once and the default used
@@ -139,6 +142,12 @@ def test_without_a_limit_the_process_stays_within_twice_its_memory_without_the_f
     monkeypatch.setattr(memory, "limit_reading", lambda: None)
     monkeypatch.setattr(memory, "resident_bytes", lambda: None)
     assert memory.room_for_build(88 * MB, 1) == (True, "")
+    # a 700 MB process: the floor binds, and the reason says so
+    monkeypatch.setenv(memory.FOOTPRINT_VAR, "2")
+    monkeypatch.setattr(memory, "resident_bytes", lambda: 700 * MB)
+    assert memory.room_for_build(43 * MB, 1) == (True, "")
+    ok, why = memory.room_for_build(88 * MB, 1)
+    assert not ok and "(2.2 GB, 700 MB + 1.5 GB;" in why
 
 
 def test_the_resident_size_is_this_processs():

@@ -25,8 +25,8 @@ DLRM 860 against 1,319). A further session's first run, over the trimmed process
 (Xception 1,821 MB, 10% over), SESSION_FACTOR 13x + 96 MB per further session.
 
 Without a container limit (``footprint_check``): what the fast path keeps and what a build adds at
-its peak stay within FOOTPRINT_FACTOR (2) x the process's memory without the fast path, its
-resident size less ``held_bytes`` (each frozen graph and each open session, by the measured
+its peak stay within FOOTPRINT_FACTOR (2) x the process's memory without the fast path (or 1.5 GB
+over it, FOOTPRINT_FLOOR_MB, when that is more), its resident size less ``held_bytes`` (each frozen graph and each open session, by the measured
 estimate). Eight models in one process had peaked at 3.4x the default path's resident memory with
 every frozen copy built; under the bound the ones whose build does not fit stay on the original
 path, said in status() with the numbers.
@@ -194,7 +194,7 @@ def session_need_bytes(variable_bytes: int, sessions: int = 1) -> int:
 # ---------------------------------------------------------------------- without a limit: the process's footprint
 
 #: Without a container limit, what the fast path keeps and what a build takes at its peak stay
-#: within FOOTPRINT_FACTOR x the process's memory without the fast path (its resident size less
+#: within FOOTPRINT_FACTOR x the process's memory without the fast path (or FOOTPRINT_FLOOR_MB over it) (its resident size less
 #: what the fast path holds, ``held_bytes``): eight models in one process peaked at 2.5x the
 #: default path's memory with every frozen copy built. ``TF_AUTOPAR_FAST_PATH_MEMORY_FACTOR``
 #: overrides (a number; 0 turns the bound off). Under a container's limit the limit rules instead.
@@ -202,6 +202,10 @@ FOOTPRINT_FACTOR = 2.0
 FOOTPRINT_VAR = "TF_AUTOPAR_FAST_PATH_MEMORY_FACTOR"
 #: the share of the bound kept free for the requests' own growth while a build runs
 FOOTPRINT_MARGIN = 0.05
+#: ... but a small process may always grow by this much (with the factor on): without it, a single
+#: BERT-sized model (0.6 GB served, a 0.96 GB build) would stay on the original path on a host
+#: with gigabytes free; eight models (1.6 GB) are still held to 2x (3.2 GB > 1.6 + 1.5 GB).
+FOOTPRINT_FLOOR_MB = 1536
 #: What a built function keeps (measured, benchmarks/bench_memory.py --anatomy on Xception, 87 MB
 #: of variables: the imported graph +89 MB, each session after its first run +430 MB, of which
 #: oneDNN's reordered filters ~80 MB): GRAPH_KEEP x the variables for the graph, SESSION_KEEP x
@@ -256,9 +260,10 @@ def resident_bytes() -> int | None:
 
 
 def footprint_room(factor: float, rss: int, held: int) -> tuple[int, int, int]:
-    """(the bound, the memory without the fast path, the room under the bound less its margin): pure."""
+    """(the bound, the memory without the fast path, the room under the bound less its margin): pure.
+    The bound: ``factor`` x the memory without the fast path, or that plus FOOTPRINT_FLOOR_MB when larger."""
     without = max(0, rss - held)
-    bound = int(without * factor)
+    bound = max(int(without * factor), without + (FOOTPRINT_FLOOR_MB << 20))
     return bound, without, max(0, bound - rss - int(bound * FOOTPRINT_MARGIN))
 
 
@@ -276,10 +281,15 @@ def footprint_check(need_bytes: int, what: str) -> tuple[bool, str]:
     bound, without, room = footprint_room(factor, rss, held_bytes())
     if need_bytes <= room:
         return True, ""
+    how = (
+        f"{factor:g} x {format_bytes(without)}"
+        if bound == int(without * factor)
+        else f"{format_bytes(without)} + {format_bytes(FOOTPRINT_FLOOR_MB << 20)}"
+    )
     return False, (
         f"{what} needs about {format_bytes(need_bytes)}; {format_bytes(room)} is left under the fast path's "
-        f"bound of {factor:g}x the process's memory without it ({format_bytes(bound)}, {factor:g} x "
-        f"{format_bytes(without)}; {FOOTPRINT_VAR} sets the factor)"
+        f"bound of {factor:g}x the process's memory without it ({format_bytes(bound)}, {how}; "
+        f"{FOOTPRINT_VAR} sets the factor)"
     )
 
 
