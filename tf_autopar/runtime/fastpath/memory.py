@@ -12,17 +12,18 @@ before it opens each session: (ok, reason). Two rules, both must hold:
   run); each further session (a stream, a live-tuning candidate) ``session_need_bytes``.
 
 The estimate, measured on an AMD EPYC host (2 CPUs; benchmarks/bench_build_memory.py,
-results/build_memory_epyc.json): the peak resident size over the served process's (loaded, one
+results/build_memory_gc_epyc.json): the peak resident size over the served process's (loaded, one
 call at batch 1, trimmed), VmHWM reset before each stage, on the build as it runs now (the
-converter's function dropped before the import; ``malloc_trim`` after the freeze, the import and
-each first run). Peak a build adds (variables in brackets): MobileNetV2 +219 MB (13.5 MB),
-EfficientNet-B0 +419 MB (20.3), NASNetMobile +511 MB (20.3), DLRM +1,319 MB (73.8), Xception
-+1,651 MB (87.4). Grappler's first run sets it (Xception: converter +902, import +847, first run
-+1,651), so the trims do not lower it (untrimmed: the same +1,651) but give back what a build
-keeps (Xception 976 MB over the served process after its first session against 1,460 untrimmed;
-DLRM 860 against 1,319). A further session's first run, over the trimmed process: +186, +264,
-+302, +815, +1,127 MB. Fitted from above: NEED_FACTOR 19x the variables + 160 MB per build
-(Xception 1,821 MB, 10% over), SESSION_FACTOR 13x + 96 MB per further session.
+converter's function dropped before the import and its reference cycles collected after it
+(``after_stage``); ``malloc_trim`` after the freeze, the import and each first run). Peak a build
+adds (variables in brackets): MobileNetV2 +201 MB (13.5 MB), EfficientNet-B0 +303 MB (20.3),
+NASNetMobile +343 MB (20.3), DLRM +945 MB (73.8), Xception +1,200 MB (87.4); before the collection
+(results/build_memory_epyc.json) +219, +419, +511, +1,319, +1,651: the converter's garbage was
+still there when grappler's first run set the peak. What a build keeps over the served process
+after its first session: Xception +525 MB (+976 before, +1,460 untrimmed), DLRM +485 (+860). A
+further session's first run, over the trimmed process: +186, +280, +301, +815, +1,150 MB. Fitted
+from above: NEED_FACTOR 14x the variables + 100 MB per build (Xception 1,324 MB, 10% over; each
+model 10-44% over), SESSION_FACTOR 13x + 96 MB per further session (7-46% over).
 
 Without a container limit (``footprint_check``): what the fast path keeps and what a build adds at
 its peak stay within FOOTPRINT_FACTOR (2) x the process's memory without the fast path (or 1.5 GB
@@ -88,8 +89,8 @@ BUILD_SHARE = 0.5
 #: Under a cgroup memory limit, the measured estimate (module docstring): a build's peak over the
 #: served process is NEED_FACTOR x the variables + NEED_BASE_MB; each further session's first run
 #: SESSION_FACTOR x the variables + SESSION_BASE_MB.
-NEED_FACTOR = 19.0
-NEED_BASE_MB = 160
+NEED_FACTOR = 14.0
+NEED_BASE_MB = 100
 SESSION_FACTOR = 13.0
 SESSION_BASE_MB = 96
 
@@ -501,7 +502,8 @@ def after_stage(stage: str) -> None:
     After the converter, a full garbage collection first: its functions (each with the constants
     inside, and registered with the eager context) sit in reference cycles, so they stay until
     Python's own collector reaches its oldest generation (Xception: +543 MB kept after the freeze
-    without it, +93 MB with it, 0.2 s of the builder thread with the GIL held)."""
+    without it, +93 MB with it; the collection holds the GIL for 0.4-0.6 s in an Xception server on
+    the 2-CPU EPYC host, once per freeze)."""
     if stage == "frozen":
         gc.collect()
     trim_heap()
