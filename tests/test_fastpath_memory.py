@@ -115,7 +115,7 @@ def test_without_a_limit_the_process_stays_within_twice_its_memory_without_the_f
     built = [_Built(20 * MB, [1]), _Built(10 * MB, [1, 2])]
     monkeypatch.setattr(memory, "_built", built)
     per = lambda v: int(v * memory.SESSION_KEEP) + (memory.SESSION_KEEP_BASE_MB << 20)  # noqa: E731
-    held = 30 * MB + per(20 * MB) + 3 * per(10 * MB)
+    held = int(20 * MB * memory.GRAPH_KEEP) + int(10 * MB * memory.GRAPH_KEEP) + per(20 * MB) + 3 * per(10 * MB)
     assert memory.held_bytes() == held
     bound, without, room = memory.footprint_room(2.0, 1700 * MB + held, held)
     assert (bound, without) == (3400 * MB, 1700 * MB)
@@ -123,7 +123,7 @@ def test_without_a_limit_the_process_stays_within_twice_its_memory_without_the_f
     # a small process may grow by the floor: 600 MB served, a 0.96 GB build (BERT-sized) fits
     assert memory.footprint_room(2.0, 600 * MB, 0)[0] == 600 * MB + (memory.FOOTPRINT_FLOOR_MB << 20)
     built[0].frozen = None  # a function that has not frozen (or was disabled) holds nothing
-    assert memory.held_bytes() == held - 20 * MB - per(20 * MB)
+    assert memory.held_bytes() == held - int(20 * MB * memory.GRAPH_KEEP) - per(20 * MB)
     # the factor: configurable, 0 turns the bound off, a bad value is said once and the default used
     monkeypatch.setenv(memory.FOOTPRINT_VAR, "0")
     assert memory.room_for_build(88 * MB, 1) == (True, "")

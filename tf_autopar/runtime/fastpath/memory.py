@@ -27,10 +27,10 @@ model 10-44% over), SESSION_FACTOR 13x + 96 MB per further session (7-46% over).
 
 Without a container limit (``footprint_check``): what the fast path keeps and what a build adds at
 its peak stay within FOOTPRINT_FACTOR (2) x the process's memory without the fast path (or 1.5 GB
-over it, FOOTPRINT_FLOOR_MB, when that is more), its resident size less ``held_bytes`` (each frozen graph and each open session, by the measured
-estimate). Eight models in one process had peaked at 3.4x the default path's resident memory with
-every frozen copy built; under the bound the ones whose build does not fit stay on the original
-path, said in status() with the numbers.
+over it, FOOTPRINT_FLOOR_MB, when that is more): its resident size less ``held_bytes`` (each
+frozen graph and each open session, by the measured estimate). Eight models in one process had
+peaked at 3.35x the default path's resident memory with every frozen copy built; under the bound
+the ones whose build does not fit stay on the original path, said in status() with the numbers.
 
 Workers of one memory cgroup share its limit, so one build at a time per group: ``build_lock``
 (fcntl.flock on a file named from the group's directory, ``lock_path``) is held by the builder
@@ -195,10 +195,11 @@ def session_need_bytes(variable_bytes: int, sessions: int = 1) -> int:
 # ---------------------------------------------------------------------- without a limit: the process's footprint
 
 #: Without a container limit, what the fast path keeps and what a build takes at its peak stay
-#: within FOOTPRINT_FACTOR x the process's memory without the fast path (or FOOTPRINT_FLOOR_MB over it) (its resident size less
-#: what the fast path holds, ``held_bytes``): eight models in one process peaked at 2.5x the
-#: default path's memory with every frozen copy built. ``TF_AUTOPAR_FAST_PATH_MEMORY_FACTOR``
-#: overrides (a number; 0 turns the bound off). Under a container's limit the limit rules instead.
+#: within FOOTPRINT_FACTOR x the process's memory without the fast path (or FOOTPRINT_FLOOR_MB over
+#: it), that is its resident size less what the fast path holds (``held_bytes``): eight models in
+#: one process had peaked at 3.35x the default path's resident memory with every frozen copy built.
+#: ``TF_AUTOPAR_FAST_PATH_MEMORY_FACTOR`` overrides (a number; 0 turns the bound off). Under a
+#: container's limit the limit rules instead.
 FOOTPRINT_FACTOR = 2.0
 FOOTPRINT_VAR = "TF_AUTOPAR_FAST_PATH_MEMORY_FACTOR"
 #: the share of the bound kept free for the requests' own growth while a build runs
@@ -207,12 +208,14 @@ FOOTPRINT_MARGIN = 0.05
 #: BERT-sized model (0.6 GB served, a 0.96 GB build) would stay on the original path on a host
 #: with gigabytes free; eight models (1.6 GB) are still held to 2x (3.2 GB > 1.6 + 1.5 GB).
 FOOTPRINT_FLOOR_MB = 1536
-#: What a built function keeps (measured, benchmarks/bench_memory.py --anatomy on Xception, 87 MB
-#: of variables: the imported graph +89 MB, each session after its first run +430 MB, of which
-#: oneDNN's reordered filters ~80 MB): GRAPH_KEEP x the variables for the graph, SESSION_KEEP x
-#: the variables + SESSION_KEEP_BASE_MB per session.
-GRAPH_KEEP = 1.0
-SESSION_KEEP = 5.0
+#: What a built function keeps (results/build_memory_gc_epyc.json, over the served process after
+#: each stage and a trim): the imported graph +96 MB on Xception (87 MB of variables), +78 on DLRM
+#: (74); the first session after its first run +429 and +407, a second +434 and +224 (of Xception's
+#: session about 80 MB are oneDNN's reordered filters: 350 MB with TF_ENABLE_ONEDNN_OPTS=0).
+#: GRAPH_KEEP x the variables for the graph, SESSION_KEEP x the variables + SESSION_KEEP_BASE_MB
+#: per session.
+GRAPH_KEEP = 1.1
+SESSION_KEEP = 5.5
 SESSION_KEEP_BASE_MB = 16
 
 _built: weakref.WeakSet[Any] = weakref.WeakSet()  # fastpath Function objects with a frozen graph
