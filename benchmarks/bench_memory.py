@@ -20,14 +20,24 @@ enabled runs), and when the process died. The child prints a progress line every
 killed run still says how far it got.
 
 ``--multi``: eight models (the names given, repeated to eight) in one process, round-robin, for
-``--seconds``, default against ``enable()``: peak RSS (ru_maxrss) and the group's peak, under the
-generous limit.
+``--seconds``, default against ``enable()``: peak RSS (ru_maxrss) and the group's peak, in a group
+whose limit is the host's RAM (``--multi-limit-mb``): the fast path reads that as no limit, so its
+own bound (twice the process's memory without it, runtime/fastpath/memory.py) is what holds.
+
+``--gunicorn``: the example app (benchmarks/memory_app.py: examples/serving/app.py plus GET
+/builds) under gunicorn with ``--workers`` workers, the master and its workers in one memory group
+(a pod's limit): the default path's peak measured first, then ``--factors`` times it, default and
+enable() interleaved, ``--clients`` threads sending POST /predict at batch 1 for ``--seconds``:
+the group's peak and OOM kills, requests answered and failed, the path each worker serves, and
+whether two workers ever held the build lock at the same moment.
 
     python benchmarks/user_models.py /work/user_models --only xception
     python benchmarks/bench_memory.py /work/user_models --only xception --seconds 30 \\
         --out benchmarks/results/memory_before_xeon.json
     python benchmarks/bench_memory.py /work/user_models --multi --only mobilenet_v2,nasnet_mobile \\
         --seconds 60 --out /tmp/memory_multi.json
+    python benchmarks/bench_memory.py /work/user_models --gunicorn --only xception --factors 1.5,2 \
+        --seconds 60 --out /tmp/memory_gunicorn.json
     python benchmarks/bench_memory.py --summarise benchmarks/results/memory_before_xeon.json
 
 Needs root and a writable cgroup-v1 memory controller (exits with the reason otherwise).
@@ -49,6 +59,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(REPO, "tests"))
+sys.path.insert(0, REPO)  # examples.serving, for --gunicorn
 from _host import processor  # noqa: E402
 from cgroup_memory import MemoryCgroup, MemoryCgroupUnavailable, own_memory_group  # noqa: E402
 
@@ -122,6 +133,8 @@ def child_env(cache: str) -> dict[str, str]:
     env["TF_CPP_MIN_LOG_LEVEL"] = "3"
     env["TF_AUTOPAR_CACHE_DIR"] = cache
     env["PYTHONPATH"] = os.pathsep.join(p for p in (REPO, env.get("PYTHONPATH", "")) if p)
+    if BUILD_NICE:
+        env["TF_AUTOPAR_BUILD_NICE"] = BUILD_NICE
     return env
 
 
@@ -150,6 +163,10 @@ def parse_output(stdout: str) -> dict:
     return out
 
 
+#: --build-nice: TF_AUTOPAR_BUILD_NICE for the enabled runs ("" leaves the library's default, 10)
+BUILD_NICE = ""
+
+
 def run(cfg: str, models: list[tuple[str, str]], seconds: float, limit: int, timeout: float) -> dict:
     with tempfile.TemporaryDirectory(prefix="tfa_memory_") as cache, MemoryCgroup(limit) as group:
         args = [sys.executable, "-c", CHILD, cfg, str(seconds), HERE] + [f"{p}={n}" for p, n in models]
@@ -173,6 +190,148 @@ def run(cfg: str, models: list[tuple[str, str]], seconds: float, limit: int, tim
     if not child["finished"] and not res.oom_killed:
         row["stderr_tail"] = _tail(res.stderr)
     return row
+
+
+# ------------------------------------------------------------------------------ a gunicorn pod
+
+
+def gunicorn_run(cfg: str, model: str, name: str, workers: int, seconds: float, limit: int, clients: int) -> dict:
+    """The example app (benchmarks/memory_app.py) under gunicorn with ``workers`` workers, all of
+    them (and the master) in one memory group limited to ``limit`` (a pod's limit), on an empty plan
+    cache; ``clients`` threads send POST /predict at batch 1 back to back for ``seconds``. Every
+    request's fate is counted (an OOM-killed worker's requests fail; gunicorn starts another)."""
+    import threading
+
+    from examples.serving.harness import Server
+    from examples.serving.tensors import encode
+    from user_models import make_inputs
+
+    body = {"inputs": {k: encode(v) for k, v in make_inputs(name, 1).items()}}
+    with tempfile.TemporaryDirectory(prefix="tfa_memory_") as cache, MemoryCgroup(limit) as group:
+        env = child_env(cache)
+        server = Server(
+            model,
+            workers,
+            env=env,
+            app="memory_app:app",
+            default=cfg == "default",
+            preexec=group._join,
+            pythonpath=[HERE],
+            log_path=os.path.join(cache, "server.log"),
+        )
+        row: dict = {"config": cfg, "limit_mb": round(limit / MB, 1), "workers": workers, "clients": clients}
+        t0 = time.perf_counter()
+        try:
+            server.start(timeout_s=300)
+        except Exception as exc:  # the workers did not come up: killed while loading, say
+            row.update(started=False, error=f"{type(exc).__name__}: {str(exc)[-600:]}")
+            server.stop()
+            return _gunicorn_row(row, group, [], [], 0, t0)
+        row["start_s"] = round(time.perf_counter() - t0, 1)
+        ok: list[tuple[float, float]] = []  # (when, ms) of answered requests
+        failed: list[str] = []
+        lock = threading.Lock()
+        start = time.perf_counter()
+
+        def client() -> None:
+            while time.perf_counter() - start < seconds:
+                t = time.perf_counter()
+                try:
+                    code, out = server.request("POST", "/predict", body, timeout_s=120)
+                    good = code == 200 and isinstance(out, dict) and "outputs" in out
+                    why = "" if good else f"HTTP {code}"
+                except Exception as exc:
+                    good, why = False, type(exc).__name__
+                with lock:
+                    if good:
+                        ok.append((t - start, (time.perf_counter() - t) * 1e3))
+                    else:
+                        failed.append(why)
+
+        threads = [threading.Thread(target=client) for _ in range(clients)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        try:
+            statuses = server.statuses(workers, timeout_s=60)
+            builds = _per_worker(server, "/builds", workers)
+        except Exception as exc:
+            statuses, builds = {}, {}
+            row["status_error"] = f"{type(exc).__name__}: {str(exc)[-300:]}"
+        row["paths_at_end"] = {
+            str(pid): "; ".join(
+                f"batch {b['batch']}: {b['path']}" + (f" ({b['reason']})" if b.get("reason") else "")
+                for s in st.get("served", [])
+                for b in s["buckets"]
+            )
+            for pid, st in statuses.items()
+        }
+        row["workers_cpu"] = {
+            str(pid): {k: st.get(k) for k in ("affinity", "share", "planned", "phase", "bound_cpus")}
+            for pid, st in statuses.items()
+        }
+        row["worker_pids"] = server.worker_pids()
+        server.stop()
+        windows = [(pid, w) for pid, d in builds.items() for w in d.get("builds", [])]
+        return _gunicorn_row(row, group, ok, failed, len(windows), t0, windows)
+
+
+def _per_worker(server: object, path: str, n: int, timeout_s: float = 60.0) -> dict[int, dict]:
+    """``GET path`` from ``n`` distinct workers (a new connection lands on any of them)."""
+    seen: dict[int, dict] = {}
+    deadline = time.monotonic() + timeout_s
+    while len(seen) < n and time.monotonic() < deadline:
+        code, out = server.request("GET", path, timeout_s=10)  # type: ignore[attr-defined]
+        if code == 200:
+            seen[out["pid"]] = out
+    return seen
+
+
+def _gunicorn_row(
+    row: dict, group: MemoryCgroup, ok: list, failed: list, builds: int, t0: float, windows: list | None = None
+) -> dict:
+    """The run's figures: the group's peak and OOM kills, requests answered and failed, latency,
+    and whether two workers ever held the build lock at the same moment."""
+    windows = windows or []
+    peak = group.peak()
+    ms = [m for _, m in ok]
+    late = [m for t, m in ok if t >= (max(t for t, _ in ok) * 2 / 3 if ok else 0)]
+    overlaps = [
+        (a[1][0], b[1][0])
+        for i, a in enumerate(windows)
+        for b in windows[i + 1 :]
+        if a[0] != b[0] and a[1][1] < b[1][2] and b[1][1] < a[1][2]
+    ]
+    row.update(
+        peak_mb=round(peak / MB, 1),
+        peak_of_limit=round(peak / group.limit_bytes, 3),
+        oom_kills=group.oom_kills(),
+        failcnt=group.failcnt(),
+        requests=len(ok),
+        failed=len(failed),
+        failures=sorted(set(failed))[:5],
+        median_ms=round(statistics.median(ms), 2) if ms else None,
+        median_last_ms=round(statistics.median(late), 2) if late else None,
+        builds=builds,
+        build_windows=[{"pid": pid, "what": w[0], "taken": w[1], "released": w[2]} for pid, w in windows],
+        builds_overlapped=len(overlaps),
+        seconds_total=round(time.perf_counter() - t0, 1),
+    )
+    return row
+
+
+def _gunicorn_line(row: dict) -> str:
+    med = f"{row['median_last_ms']:.0f} ms" if row.get("median_last_ms") is not None else "-"
+    paths = " | ".join(f"{k}: {v}" for k, v in (row.get("paths_at_end") or {}).items())
+    return (
+        f"{row['config']:<8} limit {row['limit_mb']:>6.0f} MB  peak {row['peak_mb']:>6.0f} MB "
+        f"({row['peak_of_limit']:.2f})  OOM kills {row['oom_kills']}  {row['requests']} answered, "
+        f"{row['failed']} failed, median (last third) {med}; builds {row['builds']}, overlapping "
+        f"{row['builds_overlapped']}"
+        + (f"  [{paths}]" if paths else "")
+        + (f"  {row['error']}" if row.get("error") else "")
+    )
 
 
 def _tail(text: str, n: int = 800) -> str:
@@ -240,6 +399,14 @@ def summarise(data: dict) -> str:
                 lines.append(f"  x{row['factor']:<4g} {_line(row)}")
     if data.get("note"):
         lines.append(f"\n{data['note']}")
+    if data.get("gunicorn"):
+        g = data["gunicorn"]
+        lines.append(
+            f"\ngunicorn, {g['workers']} workers of {g['model']} in one memory group, {g['clients']} clients, "
+            f"{data['seconds']:g} s of HTTP traffic; the default path's peak {g['default_peak_mb']:.0f} MB"
+        )
+        for row in g["rows"]:
+            lines.append(f"  x{row.get('factor', 0):<4g} {_gunicorn_line(row)}")
     if data.get("multi"):
         m = data["multi"]
         lines.append(f"\nmulti-model ({', '.join(m['models'])}), round-robin, {data['seconds']:g} s:")
@@ -263,6 +430,22 @@ def main() -> int:
     )
     ap.add_argument("--default-peak-mb", type=float, default=None, help="skip the measurement: use this peak")
     ap.add_argument("--multi", action="store_true", help="eight models in one process instead (peak RSS)")
+    ap.add_argument(
+        "--multi-limit-mb",
+        type=float,
+        default=None,
+        help="--multi's group limit (default: the host's RAM, which the fast path reads as no limit, so "
+        "that its own bound of 2x the process's memory applies)",
+    )
+    ap.add_argument("--gunicorn", action="store_true", help="the example app under gunicorn instead (pod limit)")
+    ap.add_argument("--workers", type=int, default=2, help="--gunicorn's workers (default 2)")
+    ap.add_argument("--clients", type=int, default=2, help="--gunicorn's client threads (default 2)")
+    ap.add_argument(
+        "--build-nice",
+        default="",
+        help="TF_AUTOPAR_BUILD_NICE for enable() (default: the library's 10; 0 on a host so loaded by "
+        "other jobs that niced builds starve: about memory, not latency)",
+    )
     ap.add_argument("--timeout", type=float, default=600, help="kill a run after this many seconds")
     ap.add_argument("--out", default=None, help="write the results here (JSON)")
     ap.add_argument("--summarise", metavar="JSON", help="print the summary of an earlier run")
@@ -271,6 +454,8 @@ def main() -> int:
         with open(args.summarise, encoding="utf-8") as fh:
             print(summarise(json.load(fh)))
         return 0
+    global BUILD_NICE
+    BUILD_NICE = args.build_nice
     if not args.model_dir or not os.path.isdir(args.model_dir):
         ap.error("give the directory written by benchmarks/user_models.py")
     try:
@@ -282,6 +467,7 @@ def main() -> int:
     configs = args.configs.split(",")
     timeout = args.seconds + args.timeout
     data: dict = {"host": info, "seconds": args.seconds, "command": " ".join(sys.argv), "models": []}
+    data["host"]["load_average_at_start"] = os.getloadavg()[0]
     measure = int(args.measure_limit_mb * MB)
 
     def save() -> None:
@@ -289,13 +475,37 @@ def main() -> int:
             with open(args.out, "w", encoding="utf-8") as fh:
                 json.dump(data, fh, indent=1)
 
+    if args.gunicorn:
+        name = names[0]
+        model = os.path.join(args.model_dir, name)
+        g: dict = {"model": name, "workers": args.workers, "clients": args.clients, "rows": []}
+        data["gunicorn"] = g
+        if args.default_peak_mb:
+            peak = int(args.default_peak_mb * MB)
+        else:
+            ref = gunicorn_run("default", model, name, args.workers, args.seconds, measure, args.clients)
+            g["measure"] = ref
+            print(f"{name}: measuring the default path: {_gunicorn_line(ref)}", flush=True)
+            peak = int(ref["peak_mb"] * MB)
+        g["default_peak_mb"] = round(peak / MB, 1)
+        for factor in (float(f) for f in args.factors.split(",")):
+            for cfg in configs:
+                row = gunicorn_run(cfg, model, name, args.workers, args.seconds, int(peak * factor), args.clients)
+                row["factor"] = factor
+                g["rows"].append(row)
+                print(f"{name} x{factor:g} {_gunicorn_line(row)}", flush=True)
+                save()
+        save()
+        print(summarise(data))
+        return 0
     if args.multi:
         picked = [(os.path.join(args.model_dir, n), n) for n in (names * 8)[:8]]
+        limit_mb = args.multi_limit_mb or (info["ram_mb"] + 1 if info["ram_mb"] else args.measure_limit_mb)
         rows = []
         for cfg in configs:
-            rows.append(run(cfg, picked, args.seconds, measure, timeout))
+            rows.append(run(cfg, picked, args.seconds, int(limit_mb * MB), timeout))
             print("  " + _line(rows[-1]), flush=True)
-        data["multi"] = {"models": [n for _, n in picked], "limit_mb": args.measure_limit_mb, "rows": rows}
+        data["multi"] = {"models": [n for _, n in picked], "limit_mb": limit_mb, "rows": rows}
         save()
         print(summarise(data))
         return 0

@@ -17,6 +17,7 @@ named inputs, as a server would load it with ``tf.saved_model.load``.
 | nasnet_mobile   | keras.applications.NASNetMobile, 224x224 (many parallel branches)       | images [None,224,224,3] f32 |
 | efficientnet_b0 | keras.applications.EfficientNetB0, 224x224 (depthwise + squeeze-excite) | images [None,224,224,3] f32 |
 | xception        | keras.applications.Xception, 299x299 (large vision net, separable convs) | images [None,299,299,3] f32 |
+| convnext_tiny   | keras.applications.ConvNeXtTiny, 224x224 (28M parameters, LayerNorm)   | images [None,224,224,3] f32 |
 | dlrm            | DLRM (Naumov 2019), Criteo shape: 13 dense features -> MLP 512-256-32;  | dense_features [None,13] f32, |
 |                 | 26 tables of 1e3..1e5 rows x 32; pairwise dot interaction; MLP 512-256-1 | cat_00..cat_25 [None] i64 |
 | bert_encoder    | BERT-style encoder: 4 layers, hidden 256, 4 heads, FFN 1024, seq 128,   | input_ids, attention_mask |
@@ -66,6 +67,7 @@ MODELS = (
     "lstm_classifier",
     "youtube_dnn",
     "dcn_v2",
+    "convnext_tiny",
 )
 
 # DLRM sizes (Criteo Terabyte/Kaggle shape, scaled): 13 dense features, 26 categorical ones.
@@ -104,6 +106,7 @@ INPUTS: dict[str, list[tuple[str, str, tuple[int, ...], int | None]]] = {
         ("user_features", "float32", (4,), None),
     ],
     "dcn_v2": _CRITEO_INPUTS,
+    "convnext_tiny": [("images", "float32", (224, 224, 3), None)],
 }
 #: Output key of single-output models (default "probabilities").
 OUTPUT_KEYS = {"dlrm": "click_probability", "dcn_v2": "click_probability", "youtube_dnn": "user_embedding"}
@@ -134,9 +137,11 @@ SERVING: dict[str, dict[str, int]] = {
     # added later as held-out rows for the OpenMP look-up rule (docs/openmp.md); not timed above
     "youtube_dnn": {"batch1": 1, "serving": 512},
     "dcn_v2": {"batch1": 1, "serving": 2048},
+    # added for the memory-limit rows (docs/serving.md): a third model of tens of millions of parameters
+    "convnext_tiny": {"batch1": 1, "serving": 2},
 }
 
-# ------------------------------------------------------------------------------ issue 46's architectures
+# ------------------------------------------------------------------------------ architectures for the engines' rows
 
 UNET_SIZE, UNET_WIDTHS, UNET_CLASSES = 128, (16, 32, 64), 4
 MLP_FEATURES, MLP_UNITS = 32, (64, 64)
@@ -216,6 +221,7 @@ def _vision(name: str):
         "nasnet_mobile": (keras.applications.NASNetMobile, 224),
         "efficientnet_b0": (keras.applications.EfficientNetB0, 224),
         "xception": (keras.applications.Xception, 299),
+        "convnext_tiny": (keras.applications.ConvNeXtTiny, 224),
     }
     ctor, size = apps[name]
     return ctor(weights=None, input_shape=(size, size, 3), include_top=True, classes=1000, name=name)
@@ -456,7 +462,7 @@ def build(name: str):
     keras.utils.set_random_seed(SEED)
     if name in ENGINE_MODELS:
         return globals()[f"_{name}"]()
-    if name in ("mobilenet_v2", "nasnet_mobile", "efficientnet_b0", "xception"):
+    if name in ("mobilenet_v2", "nasnet_mobile", "efficientnet_b0", "xception", "convnext_tiny"):
         return _vision(name)
     return {
         "dlrm": _dlrm,

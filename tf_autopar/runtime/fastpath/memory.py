@@ -12,17 +12,25 @@ before it opens each session: (ok, reason). Two rules, both must hold:
   run); each further session (a stream, a live-tuning candidate) ``session_need_bytes``.
 
 The estimate, measured on an AMD EPYC host (2 CPUs; benchmarks/bench_build_memory.py,
-results/build_memory_epyc.json): the peak resident size over the served process's (loaded, one
+results/build_memory_gc_epyc.json): the peak resident size over the served process's (loaded, one
 call at batch 1, trimmed), VmHWM reset before each stage, on the build as it runs now (the
-converter's function dropped before the import; ``malloc_trim`` after the freeze, the import and
-each first run). Peak a build adds (variables in brackets): MobileNetV2 +219 MB (13.5 MB),
-EfficientNet-B0 +419 MB (20.3), NASNetMobile +511 MB (20.3), DLRM +1,319 MB (73.8), Xception
-+1,651 MB (87.4). Grappler's first run sets it (Xception: converter +902, import +847, first run
-+1,651), so the trims do not lower it (untrimmed: the same +1,651) but give back what a build
-keeps (Xception 976 MB over the served process after its first session against 1,460 untrimmed;
-DLRM 860 against 1,319). A further session's first run, over the trimmed process: +186, +264,
-+302, +815, +1,127 MB. Fitted from above: NEED_FACTOR 19x the variables + 160 MB per build
-(Xception 1,821 MB, 10% over), SESSION_FACTOR 13x + 96 MB per further session.
+converter's function dropped before the import and its reference cycles collected after it
+(``after_stage``); ``malloc_trim`` after the freeze, the import and each first run). Peak a build
+adds (variables in brackets): MobileNetV2 +201 MB (13.5 MB), EfficientNet-B0 +303 MB (20.3),
+NASNetMobile +343 MB (20.3), DLRM +945 MB (73.8), Xception +1,200 MB (87.4); before the collection
+(results/build_memory_epyc.json) +219, +419, +511, +1,319, +1,651: the converter's garbage was
+still there when grappler's first run set the peak. What a build keeps over the served process
+after its first session: Xception +525 MB (+976 before, +1,460 untrimmed), DLRM +485 (+860). A
+further session's first run, over the trimmed process: +186, +280, +301, +815, +1,150 MB. Fitted
+from above: NEED_FACTOR 14x the variables + 100 MB per build (Xception 1,324 MB, 10% over; each
+model 10-44% over), SESSION_FACTOR 13x + 96 MB per further session (7-46% over).
+
+Without a container limit (``footprint_check``): what the fast path keeps and what a build adds at
+its peak stay within FOOTPRINT_FACTOR (2) x the process's memory without the fast path (or 1.5 GB
+over it, FOOTPRINT_FLOOR_MB, when that is more): its resident size less ``held_bytes`` (each
+frozen graph and each open session, by the measured estimate). Eight models in one process had
+peaked at 3.35x the default path's resident memory with every frozen copy built; under the bound
+the ones whose build does not fit stay on the original path, said in status() with the numbers.
 
 Workers of one memory cgroup share its limit, so one build at a time per group: ``build_lock``
 (fcntl.flock on a file named from the group's directory, ``lock_path``) is held by the builder
@@ -42,12 +50,14 @@ import collections
 import contextlib
 import ctypes
 import fcntl
+import gc
 import hashlib
 import logging
 import os
 import tempfile
 import threading
 import time
+import weakref
 from typing import Any, Callable, Iterator, Mapping
 
 from tf_autopar._text import is_uint
@@ -79,8 +89,8 @@ BUILD_SHARE = 0.5
 #: Under a cgroup memory limit, the measured estimate (module docstring): a build's peak over the
 #: served process is NEED_FACTOR x the variables + NEED_BASE_MB; each further session's first run
 #: SESSION_FACTOR x the variables + SESSION_BASE_MB.
-NEED_FACTOR = 19.0
-NEED_BASE_MB = 160
+NEED_FACTOR = 14.0
+NEED_BASE_MB = 100
 SESSION_FACTOR = 13.0
 SESSION_BASE_MB = 96
 
@@ -144,13 +154,13 @@ def room_for_build(variable_bytes: int, sessions: int = 1, opening: int = 0) -> 
     ok, why = memory_verdict(variable_bytes, sessions, available_bytes(), max_extra_bytes())
     if not ok:
         return ok, why
-    reading = limit_reading()
-    if reading is None or reading.limit_bytes is None:
-        return True, ""
     if opening:
         need, what = session_need_bytes(variable_bytes, opening), f"opening {_sessions(opening)} of its frozen copy"
     else:
         need, what = build_need_bytes(variable_bytes), "building its frozen copy"
+    reading = limit_reading()
+    if reading is None or reading.limit_bytes is None:
+        return footprint_check(need, what)
     return check(budget_for(reading), need, what)
 
 
@@ -180,6 +190,111 @@ def build_need_bytes(variable_bytes: int) -> int:
 def session_need_bytes(variable_bytes: int, sessions: int = 1) -> int:
     """What opening ``sessions`` more sessions of a frozen graph adds at their first runs."""
     return max(1, sessions) * (int(variable_bytes * SESSION_FACTOR) + (SESSION_BASE_MB << 20))
+
+
+# ---------------------------------------------------------------------- without a limit: the process's footprint
+
+#: Without a container limit, what the fast path keeps and what a build takes at its peak stay
+#: within FOOTPRINT_FACTOR x the process's memory without the fast path (or FOOTPRINT_FLOOR_MB over
+#: it), that is its resident size less what the fast path holds (``held_bytes``): eight models in
+#: one process had peaked at 3.35x the default path's resident memory with every frozen copy built.
+#: ``TF_AUTOPAR_FAST_PATH_MEMORY_FACTOR`` overrides (a number; 0 turns the bound off). Under a
+#: container's limit the limit rules instead.
+FOOTPRINT_FACTOR = 2.0
+FOOTPRINT_VAR = "TF_AUTOPAR_FAST_PATH_MEMORY_FACTOR"
+#: the share of the bound kept free for the requests' own growth while a build runs
+FOOTPRINT_MARGIN = 0.05
+#: ... but a small process may always grow by this much (with the factor on): without it, a single
+#: BERT-sized model (0.6 GB served, a 0.96 GB build) would stay on the original path on a host
+#: with gigabytes free; eight models (1.6 GB) are still held to 2x (3.2 GB > 1.6 + 1.5 GB).
+FOOTPRINT_FLOOR_MB = 1536
+#: What a built function keeps (results/build_memory_gc_epyc.json, over the served process after
+#: each stage and a trim): the imported graph +96 MB on Xception (87 MB of variables), +78 on DLRM
+#: (74); the first session after its first run +429 and +407, a second +434 and +224 (of Xception's
+#: session about 80 MB are oneDNN's reordered filters: 350 MB with TF_ENABLE_ONEDNN_OPTS=0).
+#: GRAPH_KEEP x the variables for the graph, SESSION_KEEP x the variables + SESSION_KEEP_BASE_MB
+#: per session.
+GRAPH_KEEP = 1.1
+SESSION_KEEP = 5.5
+SESSION_KEEP_BASE_MB = 16
+
+_built: weakref.WeakSet[Any] = weakref.WeakSet()  # fastpath Function objects with a frozen graph
+
+
+def track(fn: Any) -> None:
+    """``fn`` (a fastpath Function) froze a graph: its graph and sessions count in held_bytes."""
+    _built.add(fn)
+
+
+def held_bytes() -> int:
+    """What the fast path holds now, by the measured estimate: each frozen graph and each open session."""
+    total = 0
+    for fn in list(_built):
+        if getattr(fn, "frozen", None) is None:
+            continue
+        v = int(getattr(fn, "variable_bytes", 0) or 0)
+        sessions = sum(getattr(p, "streams", 1) for p in list(getattr(fn, "pools", {}).values()))
+        total += int(v * GRAPH_KEEP) + sessions * (int(v * SESSION_KEEP) + (SESSION_KEEP_BASE_MB << 20))
+    return total
+
+
+def footprint_factor(environ: Mapping[str, str] | None = None) -> float:
+    """The bound's factor (FOOTPRINT_FACTOR, or the variable's value); 0: no bound. ValueError for
+    a value that is no number."""
+    env = os.environ if environ is None else environ
+    text = env.get(FOOTPRINT_VAR, "").strip()
+    if not text:
+        return FOOTPRINT_FACTOR
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{FOOTPRINT_VAR} must be a number (2 for twice the memory), got {text!r}") from None
+    if value != value or value < 0:
+        raise ValueError(f"{FOOTPRINT_VAR} must be a number of 0 or more, got {text!r}")
+    return value
+
+
+def resident_bytes() -> int | None:
+    """This process's resident size (/proc/self/statm), or None where it cannot be read."""
+    try:
+        with open("/proc/self/statm", "rb") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def footprint_room(factor: float, rss: int, held: int) -> tuple[int, int, int]:
+    """(the bound, the memory without the fast path, the room under the bound less its margin): pure.
+    The bound: ``factor`` x the memory without the fast path, or that plus FOOTPRINT_FLOOR_MB when larger."""
+    without = max(0, rss - held)
+    bound = max(int(without * factor), without + (FOOTPRINT_FLOOR_MB << 20))
+    return bound, without, max(0, bound - rss - int(bound * FOOTPRINT_MARGIN))
+
+
+def footprint_check(need_bytes: int, what: str) -> tuple[bool, str]:
+    """Without a container limit: does ``need_bytes`` fit under FOOTPRINT_FACTOR x the process's
+    memory without the fast path? Unknown resident size, or the bound off: it fits."""
+    try:
+        factor = footprint_factor()
+    except ValueError as exc:
+        warn_once("fast-path-memory-factor", f"tf_autopar: {exc}; using {FOOTPRINT_FACTOR:g}")
+        factor = FOOTPRINT_FACTOR
+    rss = resident_bytes() if factor else None
+    if rss is None:
+        return True, ""
+    bound, without, room = footprint_room(factor, rss, held_bytes())
+    if need_bytes <= room:
+        return True, ""
+    how = (
+        f"{factor:g} x {format_bytes(without)}"
+        if bound == int(without * factor)
+        else f"{format_bytes(without)} + {format_bytes(FOOTPRINT_FLOOR_MB << 20)}"
+    )
+    return False, (
+        f"{what} needs about {format_bytes(need_bytes)}; {format_bytes(room)} is left under the fast path's "
+        f"bound of {factor:g}x the process's memory without it ({format_bytes(bound)}, {how}; "
+        f"{FOOTPRINT_VAR} sets the factor)"
+    )
 
 
 # ---------------------------------------------------------------------- the container's limit, re-read
@@ -385,8 +500,15 @@ def variable_bytes(handles: list[Any]) -> int:
     return total
 
 
-def after_stage(_stage: str) -> None:
-    """Between a build's stages (frozen.FrozenGraph's ``between``): the freed copies go back."""
+def after_stage(stage: str) -> None:
+    """Between a build's stages (frozen.FrozenGraph's ``between``): the freed copies go back.
+    After the converter, a full garbage collection first: its functions (each with the constants
+    inside, and registered with the eager context) sit in reference cycles, so they stay until
+    Python's own collector reaches its oldest generation (Xception: +543 MB kept after the freeze
+    without it, +93 MB with it; the collection holds the GIL for 0.4-0.6 s in an Xception server on
+    the 2-CPU EPYC host, once per freeze)."""
+    if stage == "frozen":
+        gc.collect()
     trim_heap()
 
 

@@ -45,6 +45,7 @@ def freeze(fn: Function, generation: int) -> None:
     # between the stages (memory.after_stage), before the sessions add their own
     frozen = run_low(_frozen_graph, FrozenGraph, concrete)
     memory.trim_heap()
+    memory.track(fn)
     with fn.lock:
         old = list(fn.pools.values())
         fn.pools.clear()
