@@ -227,13 +227,17 @@ def track(fn: Any) -> None:
 
 
 def held_bytes() -> int:
-    """What the fast path holds now, by the measured estimate: each frozen graph and each open session."""
+    """What the fast path holds now, by the measured estimate: each frozen graph, each open session
+    and each other engine's copy."""
     total = 0
     for fn in list(_built):
         if getattr(fn, "frozen", None) is None:
             continue
         v = int(getattr(fn, "variable_bytes", 0) or 0)
-        sessions = sum(getattr(p, "streams", 1) for p in list(getattr(fn, "pools", {}).values()))
+        runners = list(getattr(fn, "pools", {}).values())
+        # another engine's runner estimates its own copy (engines/foreign.py: measured factors)
+        total += sum(int(getattr(p, "bytes", 0) or 0) for p in runners)
+        sessions = sum(getattr(p, "streams", 1) for p in runners if not getattr(p, "bytes", 0))
         total += int(v * GRAPH_KEEP) + sessions * (int(v * SESSION_KEEP) + (SESSION_KEEP_BASE_MB << 20))
     return total
 
