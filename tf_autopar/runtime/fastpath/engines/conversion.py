@@ -82,10 +82,13 @@ def _run_child(kind: str, directory: str, timeout: float) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TF_AUTOPAR_")}
     env["TF_AUTOPAR_DISABLE"] = "1"  # the child converts; it plans nothing
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    # the child imports this very tf_autopar, wherever the parent found it (not only an installed one)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(sys.modules["tf_autopar"].__file__ or ".")))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
     try:
-        proc = subprocess.run(
-            cmd, env=env, capture_output=True, text=True, timeout=timeout, preexec_fn=_lowest_priority
-        )
+        # no preexec_fn: Python code in the forked child would run the process's at-fork handlers
+        # (runtime/fork.py warns there); the child lowers its own priority first (main)
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         raise ConversionError(f"{kind} conversion still running after {timeout:.0f} s: stopped") from None
     if proc.returncode != 0:
@@ -94,7 +97,7 @@ def _run_child(kind: str, directory: str, timeout: float) -> None:
         raise ConversionError(f"{kind} conversion failed: {why[:300]}")
 
 
-def _lowest_priority() -> None:  # in the child, before exec
+def _lowest_priority() -> None:
     try:
         os.nice(19)
     except OSError:
@@ -138,6 +141,7 @@ def _onnx(directory: str, names: dict[str, list[str]]) -> None:
 
 
 def main(argv: list[str]) -> int:
+    _lowest_priority()
     kind, directory = argv
     with open(os.path.join(directory, "names.json"), encoding="utf-8") as fh:
         names = json.load(fh)
