@@ -78,11 +78,14 @@ class ServedRecord:
     """A loaded SavedModel's function served by the fast path."""
 
     model: str
-    function: str  # "signatures['serving_default']", "serve"
-    calls: int
+    function: str  # "signatures['serving_default']", "serve", "__call__", "predict"
+    calls: int  # the calls the fast path took (served, checked or answered the original way)
     batches: str  # "batch 1 in 97% of 4,212 calls"
     buckets: tuple[BucketRecord, ...] = ()
     stopped: str = ""  # why the whole function stays on the original path
+    convention: str = ""  # how it is called: "signature", "positional", "keras call", "keras predict", ...
+    served: int = 0  # of all its calls, those a frozen session answered
+    declined: tuple[tuple[str, int], ...] = ()  # calls not routed, by reason (most first): the original answered
 
 
 @dataclass(frozen=True)

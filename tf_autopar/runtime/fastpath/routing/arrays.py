@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tf_autopar.runtime.fastpath.routing import reasons
+
 MISSING = object()
 
 
@@ -61,8 +63,8 @@ def exact_array(value: Any, feed: Feed, np: Any, tf: Any) -> Any:
     return array
 
 
-def arrays_of(values: list[Any], feeds: list[Feed]) -> tuple[list[Any], int] | None:
-    """The values as arrays and the call's batch, or None when one is not an exact input."""
+def arrays_of(values: list[Any], feeds: list[Feed]) -> tuple[list[Any], int] | str:
+    """The values as arrays and the call's batch, or why not (reasons.py) when one is not an exact input."""
     import numpy as np
     import tensorflow as tf
 
@@ -71,15 +73,17 @@ def arrays_of(values: list[Any], feeds: list[Feed]) -> tuple[list[Any], int] | N
     for value, feed in zip(values, feeds):
         array = exact_array(value, feed, np, tf)
         if array is None:
-            return None
+            return reasons.MISSING if value is MISSING else reasons.of_value(value, feed, np, tf)
         if feed.batched:
             if batch and array.shape[0] != batch:
-                return None
+                return reasons.BATCHES
             batch = array.shape[0]
         arrays.append(array)
     if batch < 1:
-        batch = 1 if not any(feed.batched for feed in feeds) else 0
-    return (arrays, batch) if batch >= 1 else None
+        if any(feed.batched for feed in feeds):
+            return reasons.SHAPE  # an empty batch: the original's to answer
+        batch = 1
+    return arrays, batch
 
 
 def eager() -> bool:
