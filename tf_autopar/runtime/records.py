@@ -40,13 +40,13 @@ class FunctionRecord:
 
 
 #: Names Keras gives the tf.functions behind predict(), fit() and evaluate(): internal to Keras.
-_KERAS_STEPS = ("one_step_on_", "multi_step_on_", "train_function", "test_function", "predict_function")
+KERAS_STEPS = ("one_step_on_", "multi_step_on_", "train_function", "test_function", "predict_function")
 
 
 def user_function_name(name: str) -> str:
     """A traced function as its user knows it: their own tf.function by name, Keras's internal
     step functions as the model call they come from."""
-    if name.startswith(_KERAS_STEPS):
+    if name.startswith(KERAS_STEPS):
         return "a Keras model's predict/fit/evaluate step"
     return f"tf.function {name!r}"
 
