@@ -13,6 +13,11 @@ poll, every 0.5 s, that finds the convention's function served by a frozen sessi
 switch (cells that did not switch: of the window's last ``--seconds``); the
 path that served (status()); how its calls were counted (status(): served, original, not routed
 with the reason); the outputs on one fixed input against the keyword call's (max abs difference).
+After the switch, ``--seconds`` more of blocks of 5 calls and 5 calls of the bucket's bare
+runner (``runner.run(arrays)``), interleaved: ``of_bare`` = bare ms / call ms in that process,
+``normalised_vs_keyword`` = of_bare / the keyword cell's of_bare (the host's load cancels within
+a process; the frozen graphs of a .keras model and of its SavedModel do the same work). Live
+tuning is off (TF_AUTOPAR_TUNE_LIVE=0) so that the serving session is the one switched to.
 The goal: each routed convention >= 0.95 of the keyword call's steady-state speed.
 
     python benchmarks/bench_conventions.py --out benchmarks/results/conventions_epyc.json
@@ -93,6 +98,8 @@ elif how == "predict_on_batch":
 elif how == "predict":
     call = lambda: model.predict(x, verbose=0)
 elif how == "TFSMLayer":
+    if not single:
+        print(json.dumps({"skipped": "TFSMLayer passes a dict positionally: TensorFlow raises for a signature of several inputs, without tf_autopar too"})); sys.exit(0)
     xin = tf.constant(x) if single else {k: tf.constant(v) for k, v in inputs.items()}
     call = lambda: model(xin)
 def ours():
@@ -115,10 +122,26 @@ while True:
 r = ours()
 cut = switch_at if switch_at is not None else t_start + limit - seconds
 steady = [d for d, s in zip(times, stamps) if s > cut]
+bare_ms = conv_ms = None
+if switch_at is not None:  # blocks of the call and of its bucket's bare runner, interleaved: the load cancels
+    from tf_autopar.runtime.fastpath import roster
+    from tf_autopar.runtime.fastpath.routing.arrays import synthetic
+    fn = max(roster._all(), key=lambda s: sum(s.calls.values()))
+    b = fn.buckets.get(1)
+    if b is not None and b.pool is not None:
+        runner, arrays = b.pool, [synthetic(spec, 1) for _, spec in fn.specs]
+        conv, bare = [], []
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            for f, acc in ((call, conv), (lambda: runner.run(arrays), bare)):
+                for _ in range(5):
+                    t0 = time.perf_counter(); f(); acc.append(time.perf_counter() - t0)
+        conv_ms, bare_ms = float(np.median(conv)) * 1e3, float(np.median(bare)) * 1e3
 out = call()
 flat = [np.asarray(v, np.float64).ravel() for v in tf.nest.flatten(out)]
 np.save(out_npy, np.concatenate(flat) if flat else np.zeros(0))
 report = dict(
+    paired_ms=conv_ms, bare_ms=bare_ms, reasons=[b.reason for b in r.buckets if b.reason] if r else [],
     calls=len(times), steady_ms=float(np.median(steady)) * 1e3 if steady else None, steady_calls=len(steady),
     switch_s=round(switch_at - t_start, 2) if switch_at is not None else None,
     function=r.function if r else "", convention=r.convention if r else "",
@@ -136,6 +159,7 @@ def cell(how: str, model_dir: str, seconds: float, limit: float, npy: str) -> di
         PYTHONPATH=os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH", "")) if p),
         TF_CPP_MIN_LOG_LEVEL="2",
         TF_AUTOPAR_CACHE_DIR=tempfile.mkdtemp(prefix="tfa_conv_"),
+        TF_AUTOPAR_TUNE_LIVE="0",  # the serving session stays the one switched to: the bare runner is the same
     )
     t0 = time.monotonic()
     proc = subprocess.run(
@@ -159,20 +183,24 @@ def table(path: str) -> str:
     with open(path) as fh:
         result = json.load(fh)
     lines = [
-        "| model | convention | steady ms | vs keyword | switch s | path (status()) | max abs diff |",
-        "|---|---|---|---|---|---|---|",
+        "| model | convention | steady ms | vs keyword | of its bare runner | normalised vs keyword | switch s "
+        "| path (status()) | max abs diff |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for m, cells in result["rows"].items():
         for how, r in cells.items():
             if "skipped" in r or "error" in r:
-                lines.append(f"| {m} | {how} | - | - | - | {r.get('skipped') or r.get('error')} | - |")
+                lines.append(f"| {m} | {how} | - | - | - | - | - | {r.get('skipped') or r.get('error')} | - |")
                 continue
             served = f"{', '.join(r['paths']) or 'no bucket'}: {r['served']:,} of {r['calls']:,} calls served"
+            if r.get("reasons"):
+                served += " (" + "; ".join(r["reasons"]) + ")"
             if r.get("declined"):
                 served += "; not routed: " + ", ".join(f"{n:,} {why}" for why, n in r["declined"].items())
             diff = r.get("max_abs_diff_vs_keyword")
             lines.append(
                 f"| {m} | {how} | {r['steady_ms']:.2f} | {r.get('speed_vs_keyword', 0):.2f} | "
+                f"{r.get('of_bare', 0):.2f} | {r.get('normalised_vs_keyword', 0):.2f} | "
                 f"{r['switch_s'] if r['switch_s'] is not None else 'no switch'} | {served} | "
                 f"{'-' if diff is None else f'{diff:.1e}'} |"
             )
@@ -214,6 +242,10 @@ def main() -> None:
         for res in cells.values():
             if ref.get("steady_ms") and res.get("steady_ms"):
                 res["speed_vs_keyword"] = round(ref["steady_ms"] / res["steady_ms"], 3)
+            if res.get("paired_ms"):  # the call against its own bare runner, then against the keyword call's
+                res["of_bare"] = round(res["bare_ms"] / res["paired_ms"], 3)
+                if ref.get("paired_ms"):
+                    res["normalised_vs_keyword"] = round(res["of_bare"] / (ref["bare_ms"] / ref["paired_ms"]), 3)
             if ref_out is not None and "npy" in res:
                 got = np.load(res.pop("npy"))
                 res["max_abs_diff_vs_keyword"] = (

@@ -11,6 +11,8 @@ from __future__ import annotations
 import pytest
 
 from _runtime_child import run_child
+from tf_autopar.runtime.records import BucketRecord, FunctionRecord, ServedRecord
+from tf_autopar.runtime.state import Status
 
 pytestmark = pytest.mark.tf
 
@@ -187,3 +189,38 @@ report(types=types, diffs=diffs, grad=grad is not None, served_before=served_bef
         assert ours is not None and ours[0] == theirs[0], (kind, ours, theirs)
     assert "3 calls with training=True: not routed" in res["text"]
     assert "served by the frozen session" in res["text"]
+
+
+def test_status_words_count_every_call_and_point_at_optimize_for_an_unrouted_keras_model():
+    bucket = BucketRecord(bucket=1, batch=1, calls=4245, served=4210, path="frozen session")
+    called = ServedRecord(
+        model="/m",
+        function="signatures['serving_default']",
+        calls=4245,
+        batches="batch 1 in 100% of 4,245 calls",
+        buckets=(bucket,),
+        convention="signature",
+        served=4210,
+        declined=(("positionally with a Python list or scalar", 312),),
+    )
+    missed = ServedRecord(
+        model="/m",
+        function="serve",
+        calls=0,
+        batches="",
+        convention="positional",
+        declined=(("with training=True", 3),),
+    )
+    idle = ServedRecord(model="/m", function="other", calls=0, batches="", convention="positional")
+    text = Status(enabled=True, mode="latency", served=(called, missed, idle), fast_path=True).text()
+    assert "calls: 4,210 served by the frozen session, 35 by the original path; 312 calls positionally" in text
+    assert "serve of /m: none of its calls routed" in text and "3 calls with training=True: not routed" in text
+    assert "other of /m: no calls yet" in text  # only a function never called says so
+    assert "tf_autopar.optimize(model)" not in text
+
+    step = FunctionRecord("one_step_on_data", "f", 3, 1, 1, 1, True)
+    unrouted = Status(enabled=True, mode="latency", functions=(step,), served=(called,), fast_path=True).text()
+    assert "no Keras model is on the fast path" in unrouted and "tf_autopar.optimize(model)" in unrouted
+    keras = ServedRecord(model="/k.keras", function="__call__", calls=1, batches="b", convention="keras call")
+    routed = Status(enabled=True, mode="latency", functions=(step,), served=(keras,), fast_path=True).text()
+    assert "no Keras model is on the fast path" not in routed

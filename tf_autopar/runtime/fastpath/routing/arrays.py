@@ -88,9 +88,15 @@ def arrays_of(values: list[Any], feeds: list[Feed]) -> tuple[list[Any], int] | s
 
 def eager() -> bool:
     """The call runs eagerly (a call inside a tf.function being traced is a graph call: not ours)."""
-    from tensorflow.python.eager import context
+    global _executing_eagerly
+    if _executing_eagerly is None:  # imported once: an import statement per call cost a microsecond
+        from tensorflow.python.eager import context
 
-    return context.executing_eagerly()
+        _executing_eagerly = context.executing_eagerly
+    return _executing_eagerly()
+
+
+_executing_eagerly: Any = None
 
 
 def tensor_specs(flat: list[tuple[str, Any]]) -> list[tuple[str, Any]] | None:
@@ -105,10 +111,17 @@ def as_tensors(structure: Any, values: list[Any]) -> Any:
     # EagerTensor(value, device): what tf.constant does for a numpy array (convert_to_eager_tensor)
     # without its two Python wrappers; a flat dict or a single tensor packed without tf.nest
     # (tf.nest.flatten orders a dict by its sorted keys). The request path's own cost per call.
-    ops, ctx = _eager_parts()
+    global _eager_parts
+    if _eager_parts is None:  # one assignment: a concurrent first call makes the same pair
+        from tensorflow.python.eager import context
+        from tensorflow.python.framework import ops
+
+        _eager_parts = (ops.EagerTensor, context.context)
+    tensor, context_of = _eager_parts
+    ctx = context_of()
     ctx.ensure_initialized()
     device = ctx.device_name
-    tensors = [ops.EagerTensor(v, device) for v in values]
+    tensors = [tensor(v, device) for v in values]
     packed = _packers.get(id(structure))
     if packed is None or packed[0] is not structure:
         packed = _packers[id(structure)] = (structure, _packer(structure))
@@ -116,13 +129,7 @@ def as_tensors(structure: Any, values: list[Any]) -> Any:
 
 
 _packers: dict[int, tuple[Any, Any]] = {}  # id(structure) -> (structure, its packer); a few per process
-
-
-def _eager_parts() -> tuple[Any, Any]:
-    from tensorflow.python.eager import context
-    from tensorflow.python.framework import ops
-
-    return ops, context.context()
+_eager_parts: tuple[Any, Any] | None = None  # (EagerTensor, context.context), imported at the first output
 
 
 def _packer(structure: Any) -> Any:
