@@ -35,6 +35,7 @@ CASES = {
     "dlrm": ("dlrm", "signature", 64),
     "tiny_mlp": ("tiny_mlp", "signature", 1),
     "tiny_mlp.keras call": ("tiny_mlp.keras", "keras call", 1),
+    "tiny_mlp.keras predict_on_batch": ("tiny_mlp.keras", "keras predict_on_batch", 1),
 }
 
 CHILD = r"""
@@ -47,12 +48,13 @@ from tf_autopar.runtime import fastpath
 from tf_autopar.runtime.fastpath import roster, rules
 from tf_autopar.runtime.fastpath.routing.arrays import synthetic
 rules.SWITCH_RATIO = float("inf")
-if how == "keras call":
+if how.startswith("keras"):
     import keras
     model = keras.models.load_model(path)
-    fn = next(s for s in roster._all() if s.kind == "keras call")
+    fn = next(s for s in roster._all() if s.kind == how)
     arrays = [synthetic(spec, batch) for _, spec in fn.specs]
-    call = (lambda: model(arrays[0])) if len(arrays) == 1 else (lambda: model(list(arrays)))
+    entry = model if how == "keras call" else model.predict_on_batch
+    call = (lambda: entry(arrays[0])) if len(arrays) == 1 else (lambda: entry(list(arrays)))
 else:
     loaded = tf.saved_model.load(path)
     sig = loaded.signatures["serving_default"]
@@ -89,6 +91,70 @@ while time.monotonic() < end:
 served = b.served
 print(json.dumps({"routed_s": routed, "bare_s": plain, "served": served, "key": list(b.key), "path": b.state.value}))
 """
+
+
+# Where a routed call's time goes (tiny_mlp, signature by keyword): the pieces alone and after a
+# bare run, in blocks of 200, rounds interleaved; median and 10th percentile per piece.
+DECOMPOSE = r"""
+import json, statistics, time
+import tf_autopar
+tf_autopar.enable()
+import numpy as np, tensorflow as tf
+from tensorflow.python.eager import context
+from tensorflow.python.framework import ops
+from tf_autopar.runtime import fastpath
+from tf_autopar.runtime.fastpath import roster, rules
+from tf_autopar.runtime.fastpath.routing.arrays import as_tensors, synthetic
+rules.SWITCH_RATIO = float("inf")
+import sys
+loaded = tf.saved_model.load(sys.argv[1])
+sig = loaded.signatures["serving_default"]
+fn = next(s for s in roster._all() if s.name == "signatures['serving_default']")
+arrays = [synthetic(spec, 1) for _, spec in fn.specs]
+kwargs = {n: a for (n, _), a in zip(fn.specs, arrays)}
+for _ in range(5):
+    sig(**kwargs); fastpath.wait_idle(60)
+b = fn.buckets[1]
+runner, st = fn.pools[b.key], fn.frozen.structure
+outs = runner.run(arrays)
+dev = context.context().device_name
+cases = {
+    "bare runner": lambda: runner.run(arrays),
+    "routed call": lambda: sig(**kwargs),
+    "match (inputs checked)": lambda: fn.matched((), kwargs),
+    "outputs as tensors, alone": lambda: as_tensors(st, outs),
+    "bare runner + outputs as tensors": lambda: as_tensors(st, runner.run(arrays)),
+    "bare runner + EagerTensor of an earlier output": lambda: (runner.run(arrays), ops.EagerTensor(outs[0], dev)),
+    "bare runner + numpy copy of an earlier output": lambda: (runner.run(arrays), outs[0].copy()),
+}
+res = {k: [] for k in cases}
+for _ in range(25):
+    for k, f in cases.items():
+        t0 = time.perf_counter()
+        for _ in range(200):
+            f()
+        res[k].append((time.perf_counter() - t0) / 200 * 1e6)
+print(json.dumps({k: {"median_us": round(statistics.median(v), 1), "p10_us": round(sorted(v)[2], 1)} for k, v in res.items()}))
+"""
+
+
+def decompose() -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TF_NUM_", "TF_AUTOPAR", "OMP_"))}
+    env.update(
+        PYTHONPATH=os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH", "")) if p),
+        TF_CPP_MIN_LOG_LEVEL="2",
+        TF_AUTOPAR_TUNE_LIVE="0",
+        TF_AUTOPAR_CACHE_DIR=tempfile.mkdtemp(prefix="tfa_overhead_"),
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", DECOMPOSE, os.path.join(MODELS, "tiny_mlp")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    return json.loads(lines[-1]) if lines else {"error": proc.stderr[-2000:]}
 
 
 def run_case(name: str, seconds: float, block: int, profile: bool) -> dict:
@@ -140,6 +206,7 @@ def main() -> None:
         return
     names = a.only.split(",") if a.only else list(CASES)
     rows = {n: run_case(n, a.seconds, a.block, False) for n in names}
+    pieces = decompose()
     result = {
         "processor": processor(),
         "python": platform.python_version(),
@@ -147,6 +214,7 @@ def main() -> None:
         "method": "one fresh process per case; blocks of routed and bare-runner calls interleaved; overhead = "
         "median over block pairs of (routed - bare) per call, p10/p90 its spread",
         "cases": rows,
+        "decomposition_tiny_mlp": pieces,
     }
     text = json.dumps(result, indent=2)
     print(text)

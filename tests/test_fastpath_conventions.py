@@ -160,6 +160,8 @@ train = [model(X, training=True).numpy() for _ in range(3)]
 errors = {
     "call bad shape": [error(lambda: model(np.zeros((1, 5), np.float32))),
                        error(lambda: cls.__call__(model, np.zeros((1, 5), np.float32)))],
+    "predict bad shape": [error(lambda: model.predict(np.zeros((1, 5), np.float32), verbose=0)),
+                          error(lambda: cls.predict(model, np.zeros((1, 5), np.float32), verbose=0))],
     "predict_on_batch bad shape": [error(lambda: model.predict_on_batch(np.zeros((1, 5), np.float32))),
                                    error(lambda: cls.predict_on_batch(model, np.zeros((1, 5), np.float32)))],
 }

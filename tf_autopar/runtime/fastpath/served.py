@@ -1,11 +1,13 @@
 """A served function and its request path: ``ServedFunction.__call__``.
 
-The way of a call: the routed object's ``__call__`` (routing/classes.routed_call) or its
-``predict`` (routing/keras_predict.py) -> ``ServedFunction.__call__`` -> the calling convention's
-``match`` (the call's arrays and batch, or None: not ours) -> the bucket's ``route``: SERVE from
-its engine runner (``_serve`` -> ``_run`` -> ``Runner.run``), take part in the switch CHECK
-(``_check_call``), or the ORIGINAL path (``_original_way``, which queues a build when the bucket
-wants one). No request waits for a build; any failure of ours answers the call the original way.
+The way of a call: the routed object's ``__call__`` (routing/classes.routed_call;
+positional.Overloads for a restored function) or its ``predict``/``predict_on_batch``
+(routing/keras_predict.py) -> ``ServedFunction.__call__`` -> the calling convention's ``match``
+(the call's arrays and batch, or why not: counted by reason, the original answers) -> the
+bucket's ``route``: SERVE from its engine runner (``_serve`` -> ``_run`` -> ``Runner.run``), take
+part in the switch CHECK (``_check_call``), or the ORIGINAL path (``_original_way``, which queues
+a build when the bucket wants one). No request waits for a build; any failure of ours answers
+the call the original way.
 """
 
 from __future__ import annotations
