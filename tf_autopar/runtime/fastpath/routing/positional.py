@@ -54,7 +54,8 @@ class Overloads:
                 first = matched
         # none took it: counted on the first (its reason), the original picks or raises
         head = self.served[0]
-        return head.decline(target, args, kwargs, first if len(self.served) == 1 else reasons.NO_MATCH)
+        whole = len(self.served) == 1 or first in (reasons.OFF, reasons.GRAPH, reasons.FAILED)  # not about the inputs
+        return head.decline(target, args, kwargs, first if whole else reasons.NO_MATCH)
 
 
 class RestoredFunctionCalls:
