@@ -176,7 +176,8 @@ report(held=held, first_is_original=first_is_original, after=after, diff=maxdiff
     assert res["same_object"] and res["class_name"] == "_WrapperFunction" and res["isinstance_ok"]
     assert "signatures['serving_default'] of" in res["text"] and "frozen session" in res["text"]
     assert "the original path's speed" in res["text"]
-    assert res["warnings"] == []
+    # the one warning: the float64 call, not routed, with what to change (once)
+    assert len(res["warnings"]) == 1 and "of another dtype" in res["warnings"][0], res["warnings"]
 
 
 def test_restored_function_and_concurrent_callers(saved, tmp_path):

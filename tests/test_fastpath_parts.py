@@ -189,7 +189,11 @@ def test_tensorflows_runner_describes_its_setting_and_closes_its_sessions():
 
 def test_the_calling_conventions_are_registered_by_source():
     assert [c.kind for c in routing.for_source(routing.SAVED_MODEL)] == ["signature", "positional"]
-    assert [c.kind for c in routing.for_source(routing.KERAS_MODEL)] == ["keras predict"]
+    assert [c.kind for c in routing.for_source(routing.KERAS_MODEL)] == [
+        "keras call",
+        "keras predict",
+        "keras predict_on_batch",
+    ]
 
 
 def test_state_imports_nothing_above_it_and_is_given_its_parts():

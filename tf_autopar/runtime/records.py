@@ -40,13 +40,13 @@ class FunctionRecord:
 
 
 #: Names Keras gives the tf.functions behind predict(), fit() and evaluate(): internal to Keras.
-_KERAS_STEPS = ("one_step_on_", "multi_step_on_", "train_function", "test_function", "predict_function")
+KERAS_STEPS = ("one_step_on_", "multi_step_on_", "train_function", "test_function", "predict_function")
 
 
 def user_function_name(name: str) -> str:
     """A traced function as its user knows it: their own tf.function by name, Keras's internal
     step functions as the model call they come from."""
-    if name.startswith(_KERAS_STEPS):
+    if name.startswith(KERAS_STEPS):
         return "a Keras model's predict/fit/evaluate step"
     return f"tf.function {name!r}"
 
@@ -80,11 +80,14 @@ class ServedRecord:
     """A loaded SavedModel's function served by the fast path."""
 
     model: str
-    function: str  # "signatures['serving_default']", "serve"
-    calls: int
+    function: str  # "signatures['serving_default']", "serve", "__call__", "predict"
+    calls: int  # the calls the fast path took (served, checked or answered the original way)
     batches: str  # "batch 1 in 97% of 4,212 calls"
     buckets: tuple[BucketRecord, ...] = ()
     stopped: str = ""  # why the whole function stays on the original path
+    convention: str = ""  # how it is called: "signature", "positional", "keras call", "keras predict", ...
+    served: int = 0  # of all its calls, those a frozen session answered
+    declined: tuple[tuple[str, int], ...] = ()  # calls not routed, by reason (most first): the original answered
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from tf_autopar import _warn
+from tf_autopar.planning.modes import INFERENCE_MODES
 from tf_autopar.runtime.applied import Applied
 from tf_autopar.topology import detect_topology
 from tf_autopar.topology.cpulist import format_cpulist
@@ -66,6 +67,7 @@ class Status:
     disabled_by: str = ""  # "TF_AUTOPAR_DISABLE=1" when the kill switch kept enable() from changing anything
     limits: LimitsRecord | None = None  # the CPU limits changed while running (quota_watch.py)
     memory: MemoryRecord | None = None  # the cgroup memory limit the fast path builds under (fastpath/memory.py)
+    fast_path: bool = False  # enable()'s fast path is on (an inference mode, not optimize=False)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -176,6 +178,13 @@ class Status:
             )
         for served in self.served:
             lines.extend(_served_lines(served))
+        if self.fast_path and _unrouted_keras(self.functions, self.served):
+            todo.append(
+                "a Keras model ran its predict/fit/evaluate step while no Keras model is on the fast path: "
+                "a model loaded before tf_autopar.enable() (or by a loader it does not hook, or built in code) "
+                "runs TensorFlow's usual path; for inference, fast = tf_autopar.optimize(model) serves it "
+                "from a frozen graph"
+            )
         for w in self.warnings:
             lines.append(f"  warning: {w}")
         for item in dict.fromkeys(todo):  # each once, in order
@@ -195,10 +204,15 @@ _HOOK_WORDS = {
 def _served_lines(served: ServedRecord) -> list[str]:
     """A routed function in a user's words: per batch bucket, which path serves it, with which
     pools, planned how, and measured how much faster than the original path."""
-    head = f"  {served.function} of {served.model}: " + (served.batches or "no calls yet")
-    if served.stopped and served.stopped != "disabled":
-        return [head, f"    original path: {served.stopped}"]
+    not_routed = sum(n for _, n in served.declined)
+    head = f"  {served.function} of {served.model}: " + (
+        served.batches or ("none of its calls routed" if not_routed else "no calls yet")
+    )
     lines = [head]
+    if served.calls or not_routed:
+        lines.append(f"    calls: {_call_words(served, not_routed)}")
+    if served.stopped and served.stopped != "disabled":
+        return [*lines, f"    original path: {served.stopped}"]
     for b in served.buckets:
         batch = f"batch {b.batch}" if b.batch else f"bucket {b.bucket}"
         if b.path == "frozen session":
@@ -226,6 +240,28 @@ def _served_lines(served: ServedRecord) -> list[str]:
         else:
             lines.append(f"    {batch}: original path while its frozen session is {b.path}")
     return lines
+
+
+def _unrouted_keras(functions: tuple[FunctionRecord, ...], served: tuple[ServedRecord, ...]) -> bool:
+    """A Keras step function was traced and no Keras model is routed: the model it belongs to was
+    not seen by the load hooks (a SavedModel loaded before enable() is never traced: docs/serving.md)."""
+    from tf_autopar.runtime.records import KERAS_STEPS  # records: defined on first use (see __getattr__)
+
+    return any(f.name.startswith(KERAS_STEPS) for f in functions) and not any(
+        s.convention.startswith("keras") for s in served
+    )
+
+
+def _call_words(served: ServedRecord, not_routed: int) -> str:
+    """Every call of a routed function by the path that answered it: "4,210 served by the frozen
+    session, 35 by the original path, 312 calls positionally with a Python list: not routed"."""
+    parts = []
+    if served.calls:
+        parts.append(
+            f"{served.served:,} served by the frozen session, {served.calls - served.served:,} by the original path"
+        )
+    parts.extend(f"{n:,} call{'' if n == 1 else 's'} {reason}: not routed" for reason, n in served.declined)
+    return "; ".join(parts) if parts else f"{not_routed:,} not routed"
 
 
 def _threads(inter: int, intra: int) -> str:
@@ -300,6 +336,7 @@ class Registry:
                 disabled_by=self.disabled_by,
                 limits=_limits_record(),
                 memory=_memory_record(),
+                fast_path=self.fast_path and self.mode in INFERENCE_MODES,
             )
 
     def next_session_name(self) -> str:

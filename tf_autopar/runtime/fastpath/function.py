@@ -31,7 +31,8 @@ class Function:
     def __init__(self, target: Any, name: str, convention: Convention, model: str, fingerprint: str | None) -> None:
         self.name, self.model, self.fingerprint = name, model, fingerprint
         self.convention, self.kind = convention, convention.kind
-        self.original_class = type(target)
+        # its own class, also when another served function of it swapped the class already
+        self.original_class = getattr(type(target), "_tf_autopar_original", type(target))
         self._concrete, self.specs, self.arg_structure = convention.inputs(target)
         self.keras_form = "single"  # how a Keras model's predict calls give their inputs
         self.feeds = [Feed(spec) for _, spec in self.specs]
@@ -39,7 +40,9 @@ class Function:
         self.engine = engines.get()
         self.by = BY_LIVE  # who its tuning is recorded as (roster.tune_as)
         self.lock = threading.Lock()
-        self.calls: collections.Counter[int] = collections.Counter()
+        self.calls: collections.Counter[int] = collections.Counter()  # calls taken, by batch bucket
+        self.declined: collections.Counter[str] = collections.Counter()  # calls not taken, by reason (reasons.py)
+        self.warned: set[str] = set()  # the reasons said once already
         self.buckets: dict[int, Bucket] = {}
         self.watch = watch.Watch()
         self.frozen: FrozenGraph | None = None

@@ -23,6 +23,7 @@ def record(fn: Function) -> ServedRecord:
     with fn.lock:
         buckets = tuple(_bucket_record(b, fn.calls.get(b.bucket, 0)) for b in sorted(fn.buckets.values(), key=_id))
         calls = dict(fn.calls)
+        declined = tuple(fn.declined.most_common())
     return ServedRecord(
         model=fn.model,
         function=fn.name,
@@ -30,6 +31,9 @@ def record(fn: Function) -> ServedRecord:
         batches=rules.batch_words(calls),
         buckets=buckets,
         stopped=fn.stopped,
+        convention=fn.kind,
+        served=sum(b.served for b in buckets),
+        declined=declined,
     )
 
 

@@ -37,8 +37,11 @@ def route(loaded: Any, path: str, fingerprint: str | None, source: str = routing
         if not found:
             return 0
         memory = remembered.lookup(fingerprint)
+        # routed before this call (a second load hook, optimize()): not again; a restored function
+        # with several concrete functions is several entries of one target, installed in turn
+        already = {(id(t), c.kind) for _, t, c in found if routing.routed(t, getattr(c, "attr", routing.ATTR))}
         for name, target, convention in found:
-            if routing.routed(target):
+            if (id(target), convention.kind) in already:
                 continue
             served = ServedFunction(target, name, convention, path, fingerprint)
             convention.install(target, served)
@@ -54,8 +57,8 @@ def route(loaded: Any, path: str, fingerprint: str | None, source: str = routing
 
 
 def route_keras(model: Any, path: str, fingerprint: str | None) -> int:
-    """Route a ``keras.models.load_model`` model's ``predict`` (one batch of arrays, no callbacks);
-    how many (0 or 1)."""
+    """Route a ``keras.models.load_model`` model's inference calls: ``model(x)``, ``predict`` of one
+    batch of arrays, ``predict_on_batch``; how many."""
     return route(model, path, fingerprint, routing.KERAS_MODEL)
 
 

@@ -1,11 +1,13 @@
 """A served function and its request path: ``ServedFunction.__call__``.
 
-The way of a call: the routed object's ``__call__`` (routing/classes.routed_call) or its
-``predict`` (routing/keras_predict.py) -> ``ServedFunction.__call__`` -> the calling convention's
-``match`` (the call's arrays and batch, or None: not ours) -> the bucket's ``route``: SERVE from
-its engine runner (``_serve`` -> ``_run`` -> ``Runner.run``), take part in the switch CHECK
-(``_check_call``), or the ORIGINAL path (``_original_way``, which queues a build when the bucket
-wants one). No request waits for a build; any failure of ours answers the call the original way.
+The way of a call: the routed object's ``__call__`` (routing/classes.routed_call;
+positional.Overloads for a restored function) or its ``predict``/``predict_on_batch``
+(routing/keras_predict.py) -> ``ServedFunction.__call__`` -> the calling convention's ``match``
+(the call's arrays and batch, or why not: counted by reason, the original answers) -> the
+bucket's ``route``: SERVE from its engine runner (``_serve`` -> ``_run`` -> ``Runner.run``), take
+part in the switch CHECK (``_check_call``), or the ORIGINAL path (``_original_way``, which queues
+a build when the bucket wants one). No request waits for a build; any failure of ours answers
+the call the original way.
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ from tf_autopar.runtime import tf_allocator
 from tf_autopar.runtime.fastpath import build, builder, engines, pools, remembered, rules, trials
 from tf_autopar.runtime.fastpath.bucket import CHECK, ORIGINAL_PATH, SERVE, Bucket, State, bucket_words
 from tf_autopar.runtime.fastpath.function import Function
+from tf_autopar.runtime.fastpath.routing import reasons
 from tf_autopar.runtime.fastpath.routing.arrays import eager
+from tf_autopar.runtime.fastpath.routing.base import Matched
 from tf_autopar.runtime.fastpath.switches import wanted
 from tf_autopar.runtime.safety import fail_open, warn_once
 from tf_autopar.runtime.streams import Retired
@@ -38,16 +42,40 @@ class ServedFunction(Function):
     # ------------------------------------------------------------------ the request path
     def __call__(self, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """One call of the routed function ``target``: served from a bucket's runner when it can
-        be, else the original way."""
+        be, else the original way (counted with the reason)."""
+        matched = self.matched(args, kwargs)
+        if matched.__class__ is str:
+            return self.decline(target, args, kwargs, matched)  # type: ignore[arg-type]
+        return self.answer(target, args, kwargs, matched)  # type: ignore[arg-type]
+
+    def matched(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Matched | str:
+        """The call's arrays and batch when the fast path may serve it, else why not (reasons.py)."""
         if self.stopped or not wanted():
-            return self.original(target, args, kwargs)
+            return reasons.OFF
+        if not eager():
+            return reasons.GRAPH
         try:
-            matched = self.convention.match(self, args, kwargs) if eager() else None
+            return self.convention.match(self, args, kwargs)
         except Exception as exc:  # ours: fail open
             fail_open("read a call's inputs for the fast path", exc)
+            return reasons.FAILED
+
+    def decline(self, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any], reason: str) -> Any:
+        """A call the fast path does not take: counted with its reason, answered by the original."""
+        if reason is reasons.GRAPH:  # a trace (Keras's own predict step calls the model so): not a user's call
             return self.original(target, args, kwargs)
-        if matched is None:
-            return self.original(target, args, kwargs)
+        self.declined[reason] += 1
+        if reason in reasons.ADVICE and reason not in self.warned:
+            self.warned.add(reason)
+            warn_once(
+                f"fast-path-miss:{self.model}:{self.name}:{reason}",
+                f"tf_autopar: {self.name} of {self.model} was called {reason}: such calls run TensorFlow's "
+                f"usual path, not the fast path; to have them served, {reasons.ADVICE[reason]}",
+            )
+        return self.original(target, args, kwargs)
+
+    def answer(self, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any], matched: Matched) -> Any:
+        """A call the fast path takes: its bucket serves it, checks on it, or leaves it to the original."""
         arrays, batch = matched
         bucket_id = rules.bucket_of(batch)
         self.calls[bucket_id] += 1

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tf_autopar.runtime.fastpath.routing import reasons
+
 MISSING = object()
 
 
@@ -61,8 +63,8 @@ def exact_array(value: Any, feed: Feed, np: Any, tf: Any) -> Any:
     return array
 
 
-def arrays_of(values: list[Any], feeds: list[Feed]) -> tuple[list[Any], int] | None:
-    """The values as arrays and the call's batch, or None when one is not an exact input."""
+def arrays_of(values: list[Any], feeds: list[Feed]) -> tuple[list[Any], int] | str:
+    """The values as arrays and the call's batch, or why not (reasons.py) when one is not an exact input."""
     import numpy as np
     import tensorflow as tf
 
@@ -71,22 +73,30 @@ def arrays_of(values: list[Any], feeds: list[Feed]) -> tuple[list[Any], int] | N
     for value, feed in zip(values, feeds):
         array = exact_array(value, feed, np, tf)
         if array is None:
-            return None
+            return reasons.MISSING if value is MISSING else reasons.of_value(value, feed, np, tf)
         if feed.batched:
             if batch and array.shape[0] != batch:
-                return None
+                return reasons.BATCHES
             batch = array.shape[0]
         arrays.append(array)
     if batch < 1:
-        batch = 1 if not any(feed.batched for feed in feeds) else 0
-    return (arrays, batch) if batch >= 1 else None
+        if any(feed.batched for feed in feeds):
+            return reasons.SHAPE  # an empty batch: the original's to answer
+        batch = 1
+    return arrays, batch
 
 
 def eager() -> bool:
     """The call runs eagerly (a call inside a tf.function being traced is a graph call: not ours)."""
-    from tensorflow.python.eager import context
+    global _executing_eagerly
+    if _executing_eagerly is None:  # imported once: an import statement per call cost a microsecond
+        from tensorflow.python.eager import context
 
-    return context.executing_eagerly()
+        _executing_eagerly = context.executing_eagerly
+    return _executing_eagerly()
+
+
+_executing_eagerly: Any = None
 
 
 def tensor_specs(flat: list[tuple[str, Any]]) -> list[tuple[str, Any]] | None:
@@ -98,11 +108,40 @@ def tensor_specs(flat: list[tuple[str, Any]]) -> list[tuple[str, Any]] | None:
 
 def as_tensors(structure: Any, values: list[Any]) -> Any:
     """Flat numpy outputs as eager tensors in ``structure``."""
+    # EagerTensor(value, device): what tf.constant does for a numpy array (convert_to_eager_tensor)
+    # without its two Python wrappers; a flat dict or a single tensor packed without tf.nest
+    # (tf.nest.flatten orders a dict by its sorted keys). The request path's own cost per call.
+    global _eager_parts
+    if _eager_parts is None:  # one assignment: a concurrent first call makes the same pair
+        from tensorflow.python.eager import context
+        from tensorflow.python.framework import ops
+
+        _eager_parts = (ops.EagerTensor, context.context)
+    tensor, context_of = _eager_parts
+    ctx = context_of()
+    ctx.ensure_initialized()
+    device = ctx.device_name
+    tensors = [tensor(v, device) for v in values]
+    packed = _packers.get(id(structure))
+    if packed is None or packed[0] is not structure:
+        packed = _packers[id(structure)] = (structure, _packer(structure))
+    return packed[1](tensors)
+
+
+_packers: dict[int, tuple[Any, Any]] = {}  # id(structure) -> (structure, its packer); a few per process
+_eager_parts: tuple[Any, Any] | None = None  # (EagerTensor, context.context), imported at the first output
+
+
+def _packer(structure: Any) -> Any:
+    """How flat tensors become ``structure``: by hand for a flat dict or one tensor, else tf.nest."""
     import tensorflow as tf
 
-    # tf.constant, not convert_to_tensor: the same eager tensor of a numpy array, without the
-    # conversion registry's dispatch (measured: 22 against 55 us for a 1x256 float output)
-    return tf.nest.pack_sequence_as(structure, [tf.constant(v) for v in values])
+    if type(structure) is dict and not any(tf.nest.is_nested(v) for v in structure.values()):
+        keys = sorted(structure)
+        return lambda tensors: dict(zip(keys, tensors))
+    if not tf.nest.is_nested(structure):
+        return lambda tensors: tensors[0]
+    return lambda tensors: tf.nest.pack_sequence_as(structure, tensors)
 
 
 def synthetic(spec: Any, batch: int) -> Any:

@@ -19,10 +19,13 @@ SAVED_MODEL, KERAS_MODEL = "tf.saved_model.load", "keras.models.load_model"
 ATTR = "_tf_autopar_served"
 
 Matched = tuple[list[Any], int]  # (the call's arrays in placeholder order, its batch)
+#: Why a call was not routed, in a few words (a constant: counted without formatting on the
+#: request path; status() says "312 calls <reason>: not routed").
+Declined = str
 
 
 class Convention(Protocol):
-    kind: str  # "signature", "positional", "keras predict"
+    kind: str  # "signature", "positional", "keras call", "keras predict", ...
     source: str  # SAVED_MODEL or KERAS_MODEL: what find() looks at
 
     def find(self, loaded: Any) -> list[tuple[str, Any]]:
@@ -42,8 +45,9 @@ class Convention(Protocol):
 
     def uninstall(self, target: Any, served: Function) -> None: ...
 
-    def match(self, served: Function, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Matched | None:
-        """The call's arrays and batch when the fast path serves it exactly as the original would."""
+    def match(self, served: Function, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Matched | Declined:
+        """The call's arrays and batch when the fast path serves it exactly as the original would;
+        else why not (one of reasons.py's constants)."""
         ...
 
     def original(self, served: Function, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -76,5 +80,5 @@ def for_source(source: str) -> list[Convention]:
     return [c for c in _conventions.values() if c.source == source]
 
 
-def routed(target: Any) -> bool:
-    return vars(target).get(ATTR) is not None
+def routed(target: Any, attr: str = ATTR) -> bool:
+    return vars(target).get(attr) is not None

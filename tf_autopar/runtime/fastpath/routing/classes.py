@@ -39,12 +39,13 @@ def routed_class(cls: type) -> type:
     return sub
 
 
-def swap(target: Any, served: Function) -> None:
+def swap(target: Any, served: Any) -> None:
+    """``served``: what answers the calls (a Function, or positional.Overloads)."""
     target.__dict__[ATTR] = served
-    target.__class__ = routed_class(type(target))
+    object.__setattr__(target, "__class__", routed_class(type(target)))  # past a Keras layer's attribute tracking
 
 
 def restore(target: Any, served: Function) -> None:
     vars(target).pop(ATTR, None)
     if type(target) is _routed_classes.get(served.original_class):
-        target.__class__ = served.original_class
+        object.__setattr__(target, "__class__", served.original_class)

@@ -1,11 +1,19 @@
-"""Signature calls by keyword: ``loaded.signatures[name](**inputs)``, each input by its name."""
+"""Signature calls: ``loaded.signatures[name](**inputs)`` by keyword, and positionally as
+TensorFlow's SavedModel guide calls them (``infer(tf.constant(x))``).
+
+A signature takes positional arguments only as tensors, and only as many as it allows (one, when
+it has a single input: a SignatureDef's inputs are unordered, so several are keyword-only); they
+bind to its argument keywords in order (ConcreteFunction._call_with_flat_signature). A call the
+fast path serves is one the original would bind the same way; any other (numpy arrays
+positionally, too many arguments, a name given twice) goes to the original, which raises its own
+error."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tf_autopar.runtime.fastpath.routing import arrays, classes
-from tf_autopar.runtime.fastpath.routing.base import SAVED_MODEL, Matched
+from tf_autopar.runtime.fastpath.routing import arrays, classes, reasons
+from tf_autopar.runtime.fastpath.routing.base import SAVED_MODEL, Declined, Matched
 
 if TYPE_CHECKING:
     from tf_autopar.runtime.fastpath.function import Function
@@ -27,6 +35,16 @@ def specs(concrete: Any) -> list[tuple[str, Any]] | None:
     return arrays.tensor_specs([(n, kwargs[n]) for n in names])
 
 
+def positional_names(concrete: Any, names: list[str]) -> tuple[str, ...]:
+    """The inputs a call may give positionally, in order: the signature's argument keywords up to
+    the positional arguments it allows, when they are its inputs' names (else none)."""
+    keywords = [str(k) for k in (getattr(concrete, "_arg_keywords", None) or ())]
+    allowed = getattr(concrete, "_num_positional_args", 0)
+    if not isinstance(allowed, int) or allowed < 1 or not set(keywords[:allowed]) <= set(names):
+        return ()
+    return tuple(keywords[:allowed])
+
+
 class SignatureCalls:
     kind = KIND
     source = SAVED_MODEL
@@ -39,15 +57,34 @@ class SignatureCalls:
         return [(f"signatures[{n!r}]", c) for n, c in sorted(signatures.items()) if specs(c) is not None]
 
     def inputs(self, target: Any) -> tuple[Any, list[tuple[str, Any]], Any]:
-        return target, specs(target) or [], target.structured_input_signature[0]
+        found = specs(target) or []
+        # the "argument structure" of a signature: the names its positional arguments bind to
+        return target, found, positional_names(target, [n for n, _ in found])
 
     def trace(self, target: Any) -> Any:
         return target
 
-    def match(self, served: Function, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Matched | None:
-        if args or len(kwargs) != len(served.specs):
-            return None
+    def match(self, served: Function, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Matched | Declined:
+        if args:
+            return self._positional(served, args, kwargs)
+        if len(kwargs) != len(served.specs):
+            return reasons.ARGUMENTS
         return arrays.arrays_of([kwargs.get(n, arrays.MISSING) for n, _ in served.specs], served.feeds)
+
+    def _positional(self, served: Function, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Matched | Declined:
+        import tensorflow as tf
+
+        names = served.arg_structure
+        if len(args) > len(names) or len(args) + len(kwargs) != len(served.specs):
+            return reasons.ARGUMENTS
+        for value in args:
+            if not isinstance(value, tf.Tensor):  # the original raises: "expected argument #0 to be a Tensor"
+                return reasons.PYTHON if isinstance(value, (list, tuple, int, float)) else reasons.NUMPY_POSITIONAL
+        bound = dict(zip(names, args))
+        if any(n in kwargs for n in bound):
+            return reasons.ARGUMENTS  # a name given twice: the original raises
+        bound.update(kwargs)
+        return arrays.arrays_of([bound.get(n, arrays.MISSING) for n, _ in served.specs], served.feeds)
 
     def original(self, served: Function, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         return served.original_class.__call__(target, *args, **kwargs)
