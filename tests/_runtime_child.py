@@ -58,7 +58,7 @@ def run_child(
     full_env = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith(("TF_NUM_", "TF_OVERRIDE", "TF_AUTOPAR", "OMP_", "KMP_"))
+        if not k.startswith(("TF_NUM_", "TF_OVERRIDE", "TF_AUTOPAR", "OMP_", "KMP_")) or k == "TF_AUTOPAR_ENGINES"
     }
     full_env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p)
     full_env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

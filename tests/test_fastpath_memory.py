@@ -358,7 +358,11 @@ def small_model(tmp_path_factory):
 
 
 def _env(cache: str | None = None, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TF_NUM_", "TF_OVERRIDE", "TF_AUTOPAR"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("TF_NUM_", "TF_OVERRIDE", "TF_AUTOPAR")) or k == "TF_AUTOPAR_ENGINES"
+    }
     env["TF_CPP_MIN_LOG_LEVEL"] = "3"
     env["PYTHONPATH"] = os.pathsep.join(p for p in (REPO, HERE, env.get("PYTHONPATH", "")) if p)
     if cache:

@@ -33,7 +33,9 @@ def models(user_models: dict[str, str]) -> dict[str, str]:
 
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    full = {k: v for k, v in os.environ.items() if not k.startswith(("TF_NUM_", "TF_AUTOPAR"))}
+    full = {
+        k: v for k, v in os.environ.items() if not k.startswith(("TF_NUM_", "TF_AUTOPAR")) or k == "TF_AUTOPAR_ENGINES"
+    }
     full["PYTHONPATH"] = ROOT
     full["TF_CPP_MIN_LOG_LEVEL"] = "3"
     full.update(env or {})

@@ -16,7 +16,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def launcher(args, env=None, **kw):
-    full = {k: v for k, v in os.environ.items() if not k.startswith(("TF_NUM_", "TF_AUTOPAR"))}
+    full = {
+        k: v for k, v in os.environ.items() if not k.startswith(("TF_NUM_", "TF_AUTOPAR")) or k == "TF_AUTOPAR_ENGINES"
+    }
     full["PYTHONPATH"] = ROOT
     full.update(env or {})
     return subprocess.Popen(

@@ -60,7 +60,7 @@ def _env(tmp) -> dict[str, str]:
     env = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith(("TF_NUM_", "TF_OVERRIDE", "TF_AUTOPAR", "OMP_", "KMP_"))
+        if not k.startswith(("TF_NUM_", "TF_OVERRIDE", "TF_AUTOPAR", "OMP_", "KMP_")) or k == "TF_AUTOPAR_ENGINES"
     }
     env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH", "")) if p)
     env["TF_CPP_MIN_LOG_LEVEL"] = "2"

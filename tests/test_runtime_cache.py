@@ -137,7 +137,11 @@ def test_enable_plans_on_when_the_programs_cached_profile_is_garbled(tmp_path):
         print(json.dumps({"enabled": st.enabled, "inter": os.environ.get("TF_NUM_INTEROP_THREADS"),
                           "warnings": list(st.warnings)}))
     """)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TF_NUM_", "TF_AUTOPAR", "OMP_", "WEB_"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("TF_NUM_", "TF_AUTOPAR", "OMP_", "WEB_")) or k == "TF_AUTOPAR_ENGINES"
+    }
     env.update(
         PYTHONPATH=ROOT,
         TF_AUTOPAR_CACHE_DIR=str(tmp_path / "cache"),

@@ -254,7 +254,11 @@ def test_cooperating_workers_plan_for_disjoint_shares(tmp_path):
     report(affinity=sorted(os.sched_getaffinity(0)), share=st.process.share, bound=st.process.bound_cpus,
            planned=[st.process.planned_inter, st.process.planned_intra], tf_compute=tf_compute_threads())
     """)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TF_NUM_", "TF_AUTOPAR", "OMP_"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("TF_NUM_", "TF_AUTOPAR", "OMP_")) or k == "TF_AUTOPAR_ENGINES"
+    }
     env.update(
         PYTHONPATH=ROOT,
         TF_CPP_MIN_LOG_LEVEL="2",

@@ -38,7 +38,11 @@ def _env(tmp_path, cache: str, ratio: str = "inf") -> dict[str, str]:
         "    from tf_autopar.runtime.fastpath import rules as fastpath_rules\n"
         "    fastpath_rules.SWITCH_RATIO = float(os.environ['TFA_TEST_SWITCH_RATIO'])\n"
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TF_NUM_", "TF_OVERRIDE", "TF_AUTOPAR"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("TF_NUM_", "TF_OVERRIDE", "TF_AUTOPAR")) or k == "TF_AUTOPAR_ENGINES"
+    }
     env.update(
         TF_AUTOPAR_CACHE_DIR=cache,
         TFA_TEST_SWITCH_RATIO=ratio,

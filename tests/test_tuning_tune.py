@@ -47,7 +47,9 @@ print(json.dumps(out))
 
 
 def _env(cache_dir: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TF_NUM_", "TF_AUTOPAR"))}
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("TF_NUM_", "TF_AUTOPAR")) or k == "TF_AUTOPAR_ENGINES"
+    }
     env.update(PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3", TF_AUTOPAR_CACHE_DIR=cache_dir)
     return env
 

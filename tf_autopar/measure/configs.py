@@ -20,7 +20,16 @@ from tf_autopar.planning.planner import KMP_AFFINITY as KMP_COMPACT  # Intel's r
 # a child measured for the user reads the user's plan cache and lease root (their calibration,
 # their tuned settings), not another one.
 NOT_THREAD_VARS = frozenset(
-    {"TF_AUTOPAR_CACHE_DIR", "TF_AUTOPAR_LEASE_DIR", "TF_AUTOPAR_LOG", "TF_AUTOPAR_NO_NATIVE", "TF_AUTOPAR_NATIVE_LIB"}
+    {
+        "TF_AUTOPAR_CACHE_DIR",
+        "TF_AUTOPAR_LEASE_DIR",
+        "TF_AUTOPAR_LOG",
+        "TF_AUTOPAR_NO_NATIVE",
+        "TF_AUTOPAR_NATIVE_LIB",
+        # which engines the fast path may use, and at what precision: the user's choice, kept
+        "TF_AUTOPAR_ENGINES",
+        "TF_AUTOPAR_PRECISION",
+    }
 )
 
 

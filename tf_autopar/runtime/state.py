@@ -178,7 +178,8 @@ class Status:
             )
         for served in self.served:
             lines.extend(_served_lines(served))
-        if self.fast_path and _unrouted_keras(self.functions, self.served):
+        advised = any("tf_autopar.optimize(model)" in t for t in todo)  # said once is enough
+        if self.fast_path and not advised and _unrouted_keras(self.functions, self.served):
             todo.append(
                 "a Keras model ran its predict/fit/evaluate step while no Keras model is on the fast path: "
                 "a model loaded before tf_autopar.enable() (or by a loader it does not hook, or built in code) "

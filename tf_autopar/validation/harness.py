@@ -616,7 +616,7 @@ def sweep_records(live: Mapping[str, Any], swept: Mapping[str, str], rnd: int) -
             "returncode": live.get("returncode"),
             "error": None if ok else (live.get("error") or f"the live run of round {rnd} timed no {setting}"),
             "stderr_tail": "" if ok else live.get("stderr_tail", ""),
-            "cpu_stat": None,
+            "cpu_stat": live.get("cpu_stat"),  # the live run's process and cgroup: its counters cover the sweep
             "swept_in": LIVE,
         }
     return out

@@ -81,6 +81,7 @@ def _run_child(kind: str, directory: str, timeout: float) -> None:
     cmd = [sys.executable, "-m", __name__, kind, directory]
     env = {k: v for k, v in os.environ.items() if not k.startswith("TF_AUTOPAR_")}
     env["TF_AUTOPAR_DISABLE"] = "1"  # the child converts; it plans nothing
+    env.setdefault("CI", "true")  # no usage event from OpenVINO's import there either (foreign.telemetry_off)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     # the child imports this very tf_autopar, wherever the parent found it (not only an installed one)
     root = os.path.dirname(os.path.dirname(os.path.abspath(sys.modules["tf_autopar"].__file__ or ".")))

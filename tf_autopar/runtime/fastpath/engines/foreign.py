@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
 import weakref
 from collections.abc import Callable, Iterator
@@ -42,16 +43,51 @@ class EngineError(RuntimeError):
 
 
 def missing(module: str) -> str:
-    """Why ``module`` cannot be used ("" when it imports): the engines' ``available()``."""
-    import importlib
+    """Why ``module`` cannot be used ("" when it is installed): the engines' ``available()``.
+    Found, not imported: tf2onnx imports TensorFlow and OpenVINO forks at import (openvino_import),
+    and a process that only plans (validate's parent, enable() before any model) must do neither;
+    a broken install fails at conversion instead, which falls open."""
+    import importlib.util
 
     try:
-        importlib.import_module(module)
-    except ImportError as exc:  # also sys.modules[module] = None
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError) as exc:  # also sys.modules[module] = None
         return f"{module} is not installed ({exc}): {INSTALL}"
-    except Exception as exc:  # a broken install: say so rather than fail the caller
-        return f"{module} does not import ({type(exc).__name__}: {exc})"
-    return ""
+    return "" if found else f"{module} is not installed: {INSTALL}"
+
+
+@contextlib.contextmanager
+def telemetry_off() -> Iterator[None]:
+    """OpenVINO's first import sends a usage event (openvino.tools.ovc: openvino_telemetry, in a
+    process started with ``multiprocessing``'s fork, unless ``CI=true``): in a serving process
+    that is a fork of a process full of TensorFlow's threads, and a thread pool that holds the
+    interpreter's exit until the send gives up (no network: a validate child waited 180 s and was
+    killed). The import is the one the fast path makes on the user's behalf, so it is made with
+    ``CI=true`` for its duration (openvino_telemetry's own switch); a program that imported
+    OpenVINO itself keeps its own choice."""
+    had = os.environ.get("CI")
+    if had is None:
+        os.environ["CI"] = "true"
+    try:
+        yield
+    finally:
+        if had is None:
+            os.environ.pop("CI", None)
+
+
+def openvino_module() -> Any:
+    """``openvino``, imported with telemetry_off the first time."""
+    import sys
+
+    if "openvino" in sys.modules and sys.modules["openvino"] is not None:
+        return sys.modules["openvino"]
+    with _import_lock, telemetry_off():
+        import openvino
+
+        return openvino
+
+
+_import_lock = threading.Lock()
 
 
 def graph_def(frozen: FrozenGraph) -> Any:

@@ -52,9 +52,7 @@ def core() -> Any:
     global _core
     with _core_lock:
         if _core is None:
-            import openvino
-
-            _core = openvino.Core()
+            _core = foreign.openvino_module().Core()
         return _core
 
 
@@ -69,14 +67,14 @@ def _convert(frozen: FrozenGraph) -> Any:
     them with TensorFlow's anyway). Where those internals are missing (another OpenVINO
     version), ``convert_model`` on the GraphDef it is.
     """
+    ov = foreign.openvino_module()  # first: its import with telemetry off
     try:
         from openvino._offline_transformations import apply_moc_transformations
         from openvino.frontend import FrontEndManager
         from openvino.frontend.tensorflow.graph_iterator import GraphIteratorTFGraph
     except ImportError:
-        import openvino
-
-        return openvino.convert_model(foreign.graph_def(frozen))
+        with foreign.telemetry_off():
+            return ov.convert_model(foreign.graph_def(frozen))
     frontend = FrontEndManager().load_by_framework("tf")
     iterator = GraphIteratorTFGraph(frozen.graph, False)  # kept alive until converted: its decoders are Python
     loaded = frontend.load(iterator)
