@@ -13,6 +13,8 @@ import logging
 import os
 from collections.abc import Iterable, Mapping
 
+from tf_autopar.topology.cpuinfo import first_processor_fields
+
 log = logging.getLogger("tf_autopar.runtime")
 
 ENGINES_VAR = "TF_AUTOPAR_ENGINES"
@@ -63,12 +65,10 @@ def cpu_flags(path: str = "/proc/cpuinfo") -> tuple[str, ...]:
     """The first processor's flags (an empty tuple where they cannot be read)."""
     try:
         with open(path, encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                if line.startswith(("flags", "Features")):
-                    return tuple(line.split(":", 1)[1].split())
+            fields = first_processor_fields(fh.read())
     except OSError:
-        pass
-    return ()
+        return ()
+    return tuple((fields.get("flags") or fields.get("Features") or "").split())
 
 
 def candidate_engines(

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from tf_autopar.runtime import sessions
 from tf_autopar.runtime.fastpath.routing import arrays, classes, reasons
 from tf_autopar.runtime.fastpath.routing.base import ATTR, KERAS_MODEL, Declined, Matched, routed
-from tf_autopar.runtime.fastpath.routing.keras_predict import keras_args, specs, values_of
+from tf_autopar.runtime.fastpath.routing.keras_predict import keras_args, matched_inputs, specs
 from tf_autopar.runtime.frozen import concrete_for, keras_signature
 
 if TYPE_CHECKING:
@@ -72,14 +72,7 @@ class KerasCall:
             return reasons.TAPE
         if getattr(self._keras_state, "current_call_ctx", None) is not None:
             return reasons.NESTED
-        found = values_of(served, args[0])
-        if found.__class__ is str:
-            return found  # type: ignore[return-value]
-        values, form = found  # type: ignore[misc]
-        matched = arrays.arrays_of(values, served.feeds)
-        if matched.__class__ is not str:
-            served.keras_form = form
-        return matched
+        return matched_inputs(served, args[0])
 
     def original(self, served: Function, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         with sessions.bypass():

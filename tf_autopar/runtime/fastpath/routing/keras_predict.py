@@ -31,6 +31,18 @@ def specs(model: Any) -> list[tuple[str, Any]] | None:
     return [(str(getattr(t, "name", f"input {i}")), spec) for i, (t, spec) in enumerate(zip(inputs, signature))]
 
 
+def matched_inputs(served: Function, x: Any) -> Matched | Declined:
+    """``x``'s arrays and batch for the fast path (its form remembered for call_args), or why not."""
+    found = values_of(served, x)
+    if found.__class__ is str:
+        return found  # type: ignore[return-value]
+    values, form = found  # type: ignore[misc]
+    matched = arrays.arrays_of(values, served.feeds)
+    if matched.__class__ is not str:
+        served.keras_form = form
+    return matched
+
+
 def values_of(served: Function, x: Any) -> tuple[list[Any], str] | Declined:
     """The model's inputs in ``x`` (one array, a list in input order, a dict by name) and how they
     were given ("single", "list", "dict"), or why they are not routed."""
@@ -136,14 +148,7 @@ class KerasPredictOnBatch(KerasPredict):
         x = self.x_of(args, kwargs)
         if x is arrays.MISSING:
             return reasons.ARGUMENTS
-        found = values_of(served, x)
-        if found.__class__ is str:
-            return found  # type: ignore[return-value]
-        values, form = found  # type: ignore[misc]
-        matched = arrays.arrays_of(values, served.feeds)
-        if matched.__class__ is not str:
-            served.keras_form = form
-        return matched
+        return matched_inputs(served, x)
 
     def call_args(self, served: Function, values: list[Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
         return (keras_args(served, values),), {}
