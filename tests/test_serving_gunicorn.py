@@ -14,7 +14,7 @@ import pytest
 for _name in ("gunicorn", "uvicorn", "fastapi"):
     pytest.importorskip(_name, reason=f"{_name} is not installed (pip install '.[serve]')")
 
-from examples.serving.harness import Server, served_paths, warm_until_served  # noqa: E402
+from examples.serving.harness import Server, fast_path_decided, warm_until_served  # noqa: E402
 from tf_autopar.measure.cgroup import CgroupUnavailable, QuotaGroup, check_writable, find_cpu_controller  # noqa: E402
 
 BODY = {"inputs": [[[[0.25, 0.5, 0.75]] * 32] * 32]}  # one 32x32x3 image: the small user model's input
@@ -66,7 +66,7 @@ def test_workers_take_disjoint_shares_served_and_a_killed_worker_takes_its_slot_
         for s in st.values():
             assert s["share"]["source"] == "rendezvous" and s["share"]["count"] == 2, s["share"]
             assert s["bound_cpus"] == s["affinity"] and s["planned"].startswith("1x"), s
-            assert served_paths(s) == ["frozen session"], s["served"]  # the fast path, inside the worker
+            assert fast_path_decided(s), s["served"]  # the fast path, inside the worker
         victim, survivor = sorted(st)
         os.kill(victim, signal.SIGKILL)
         new = server.statuses(2, timeout_s=120, exclude=(victim,))

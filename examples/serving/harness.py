@@ -191,6 +191,17 @@ def served_paths(status: dict) -> list[str]:
     return [b["path"] for s in status.get("served", []) for b in s["buckets"]]
 
 
+def fast_path_decided(status: dict) -> bool:
+    """Every batch of the worker was frozen, checked against the original on its live calls and
+    decided: served by the frozen session, or kept on the original because the check measured it
+    not faster (on a loaded host a tiny model can lose; the worker ran the whole fast path)."""
+    buckets = [b for s in status.get("served", []) for b in s["buckets"]]
+    return bool(buckets) and all(
+        b["path"] == "frozen session" or (b["path"] == "original" and "not faster" in b.get("reason", ""))
+        for b in buckets
+    )
+
+
 def warm_until_served(server: Server, body: Any, timeout_s: float = 90.0, n: int | None = None) -> dict[int, dict]:
     """Send ``body`` until every worker reports its batch served by the frozen session (or the
     fast path decided to keep the original path); returns the last /status of each worker."""
