@@ -88,6 +88,27 @@ def _multi() -> FrozenGraph:
     return FrozenGraph(f.get_concrete_function())
 
 
+def _recurrent() -> FrozenGraph:
+    """A recurrent cell over the time steps in a tf.while_loop (Keras's LSTM and GRU layers are
+    such loops): frozen, it holds TF1 loops; the converters get it with functional ones."""
+    rng = np.random.default_rng(4)
+    wx = tf.constant(rng.standard_normal((6, 12)).astype(np.float32) * 0.4)
+    wh = tf.constant(rng.standard_normal((12, 12)).astype(np.float32) * 0.4)
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 7, 6], tf.float32)])
+    def f(sequence):
+        steps = tf.transpose(sequence, [1, 0, 2])
+        h0 = tf.zeros([tf.shape(sequence)[0], 12])
+
+        def body(t, h):
+            return t + 1, tf.tanh(tf.matmul(steps[t], wx) + tf.matmul(h, wh))
+
+        _, h = tf.while_loop(lambda t, h: t < 7, body, [tf.constant(0), h0])
+        return {"state": h}
+
+    return FrozenGraph(f.get_concrete_function())
+
+
 def _inputs(frozen: FrozenGraph, batch: int, seed: int = 0) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     out = []
@@ -101,7 +122,7 @@ def _inputs(frozen: FrozenGraph, batch: int, seed: int = 0) -> list[np.ndarray]:
     return out
 
 
-GRAPHS = {"convnet": _convnet, "mlp": _mlp, "multi": _multi}
+GRAPHS = {"convnet": _convnet, "mlp": _mlp, "multi": _multi, "recurrent": _recurrent}
 
 
 @pytest.fixture(scope="module")
@@ -149,6 +170,15 @@ def test_outputs_equal_tensorflows_frozen_session(graphs, name, graph, batch):
         assert _worst(_reference(frozen, arrays), got) <= 1e-4 and len(again) == len(got)
     finally:
         runner.close()
+
+
+def test_a_recurrent_graph_reaches_the_converters_with_functional_loops(graphs):
+    frozen = graphs["recurrent"]
+    lowered = {n.op for n in frozen.graph_def.node}
+    assert "Enter" in lowered and not lowered & {"While", "StatelessWhile"}  # what TensorFlow's sessions run
+    given = {n.op for n in foreign.graph_def(frozen).node}
+    assert given & {"While", "StatelessWhile"} and not given & {"Enter", "Exit", "Merge", "Switch", "NextIteration"}
+    assert foreign.graph_def(graphs["mlp"]) is graphs["mlp"].graph_def  # no loops: the frozen one
 
 
 def test_openvino_bf16_differs_more_but_within_its_tolerance(graphs):

@@ -312,9 +312,26 @@ class FrozenGraph:
         if between is not None:
             between("imported")
         self.structure = concrete.structured_outputs  # freezing flattens it to a list
+        # the function, for a converter that needs its loops as functional While ops
+        # (functional_graph_def); the routed function holds it all the same
+        self._concrete = concrete
         self.profiles: dict[tuple[Any, ...], GraphProfile] = {}  # (batch, input shapes) -> its analysis
         name = getattr(concrete, "name", "function")
         self.name = name.decode() if isinstance(name, bytes) else str(name)
+
+    def functional_graph_def(self) -> Any:
+        """The graph with its control flow as functional While/If ops, for another engine's
+        converter; None when it has no lowered loops or conditionals (the frozen GraphDef serves).
+        ``convert_variables_to_constants_v2`` lowers them to TF1's
+        Switch/Merge/Enter/Exit by default, which TensorFlow's sessions run but tf2onnx turns into
+        a model ONNX Runtime refuses ("Invalid tensor data type 0": an LSTM classifier)."""
+        nodes = self.graph_def.node if self.graph_def is not None else self.graph.as_graph_def().node
+        if not any(n.op in _LOWERED_CONTROL_FLOW for n in nodes):
+            return None
+        frozen = _freeze(self._concrete, lower_control_flow=False)
+        if [t.name for t in frozen.inputs] != self.inputs or [t.name for t in frozen.outputs] != self.outputs:
+            return None  # the converter names the tensors as the sessions do, or not at all
+        return frozen.graph.as_graph_def()
 
     def open_sessions(self, inter_op: int, intra_op: int, count: int = 1) -> list[Any]:
         """``count`` sessions with their own pools (intra-op too where TF_OVERRIDE_GLOBAL_THREADPOOL
@@ -412,7 +429,11 @@ class _Retired(Exception):
     """A compiled graph was replaced by a fresh one while a caller was about to use it."""
 
 
-def _freeze(concrete: Any) -> Any:
+#: TF1 control flow, as ``convert_variables_to_constants_v2`` lowers While and If by default
+_LOWERED_CONTROL_FLOW = frozenset({"Enter", "Exit", "Switch", "Merge", "NextIteration", "LoopCond"})
+
+
+def _freeze(concrete: Any, lower_control_flow: bool = True) -> Any:
     """``convert_variables_to_constants_v2``, also for a signature whose SavedModel object is gone.
 
     ``sig = tf.saved_model.load(path).signatures["serving_default"]`` keeps working (its captured
@@ -425,12 +446,12 @@ def _freeze(concrete: Any) -> Any:
     graph = concrete.graph
     weak = list(getattr(graph, "_weak_variables", ()))
     if all(ref() is not None for ref in weak):
-        return convert_variables_to_constants_v2(concrete)
+        return convert_variables_to_constants_v2(concrete, lower_control_flow=lower_control_flow)
     live = {id(v.handle) for v in (ref() for ref in weak) if v is not None}
     stand_ins = [_HandleValue(h) for h in watch.resource_handles(concrete) if id(h) not in live]
     graph.variables = [v for v in (ref() for ref in weak) if v is not None] + stand_ins
     try:
-        return convert_variables_to_constants_v2(concrete)
+        return convert_variables_to_constants_v2(concrete, lower_control_flow=lower_control_flow)
     finally:
         graph._weak_variables = weak  # as it was (the stand-ins die with this call)
 

@@ -23,6 +23,8 @@ import sys
 import tempfile
 from typing import Any
 
+from tf_autopar.runtime.fastpath.engines import foreign
+
 log = logging.getLogger("tf_autopar.runtime")
 
 OPENVINO, ONNX = "openvino", "onnx"
@@ -61,7 +63,7 @@ def convert(kind: str, frozen: Any, timeout: float = TIMEOUT_S) -> Converted:
         raise ValueError(f"no conversion for {kind!r}; known: {', '.join(RESULT)}")
     directory = tempfile.mkdtemp(prefix=f"tf_autopar-{kind}-")
     try:
-        graph_def = frozen.graph_def if frozen.graph_def is not None else frozen.graph.as_graph_def()
+        graph_def = foreign.graph_def(frozen)
         with open(os.path.join(directory, "graph.pb"), "wb") as fh:
             fh.write(graph_def.SerializeToString())
         del graph_def

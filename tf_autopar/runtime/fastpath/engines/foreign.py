@@ -91,7 +91,12 @@ _import_lock = threading.Lock()
 
 
 def graph_def(frozen: FrozenGraph) -> Any:
-    """The frozen GraphDef (re-read from the graph when the planner dropped its copy)."""
+    """The GraphDef a converter gets: with functional loops where the frozen one has TF1's
+    (FrozenGraph.functional_graph_def), else the frozen GraphDef (re-read from the graph when the
+    planner dropped its copy)."""
+    functional = frozen.functional_graph_def()
+    if functional is not None:
+        return functional
     gd = getattr(frozen, "graph_def", None)
     return gd if gd is not None else frozen.graph.as_graph_def()
 

@@ -21,6 +21,7 @@ Converted once per FrozenGraph (foreign.Conversions), compiled once per setting.
 from __future__ import annotations
 
 import os
+import tempfile
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -76,6 +77,18 @@ def _convert(frozen: FrozenGraph) -> Any:
         with foreign.telemetry_off():
             return ov.convert_model(foreign.graph_def(frozen))
     frontend = FrontEndManager().load_by_framework("tf")
+    functional = frozen.functional_graph_def()
+    if functional is not None:
+        # loops: the functional ones (foreign.graph_def), from a file as the child converts them
+        # (the graph iterator finds no body graph in a GraphDef's functions; TF1 loops leave
+        # undeclared parameters)
+        with tempfile.TemporaryDirectory(prefix="tf_autopar-openvino-") as directory:
+            path = os.path.join(directory, "graph.pb")
+            with open(path, "wb") as fh:
+                fh.write(functional.SerializeToString())
+            model = frontend.convert(frontend.load(path))
+        apply_moc_transformations(model, cf=False, smart_reshape=True)
+        return model
     iterator = GraphIteratorTFGraph(frozen.graph, False)  # kept alive until converted: its decoders are Python
     loaded = frontend.load(iterator)
     model = frontend.convert(loaded)
