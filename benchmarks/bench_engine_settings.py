@@ -25,6 +25,8 @@ and a second at another setting (compilation only).
 
     python benchmarks/bench_engine_settings.py --out benchmarks/results/engine_settings_epyc.json
     python benchmarks/bench_engine_settings.py --memory --out benchmarks/results/engine_memory_epyc.json
+    python benchmarks/bench_engine_settings.py --rows mobilenet_v2,lstm_classifier,tiny_mlp,dlrm \
+        --configs ort-nospin,ort-spin,ov-f32 --out benchmarks/results/engine_spinning_epyc.json
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ from _host import processor  # noqa: E402
 from user_models import make_inputs  # noqa: E402
 
 ROWS = {"mobilenet_v2": 1, "efficientnet_b0": 1, "dlrm": 64, "bert_encoder": 4}
+#: more rows by name (``--rows lstm_classifier,tiny_mlp``): each model's batch here
+EXTRA_ROWS = {"lstm_classifier": 1, "tiny_mlp": 1, "gru_tagger": 1, "unet_small": 1, "nasnet_mobile": 1}
 GROUPS = {
     "base": ({}, ["tf", "ov-f32", "ov-f32-static", "ov-latency", "ort-nospin", "ort-spin", "ov-bf16"]),
     "xla": ({"TF_XLA_FLAGS": "--tf_xla_cpu_global_jit"}, ["tf@xla", "tf-xla"]),
@@ -214,8 +218,8 @@ def worker(models: str, name: str, batch: int, cfgs: list[str]) -> None:
 
 
 class _Worker:
-    def __init__(self, models: str, name: str, batch: int, group: str) -> None:
-        env_extra, self.cfgs = GROUPS[group]
+    def __init__(self, models: str, name: str, batch: int, group: str, cfgs: list[str]) -> None:
+        env_extra, self.cfgs = GROUPS[group][0], cfgs
         env = {**os.environ, **env_extra, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": ROOT}
         argv = [sys.executable, os.path.abspath(__file__), "--worker", models, name, str(batch), ",".join(self.cfgs)]
         self.proc = subprocess.Popen(
@@ -245,8 +249,9 @@ class _Worker:
             self.proc.kill()
 
 
-def bench_row(models: str, name: str, batch: int, rounds: int, per: float) -> dict:
-    workers = {g: _Worker(models, name, batch, g) for g in GROUPS}
+def bench_row(models: str, name: str, batch: int, rounds: int, per: float, only: set[str] | None = None) -> dict:
+    groups = {g: [c for c in cfgs if only is None or c in only] for g, (_, cfgs) in GROUPS.items()}
+    workers = {g: _Worker(models, name, batch, g, groups[g]) for g in GROUPS if groups[g]}
     info: dict = {}
     try:
         for w in workers.values():  # built one after the other: builds do not compete
@@ -350,6 +355,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default="/work/user_models")
     ap.add_argument("--rows", default=",".join(ROWS), help="models (batches: %s)" % ROWS)
+    ap.add_argument("--configs", help="only these configurations (comma list; tf always)")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--per", type=float, default=0.3, help="seconds per configuration per round")
     ap.add_argument("--memory", action="store_true")
@@ -376,9 +382,10 @@ def main() -> None:
         result["memory"] = bench_memory(args.models)
     else:
         result.update(setting=SETTING, rounds=args.rounds, per_s=args.per, rows={})
+        only = {"tf", *args.configs.split(",")} if args.configs else None
         for name in args.rows.split(","):
-            batch = ROWS[name]
-            row = bench_row(args.models, name, batch, args.rounds, args.per)
+            batch = {**ROWS, **EXTRA_ROWS}[name]
+            row = bench_row(args.models, name, batch, args.rounds, args.per, only)
             result["rows"][f"{name} b{batch}"] = row
             print(
                 name, batch, {c: (r.get("median_ms"), r.get("speedup_vs_tf"), r.get("error")) for c, r in row.items()}

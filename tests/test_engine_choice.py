@@ -47,6 +47,24 @@ def test_a_failed_engine_and_one_the_user_left_out_do_not_compete():
     assert names("bf16", ("amx_bf16",), allowed=frozenset({"openvino-bf16"})) == ["openvino-bf16"]
 
 
+def test_variants_of_one_engine_are_allowed_and_fail_together_by_their_family():
+    family = {
+        "tensorflow": Engine("tensorflow"),
+        "onnxruntime": Engine("onnxruntime"),
+        "onnxruntime-spinning": Engine("onnxruntime-spinning"),
+    }
+    family["onnxruntime"].family = family["onnxruntime-spinning"].family = "onnxruntime"
+
+    def of(failed=None, allowed=None):
+        return choice.candidate_engines(family, "tensorflow", "f32", (), failed or {}, allowed)
+
+    assert of() == ["onnxruntime", "onnxruntime-spinning"]
+    assert of(allowed=frozenset({"onnxruntime"})) == ["onnxruntime", "onnxruntime-spinning"]
+    assert of(allowed=frozenset({"onnxruntime-spinning"})) == ["onnxruntime-spinning"]
+    assert of(failed={"onnxruntime-spinning": "an error while serving"}) == ["onnxruntime"]
+    assert of(failed={"onnxruntime": "conversion failed"}) == []  # the family's name: the shared conversion
+
+
 def test_an_engine_whose_own_check_raises_is_left_out():
     class Raises(Engine):
         def available(self) -> str:

@@ -298,6 +298,7 @@ def test_registering_the_engines_imports_none_of_them():
     assert out.stdout.split() == [
         "[]",
         "('onnxruntime',",
+        "'onnxruntime-spinning',",
         "'openvino',",
         "'openvino-bf16',",
         "'tensorflow',",

@@ -91,6 +91,7 @@ def drive(seconds=120):
         if b.tuned == "done":
             break
         fastpath.wait_idle(30)
+    fastpath.wait_idle(30)  # "done" is set before the verdict is written to the cache
     return answered
 """
 
@@ -241,6 +242,6 @@ report(engine=engine, text=text, before=before, tried=list(b.tried), failed=dict
        after=float(np.max(np.abs(after - original()["output_0"].numpy()))), scale=float(np.max(np.abs(after))))
 """
     out = _run(saved, "Copy", body, tmp_path, env={"TF_AUTOPAR_ENGINES": engine})
-    assert out["engine"] == engine, out
-    assert f"{engine} (" in out["text"], out["text"]
+    assert out["engine"] in (engine, f"{engine}-spinning"), out  # the family: both variants allowed
+    assert f"{out['engine']} (" in out["text"], out["text"]
     assert out["before"] <= 1e-4 * 10 and out["after"] <= 1e-4 * out["scale"], out  # the write is seen at once

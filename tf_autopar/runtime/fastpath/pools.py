@@ -161,7 +161,9 @@ def _other_engine(fn: Function, engine: Any, setting: Setting) -> Runner | None:
         return engine.build(fn.frozen, setting)
     except Exception as exc:
         why = f"{engine.name} could not run the graph: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-        fn.engine_failed[engine.name] = why[:300]
+        # a conversion failure is every variant's (they share it): not converted again for this function
+        converting = isinstance(exc, engines.EngineError) and "conversion" in exc.stage
+        fn.engine_failed[getattr(engine, "family", engine.name) if converting else engine.name] = why[:300]
         fn.refused = why[:300]
         log.info("tf_autopar: %s of %s: %s", fn.name, fn.model, why)
         return None

@@ -69,9 +69,8 @@ def remembered_key(entry: dict[str, Any], allocator: str | None = None) -> Key |
     if not isinstance(name, str) or name not in engines.names():
         return None
     if name != engines.DEFAULT:  # another engine: only where it is still installed and allowed
-        allowed = choice.allowed_names()
         engine = engines.get(name)
-        if (allowed is not None and name not in allowed) or engine.available():
+        if not choice.allows(choice.allowed_names(), name, engine) or engine.available():
             return None
         if getattr(engine, "precision", "f32") != "f32" and STATE.precision != engine.precision:
             return None

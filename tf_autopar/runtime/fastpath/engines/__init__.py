@@ -130,4 +130,5 @@ register(tf_session.TensorFlowSessions())
 register(openvino_engine.OpenVINO("f32"))
 register(openvino_engine.OpenVINO("bf16"))
 register(onnxruntime_engine.OnnxRuntime())
+register(onnxruntime_engine.OnnxRuntime(spin=True))
 register(tf_xla.TensorFlowXla())  # available only in a process started with TF_XLA_FLAGS=--tf_xla_cpu_global_jit

@@ -57,6 +57,12 @@ def allowed_names(environ: Mapping[str, str] = os.environ) -> frozenset[str] | N
     return frozenset(part.strip().lower() for part in value.split(",") if part.strip())
 
 
+def allows(allowed: frozenset[str] | None, name: str, engine: object) -> bool:
+    """``TF_AUTOPAR_ENGINES`` (read by allowed_names) lets ``name`` in: by its name, or by its
+    family's (``onnxruntime`` allows ``onnxruntime-spinning`` too)."""
+    return allowed is None or name in allowed or getattr(engine, "family", name) in allowed
+
+
 def bf16_capable(isa: Iterable[str]) -> bool:
     return any(flag in BF16_FLAGS for flag in isa)
 
@@ -83,7 +89,10 @@ def candidate_engines(
     capable = bf16_capable(isa)
     out = []
     for name, engine in engines.items():
-        if name == default or name in failed or (allowed is not None and name not in allowed):
+        family = getattr(engine, "family", name)  # variants of one engine: allowed, or failed, together
+        if name == default or name in failed or family in failed:
+            continue
+        if not allows(allowed, name, engine):
             continue
         kind = getattr(engine, "precision", "f32")
         if kind == "bf16" and not (precision == "bf16" and capable):

@@ -27,14 +27,21 @@ if TYPE_CHECKING:
     from tf_autopar.runtime.frozen import FrozenGraph
 
 NAME = "onnxruntime"
+NAME_SPINNING = "onnxruntime-spinning"
 OPSET = 17
 
-#: whether ONNX Runtime's intra-op threads spin waiting for work. Off: spinning keeps a worker's
-#: threads busy between calls, and under several workers on shared CPUs that burns the CPU the
-#: other workers' requests need. Measured at (1, 2, 1) on a 2-core EPYC shared with other jobs
-#: (load average 9-11; benchmarks/bench_engine_settings.py, results/engine_settings_epyc.json,
-#: median of 7 interleaved rounds): off against on, MobileNetV2 b1 8.2 against 48.1 ms,
-#: EfficientNet-B0 b1 51 against 86, DLRM b64 1.19 against 1.51: spinning lost every row there
+#: whether ONNX Runtime's intra-op threads spin waiting for work. Both are candidates, the live
+#: trial decides: spinning keeps a process's threads busy between calls, which costs every call
+#: when other work shares the CPUs and saves a wake-up per parallel step when none does. Measured
+#: at (1, 2, 1), ``onnxruntime`` off, ``onnxruntime-spinning`` on: on the 2-core EPYC shared with
+#: other jobs (load average 9-11; benchmarks/bench_engine_settings.py,
+#: results/engine_settings_epyc.json, median of 7 interleaved rounds) off won every row
+#: (MobileNetV2 b1 8.2 against 48.1 ms, EfficientNet-B0 b1 51 against 86, DLRM b64 1.19 against
+#: 1.51); on the same host quiet (load average 0.7-1.2; ``bench_engine_settings.py --rows
+#: mobilenet_v2,lstm_classifier,tiny_mlp,dlrm,efficientnet_b0 --configs ort-nospin,ort-spin``,
+#: results/engine_spinning_epyc.json) on won every row: an LSTM classifier b1 2.32 against
+#: 1.17 ms (a loop of small steps), MobileNetV2 b1 5.35 against 4.81, EfficientNet-B0 b1 9.55
+#: against 7.79, DLRM b64 0.84 against 0.73, a tiny MLP 0.016 both.
 SPIN = False
 
 #: what a build adds to the process's RSS, per byte of the frozen constants, the largest of the
@@ -86,11 +93,12 @@ class OnnxRuntimeRunner:
     def __init__(self, frozen: FrozenGraph, setting: tuple[int, int, int], spin: bool = SPIN) -> None:
         inter, intra, _streams = (max(1, int(v)) for v in setting)
         self.setting, self.spin, self.precision = (inter, intra, 1), spin, "f32"
+        self.name = NAME_SPINNING if spin else NAME
         self.threads = intra + (inter if inter > 1 else 0)
         try:
             serialized, converted = _conversions.get(frozen, _convert)
         except Exception as exc:
-            raise foreign.EngineError(NAME, f"conversion (tf2onnx, opset {OPSET})", exc) from exc
+            raise foreign.EngineError(self.name, f"conversion (tf2onnx, opset {OPSET})", exc) from exc
         try:
             import onnxruntime as ort
 
@@ -107,7 +115,7 @@ class OnnxRuntimeRunner:
             if absent:
                 raise ValueError(f"the converted model has inputs {sorted(names)}, not {absent}")
         except Exception as exc:
-            raise foreign.EngineError(NAME, "session creation", exc) from exc
+            raise foreign.EngineError(self.name, "session creation", exc) from exc
         self.pool = StreamPool(
             [_Session(session, list(frozen.inputs), list(frozen.outputs), foreign.output_dtypes(frozen))]
         )
@@ -127,7 +135,7 @@ class OnnxRuntimeRunner:
 
     def describe(self) -> dict[str, Any]:
         return {
-            "engine": NAME,
+            "engine": self.name,
             "inter_op": self.setting[0],
             "intra_op": self.setting[1],
             "streams": 1,
@@ -143,13 +151,14 @@ class OnnxRuntimeRunner:
 
 
 class OnnxRuntime:
-    """The engine."""
+    """The engine; ``spin=True``: the variant whose threads spin between steps (ONNX Runtime's own default)."""
 
-    name = NAME
+    family = NAME  # the variants share the conversion: one failing to convert fails both
     precision = "f32"
 
     def __init__(self, spin: bool = SPIN) -> None:
         self.spin = spin
+        self.name = NAME_SPINNING if spin else NAME
 
     def available(self) -> str:
         """ "" when onnxruntime and tf2onnx import; else why not."""
@@ -161,10 +170,10 @@ class OnnxRuntime:
         try:
             _conversions.get(frozen, _convert_in_child)
         except Exception as exc:
-            raise foreign.EngineError(NAME, f"conversion (tf2onnx, opset {OPSET}, in a child)", exc) from exc
+            raise foreign.EngineError(self.name, f"conversion (tf2onnx, opset {OPSET}, in a child)", exc) from exc
 
     def build(self, frozen: FrozenGraph, setting: tuple[int, int, int]) -> OnnxRuntimeRunner:
         why = self.available()
         if why:
-            raise foreign.EngineError(NAME, "import", why)
+            raise foreign.EngineError(self.name, "import", why)
         return OnnxRuntimeRunner(frozen, setting, self.spin)

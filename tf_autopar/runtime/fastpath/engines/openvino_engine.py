@@ -257,6 +257,8 @@ class OpenVINORunner:
 class OpenVINO:
     """The engine (f32 by default; ``precision="bf16"`` for the opt-in variant)."""
 
+    family = NAME  # the variants share the conversion: one failing to convert fails both
+
     def __init__(self, precision: str = "f32") -> None:
         if precision not in ("f32", "bf16"):
             raise ValueError(f"precision must be 'f32' or 'bf16', got {precision!r}")
