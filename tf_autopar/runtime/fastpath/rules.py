@@ -36,7 +36,8 @@ SWITCH_RATIO = 1.0
 #: Live tuning's bar: a candidate (another setting or engine) replaces the incumbent when faster by
 #: this beyond the noise (measure/live.py's NOISE); -1 lets any candidate win at the first look (tests).
 TUNE_NOISE: float | None = None
-#: Another engine that wins its trial by this much ends the trials of TensorFlow's own session
+#: Another engine that wins its trial and serves this much faster than TensorFlow's session (the
+#: product of the wins since the plan's setting) ends the trials of TensorFlow's own session
 #: settings: those differ from one another by tens of percent at most (docs/tuning.md).
 ENGINE_MARGIN = 1.5
 #: A check on live calls that sees no call for this long (or five of the frozen session's calls,
