@@ -537,6 +537,22 @@ def summarise(data: dict) -> str:
         "each engine alone against the per-row fastest (geometric mean over the rows it ran): "
         + ", ".join(f"{k} {_f(v)}" for k, v in single.items())
     )
+    # the per-model choice against each engine used for every row (goal: >= 1.1x the best of them)
+    versus = {}
+    for cfg in ENGINES:
+        pairs = [
+            r[cfg]["ms"] / r["enable"]["ms"]
+            for r in rows
+            if "ms" in r.get(cfg, {})
+            and r.get("enable", {}).get("ms")
+            and r[cfg].get("diff") is not None
+            and r[cfg]["diff"] <= DIFF_TOL
+        ]
+        versus[cfg] = (_geo(pairs), len(pairs))
+    lines.append(
+        "enable() against each engine alone (geometric mean of its ms over enable()'s, rows where it ran; "
+        "goal >= 1.1x the best): " + ", ".join(f"{k} {_f(v)}x over {n}" for k, (v, n) in versus.items())
+    )
     failures = [
         f"- {r['model']} b{r['batch']} {c}: {r[c]['failed'][:400]}"
         for r in rows
