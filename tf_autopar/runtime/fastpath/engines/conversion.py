@@ -108,21 +108,27 @@ def _lowest_priority() -> None:
 
 
 # ------------------------------------------------------------------------------ the child
-def _openvino(directory: str, names: dict[str, list[str]]) -> None:
-    """OpenVINO's TensorFlow frontend on the GraphDef file, then the transformations
-    ``convert_model`` applies (openvino_engine.py says why not ``convert_model`` itself)."""
+def openvino_from_file(path: str, names: dict[str, list[str]]) -> Any:
+    """OpenVINO's TensorFlow frontend on a GraphDef file, then the transformations
+    ``convert_model`` applies (openvino_engine.py says why not ``convert_model`` itself). The
+    child's conversion, and openvino_engine's in-process one of a graph with loops."""
     import openvino as ov
 
-    path = os.path.join(directory, "graph.pb")
     try:
         from openvino._offline_transformations import apply_moc_transformations
         from openvino.frontend import FrontEndManager
     except ImportError:
-        model = ov.convert_model(path, input=names["inputs"], output=names["outputs"])
-    else:
-        frontend = FrontEndManager().load_by_framework("tf")
-        model = frontend.convert(frontend.load(path))
-        apply_moc_transformations(model, cf=False, smart_reshape=True)
+        return ov.convert_model(path, input=names["inputs"], output=names["outputs"])
+    frontend = FrontEndManager().load_by_framework("tf")
+    model = frontend.convert(frontend.load(path))
+    apply_moc_transformations(model, cf=False, smart_reshape=True)
+    return model
+
+
+def _openvino(directory: str, names: dict[str, list[str]]) -> None:
+    import openvino as ov
+
+    model = openvino_from_file(os.path.join(directory, "graph.pb"), names)
     ov.save_model(model, os.path.join(directory, RESULT[OPENVINO]), compress_to_fp16=False)
 
 

@@ -55,6 +55,11 @@ LIBRARY_BYTES = 33 << 20
 _conversions: foreign.Conversions[bytes] = foreign.Conversions()
 
 
+def name_of(spin: bool) -> str:
+    """The engine's name for the variant with (or without) spinning threads."""
+    return NAME_SPINNING if spin else NAME
+
+
 def _convert(frozen: FrozenGraph) -> bytes:
     import tf2onnx
 
@@ -93,7 +98,7 @@ class OnnxRuntimeRunner:
     def __init__(self, frozen: FrozenGraph, setting: tuple[int, int, int], spin: bool = SPIN) -> None:
         inter, intra, _streams = (max(1, int(v)) for v in setting)
         self.setting, self.spin, self.precision = (inter, intra, 1), spin, "f32"
-        self.name = NAME_SPINNING if spin else NAME
+        self.name = name_of(spin)
         self.threads = intra + (inter if inter > 1 else 0)
         try:
             serialized, converted = _conversions.get(frozen, _convert)
@@ -158,7 +163,7 @@ class OnnxRuntime:
 
     def __init__(self, spin: bool = SPIN) -> None:
         self.spin = spin
-        self.name = NAME_SPINNING if spin else NAME
+        self.name = name_of(spin)
 
     def available(self) -> str:
         """ "" when onnxruntime and tf2onnx import; else why not."""

@@ -76,7 +76,6 @@ def _convert(frozen: FrozenGraph) -> Any:
     except ImportError:
         with foreign.telemetry_off():
             return ov.convert_model(foreign.graph_def(frozen))
-    frontend = FrontEndManager().load_by_framework("tf")
     functional = frozen.functional_graph_def()
     if functional is not None:
         # loops: the functional ones (foreign.graph_def), from a file as the child converts them
@@ -86,9 +85,9 @@ def _convert(frozen: FrozenGraph) -> Any:
             path = os.path.join(directory, "graph.pb")
             with open(path, "wb") as fh:
                 fh.write(functional.SerializeToString())
-            model = frontend.convert(frontend.load(path))
-        apply_moc_transformations(model, cf=False, smart_reshape=True)
-        return model
+            with foreign.telemetry_off():  # where its fallback is convert_model
+                return conversion.openvino_from_file(path, {"inputs": frozen.inputs, "outputs": frozen.outputs})
+    frontend = FrontEndManager().load_by_framework("tf")
     iterator = GraphIteratorTFGraph(frozen.graph, False)  # kept alive until converted: its decoders are Python
     loaded = frontend.load(iterator)
     model = frontend.convert(loaded)
