@@ -281,6 +281,7 @@ def test_a_graph_the_engine_cannot_take_raises_an_error_naming_it(name):
     ],
 )
 def test_available_says_why_when_the_package_is_absent(monkeypatch, graphs, name, module):
+    _needs(name)  # the engine installed: then only ``module`` is made absent
     monkeypatch.setitem(sys.modules, module, None)
     why = engines.get(name).available()
     assert f"{module} is not installed" in why and "tf_autopar[engines]" in why
