@@ -11,8 +11,10 @@ keeps less of other jobs' preemption on a shared host). Configurations:
 - ``ov-f32``: engines "openvino" at (1, 2, 1) (free input shapes); ``ov-f32-static``: the same
   with a copy compiled for the call's shapes (``build(..., shapes=)``); ``ov-bf16``: engines "openvino-bf16" at (1, 2, 1);
 - ``ov-latency``: OpenVINO with only ``PERFORMANCE_HINT=LATENCY`` and f32 (its own choice of
-  threads and streams: what a user converting by hand would run);
+  threads and streams: what a user converting by hand would run); ``ov-latency-bf16``: the same
+  at OpenVINO's default precision (bf16 on a CPU with AVX512_BF16 or AMX);
 - ``ort-nospin`` / ``ort-spin``: engines "onnxruntime" at (1, 2, 1), intra-op spinning off / on;
+  ``ort-nospin-1t`` / ``ort-spin-1t``: the same at (1, 1, 1), the calling thread alone;
 - ``tf-xla``: the frozen session with ``global_jit_level=ON_1`` in a process started with
   ``TF_XLA_FLAGS=--tf_xla_cpu_global_jit`` (``tf@xla``: the plain session in that process, to
   see whether the flag alone changes it);
@@ -48,9 +50,31 @@ from user_models import make_inputs  # noqa: E402
 
 ROWS = {"mobilenet_v2": 1, "efficientnet_b0": 1, "dlrm": 64, "bert_encoder": 4}
 #: more rows by name (``--rows lstm_classifier,tiny_mlp``): each model's batch here
-EXTRA_ROWS = {"lstm_classifier": 1, "tiny_mlp": 1, "gru_tagger": 1, "unet_small": 1, "nasnet_mobile": 1}
+EXTRA_ROWS = {
+    "lstm_classifier": 1,
+    "tiny_mlp": 1,
+    "gru_tagger": 1,
+    "unet_small": 1,
+    "nasnet_mobile": 1,
+    "dcn_v2": 1,
+    "youtube_dnn": 1,
+    "gpt_decoder": 1,
+}
 GROUPS = {
-    "base": ({}, ["tf", "ov-f32", "ov-f32-static", "ov-latency", "ort-nospin", "ort-spin", "ov-bf16"]),
+    "base": (
+        {},
+        [
+            "tf",
+            "ov-f32",
+            "ov-f32-static",
+            "ov-latency",
+            "ort-nospin",
+            "ort-spin",
+            "ort-spin-1t",
+            "ort-nospin-1t",
+            "ov-bf16",
+        ],
+    ),
     "xla": ({"TF_XLA_FLAGS": "--tf_xla_cpu_global_jit"}, ["tf@xla", "tf-xla"]),
     "frozen-weights": ({"TF_ONEDNN_ASSUME_FROZEN_WEIGHTS": "1"}, ["tf@frozen-weights"]),
 }
@@ -90,17 +114,19 @@ def _build(cfg: str, frozen, arrays: list) -> object:
         return engines.get("openvino").build(frozen, SETTING, shapes=[a.shape for a in arrays])
     if base == "ov-bf16":
         return engines.get("openvino-bf16").build(frozen, SETTING)
-    if base in ("ort-nospin", "ort-spin"):
+    if base in ("ort-nospin", "ort-spin", "ort-nospin-1t", "ort-spin-1t"):
         from tf_autopar.runtime.fastpath.engines.onnxruntime_engine import OnnxRuntimeRunner
 
-        return OnnxRuntimeRunner(frozen, SETTING, spin=base == "ort-spin")
-    if base == "ov-latency":
+        one = base.endswith("-1t")  # one intra-op thread: the calling thread alone
+        return OnnxRuntimeRunner(frozen, (1, 1, 1) if one else SETTING, spin=base.startswith("ort-spin"))
+    if base in ("ov-latency", "ov-latency-bf16"):
         from tf_autopar.runtime.fastpath.engines import openvino_engine
 
         model, _ = openvino_engine._conversions.get(frozen, openvino_engine._convert)
-        compiled = openvino_engine.core().compile_model(
-            model, "CPU", {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": "f32"}
-        )
+        config = {"PERFORMANCE_HINT": "LATENCY"}
+        if base == "ov-latency":
+            config["INFERENCE_PRECISION_HINT"] = "f32"
+        compiled = openvino_engine.core().compile_model(model, "CPU", config)
         request = compiled.create_infer_request()
         ports = [compiled.outputs[openvino_engine._port_index(compiled.outputs, n)] for n in frozen.outputs]
         order = [openvino_engine._port_index(compiled.inputs, n) for n in frozen.inputs]

@@ -35,15 +35,16 @@ engine whose outputs are within 1e-4 (goal: >= 0.95 on every row, >= 1.1x in geo
 against the default (never slower), the first window's p99 against the default's (goal <= 1.5x),
 and the second start's first call.
 
-    python benchmarks/bench_engines.py /work/user_models --out benchmarks/results/engines.json
+    python benchmarks/bench_engines.py /work/user_models --out benchmarks/results/engines.json.gz
     python benchmarks/bench_engines.py /work/user_models --only tiny_mlp,unet_small --batches batch1 \\
         --seconds 20 --engine-seconds 6 --rounds 1                            # a quick look
-    python benchmarks/bench_engines.py --summarise benchmarks/results/engines.json
+    python benchmarks/bench_engines.py --summarise benchmarks/results/engines.json.gz
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import math
 import os
@@ -57,6 +58,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from bench_fastpath import child_env, host, run_script  # noqa: E402
 from user_models import SERVING, make_inputs  # noqa: E402
+
+from tf_autopar.runtime.fastpath.rules import BF16_RTOL, outputs_differ  # noqa: E402  (pure: no TensorFlow)
 
 #: In run order within a row (``enable-bf16`` only where enable() takes ``precision``).
 CONFIGS = (
@@ -73,6 +76,9 @@ CONFIGS = (
 #: The f32 engines a user could run alone; the fastest of them (outputs within DIFF_TOL) is the bar.
 ENGINES = ("tf-frozen", "openvino", "onnxruntime")
 DIFF_TOL = 1e-4
+#: the opt-in precision's tolerance: the fast path's own check of a bf16 candidate
+BF16_TOL = BF16_RTOL
+BF16_CONFIGS = ("openvino-bf16", "enable-bf16")
 PAIRS = ("1x1", "1x2", "2x1", "2x2")
 
 # ------------------------------------------------------------------------------ the child (a server)
@@ -316,6 +322,17 @@ def max_rel_diff(path: str, ref_path: str) -> float | str:
         return worst
 
 
+def bf16_differs(path: str, ref_path: str) -> str:
+    """ "" when the outputs pass the opt-in precision's check against TF default's (rules.outputs_differ:
+    within BF16_TOL of the largest value and the same top class in every row), else what differs."""
+    import numpy as np
+
+    with np.load(path) as a, np.load(ref_path) as b:
+        if sorted(a.files) != sorted(b.files):
+            return f"outputs {sorted(a.files)} != {sorted(b.files)}"
+        return outputs_differ([a[k] for k in b.files], [b[k] for k in b.files], BF16_TOL, top1=True)
+
+
 # ------------------------------------------------------------------------------ summary
 
 
@@ -421,6 +438,15 @@ def row_summary(row: dict, window_s: float) -> dict:
         out["enable"]["engine_end"] = end_engine(e[-1])
         out["enable"]["p99_window"] = _median([window(r, window_s)[1] for r in e])
         out["enable"]["p50_window"] = _median([window(r, window_s)[0] for r in e])
+    eb = ok("enable-bf16")
+    if eb:
+        out["enable-bf16"]["engine_end"] = end_engine(eb[-1])
+    ob = out.get("openvino-bf16", {})
+    checks = [r.get("bf16_differs") for r in ok("openvino-bf16")]
+    if any(checks):  # OpenVINO's bf16 fails the check somewhere: not a bar for this row
+        ob["bf16_fails"] = next(c for c in checks if c)
+    elif eb and "ms" in ob and isinstance(ob.get("diff"), float) and ob["diff"] <= BF16_TOL:
+        out["bf16_vs_openvino"] = ob["ms"] / out["enable-bf16"]["ms"]
     e2 = ok("enable-2nd")
     if e2:
         out["enable-2nd"]["first_call"] = first_call(e2[-1])
@@ -527,6 +553,20 @@ def summarise(data: dict) -> str:
         f"on the fast path on {sum(1 for r in rows if r.get('enable-2nd', {}).get('first_call', '').startswith('fast'))} "
         f"of {len(rows)}",
     ]
+    bf = [r["bf16_vs_openvino"] for r in rows if "bf16_vs_openvino" in r]
+    if bf:
+        lines.append(
+            f'precision="bf16": enable(precision="bf16") >= 0.95 of OpenVINO\'s bf16 alone on '
+            f"{sum(1 for x in bf if x >= 0.95)} of {len(bf)} rows where OpenVINO bf16's outputs are within "
+            f"{BF16_TOL:g} (geometric mean {_f(_geo(bf))}x; {', '.join(f'{x:.2f}' for x in bf)})"
+        )
+    excluded = [
+        f"{r['model']} b{r['batch']} ({r['openvino-bf16']['bf16_fails']})"
+        for r in rows
+        if "bf16_fails" in r.get("openvino-bf16", {})
+    ]
+    if excluded:
+        lines.append("OpenVINO bf16 outside the bf16 check (not a bar): " + "; ".join(excluded))
     single = {}
     for cfg in ENGINES:
         ratios = [
@@ -571,6 +611,13 @@ def summarise(data: dict) -> str:
     return "\n".join(lines)
 
 
+def _open(path: str, mode: str):
+    """A results file, gzipped where its name ends in .gz (every call's time: tens of MB as JSON)."""
+    if path.endswith(".gz"):
+        return gzip.open(path, mode, encoding="utf-8")
+    return open(path, mode, encoding="utf-8")
+
+
 def _runs(data: dict, r: dict, cfg: str) -> list[dict]:
     row = next(x for x in data["rows"] if x["model"] == r["model"] and x["batch"] == r["batch"])
     return [rnd[cfg] for rnd in row["rounds"] if cfg in rnd and "error" not in rnd[cfg]]
@@ -600,7 +647,7 @@ def main() -> int:
     ap.add_argument("--summarise", metavar="JSON")
     args = ap.parse_args()
     if args.summarise:
-        with open(args.summarise, encoding="utf-8") as fh:
+        with _open(args.summarise, "rt") as fh:
             print(summarise(json.load(fh)))
         return 0
     if not args.model_dir or not os.path.isdir(args.model_dir):
@@ -663,6 +710,8 @@ def main() -> int:
                     ref = results.get("default", {}).get("outputs_file")
                     if res.get("outputs_file") and ref:
                         res["max_rel_diff"] = max_rel_diff(res["outputs_file"], ref)
+                        if cfg in BF16_CONFIGS:  # the fast path's own check of a bf16 candidate
+                            res["bf16_differs"] = bf16_differs(res["outputs_file"], ref)
                     results[cfg] = res
                     if "error" in res:
                         print(f"  {row['model']} b{row['batch']} {cfg}: ERROR {res['error'][-300:]}", flush=True)
@@ -676,7 +725,7 @@ def main() -> int:
                 )
                 data["wall_s"] = round(time.time() - t0, 1)
                 data["load_avg_end"] = os.getloadavg()
-                with open(args.out, "w", encoding="utf-8") as fh:
+                with _open(args.out, "wt") as fh:
                     json.dump(data, fh)
     finally:
         shutil.rmtree(work, ignore_errors=True)

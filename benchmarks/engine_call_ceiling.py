@@ -50,6 +50,12 @@ def main() -> None:
     ap.add_argument("--warm", type=float, default=20.0, help="seconds of calls before measuring (the switch)")
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--calls", type=int, default=200, help="calls per block")
+    ap.add_argument(
+        "--engines",
+        default="onnxruntime",
+        help="TF_AUTOPAR_ENGINES for the run (onnxruntime: it alone; e.g. tensorflow,openvino,onnxruntime: "
+        "the others built and tried first, as under enable()'s default)",
+    )
     ap.add_argument("--out")
     args = ap.parse_args()
 
@@ -57,7 +63,7 @@ def main() -> None:
     os.environ.update(
         TF_AUTOPAR_CACHE_DIR=os.path.join(cache, "cache"),
         TF_AUTOPAR_FAST_PATH_DIR=os.path.join(cache, "fastpath"),
-        TF_AUTOPAR_ENGINES="onnxruntime",
+        TF_AUTOPAR_ENGINES=args.engines,
     )
     import tf_autopar
 

@@ -57,6 +57,43 @@ def test_fastest_engine_is_the_fastest_within_tolerance() -> None:
     assert s["tf-frozen"]["setting"] == "1x2"
 
 
+def test_bf16_is_judged_against_openvinos_bf16_only_where_its_outputs_pass() -> None:
+    def bf16_row(ov_diff: float) -> dict:
+        return row(
+            default=served("default", [10.0] * 10),
+            enable=served("enable", [8.0] * 10),
+            openvino_bf16=engine("openvino-bf16", 3.0, ov_diff),
+            enable_bf16=served("enable-bf16", [4.0] * 10, runners=[{"engine": "openvino-bf16", "served": 1}]),
+        )
+
+    s = bench_engines.row_summary(bf16_row(1e-2), 60.0)
+    assert s["bf16_vs_openvino"] == pytest.approx(0.75)
+    assert s["enable-bf16"]["engine_end"].startswith("openvino-bf16")
+    assert "bf16_vs_openvino" not in bench_engines.row_summary(bf16_row(0.2), 60.0)  # outside the tolerance
+    host = {"cpu_model": "X", "cpus": 2, "tf_version": "2", "date": "d"}
+    text = bench_engines.summarise({"host": host, "rows": [bf16_row(1e-2), bf16_row(0.2)]})
+    assert "OpenVINO's bf16 alone on 0 of 1 rows where OpenVINO bf16's outputs are within 0.05" in text
+    # within the relative bound but the top class moved in a row: the fast path would reject it, so no bar
+    moved = bf16_row(1e-2)
+    moved["rounds"][0]["openvino-bf16"]["bf16_differs"] = "output 1: the top class differs in 1 of 128 rows"
+    s = bench_engines.row_summary(moved, 60.0)
+    assert "bf16_vs_openvino" not in s and s["openvino-bf16"]["bf16_fails"].endswith("1 of 128 rows")
+    text = bench_engines.summarise({"host": host, "rows": [moved]})
+    assert "OpenVINO bf16 outside the bf16 check (not a bar): m b1 (output 1: the top class" in text
+
+
+def test_the_bf16_check_is_the_fast_paths_own(tmp_path: Path) -> None:
+    ref = np.array([[0.1, 0.50, 0.49], [0.3, 0.2, 0.1]], dtype=np.float32)
+    np.savez(tmp_path / "ref.npz", logits=ref)
+    np.savez(tmp_path / "close.npz", logits=ref + 0.004)
+    swapped = ref.copy()
+    swapped[0, 1:] = [0.49, 0.50]  # 0.02 of the largest value, and the top class moved
+    np.savez(tmp_path / "swapped.npz", logits=swapped)
+    assert bench_engines.bf16_differs(str(tmp_path / "close.npz"), str(tmp_path / "ref.npz")) == ""
+    why = bench_engines.bf16_differs(str(tmp_path / "swapped.npz"), str(tmp_path / "ref.npz"))
+    assert why == "output 0: the top class differs in 1 of 2 rows"
+
+
 def test_a_conversion_failure_is_the_rows_result_not_a_crash() -> None:
     r = row(
         default=served("default", [10.0] * 10),

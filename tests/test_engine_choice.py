@@ -102,6 +102,16 @@ def test_an_engine_gets_the_whole_budget_split_among_its_streams(budget, streams
     assert choice.engine_setting(budget, streams) == setting
 
 
+def test_onnx_runtime_is_also_tried_on_one_thread_where_the_plan_gives_one():
+    assert choice.engine_settings("onnxruntime", 2, 1, 1) == [(1, 2, 1), (1, 1, 1)]
+    assert choice.engine_settings("onnxruntime", 8, 2, 1) == [(1, 4, 2), (1, 1, 2)]
+    assert choice.engine_settings("onnxruntime", 2, 1, 2) == [(1, 2, 1)]  # ops worth splitting
+    assert choice.engine_settings("onnxruntime", 1, 1, 1) == [(1, 1, 1)]  # one CPU: the same setting
+    assert choice.engine_settings("openvino", 2, 1, 1) == [(1, 2, 1)]
+    assert choice.engine_settings("onnxruntime-spinning", 2, 1, 1) == [(1, 2, 1)]  # one thread does not spin
+    assert rules.label((1, 1, 1, "onnxruntime")) == "onnxruntime, 1 thread"
+
+
 def test_keys_read_as_before_for_tensorflow_and_name_any_other_engine():
     assert key_for("tensorflow", (1, 2, 1)) == (1, 2, 1)
     assert key_for("openvino", (1, 2, 1)) == (1, 2, 1, "openvino")

@@ -109,6 +109,19 @@ def _recurrent() -> FrozenGraph:
     return FrozenGraph(f.get_concrete_function())
 
 
+def _gelu() -> FrozenGraph:
+    """Keras' exact GELU, ``0.5 x erfc(-x / sqrt 2)`` (BERT- and GPT-style models): ONNX has no
+    Erfc, tf2onnx alone leaves it unconverted. Scaled so both tails of erfc are reached."""
+    rng = np.random.default_rng(5)
+    w = tf.constant(rng.standard_normal((16, 24)).astype(np.float32) * 3.0)
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 16], tf.float32)])
+    def f(x):
+        return {"hidden": tf.nn.gelu(tf.matmul(x, w), approximate=False)}
+
+    return FrozenGraph(f.get_concrete_function())
+
+
 def _inputs(frozen: FrozenGraph, batch: int, seed: int = 0) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     out = []
@@ -122,7 +135,7 @@ def _inputs(frozen: FrozenGraph, batch: int, seed: int = 0) -> list[np.ndarray]:
     return out
 
 
-GRAPHS = {"convnet": _convnet, "mlp": _mlp, "multi": _multi, "recurrent": _recurrent}
+GRAPHS = {"convnet": _convnet, "mlp": _mlp, "multi": _multi, "recurrent": _recurrent, "gelu": _gelu}
 
 
 @pytest.fixture(scope="module")
@@ -179,6 +192,22 @@ def test_a_recurrent_graph_reaches_the_converters_with_functional_loops(graphs):
     given = {n.op for n in foreign.graph_def(frozen).node}
     assert given & {"While", "StatelessWhile"} and not given & {"Enter", "Exit", "Merge", "Switch", "NextIteration"}
     assert foreign.graph_def(graphs["mlp"]) is graphs["mlp"].graph_def  # no loops: the frozen one
+
+
+def test_exact_gelu_converts_for_onnx_runtime_in_the_child_too(graphs):
+    _needs("onnxruntime")
+    frozen = graphs["gelu"]
+    assert "Erfc" in {n.op for n in frozen.graph_def.node}
+    engine = engines.get("onnxruntime")
+    engine.convert(frozen)  # the fast path's way: the child process
+    runner = engine.build(frozen, (1, 1, 1))
+    try:
+        arrays = _inputs(frozen, 7)
+        ref = _reference(frozen, arrays)
+        assert float(np.min(ref[0])) < -0.1 and float(np.max(ref[0])) > 20  # both tails of erfc
+        assert _worst(ref, runner.run(arrays)) <= 1e-5
+    finally:
+        runner.close()
 
 
 def test_openvino_bf16_differs_more_but_within_its_tolerance(graphs):

@@ -150,6 +150,71 @@ def test_without_a_limit_the_process_stays_within_twice_its_memory_without_the_f
     assert not ok and "(2.2 GB, 700 MB + 1.5 GB;" in why
 
 
+# the conversion child's peak RSS, measured (engines' CHILD): constants MB, ONNX Runtime's child MB, OpenVINO's child MB
+CHILD_MEASURED = {
+    "tiny_mlp": (0.02, 569, 545),
+    "mobilenet_v2": (13.5, 1484, 799),
+    "efficientnet_b0": (20.3, 2056, 971),
+    "bert_encoder": (42.2, 3095, 1066),
+    "dlrm": (73.8, 6747, 1387),
+    "xception": (87.4, 6907, 1676),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CHILD_MEASURED))
+def test_the_engines_child_estimate_covers_each_measured_conversion(name):
+    from tf_autopar.runtime.fastpath.engines import onnxruntime_engine, openvino_engine
+
+    constants, ort, ov = CHILD_MEASURED[name]
+    for (base, factor), peak in ((onnxruntime_engine.CHILD, ort), (openvino_engine.CHILD, ov)):
+        estimate = (base + constants * MB * factor) / MB
+        assert peak <= estimate <= peak * 1.6, (name, estimate, peak)
+
+
+def test_another_engine_is_judged_by_its_own_need_and_its_child_by_the_room_it_shares(monkeypatch):
+    monkeypatch.delenv(memory.FOOTPRINT_VAR, raising=False)
+    monkeypatch.setattr(memory, "available_bytes", lambda: 22 * GB)
+    monkeypatch.setattr(memory, "limit_reading", lambda: None)
+    monkeypatch.setattr(memory, "_built", [])
+    # DLRM served from its frozen session: 531 MB without the fast path, 1.1 GB with it. A further
+    # TensorFlow session's first run (1 GB) does not fit the bound; ONNX Runtime's copy (0.2 GB) does,
+    # and its conversion child, a process of its own, is not this process's footprint
+    monkeypatch.setattr(memory, "resident_bytes", lambda: 531 * MB + 1100 * MB)
+    monkeypatch.setattr(memory, "held_bytes", lambda: 1100 * MB)
+    var = int(73.8 * MB)
+    ok, why = memory.room_for_build(var, 2, opening=1)
+    assert not ok and why.startswith("opening a session of its frozen copy needs about 1.0 GB")
+    assert memory.room_for_engine(var, 2, (200 * MB, 6800 * MB), "onnxruntime") == (True, "")
+    ok, why = memory.room_for_engine(var, 2, (1200 * MB, 0), "openvino")
+    assert not ok and why.startswith("building openvino needs about 1.2 GB;") and "2x the process's memory" in why
+    # the child against half the host's available memory
+    monkeypatch.setattr(memory, "available_bytes", lambda: 8 * GB)
+    ok, why = memory.room_for_engine(var, 2, (200 * MB, 6800 * MB), "onnxruntime")
+    assert not ok
+    assert (
+        why
+        == "converting it for onnxruntime in a child process may take about 6.6 GB, over half the 8.0 GB of memory available"
+    )
+    # under a container's limit the child counts in the group: the larger of the two must fit the room
+    monkeypatch.setattr(memory, "available_bytes", lambda: 22 * GB)
+    monkeypatch.setattr(memory, "limit_reading", lambda: _reading(4 * GB, int(1.6 * GB)))
+    ok, why = memory.room_for_engine(var, 2, (200 * MB, 6800 * MB), "onnxruntime")
+    assert not ok and why.startswith("building onnxruntime (its conversion) needs about 6.6 GB;")
+    assert memory.room_for_engine(var, 2, (200 * MB, 1400 * MB), "openvino") == (True, "")
+    assert memory.room_for_engine(var, 2, (200 * MB, 0), "onnxruntime-spinning") == (True, "")  # converted already
+
+
+def test_the_conversion_child_is_the_out_of_memory_killers_first_choice():
+    code = (
+        "from tf_autopar.runtime.fastpath.engines import conversion; conversion._lowest_priority(); "
+        "import os; print(open('/proc/self/oom_score_adj').read().strip(), os.nice(0))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO
+    ).stdout.split()
+    assert out == ["1000", "19"]
+
+
 def test_the_resident_size_is_this_processs():
     rss = memory.resident_bytes()
     assert rss is not None
@@ -275,6 +340,7 @@ from tf_autopar.runtime.fastpath import memory, roster, rules, wait_idle
 # (its speed check, in paired rounds without traffic, is tested in test_fastpath.py)
 _verdict = rules.switch_verdict
 rules.switch_verdict = lambda o, f: (True,) + tuple(_verdict(o, f)[1:])
+rules.MEMORY_RETRY_S = 2.0  # a bucket the memory rule refused asks again this soon
 
 logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
 loaded = tf.saved_model.load(path)
@@ -305,7 +371,8 @@ def state(n=1):
 def report(kind, **kw):
     fns = served()
     kw.update(answered=answered, wrong=wrong, path=state(1), held=list(memory.held), paused=memory.paused(),
-              stopped=fns[0].stopped if fns else "", status=tf_autopar.status().text(),
+              stopped=fns[0].stopped if fns else "", refused=fns[0].refused if fns else "",
+              status=tf_autopar.status().text(),
               warnings=list(tf_autopar.status().warnings))
     print(kind + " " + json.dumps(kw), flush=True)
 
@@ -314,6 +381,15 @@ if mode == "serve":
     while time.monotonic() - start < seconds:
         call()
     report("RESULT")
+elif mode == "grow":
+    while time.monotonic() - start < seconds and not (state(1) == "original" and served()[0].refused):
+        call()
+    report("REFUSED")
+    sys.stdin.readline()  # the parent raises the limit
+    t = time.monotonic()
+    while time.monotonic() - t < seconds and state(1) != "frozen session":
+        call()
+    report("RESULT", waited=time.monotonic() - t)
 elif mode == "fits":
     call()  # queues the build; no traffic while it runs: it is checked in paired rounds
     wait_idle(seconds)
@@ -407,12 +483,46 @@ def test_a_build_that_cannot_fit_stays_on_the_original_path_and_the_process_surv
     (out,) = _rows(res.stdout, "RESULT")
     assert out["answered"] > 10 and out["wrong"] == 0
     assert out["path"] == "original" and out["held"], out  # it asked under the lock, and stayed
-    assert "building its frozen copy needs about" in out["stopped"]
-    assert "left under the container's" in out["stopped"] and "limit" in out["stopped"]
+    assert out["stopped"] == "" and "building its frozen copy needs about" in out["refused"]  # asked again later
+    assert "left under the container's" in out["refused"] and "limit" in out["refused"]
     lines = [w for w in out["warnings"] if "stays on TensorFlow's usual path" in w]
     assert len(lines) == 1 and "building its frozen copy needs about" in lines[0], out["warnings"]
+    assert "asked again every 2 s" in lines[0]  # said once, though asked again every 2 s for 12 s
     assert "  memory: cgroup v1 limit" in out["status"], out["status"]
     assert res.peak_bytes <= limit
+
+
+@pytest.mark.root
+def test_a_build_refused_for_memory_is_asked_again_and_switches_once_the_limit_grows(small_model, served_peak):
+    from cgroup_memory import MemoryCgroup, require
+
+    parent = require()
+    need = memory.build_need_bytes(64 * MB)
+    roomy = served_peak + need + 2 * default_margin(served_peak + need) + 300 * MB
+    with tempfile.TemporaryDirectory() as cache, MemoryCgroup(served_peak + 200 * MB, parent) as group:
+        proc = group.popen(
+            [sys.executable, "-c", SERVER, "grow", small_model, "40"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=_env(cache, TF_AUTOPAR_TUNE_LIVE="0"),
+        )
+        try:
+            refused = json.loads(proc.stdout.readline().split(" ", 1)[1])
+            group.set_limit(roomy)
+            proc.stdin.write("\n")
+            proc.stdin.flush()
+            out = json.loads(proc.stdout.readline().split(" ", 1)[1])
+            proc.stdin.close()
+            proc.wait(60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert proc.returncode == 0, proc.stderr.read()[-3000:]
+    assert refused["path"] == "original" and "building its frozen copy needs about" in refused["refused"], refused
+    assert out["path"] == "frozen session", out["status"]  # asked again, fitted, switched
+    assert out["wrong"] == 0 and out["stopped"] == ""
 
 
 @pytest.mark.root

@@ -156,6 +156,16 @@ def test_the_engine_registry_has_tensorflow_by_default_and_takes_another():
         engines._engines.pop("echo", None)
 
 
+def test_an_engine_failed_for_a_function_by_name_or_by_family():
+    from tf_autopar.runtime.fastpath import pools
+
+    fn = SimpleNamespace(engine_failed={"onnxruntime": "conversion failed"})
+    assert pools.failed(fn, (1, 2, 1, "onnxruntime"))
+    assert pools.failed(fn, (1, 2, 1, "onnxruntime-spinning"))  # its family failed: the conversion is shared
+    assert not pools.failed(fn, (1, 2, 1, "openvino")) and not pools.failed(fn, (1, 2, 1))  # TF's: never
+    assert not pools.failed(SimpleNamespace(engine_failed={}), (1, 2, 1, "no-such-engine"))
+
+
 def test_tensorflows_runner_describes_its_setting_and_closes_its_sessions():
     from tf_autopar.runtime.fastpath.engines.tf_session import FrozenSessions
 

@@ -77,15 +77,24 @@ def _open(fn: Function, b: Bucket, arrays: list[Any], batch: int, generation: in
     """Freeze (once per generation), plan, open the runner and run it once (grappler's first run,
     at the build priority): (plan, setting, runner, its outputs), or None (kept on the original
     path: the memory rule said no; or the process exits)."""
+    fn.refused = ""
     pools.freeze(fn, generation)
     pool = None
-    if not fn.stopped:
+    if not fn.stopped and fn.frozen is not None and not fn.refused:
         plan = run_low(pools.plan, fn, arrays, batch)
         # a re-freeze keeps what tuning chose; a neighbour's switch check (below) its setting
         key = b.key if b.tuned == "done" and b.key[0] else (b.checking or pools.plan_key(plan))
+        if pools.failed(fn, key):  # a tuned engine that could not take the re-frozen graph: the plan's session
+            key = pools.plan_key(plan)
         pool = pools.pool_for(fn, key)
     if pool is None:
-        fn.keep_original(b, fn.stopped or fn.refused or "no session fits the memory bound beside the ones it has")
+        if fn.stopped:
+            fn.keep_original(b, fn.stopped)
+            return None
+        # the memory rule said no: asked again later (another worker's copy gone, a limit raised)
+        why = fn.refused or "no session fits the memory bound beside the ones it has"
+        fn.keep_original(b, f"{why}; asked again every {rules.MEMORY_RETRY_S:.0f} s")
+        b.retry_at = time.monotonic() + rules.MEMORY_RETRY_S
         return None
     if builder.exiting():
         return None

@@ -158,6 +158,38 @@ def room_for_build(variable_bytes: int, sessions: int = 1, opening: int = 0) -> 
         need, what = session_need_bytes(variable_bytes, opening), f"opening {_sessions(opening)} of its frozen copy"
     else:
         need, what = build_need_bytes(variable_bytes), "building its frozen copy"
+    return _fits(need, what)
+
+
+def room_for_engine(variable_bytes: int, sessions: int, need: tuple[int, int], what: str) -> tuple[bool, str]:
+    """As room_for_build, for another engine's runner, by that engine's own estimate ``need``:
+    (what this process adds, the peak of the child converting the graph, 0 when converted). The
+    child is a process of its own: its peak counts against half the host's available memory and,
+    in the same memory cgroup, against the room under the limit; the footprint bound is this
+    process's."""
+    available = available_bytes()
+    ok, why = memory_verdict(variable_bytes, sessions, available, max_extra_bytes())
+    if not ok:
+        return ok, why
+    process, child = need
+    if child and available is not None and child > available * BUILD_SHARE:
+        return False, (
+            f"converting it for {what} in a child process may take about {format_bytes(child)}, over half "
+            f"the {format_bytes(available)} of memory available"
+        )
+    reading = limit_reading()
+    if reading is not None and reading.limit_bytes is not None:
+        # the child ends before the runner is compiled: the peak is the larger of the two
+        return check(
+            budget_for(reading),
+            max(process, child),
+            f"building {what}" + (" (its conversion)" if child > process else ""),
+        )
+    return footprint_check(process, f"building {what}")
+
+
+def _fits(need: int, what: str) -> tuple[bool, str]:
+    """``need`` against the room under the container's limit, or the footprint bound without one."""
     reading = limit_reading()
     if reading is None or reading.limit_bytes is None:
         return footprint_check(need, what)

@@ -37,7 +37,7 @@ def freeze(fn: Function, generation: int) -> None:
     fn.variable_bytes = memory.variable_bytes(handles)
     ok, why = memory.room_for_build(fn.variable_bytes, 1)
     if not ok:
-        fn.stopped = why
+        fn.refused = why  # asked again at the bucket's retry (build.py): memory may come back
         return
     fn.watch.add(handles)
     concrete = fn.concrete
@@ -82,7 +82,8 @@ def plan_key(plan: ThreadPlan) -> Setting:
 
 def candidates(fn: Function, plan: ThreadPlan, key: Key) -> list[Key]:
     """What to try against ``key``, itself left out: the other engines first (installed, allowed,
-    of the precision opted in to: engines/choice.py), each at the CPU budget; then TensorFlow's
+    of the precision opted in to: engines/choice.py), each at the CPU budget (and ONNX Runtime on
+    one thread too where the plan gives TensorFlow's sessions one intra-op thread); then TensorFlow's
     sessions at the neighbours of ``key``'s setting (measure/search.py): per-session pools in
     latency mode, in throughput mode the per-stream pools and the stream count too."""
     setting = engines.setting_of(key)
@@ -96,8 +97,12 @@ def candidates(fn: Function, plan: ThreadPlan, key: Key) -> list[Key]:
         fn.engine_failed,
         choice.allowed_names(),
     )
-    at = choice.engine_setting(budget, setting[2])
-    out: list[Key] = [engines.key_for(name, at) for name in others]
+    plan_intra = plan_key(plan)[1] if plan is not None else setting[1]
+    out: list[Key] = [
+        engines.key_for(name, at)
+        for name in others
+        for at in choice.engine_settings(name, budget, setting[2], plan_intra)
+    ]
     out += list(stream_neighbourhood(*setting, budget, width))
     return [k for k in out if k != key]
 
@@ -130,14 +135,12 @@ def pool_for(fn: Function, key: Key) -> Runner | None:
         return pool
     setting = engines.setting_of(key)
     sessions_after = sum(p.streams for p in fn.pools.values()) + setting[2]
-    ok, why = memory.room_for_build(fn.variable_bytes, sessions_after, opening=setting[2])
-    if not ok:
-        fn.refused = why
-        if not fn.pools:
-            fn.stopped = why
-        return None
     name = engines.engine_of(key)
     engine = engines.get(name)
+    ok, why = _room(fn, engine, sessions_after, setting[2])
+    if not ok:
+        fn.refused = why
+        return None
     if name == engines.DEFAULT:
         pool = engine.build(fn.frozen, setting)
     else:
@@ -147,6 +150,29 @@ def pool_for(fn: Function, key: Key) -> Runner | None:
     with fn.lock:
         fn.pools[key] = pool
     return pool
+
+
+def failed(fn: Function, key: Key) -> bool:
+    """Whether ``key``'s engine could not run this function's graph (it, or its family)."""
+    name = engines.engine_of(key)
+    if name == engines.DEFAULT:
+        return False
+    family = getattr(engines.registered().get(name), "family", name)
+    return name in fn.engine_failed or family in fn.engine_failed
+
+
+def _room(fn: Function, engine: Any, sessions_after: int, opening: int) -> tuple[bool, str]:
+    """memory.room_for_build for TensorFlow's sessions; another engine by its own estimate (an
+    ONNX Runtime copy of DLRM adds about 0.2 GB, a TensorFlow session's first run 1 GB)."""
+    need = getattr(engine, "need_bytes", None)
+    if need is None or fn.frozen is None:
+        return memory.room_for_build(fn.variable_bytes, sessions_after, opening=opening)
+    try:
+        estimate = need(fn.frozen)
+    except Exception as exc:  # the estimate is ours: fall back to the sessions' rule
+        log.debug("tf_autopar: %s's memory estimate failed", engine.name, exc_info=exc)
+        return memory.room_for_build(fn.variable_bytes, sessions_after, opening=opening)
+    return memory.room_for_engine(fn.variable_bytes, sessions_after, estimate, engine.name)
 
 
 def _other_engine(fn: Function, engine: Any, setting: Setting) -> Runner | None:

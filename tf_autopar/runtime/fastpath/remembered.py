@@ -93,8 +93,9 @@ def prebuild(fn: Function, remembered: dict[str, Any]) -> None:
                 if not held:
                     return
                 arrays = [synthetic(spec, batch) for _, spec in fn.specs]
+                fn.refused = ""
                 pools.freeze(fn, fn.watch.generation)
-                if fn.stopped:
+                if fn.stopped or fn.refused or fn.frozen is None:
                     return
                 plan = pools.plan(fn, arrays, batch)
                 tuned_key = remembered_key(entry, tf_allocator.in_use())

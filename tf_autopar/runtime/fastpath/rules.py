@@ -49,6 +49,9 @@ CHECK_IDLE_S = 1.0
 SWITCH_MAX_PAIRS = 24
 RETRY_S = 30.0
 RETRIES = 2
+#: A bucket the memory rule kept on the original path asks again this often (a room check; the
+#: build runs only when it fits): another worker's copy may be gone, a container's limit raised.
+MEMORY_RETRY_S = 60.0
 
 
 def retry_delay(attempts: int) -> float | None:

@@ -11,8 +11,10 @@ Runtime (openvino_engine.py, onnxruntime_engine.py) come with the ``engines`` ex
 ``EngineError`` (naming the engine and the cause) when it cannot take the graph.
 
 To add an engine: one module here with a class that has ``name``, ``precision``, ``available``
-and ``build`` (its runner: ``bytes``, the estimated memory of its copy, where it is not TF's), one
-``register(...)`` line below, and its test.
+and ``build`` (its runner: ``bytes``, the estimated memory of its copy, where it is not TF's),
+optionally ``convert`` (the conversion, in a child: conversion.py) and ``need_bytes`` (what a build
+adds at its peak, in this process and in that child: the memory rule asks it before the build;
+without it a TensorFlow session's estimate counts), one ``register(...)`` line below, and its test.
 """
 
 from __future__ import annotations

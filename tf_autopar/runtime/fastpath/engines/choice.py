@@ -112,6 +112,25 @@ def engine_setting(budget: int, streams: int) -> tuple[int, int, int]:
     return 1, max(1, budget // streams), streams
 
 
+#: Engines also tried on the calling thread alone (one intra-op thread per stream) where the plan
+#: gives TensorFlow's sessions one intra-op thread (ops too small to split). Measured with ONNX
+#: Runtime in one process, interleaved (benchmarks/bench_engine_settings.py --configs
+#: ort-spin,ort-spin-1t,ort-nospin,ort-nospin-1t, 9 rounds, 2-core EPYC): a YouTube-DNN-style
+#: recommender at batch 1 0.0745 ms on one thread against 0.0909 spinning on two (1.22x), a tiny
+#: MLP alike, DCN-V2 b1 0.167 against 0.159; where ops are larger two threads won by far (DLRM b64
+#: 1.06 against 0.80, MobileNetV2 b1 7.8 against 4.2), so it is a candidate, not the setting.
+ONE_THREAD_TOO = ("onnxruntime",)
+
+
+def engine_settings(name: str, budget: int, streams: int, plan_intra: int) -> list[tuple[int, int, int]]:
+    """The settings ``name`` is tried at: the budget's (engine_setting), and for ONE_THREAD_TOO
+    one intra-op thread a stream where the plan gives one and the budget more (pure)."""
+    at = engine_setting(budget, streams)
+    if name in ONE_THREAD_TOO and plan_intra == 1 and at[1] > 1:
+        return [at, (1, 1, at[2])]
+    return [at]
+
+
 def _unavailable(engine: object) -> str:
     check = getattr(engine, "available", None)
     if check is None:

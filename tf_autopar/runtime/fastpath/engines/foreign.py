@@ -156,6 +156,33 @@ def first_use(engine: str) -> bool:
         return True
 
 
+def loaded(engine: str) -> bool:
+    """Whether a build of ``engine`` has loaded its libraries in this process (first_use without taking it)."""
+    with _used_lock:
+        return engine in _used
+
+
+def need_bytes(
+    frozen: FrozenGraph,
+    conversions: Conversions[Any],
+    engine: str,
+    per_copy: float,
+    copies: int,
+    kept: float,
+    libraries: int,
+    child: tuple[int, float],
+) -> tuple[int, int]:
+    """What building an engine's runner of ``frozen`` will add at its peak, before it is built:
+    (in this process: ``copies`` compiled copies at ``per_copy`` x the constants, the converted
+    model read back (``kept`` x) and the libraries' first load where not done yet; the conversion
+    child's peak, ``child`` = (base bytes, x the constants), where the graph is not converted yet)."""
+    constants = constant_bytes(frozen)
+    converted = conversions.has(frozen)
+    process = int(constants * (per_copy * copies + (0.0 if converted else kept)))
+    process += 0 if loaded(engine) else libraries
+    return process, 0 if converted else child[0] + int(constants * child[1])
+
+
 def estimate_bytes(
     constants: int, per_copy: float, conversion: float, copies: int, converted: bool, libraries: int
 ) -> int:
@@ -172,6 +199,11 @@ class Conversions(Generic[T]):
         self._done: weakref.WeakKeyDictionary[Any, T] = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
         self._making: dict[int, threading.Lock] = {}
+
+    def has(self, frozen: FrozenGraph) -> bool:
+        """Whether ``frozen`` is converted already."""
+        with self._lock:
+            return frozen in self._done
 
     def get(self, frozen: FrozenGraph, convert: Callable[[FrozenGraph], T]) -> tuple[T, bool]:
         """(the conversion, whether this call made it); two builders of one graph convert once."""

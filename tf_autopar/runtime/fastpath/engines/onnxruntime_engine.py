@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 NAME = "onnxruntime"
 NAME_SPINNING = "onnxruntime-spinning"
-OPSET = 17
+OPSET = conversion.ONNX_OPSET
 
 #: whether ONNX Runtime's intra-op threads spin waiting for work. Both are candidates, the live
 #: trial decides: spinning keeps a process's threads busy between calls, which costs every call
@@ -51,6 +51,12 @@ SPIN = False
 SESSION_FACTOR, CONVERT_FACTOR = 1.8, 3.6
 #: the first build in a process loads ONNX Runtime and tf2onnx (31.6-32.9 MB)
 LIBRARY_BYTES = 33 << 20
+#: the conversion child's peak RSS (TensorFlow and tf2onnx imported, then tf2onnx's copies of the
+#: constants through its passes): 569 MB on a tiny MLP, then per MB of constants 68x (MobileNetV2,
+#: 1.48 GB), 73x (EfficientNet-B0, 2.06 GB), 60x (BERT-style encoder, 3.09 GB), 84x (DLRM,
+#: 6.75 GB), 73x (Xception, 6.91 GB) (2-core EPYC, peak RSS from wait4). Under a memory limit the
+#: child counts in the serving process's group.
+CHILD = (575 << 20, 85.0)
 
 _conversions: foreign.Conversions[bytes] = foreign.Conversions()
 
@@ -61,13 +67,12 @@ def name_of(spin: bool) -> str:
 
 
 def _convert(frozen: FrozenGraph) -> bytes:
-    import tf2onnx
-
     with foreign.quiet("tf2onnx", "tensorflow", "absl"):
+        import tf2onnx
+
         tf2onnx.logging.set_level(logging.ERROR)
-        model, _ = tf2onnx.convert.from_graph_def(
-            foreign.graph_def(frozen), input_names=list(frozen.inputs), output_names=list(frozen.outputs), opset=OPSET
-        )
+        names = {"inputs": list(frozen.inputs), "outputs": list(frozen.outputs)}
+        model = conversion.onnx_from_graph_def(foreign.graph_def(frozen), names)
     return model.SerializeToString()
 
 
@@ -176,6 +181,10 @@ class OnnxRuntime:
             _conversions.get(frozen, _convert_in_child)
         except Exception as exc:
             raise foreign.EngineError(self.name, f"conversion (tf2onnx, opset {OPSET}, in a child)", exc) from exc
+
+    def need_bytes(self, frozen: FrozenGraph) -> tuple[int, int]:
+        """What building a runner will add at its peak: (this process, the conversion child)."""
+        return foreign.need_bytes(frozen, _conversions, NAME, SESSION_FACTOR, 1, 1.0, LIBRARY_BYTES, CHILD)
 
     def build(self, frozen: FrozenGraph, setting: tuple[int, int, int]) -> OnnxRuntimeRunner:
         why = self.available()

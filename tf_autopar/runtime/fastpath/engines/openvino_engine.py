@@ -42,6 +42,11 @@ NAME, NAME_BF16 = "openvino", "openvino-bf16"
 COMPILE_FACTOR, CONVERT_FACTOR = 2.1, 2.0
 #: the first build in a process loads OpenVINO's CPU plugin and makes its pools (27.5-27.8 MB)
 LIBRARY_BYTES = 28 << 20
+#: the conversion child's peak RSS (TensorFlow and OpenVINO imported, the frontend's model and its
+#: IR written): 545 MB on a tiny MLP, then per MB of constants 19x (MobileNetV2, 0.80 GB), 21x
+#: (EfficientNet-B0, 0.97 GB), 12x (BERT-style encoder, 1.07 GB), 11x (DLRM, 1.39 GB), 13x
+#: (Xception, 1.68 GB) (2-core EPYC, peak RSS from wait4)
+CHILD = (550 << 20, 22.0)
 
 _core: Any = None
 _core_lock = threading.Lock()
@@ -284,6 +289,11 @@ class OpenVINO:
             raise foreign.EngineError(
                 self.name, "conversion (OpenVINO's TensorFlow frontend, in a child)", exc
             ) from exc
+
+    def need_bytes(self, frozen: FrozenGraph) -> tuple[int, int]:
+        """What building a runner will add at its peak: (this process, the conversion child); the
+        IR read back counts as a compiled copy."""
+        return foreign.need_bytes(frozen, _conversions, NAME, COMPILE_FACTOR, 1, 1.0, LIBRARY_BYTES, CHILD)
 
     def build(
         self, frozen: FrozenGraph, setting: tuple[int, int, int], shapes: list[tuple[int, ...]] | None = None
