@@ -155,10 +155,7 @@ def pool_for(fn: Function, key: Key) -> Runner | None:
 def failed(fn: Function, key: Key) -> bool:
     """Whether ``key``'s engine could not run this function's graph (it, or its family)."""
     name = engines.engine_of(key)
-    if name == engines.DEFAULT:
-        return False
-    family = getattr(engines.registered().get(name), "family", name)
-    return name in fn.engine_failed or family in fn.engine_failed
+    return name != engines.DEFAULT and choice.failed_here(name, engines.registered().get(name), fn.engine_failed)
 
 
 def _room(fn: Function, engine: Any, sessions_after: int, opening: int) -> tuple[bool, str]:

@@ -77,6 +77,12 @@ def cpu_flags(path: str = "/proc/cpuinfo") -> tuple[str, ...]:
     return tuple((fields.get("flags") or fields.get("Features") or "").split())
 
 
+def failed_here(name: str, engine: object, failed: Mapping[str, str]) -> bool:
+    """Whether ``name`` could not run a function's graph (``failed``: its engine_failed): it, or its
+    family (variants of one engine share the conversion, and fail together)."""
+    return name in failed or getattr(engine, "family", name) in failed
+
+
 def candidate_engines(
     engines: Mapping[str, object],
     default: str,
@@ -89,8 +95,7 @@ def candidate_engines(
     capable = bf16_capable(isa)
     out = []
     for name, engine in engines.items():
-        family = getattr(engine, "family", name)  # variants of one engine: allowed, or failed, together
-        if name == default or name in failed or family in failed:
+        if name == default or failed_here(name, engine, failed):
             continue
         if not allows(allowed, name, engine):
             continue

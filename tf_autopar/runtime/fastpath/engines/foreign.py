@@ -167,18 +167,16 @@ def need_bytes(
     conversions: Conversions[Any],
     engine: str,
     per_copy: float,
-    copies: int,
-    kept: float,
     libraries: int,
     child: tuple[int, float],
 ) -> tuple[int, int]:
     """What building an engine's runner of ``frozen`` will add at its peak, before it is built:
-    (in this process: ``copies`` compiled copies at ``per_copy`` x the constants, the converted
-    model read back (``kept`` x) and the libraries' first load where not done yet; the conversion
+    (in this process: a compiled copy at ``per_copy`` x the constants, the converted model read
+    back (once the constants) and the libraries' first load where not done yet; the conversion
     child's peak, ``child`` = (base bytes, x the constants), where the graph is not converted yet)."""
     constants = constant_bytes(frozen)
     converted = conversions.has(frozen)
-    process = int(constants * (per_copy * copies + (0.0 if converted else kept)))
+    process = int(constants * (per_copy + (0.0 if converted else 1.0)))
     process += 0 if loaded(engine) else libraries
     return process, 0 if converted else child[0] + int(constants * child[1])
 

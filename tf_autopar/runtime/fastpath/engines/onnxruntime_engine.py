@@ -184,7 +184,7 @@ class OnnxRuntime:
 
     def need_bytes(self, frozen: FrozenGraph) -> tuple[int, int]:
         """What building a runner will add at its peak: (this process, the conversion child)."""
-        return foreign.need_bytes(frozen, _conversions, NAME, SESSION_FACTOR, 1, 1.0, LIBRARY_BYTES, CHILD)
+        return foreign.need_bytes(frozen, _conversions, NAME, SESSION_FACTOR, LIBRARY_BYTES, CHILD)
 
     def build(self, frozen: FrozenGraph, setting: tuple[int, int, int]) -> OnnxRuntimeRunner:
         why = self.available()

@@ -291,9 +291,8 @@ class OpenVINO:
             ) from exc
 
     def need_bytes(self, frozen: FrozenGraph) -> tuple[int, int]:
-        """What building a runner will add at its peak: (this process, the conversion child); the
-        IR read back counts as a compiled copy."""
-        return foreign.need_bytes(frozen, _conversions, NAME, COMPILE_FACTOR, 1, 1.0, LIBRARY_BYTES, CHILD)
+        """What building a runner will add at its peak: (this process, the conversion child)."""
+        return foreign.need_bytes(frozen, _conversions, NAME, COMPILE_FACTOR, LIBRARY_BYTES, CHILD)
 
     def build(
         self, frozen: FrozenGraph, setting: tuple[int, int, int], shapes: list[tuple[int, ...]] | None = None
