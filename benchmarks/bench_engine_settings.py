@@ -72,6 +72,8 @@ GROUPS = {
             "ort-spin",
             "ort-spin-1t",
             "ort-nospin-1t",
+            "ort-spin-stop",
+            "ort-spin-stop-1t",
             "ov-bf16",
         ],
     ),
@@ -114,11 +116,13 @@ def _build(cfg: str, frozen, arrays: list) -> object:
         return engines.get("openvino").build(frozen, SETTING, shapes=[a.shape for a in arrays])
     if base == "ov-bf16":
         return engines.get("openvino-bf16").build(frozen, SETTING)
-    if base in ("ort-nospin", "ort-spin", "ort-nospin-1t", "ort-spin-1t"):
+    if base in ("ort-nospin", "ort-spin", "ort-spin-stop", "ort-nospin-1t", "ort-spin-1t", "ort-spin-stop-1t"):
         from tf_autopar.runtime.fastpath.engines.onnxruntime_engine import OnnxRuntimeRunner
 
         one = base.endswith("-1t")  # one intra-op thread: the calling thread alone
-        return OnnxRuntimeRunner(frozen, (1, 1, 1) if one else SETTING, spin=base.startswith("ort-spin"))
+        return OnnxRuntimeRunner(
+            frozen, (1, 1, 1) if one else SETTING, spin=base.startswith("ort-spin"), stop="-stop" in base
+        )
     if base in ("ov-latency", "ov-latency-bf16"):
         from tf_autopar.runtime.fastpath.engines import openvino_engine
 
@@ -380,7 +384,9 @@ def bench_memory(models: str) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default="/work/user_models")
-    ap.add_argument("--rows", default=",".join(ROWS), help="models (batches: %s)" % ROWS)
+    ap.add_argument(
+        "--rows", default=",".join(ROWS), help="models, each NAME or NAME:BATCH (batches otherwise: %s)" % ROWS
+    )
     ap.add_argument("--configs", help="only these configurations (comma list; tf always)")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--per", type=float, default=0.3, help="seconds per configuration per round")
@@ -409,8 +415,9 @@ def main() -> None:
     else:
         result.update(setting=SETTING, rounds=args.rounds, per_s=args.per, rows={})
         only = {"tf", *args.configs.split(",")} if args.configs else None
-        for name in args.rows.split(","):
-            batch = {**ROWS, **EXTRA_ROWS}[name]
+        for spec in args.rows.split(","):
+            name, _, given = spec.partition(":")
+            batch = int(given) if given else {**ROWS, **EXTRA_ROWS}[name]
             row = bench_row(args.models, name, batch, args.rounds, args.per, only)
             result["rows"][f"{name} b{batch}"] = row
             print(

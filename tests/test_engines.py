@@ -14,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 import weakref
 
 import numpy as np
@@ -208,6 +209,37 @@ def test_exact_gelu_converts_for_onnx_runtime_in_the_child_too(graphs):
         assert _worst(ref, runner.run(arrays)) <= 1e-5
     finally:
         runner.close()
+
+
+def test_spinning_threads_stay_busy_after_a_call_for_less_than_the_runner_says(graphs):
+    """The premise of a live trial's washout (fastpath/pairing.py): ONNX Runtime's spinning threads
+    keep a CPU busy once a call has returned, for less than the runner's ``linger_s``."""
+    _needs("onnxruntime")
+    from tf_autopar.runtime.fastpath.engines.onnxruntime_engine import OnnxRuntimeRunner
+
+    frozen = graphs["convnet"]
+    arrays = _inputs(frozen, 64)
+
+    def cpu_while_asleep(seconds: float) -> float:
+        before = time.process_time()
+        time.sleep(seconds)
+        return time.process_time() - before
+
+    seen = {}
+    for spin in (False, True):
+        runner = OnnxRuntimeRunner(frozen, (1, 2, 1), spin=spin)
+        try:
+            assert (runner.linger_s > 0) is spin
+            for _ in range(3):
+                runner.run(arrays)
+            seen[spin, "just after"] = cpu_while_asleep(0.02)
+            runner.run(arrays)
+            time.sleep(runner.linger_s)
+            seen[spin, "after linger_s"] = cpu_while_asleep(0.02)
+        finally:
+            runner.close()
+    assert seen[True, "just after"] > 0.005, seen  # a thread spun while this one slept
+    assert seen[False, "just after"] < 0.003 and seen[True, "after linger_s"] < 0.003, seen
 
 
 def test_openvino_bf16_differs_more_but_within_its_tolerance(graphs):

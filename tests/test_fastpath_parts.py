@@ -142,6 +142,16 @@ class _Echo:
         )
 
 
+def test_a_trial_beside_a_runner_whose_threads_linger_leaves_their_aftermath_untimed():
+    spinning = SimpleNamespace(linger_s=0.1)  # what ONNX Runtime's spinning runner says of itself
+    assert Trial((1, 2, 1, "onnxruntime-spinning"), spinning).turns.washout == 0.1  # as the candidate
+    assert Trial((2, 1, 1), object(), incumbent=spinning).turns.washout == 0.1  # as the incumbent
+    assert Trial((2, 1, 1), object(), incumbent=object()).turns.washout == 0.0
+    trial = Trial((2, 1, 1), object())
+    assert [trial.take() for _ in range(5)] == [(False, 0), (False, 1), (False, 2), (False, 3), (True, 0)]
+    assert trial.calls == 5
+
+
 def test_the_engine_registry_has_tensorflow_by_default_and_takes_another():
     assert engines.DEFAULT == "tensorflow" and engines.get().name == "tensorflow"
     assert "tensorflow" in engines.names()

@@ -92,7 +92,8 @@ def test_pairs_form_only_under_the_same_load_and_place():
 
 
 def test_turns_alternate_in_blocks_and_each_block_starts_untimed():
-    turns = [live.turn(i) for i in range(4 * live.BLOCK)]
+    t = live.Turns()
+    turns = [t.take(float(i)) for i in range(4 * live.BLOCK)]
     assert [c for c, _ in turns] == ([False] * live.BLOCK + [True] * live.BLOCK) * 2
     assert [place for _, place in turns] == list(range(live.BLOCK)) * 4
     # a trial fed in turn order: each candidate call at places 1.. pairs with the incumbent's at the same place
@@ -105,6 +106,18 @@ def test_turns_alternate_in_blocks_and_each_block_starts_untimed():
         else:
             p.incumbent(0, 1.0 + i, place)
     assert pairs == [(1.0 + i, 2.0 + i + live.BLOCK) for i in (1, 2, 3, 9, 10, 11)]
+
+
+def test_a_washout_leaves_the_calls_of_a_blocks_first_moments_untimed():
+    t = live.Turns(block=4, washout=45.0)  # in ms here: the times are whatever the caller's clock gives
+    # calls 10 ms apart: each block's calls in its first 45 ms (5) untimed, then 3 timed, then the switch
+    turns = [t.take(i * 10.0) for i in range(17)]
+    assert turns[:8] == [(False, 0)] * 5 + [(False, 1), (False, 2), (False, 3)]
+    assert turns[8:16] == [(True, 0)] * 5 + [(True, 1), (True, 2), (True, 3)]
+    assert turns[16] == (False, 0)
+    # calls slower than the washout: only each block's first untimed, as without one
+    slow = live.Turns(block=4, washout=45.0)
+    assert [slow.take(i * 50.0) for i in range(5)] == [(False, 0), (False, 1), (False, 2), (False, 3), (True, 0)]
 
 
 @pytest.mark.parametrize("ratio", [0.5, 0.9, 1.0, 1.1, 2.0])

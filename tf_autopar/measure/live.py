@@ -1,12 +1,16 @@
 """Live tuning's stopping rule: decide from paired samples of live calls, not a fixed count. Pure.
 
 A running server serves a batch bucket from its incumbent session; a candidate session (a
-neighbour of the plan, tuning/search.py) takes alternate blocks of ``BLOCK`` calls (``turn``).
+neighbour of the plan, tuning/search.py) takes alternate blocks of ``BLOCK`` calls (``Turns``).
 The first call of each block, right after the switch, is not timed: a session's call that
 follows the other session's runs in a different state (its threads woke from idle, the other's
 still spin); measured on the same two sessions in one process (benchmarks/bench_alternation.py,
 results/alternation.json) strict alternation read 2x2/1x2 on LSTM at batch 32 as 0.955 where
 blocks read 0.982 (DCN-V2 b2048 0.985 against 0.992, YouTube DNN b512 1.001 against 1.010).
+Beside a runner whose threads spin on after its call (ONNX Runtime's), the calls of a block's
+first ``washout`` seconds go untimed too: against the spinning threads a trial read TensorFlow's
+session as 1.31x slower than ONNX Runtime on a GRU tagger at batch 32 where, each serving alone,
+it was 1.16x faster (results/trial_carryover_epyc.json); with the washout the trial read 0.80.
 Each later candidate call is paired with the incumbent call at the same place of the block just
 before, under the same load (the number of calls in flight when each started; a pair is formed
 only when those agree), so a busy moment hits both members of a pair. On the log-ratios r =
@@ -137,9 +141,27 @@ def decide(
     return UNDECIDED, ""
 
 
-def turn(call: int, block: int = BLOCK) -> tuple[bool, int]:
-    """(the candidate serves it?, its place in its block) for the ``call``-th call of a trial (from 0)."""
-    return (call // block) % 2 == 1, call % block
+class Turns:
+    """Whose turn a trial's call is: alternate blocks of ``block`` calls, the incumbent's first.
+    A block's first call is not timed (place 0); nor is any call that starts within ``washout``
+    seconds of the block's first: what the other runner left behind still runs then (ONNX
+    Runtime's spinning threads keep a core busy for about 50 ms after a call returns, and a
+    TensorFlow session's calls in that time ran 1.4-1.8x slower: benchmarks/bench_trial_carryover.py).
+    Pure: the caller passes the time."""
+
+    def __init__(self, block: int = BLOCK, washout: float = 0.0) -> None:
+        self.block, self.washout = block, washout
+        self._candidate, self._timed, self._since = True, block - 1, 0.0  # the first call switches to the incumbent
+
+    def take(self, now: float) -> tuple[bool, int]:
+        """(the candidate serves it?, its place among the block's timed calls: 0, not timed)."""
+        if self._timed >= self.block - 1:  # this block's timed calls are in: the other's turn
+            self._candidate, self._timed, self._since = not self._candidate, 0, now
+            return self._candidate, 0
+        if now - self._since < self.washout:
+            return self._candidate, 0
+        self._timed += 1
+        return self._candidate, self._timed
 
 
 class Pairer:

@@ -147,7 +147,7 @@ def next_trial(fn: Function, bucket_id: int) -> None:
             continue
         with fn.lock:
             if b.state is State.FAST and b.generation == fn.watch.generation:
-                b.trial = Trial(key, pool)
+                b.trial = Trial(key, pool, incumbent=b.pool)
                 return
         pools.drop_pool(fn, key)
         return

@@ -14,7 +14,9 @@ To add an engine: one module here with a class that has ``name``, ``precision``,
 and ``build`` (its runner: ``bytes``, the estimated memory of its copy, where it is not TF's),
 optionally ``convert`` (the conversion, in a child: conversion.py) and ``need_bytes`` (what a build
 adds at its peak, in this process and in that child: the memory rule asks it before the build;
-without it a TensorFlow session's estimate counts), one ``register(...)`` line below, and its test.
+without it a TensorFlow session's estimate counts), its runner optionally ``linger_s`` (how long
+its threads stay busy after a call returns: a live trial leaves the other's calls in that time
+untimed), one ``register(...)`` line below, and its test.
 """
 
 from __future__ import annotations

@@ -43,6 +43,15 @@ OPSET = conversion.ONNX_OPSET
 #: 1.17 ms (a loop of small steps), MobileNetV2 b1 5.35 against 4.81, EfficientNet-B0 b1 9.55
 #: against 7.79, DLRM b64 0.84 against 0.73, a tiny MLP 0.016 both.
 SPIN = False
+#: ``session.force_spinning_stop``: the threads spin inside a call and sleep as soon as it returns.
+#: Not used: it lost to spinning between calls on 6 of 8 rows at back-to-back calls (YouTube-DNN
+#: b1 0.089 against 0.061 ms, MobileNetV2 b1 6.50 against 5.29; results/engine_spin_stop_epyc.json).
+STOP = False
+#: how long the spinning threads keep a core busy once a call returns: each worker spins 2**20
+#: times before it sleeps (ONNX Runtime's thread pool), about 50 ms on the EPYC, when a TensorFlow
+#: session's calls ran 1.4-1.8x slower (benchmarks/bench_trial_carryover.py,
+#: results/trial_carryover_epyc.json); a live trial leaves the other's calls in that time untimed
+SPIN_LINGER_S = 0.1
 
 #: what a build adds to the process's RSS, per byte of the frozen constants, the largest of the
 #: models measured (benchmarks/bench_engine_settings.py --memory, results/engine_memory_epyc.json):
@@ -100,11 +109,14 @@ class _Session:
 class OnnxRuntimeRunner:
     """One InferenceSession at one setting."""
 
-    def __init__(self, frozen: FrozenGraph, setting: tuple[int, int, int], spin: bool = SPIN) -> None:
+    def __init__(
+        self, frozen: FrozenGraph, setting: tuple[int, int, int], spin: bool = SPIN, stop: bool = STOP
+    ) -> None:
         inter, intra, _streams = (max(1, int(v)) for v in setting)
-        self.setting, self.spin, self.precision = (inter, intra, 1), spin, "f32"
+        self.setting, self.spin, self.stop, self.precision = (inter, intra, 1), spin, stop, "f32"
         self.name = name_of(spin)
         self.threads = intra + (inter if inter > 1 else 0)
+        self.linger_s = SPIN_LINGER_S if spin and not stop else 0.0
         try:
             serialized, converted = _conversions.get(frozen, _convert)
         except Exception as exc:
@@ -118,6 +130,7 @@ class OnnxRuntimeRunner:
             options.execution_mode = ort.ExecutionMode.ORT_PARALLEL if inter > 1 else ort.ExecutionMode.ORT_SEQUENTIAL
             options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
             options.add_session_config_entry("session.inter_op.allow_spinning", "1" if spin else "0")
+            options.add_session_config_entry("session.force_spinning_stop", "1" if stop else "0")
             options.log_severity_level = 3  # errors only
             session = ort.InferenceSession(serialized, options, providers=["CPUExecutionProvider"])
             names = {i.name for i in session.get_inputs()}
