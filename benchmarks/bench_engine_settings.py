@@ -14,7 +14,8 @@ keeps less of other jobs' preemption on a shared host). Configurations:
   threads and streams: what a user converting by hand would run); ``ov-latency-bf16``: the same
   at OpenVINO's default precision (bf16 on a CPU with AVX512_BF16 or AMX);
 - ``ort-nospin`` / ``ort-spin``: engines "onnxruntime" at (1, 2, 1), intra-op spinning off / on;
-  ``ort-nospin-1t`` / ``ort-spin-1t``: the same at (1, 1, 1), the calling thread alone;
+  ``ort-spin-stop``: spinning inside a call, stopped when it returns (``session.force_spinning_stop``);
+  ``ort-nospin-1t`` / ``ort-spin-1t`` / ``ort-spin-stop-1t``: the same at (1, 1, 1), the calling thread alone;
 - ``tf-xla``: the frozen session with ``global_jit_level=ON_1`` in a process started with
   ``TF_XLA_FLAGS=--tf_xla_cpu_global_jit`` (``tf@xla``: the plain session in that process, to
   see whether the flag alone changes it);
@@ -29,6 +30,9 @@ and a second at another setting (compilation only).
     python benchmarks/bench_engine_settings.py --memory --out benchmarks/results/engine_memory_epyc.json
     python benchmarks/bench_engine_settings.py --rows mobilenet_v2,lstm_classifier,tiny_mlp,dlrm \
         --configs ort-nospin,ort-spin,ov-f32 --out benchmarks/results/engine_spinning_epyc.json
+    python benchmarks/bench_engine_settings.py --rows gru_tagger:32,lstm_classifier:1,mobilenet_v2:1,youtube_dnn:1,tiny_mlp:1,dlrm:64,efficientnet_b0:1,dcn_v2:1 \
+        --configs ort-nospin,ort-spin,ort-spin-stop,ort-spin-1t,ort-spin-stop-1t --rounds 7 --per 0.5 \
+        --out benchmarks/results/engine_spin_stop_epyc.json
 """
 
 from __future__ import annotations

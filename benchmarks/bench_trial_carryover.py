@@ -4,7 +4,7 @@ other? One process, one model: TensorFlow's frozen session at a setting (the inc
 Runtime at (1, 2, 1) in three variants (``nospin``: threads sleep between steps; ``spin``: they
 spin, ONNX Runtime's default; ``spin-stop``: they spin inside a call and stop when it returns,
 ``session.force_spinning_stop``), and OpenVINO f32 at (1, 2, 1) (``openvino``: its own thread
-pool, TBB's, whose workers also wait a while before they sleep). Each, in interleaved rounds:
+pool, TBB's). Each, in interleaved rounds:
 
 - ``trial``: the incumbent and the variant alternating in blocks of ``measure.live.BLOCK`` calls,
   the first of each untimed, each later call paired with the other's at the same place of the
@@ -14,12 +14,14 @@ pool, TBB's, whose workers also wait a while before they sleep). Each, in interl
 - ``alone``: a long block of each (``--alone`` seconds, its first fifth dropped); the ratio of
   their medians: what each serves when it serves every call;
 - ``after``: the incumbent's ms at each place of a ``--long``-call block that follows the
-  variant's block: how long what the variant leaves behind slows the other.
+  variant's block: how long what the variant leaves behind slows the other;
+- ``cpu_after``: the process's CPU time in each 25 ms while the calling thread sleeps after a
+  call (each runner, the incumbent too): a runner whose threads spin on shows there.
 
 A trial ratio above the alone ratio favours the variant: it won calls the other lost to it.
 
-    python benchmarks/bench_trial_carryover.py --rows gru_tagger:32:2x1,mobilenet_v2:1:1x2 \\
-        --out benchmarks/results/trial_carryover_epyc.json
+    python benchmarks/bench_trial_carryover.py --rows gru_tagger:32:2x1,mobilenet_v2:1:2x2,youtube_dnn:1:1x1 \\
+        --rounds 3 --out benchmarks/results/trial_carryover_epyc.json
 """
 
 from __future__ import annotations
@@ -70,6 +72,17 @@ def _alone(runner, arrays: list, seconds: float) -> float:
     return statistics.median(times[len(times) // 5 :])
 
 
+def _cpu_after(runner, arrays: list, windows: int = 8) -> list[float]:
+    """The process's CPU ms in consecutive 25 ms sleeps right after a call returned."""
+    runner.run(arrays)
+    out = []
+    for _ in range(windows):
+        before = time.process_time()
+        time.sleep(0.025)
+        out.append((time.process_time() - before) * 1e3)
+    return out
+
+
 def row(models: str, name: str, batch: int, setting: tuple[int, int, int], args: argparse.Namespace) -> dict:
     import numpy as np
 
@@ -98,7 +111,12 @@ def row(models: str, name: str, batch: int, setting: tuple[int, int, int], args:
             out[v]["washout"].append(statistics.median(washed))
             out[v]["alone"].append(tf_ms / v_ms)
             out[v]["after"].append(after)
-    result = {}
+    result: dict = {
+        "cpu_after_ms_per_25ms": {
+            v: [round(float(x), 1) for x in np.median([_cpu_after(r, arrays) for _ in range(3)], axis=0)]
+            for v, r in {"incumbent": tf_runner, **variants}.items()
+        }
+    }
     for v, got in out.items():
         after = np.median(np.array(got["after"]), axis=0) * 1e3
         result[v] = {
@@ -118,7 +136,9 @@ def row(models: str, name: str, batch: int, setting: tuple[int, int, int], args:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="/work/user_models")
-    ap.add_argument("--rows", default="gru_tagger:32:2x1,mobilenet_v2:1:1x2", help="MODEL:BATCH:INTERxINTRA,...")
+    ap.add_argument(
+        "--rows", default="gru_tagger:32:2x1,mobilenet_v2:1:2x2,youtube_dnn:1:1x1", help="MODEL:BATCH:INTERxINTRA,..."
+    )
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--pairs", type=int, default=60, help="paired calls per trial")
     ap.add_argument("--alone", type=float, default=1.0, help="seconds of each alone per round")
@@ -153,15 +173,11 @@ def main() -> None:
         got = json.loads(lines[-1][2:]) if lines else {"error": done.stderr[-2000:]}
         result["rows"][f"{name} b{batch} TF {setting}"] = got
         for v, r in got.items():
-            print(
-                name,
-                batch,
-                setting,
-                v,
-                r if v == "error" else {k: r[k] for k in ("trial_ratio", "trial_washout_ratio", "alone_ratio")},
-            )
-            if v != "error":
-                print("   incumbent after it, ms by place:", r["incumbent_after_ms_by_place"])
+            if v in ("error", "cpu_after_ms_per_25ms"):
+                print(name, batch, setting, v, r)
+                continue
+            print(name, batch, setting, v, {k: r[k] for k in ("trial_ratio", "trial_washout_ratio", "alone_ratio")})
+            print("   incumbent after it, ms by place:", r["incumbent_after_ms_by_place"])
     result["load_average_at_end"] = os.getloadavg()
     if args.out:
         with open(args.out, "w", encoding="utf-8") as fh:

@@ -90,9 +90,9 @@ def main() -> None:
         )
     serialized = next(iter(onnxruntime_engine._conversions._done.values()))  # the converted model's bytes
     alone = ort.InferenceSession(serialized, providers=["CPUExecutionProvider"])
-    feed = dict(zip([i.name for i in alone.get_inputs()], inputs.values()))
     matched = served.matched((), inputs)
     arrays = matched[0]
+    feed = dict(zip(served.frozen.inputs, arrays))  # the ONNX model's inputs are the placeholders, in their order
     raw = bucket.pool.run(arrays)
     frozen = served.frozen
     blocks = {

@@ -110,6 +110,31 @@ def test_a_conversion_failure_is_the_rows_result_not_a_crash() -> None:
     assert "skipped: tf_autopar.enable() takes no precision argument" in text
 
 
+def test_the_best_reachable_is_the_fastest_alone_per_row_capped_by_a_measured_call_ceiling() -> None:
+    def model(name: str, ov: float, ort: float) -> dict:
+        r = row(
+            default=served("default", [10.0] * 10),
+            enable=served("enable", [5.0] * 10),
+            openvino=engine("openvino", ov, 1e-6),
+            onnxruntime=engine("onnxruntime", ort, 1e-6),
+        )
+        r["model"] = name
+        return r
+
+    data = {"host": {"cpu_model": "X", "cpus": 2, "tf_version": "2", "date": "d"}}
+    data["rows"] = [model("tiny", 4.0, 2.0), model("big", 4.0, 8.0)]  # ONNX Runtime fastest, then OpenVINO
+
+    def reach(text: str) -> str:
+        return next(ln for ln in text.splitlines() if ln.startswith("the most a per-row choice"))
+
+    # against ONNX Runtime alone: 1.0 on its own row, 2.0 on the other: 1.41x at best
+    assert "onnxruntime 1.41x over 2" in reach(bench_engines.summarise(data))
+    # a wrapper can reach half of ONNX Runtime alone on the tiny row: 0.5 there, 1.0x at best
+    capped = reach(bench_engines.summarise(data, {("tiny", 1): 0.5}))
+    assert "capped by the measured call ceiling on tiny b1" in capped and "onnxruntime 1.00x over 2" in capped
+    assert "openvino 1.41x over 2" in reach(bench_engines.summarise(data))  # 4/2 and 4/4
+
+
 def test_second_start_names_the_engine_of_its_first_call() -> None:
     run = served("enable-2nd", [3.0, 3.0], fast=[True, True], first_call_runners=[{"engine": "openvino", "served": 1}])
     assert bench_engines.first_call(run) == "fast path: openvino"

@@ -204,15 +204,16 @@ def test_another_engine_is_judged_by_its_own_need_and_its_child_by_the_room_it_s
     assert memory.room_for_engine(var, 2, (200 * MB, 0), "onnxruntime-spinning") == (True, "")  # converted already
 
 
-def test_the_conversion_child_is_the_out_of_memory_killers_first_choice():
+def test_the_conversion_child_is_the_out_of_memory_killers_first_choice_and_the_schedulers_last():
     code = (
         "from tf_autopar.runtime.fastpath.engines import conversion; conversion._lowest_priority(); "
-        "import os; print(open('/proc/self/oom_score_adj').read().strip(), os.nice(0))"
+        "import os; print(open('/proc/self/oom_score_adj').read().strip(), os.nice(0), "
+        "os.sched_getscheduler(0) == os.SCHED_IDLE)"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO
     ).stdout.split()
-    assert out == ["1000", "19"]
+    assert out == ["1000", "19", "True"]
 
 
 def test_the_resident_size_is_this_processs():
