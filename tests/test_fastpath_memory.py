@@ -341,6 +341,7 @@ from tf_autopar.runtime.fastpath import memory, roster, rules, wait_idle
 # (its speed check, in paired rounds without traffic, is tested in test_fastpath.py)
 _verdict = rules.switch_verdict
 rules.switch_verdict = lambda o, f: (True,) + tuple(_verdict(o, f)[1:])
+rules.SWITCH_RATIO = float("inf")  # and on live calls (measure/live.py: any candidate wins at the first look)
 rules.MEMORY_RETRY_S = 2.0  # a bucket the memory rule refused asks again this soon
 
 logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
