@@ -176,8 +176,7 @@ def need_bytes(
     child's peak, ``child`` = (base bytes, x the constants), where the graph is not converted yet)."""
     constants = constant_bytes(frozen)
     converted = conversions.has(frozen)
-    process = int(constants * (per_copy + (0.0 if converted else 1.0)))
-    process += 0 if loaded(engine) else libraries
+    process = estimate_bytes(constants, per_copy, 1.0, 1, not converted, 0 if loaded(engine) else libraries)
     return process, 0 if converted else child[0] + int(constants * child[1])
 
 

@@ -113,7 +113,7 @@ class OnnxRuntimeRunner:
         self, frozen: FrozenGraph, setting: tuple[int, int, int], spin: bool = SPIN, stop: bool = STOP
     ) -> None:
         inter, intra, _streams = (max(1, int(v)) for v in setting)
-        self.setting, self.spin, self.stop, self.precision = (inter, intra, 1), spin, stop, "f32"
+        self.setting, self.spin, self.precision = (inter, intra, 1), spin, "f32"
         self.name = name_of(spin)
         self.threads = intra + (inter if inter > 1 else 0)
         self.linger_s = SPIN_LINGER_S if spin and not stop else 0.0
