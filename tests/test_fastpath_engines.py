@@ -44,8 +44,31 @@ class Copy(tf_session.TensorFlowSessions):
     def available(self): return ""
 
 class Broken(Copy):
+    '''Its conversion fails (in the background, as OpenVINO's and ONNX Runtime's run).'''
     name = "broken"
     def convert(self, frozen): raise RuntimeError("no converter for this graph")
+    def converted(self, frozen): return False
+
+events = []
+
+class SlowConvert(Copy):
+    '''A conversion that takes 8 s (tf2onnx at SCHED_IDLE on a busy host takes tens).'''
+    name, seconds = "tf-slowconvert", 8
+    done = __import__("weakref").WeakSet()
+    def convert(self, frozen):  # once per graph, as the real engines' (foreign.Conversions)
+        if frozen in self.done:
+            return
+        events.append(("convert", self.name, time.monotonic()))
+        time.sleep(self.seconds)
+        self.done.add(frozen)
+    def converted(self, frozen): return frozen in self.done
+    def build(self, frozen, setting):
+        events.append(("build", self.name, time.monotonic()))
+        return super().build(frozen, setting)
+
+class SlowConvert2(SlowConvert):
+    name, seconds = "tf-slowconvert2", 2
+    done = __import__("weakref").WeakSet()
 
 class FailsLater(Copy):
     '''Runs a few calls, then raises while serving (an engine's error at run time).'''
@@ -141,6 +164,8 @@ def _run(saved: str, engines: str, body: str, tmp_path, env: dict | None = None,
         "Skewed": "tf-skewed",
         "Memo": "tf-memo",
         "Slow": "tf-slow",
+        "SlowConvert": "tf-slowconvert",
+        "SlowConvert2": "tf-slowconvert2",
     }
     # only this test's engines compete (OpenVINO and ONNX Runtime, where installed, stay out)
     allowed = ",".join(names[e] for e in engines.split(", "))
@@ -234,6 +259,34 @@ def test_with_tensorflow_neighbours_the_engines_are_tried_first(saved, tmp_path)
     res = _run(saved, "Copy", REPORT, tmp_path, one_cpu=False)
     assert res["tried"][0].startswith("tf-copy"), res["tried"]
     assert len(res["tried"]) > 1 and res["diff"] <= 1e-4, res
+
+
+def test_while_an_engine_converts_tensorflows_settings_are_tried_and_the_engine_after(saved, tmp_path):
+    if len(__import__("os").sched_getaffinity(0)) < 2:
+        pytest.skip("needs 2 CPUs: on one, TensorFlow's sessions have no neighbour")
+    body = """
+from tf_autopar.runtime.fastpath import converting
+sig(x=X); assert fastpath.wait_idle(180)
+seen, t0 = "", time.monotonic()
+while not seen and time.monotonic() - t0 < 60:
+    sig(x=X)
+    seen = next((line for line in tf_autopar.status().text().splitlines() if "in the background" in line), "")
+""" + REPORT.replace("report(", "report(seen=seen, ")
+    res = _run(saved, "SlowConvert", body, tmp_path, one_cpu=False)
+    tried = res["tried"]
+    assert "converting signatures['serving_default']" in res["seen"] and "for tf-slowconvert" in res["seen"], res
+    first = next(i for i, t in enumerate(tried) if t.startswith("tf-slowconvert"))
+    assert first > 0, tried  # TensorFlow's settings went first, while it converted
+    assert "win" in tried[first] and res["engine"] == "tf-slowconvert" and res["diff"] <= 1e-4, res
+
+
+def test_when_a_conversion_ends_the_next_starts_before_the_first_engine_is_built(saved, tmp_path):
+    body = REPORT.replace("report(", "report(events=[e[:2] for e in sorted(events, key=lambda e: e[2])], ")
+    res = _run(saved, "SlowConvert, SlowConvert2", body, tmp_path, env={"TF_AUTOPAR_CACHE_DIR": str(tmp_path / "c2")})
+    # one conversion at a time; the second starts as the first ends, not after the first one's trial
+    (first, a), (second, b), (third, c) = res["events"][:3]
+    assert (first, second, third) == ("convert", "convert", "build") and a != b and c == a, res["events"]
+    assert ["build", "tf-slowconvert2"] in res["events"] and res["tuned"] == "done" and res["diff"] <= 1e-4, res
 
 
 def test_an_engine_far_faster_than_tensorflows_session_ends_the_session_settings_trials(saved, tmp_path):

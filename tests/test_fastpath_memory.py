@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import pytest
@@ -216,6 +217,32 @@ def test_the_conversion_child_is_the_out_of_memory_killers_first_choice_and_the_
     assert out == ["1000", "19", "True"]
 
 
+def test_at_exit_a_conversion_still_running_is_stopped_not_left_behind(monkeypatch, tmp_path):
+    from tf_autopar.runtime.fastpath.engines import conversion
+
+    monkeypatch.setattr(conversion, "_stopping", False)
+    (tmp_path / "names.json").write_text(json.dumps({"inputs": ["x:0"], "outputs": ["y:0"]}))
+    (tmp_path / "graph.pb").write_bytes(b"")  # the child imports TensorFlow first: seconds
+    errors: list[str] = []
+
+    def convert() -> None:
+        try:
+            conversion._run_child(conversion.ONNX, str(tmp_path), 60)
+        except conversion.ConversionError as exc:
+            errors.append(str(exc))
+
+    t = threading.Thread(target=convert)
+    t.start()
+    deadline = time.monotonic() + 10
+    while not conversion._children and time.monotonic() < deadline:
+        time.sleep(0.01)
+    (child,) = conversion._children
+    conversion.stop_children()
+    t.join(30)
+    assert child.returncode == -9 and not conversion._children
+    assert errors == ["onnx conversion stopped: the process is exiting"]
+
+
 def test_the_resident_size_is_this_processs():
     rss = memory.resident_bytes()
     assert rss is not None
@@ -306,6 +333,55 @@ def test_the_lock_excludes_another_process_and_the_builder_waits(monkeypatch, tm
     with memory.build_lock("t") as held:
         assert held is True
     assert len(memory.held) == before + 1 and memory.held[-1][0] == "t"
+
+
+def test_the_processs_threads_share_one_hold_and_another_process_waits_for_all_of_them(monkeypatch, tmp_path):
+    # a conversion child beside the builder (converting.py): the builder's session build in the same
+    # process goes ahead (the room checks count the conversion); another worker waits for both to end
+    monkeypatch.setattr(memory, "LOCK_DIRS", (str(tmp_path),))
+    path = memory.lock_path(memory.own_group())
+    probe = "import fcntl, os, sys\nfd = os.open(sys.argv[1], os.O_RDWR)\ntry:\n    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\n    print('free')\nexcept BlockingIOError:\n    print('held')\n"
+
+    def other_process_sees() -> str:
+        return subprocess.run(
+            [sys.executable, "-c", probe, path], capture_output=True, text=True, timeout=30
+        ).stdout.strip()
+
+    first_in, release = threading.Event(), threading.Event()
+
+    def conversion() -> None:
+        with memory.build_lock("converting") as held:
+            assert held
+            first_in.set()
+            release.wait(30)
+
+    t = threading.Thread(target=conversion)
+    t.start()
+    assert first_in.wait(30)
+    with memory.build_lock("candidate", wait=False) as held:
+        assert held is True  # shared with the conversion's thread, not refused
+    assert other_process_sees() == "held"  # the conversion still holds it
+    release.set()
+    t.join(30)
+    assert other_process_sees() == "free"
+
+
+def test_beside_a_conversion_its_peak_counts_as_taken_under_a_limit(monkeypatch):
+    monkeypatch.setattr(memory, "available_bytes", lambda: 22 * GB)
+    monkeypatch.setattr(memory, "limit_reading", lambda: _reading(4 * GB, int(1.6 * GB)))
+    var = int(13.5 * MB)  # MobileNetV2: a further session's first run needs about 0.27 GB
+    assert memory.room_for_build(var, 2, opening=1) == (True, "")
+    with memory.reserving(2 * GB):  # tf2onnx's child, converting a larger model beside it
+        ok, why = memory.room_for_build(var, 2, opening=1)
+        assert not ok and "(beside a conversion that may take 2.0 GB)" in why, why
+        assert memory.reserved_bytes() == 2 * GB
+    assert memory.reserved_bytes() == 0 and memory.room_for_build(var, 2, opening=1) == (True, "")
+    # without a limit the child is not this process's footprint: nothing changes
+    monkeypatch.setattr(memory, "limit_reading", lambda: None)
+    monkeypatch.setattr(memory, "resident_bytes", lambda: 400 * MB)
+    monkeypatch.setattr(memory, "held_bytes", lambda: 0)
+    with memory.reserving(2 * GB):
+        assert memory.room_for_build(var, 2, opening=1) == (True, "")
 
 
 # ---------------------------------------------------------------------- real cgroup-v1 limits

@@ -50,8 +50,8 @@ class LowPriority:
     """One daemon thread, niced at its start, that runs the callables given to ``run`` in turn
     (a daemon: the interpreter's exit waits for the fast path's builder, not for this thread)."""
 
-    def __init__(self, increment: int) -> None:
-        self.increment = increment
+    def __init__(self, increment: int, name: str = "tf_autopar-build") -> None:
+        self.increment, self.name = increment, name
         self.applied = 0  # the increment really applied (0 where setpriority is missing or refused)
         self._jobs: queue.Queue[tuple[Future, Callable[..., Any], tuple, dict]] = queue.Queue()
         self._thread: threading.Thread | None = None
@@ -81,13 +81,17 @@ class LowPriority:
         """``fn(*args, **kwargs)`` on the niced thread; its result, or its exception raised here."""
         if self.increment <= 0:
             return fn(*args, **kwargs)
+        return self.submit(fn, *args, **kwargs).result()
+
+    def submit(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> Future:
+        """``fn(*args, **kwargs)`` queued for the thread (also at increment 0); its Future."""
         with self._lock:
             if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._loop, name="tf_autopar-build", daemon=True)
+                self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
                 self._thread.start()
         future: Future = Future()
         self._jobs.put((future, fn, args, kwargs))
-        return future.result()
+        return future
 
 
 _runner: LowPriority | None = None

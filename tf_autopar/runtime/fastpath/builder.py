@@ -12,6 +12,7 @@ import time
 import weakref
 from typing import TYPE_CHECKING, Any, Callable
 
+from tf_autopar.runtime.fastpath.engines import conversion
 from tf_autopar.runtime.fastpath.memory import trim_heap
 from tf_autopar.runtime.safety import fail_open
 
@@ -108,6 +109,8 @@ def exiting() -> bool:
 
 
 def stop_at_exit() -> None:
-    """The running build ends first (then roster.py's exit flush writes the cache)."""
+    """The running build ends first (then roster.py's exit flush writes the cache); conversion
+    children still running are stopped."""
     if _the_builder is not None and _the_builder.thread.is_alive():
         _the_builder.stop(EXIT_WAIT_S)
+    conversion.stop_children()  # a conversion under way (converting.py) would outlive the process

@@ -35,8 +35,11 @@ the ones whose build does not fit stay on the original path, said in status() wi
 Workers of one memory cgroup share its limit, so one build at a time per group: ``build_lock``
 (fcntl.flock on a file named from the group's directory, ``lock_path``) is held by the builder
 thread from the freeze until its session has run once, and around each later session's first
-run; the room is read after it is taken, so each build sees the others' finished copies. The
-builder waits for it; a request never does (it is answered the original way meanwhile).
+run, and by the conversion thread (converting.py) while an engine's conversion child runs; the
+process's threads share one hold, and a session opened beside a conversion counts the child's
+estimated peak as taken (``reserving``). The room is read after the lock is taken, so each build
+sees the others' finished copies. The builder waits for it; a request never does (it is answered
+the original way meanwhile).
 
 Under pressure while serving (``refresh``, called each second by quota_watch.py's thread while
 the fast path has work, and by a builder waiting for room): room under the margin, or memory
@@ -182,8 +185,8 @@ def room_for_engine(variable_bytes: int, sessions: int, need: tuple[int, int], w
         # the child ends before the runner is compiled: the peak is the larger of the two
         return check(
             budget_for(reading),
-            max(process, child),
-            f"building {what}" + (" (its conversion)" if child > process else ""),
+            max(process, child) + reserved_bytes(),
+            f"building {what}" + (" (its conversion)" if child > process else "") + _beside(),
         )
     return footprint_check(process, f"building {what}")
 
@@ -193,7 +196,39 @@ def _fits(need: int, what: str) -> tuple[bool, str]:
     reading = limit_reading()
     if reading is None or reading.limit_bytes is None:
         return footprint_check(need, what)
-    return check(budget_for(reading), need, what)
+    return check(budget_for(reading), need + reserved_bytes(), what + _beside())
+
+
+# ---------------------------------------------------------------------- builds beside a conversion
+
+_reserved: dict[object, int] = {}
+_reserved_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def reserving(nbytes: int) -> Iterator[None]:
+    """While a conversion child runs beside the builder (converting.py), its estimated peak is
+    counted as taken under a container's limit: the cgroup's usage holds only what the child
+    has reached so far, and a session's first run beside it must still fit under its peak."""
+    token = object()
+    with _reserved_lock:
+        _reserved[token] = max(0, int(nbytes))
+    try:
+        yield
+    finally:
+        with _reserved_lock:
+            _reserved.pop(token, None)
+
+
+def reserved_bytes() -> int:
+    """The conversions' peaks counted as taken now (0 with none running)."""
+    with _reserved_lock:
+        return sum(_reserved.values())
+
+
+def _beside() -> str:
+    n = reserved_bytes()
+    return f" (beside a conversion that may take {format_bytes(n)})" if n else ""
 
 
 def available_bytes() -> int | None:
@@ -391,37 +426,61 @@ def lock_path(group: str, dirs: tuple[str, ...] | None = None) -> str:
 @contextlib.contextmanager
 def build_lock(what: str, exiting: Callable[[], bool] = lambda: False, wait: bool = True) -> Iterator[bool]:
     """Held while a build of this memory cgroup takes its peak: True once taken; False when
-    ``exiting()`` came first, or with ``wait=False`` when another process holds it. Fail open:
-    a lock file that cannot be made or locked is no lock (True), said at debug level."""
-    try:
-        fd = os.open(lock_path(own_group()), os.O_RDWR | os.O_CREAT, 0o666)
-    except OSError as exc:
-        log.debug("tf_autopar: no build lock", exc_info=exc)
-        yield True
-        return
-    try:
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if not wait or exiting():
-                    yield False
-                    return
-                time.sleep(LOCK_POLL_S)
-            except OSError as exc:
-                log.debug("tf_autopar: the build lock failed", exc_info=exc)
-                yield True
-                return
-        taken = time.time()
-        log.debug("tf_autopar: build lock taken: %s", what)
+    ``exiting()`` came first, or with ``wait=False`` when another process holds it. The process's
+    threads share one hold (a conversion child beside the builder: converting.py); between them
+    the room checks count each other (``reserving``). Fail open: a lock file that cannot be made
+    or locked is no lock (True), said at debug level."""
+    while True:
         try:
+            _take_group_lock()
+            break
+        except BlockingIOError:
+            if not wait or exiting():
+                yield False
+                return
+            time.sleep(LOCK_POLL_S)
+        except OSError as exc:
+            log.debug("tf_autopar: no build lock", exc_info=exc)
             yield True
-        finally:
-            held.append((what, taken, time.time()))
-            fcntl.flock(fd, fcntl.LOCK_UN)
+            return
+    log.debug("tf_autopar: build lock taken: %s", what)
+    start = time.time()
+    try:
+        yield True
     finally:
-        os.close(fd)
+        held.append((what, start, time.time()))
+        _give_group_lock()
+
+
+_group_hold = {"fd": -1, "count": 0}  # this process's hold of its group's build lock, shared by its threads
+_group_lock = threading.Lock()
+
+
+def _take_group_lock() -> None:
+    """One more holder of this process's hold; BlockingIOError while another process holds it."""
+    with _group_lock:
+        if _group_hold["count"]:
+            _group_hold["count"] += 1
+            return
+        fd = os.open(lock_path(own_group()), os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BaseException:
+            os.close(fd)
+            raise
+        _group_hold.update(fd=fd, count=1)
+
+
+def _give_group_lock() -> None:
+    with _group_lock:
+        _group_hold["count"] -= 1
+        if _group_hold["count"] <= 0:
+            fd = _group_hold["fd"]
+            _group_hold.update(fd=-1, count=0)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            finally:
+                os.close(fd)
 
 
 # ---------------------------------------------------------------------- pressure while serving
@@ -509,9 +568,13 @@ def record() -> MemoryRecord | None:
 
 
 def _forget_in_child() -> None:
-    """A forked child finds its own groups (and owns no build lock)."""
-    global _reader, _reader_lock, _pause_lock, _paused
+    """A forked child finds its own groups (and owns no build lock: its copy of the parent's
+    descriptor is left alone, unlocking it would unlock the parent's)."""
+    global _reader, _reader_lock, _pause_lock, _paused, _group_lock, _reserved_lock
     _reader, _reader_lock, _pause_lock, _paused = None, threading.Lock(), threading.Lock(), ""
+    _group_lock, _reserved_lock = threading.Lock(), threading.Lock()
+    _group_hold.update(fd=-1, count=0)
+    _reserved.clear()
     held.clear()
 
 

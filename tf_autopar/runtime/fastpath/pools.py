@@ -133,11 +133,12 @@ def pool_for(fn: Function, key: Key) -> Runner | None:
         pool = fn.pools.get(key)
     if pool is not None:
         return pool
-    setting = engines.setting_of(key)
-    sessions_after = sum(p.streams for p in fn.pools.values()) + setting[2]
-    name = engines.engine_of(key)
+    setting, name = engines.setting_of(key), engines.engine_of(key)
     engine = engines.get(name)
-    ok, why = _room(fn, engine, sessions_after, setting[2])
+    if failed(fn, key):  # its conversion failed (in the background: converting.py): not made again
+        fn.refused = fn.engine_failed.get(name) or fn.engine_failed.get(getattr(engine, "family", name), "")
+        return None
+    ok, why = room(fn, key)
     if not ok:
         fn.refused = why
         return None
@@ -158,9 +159,12 @@ def failed(fn: Function, key: Key) -> bool:
     return name != engines.DEFAULT and choice.failed_here(name, engines.registered().get(name), fn.engine_failed)
 
 
-def _room(fn: Function, engine: Any, sessions_after: int, opening: int) -> tuple[bool, str]:
+def room(fn: Function, key: Key) -> tuple[bool, str]:
     """memory.room_for_build for TensorFlow's sessions; another engine by its own estimate (an
     ONNX Runtime copy of DLRM adds about 0.2 GB, a TensorFlow session's first run 1 GB)."""
+    engine = engines.get(engines.engine_of(key))
+    opening = engines.setting_of(key)[2]
+    sessions_after = sum(p.streams for p in fn.pools.values()) + opening
     need = getattr(engine, "need_bytes", None)
     if need is None or fn.frozen is None:
         return memory.room_for_build(fn.variable_bytes, sessions_after, opening=opening)
@@ -183,13 +187,18 @@ def _other_engine(fn: Function, engine: Any, setting: Setting) -> Runner | None:
         memory.trim_heap()
         return engine.build(fn.frozen, setting)
     except Exception as exc:
-        why = f"{engine.name} could not run the graph: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-        # a conversion failure is every variant's (they share it): not converted again for this function
-        converting = isinstance(exc, engines.EngineError) and "conversion" in exc.stage
-        fn.engine_failed[getattr(engine, "family", engine.name) if converting else engine.name] = why[:300]
-        fn.refused = why[:300]
-        log.info("tf_autopar: %s of %s: %s", fn.name, fn.model, why)
+        engine_failed(fn, engine, exc)
         return None
+
+
+def engine_failed(fn: Function, engine: Any, exc: Exception) -> None:
+    """``engine`` could not take this function's graph: it is not tried again for the function
+    (a conversion failure: no variant of it, they share the conversion)."""
+    why = f"{engine.name} could not run the graph: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    converting = isinstance(exc, engines.EngineError) and "conversion" in exc.stage
+    fn.engine_failed[getattr(engine, "family", engine.name) if converting else engine.name] = why[:300]
+    fn.refused = why[:300]
+    log.info("tf_autopar: %s of %s: %s", fn.name, fn.model, why)
 
 
 def drop_pool(fn: Function, key: Key) -> None:

@@ -8,7 +8,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from tf_autopar.runtime import tf_allocator
-from tf_autopar.runtime.fastpath import engines, rules
+from tf_autopar.runtime.fastpath import converting, engines, rules
 from tf_autopar.runtime.fastpath.bucket import Bucket, State
 from tf_autopar.runtime.fastpath.switches import BY_LIVE, BY_TUNE
 from tf_autopar.runtime.records import BucketRecord, ServedRecord
@@ -146,6 +146,9 @@ def tuning_words(b: Bucket) -> str:
             else "switch check: decided, settling"
         )
     so_far = f"; so far {won}" if won else ""
+    if any(engines.engine_of(k) != engines.DEFAULT for k in b.candidates):
+        converting_now = converting.under_way()
+        so_far += f"; {converting_now}" if converting_now else ""
     if trial is not None:
         return (
             f"live tuning: trying {rules.label(trial.key)} against {rules.label(b.key)} ({len(trial.test.ratios)} pairs so "

@@ -13,7 +13,7 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from tf_autopar.runtime.fastpath import builder, engines, memory, pools, remembered, rules
+from tf_autopar.runtime.fastpath import builder, converting, engines, memory, pools, remembered, rules
 from tf_autopar.runtime.fastpath.bucket import Bucket, State
 from tf_autopar.runtime.fastpath.pairing import Trial
 from tf_autopar.runtime.fastpath.bucket import bucket_words
@@ -21,6 +21,7 @@ from tf_autopar.runtime.fastpath.report import number
 from tf_autopar.runtime.lowprio import run_low
 
 if TYPE_CHECKING:
+    from tf_autopar.runtime.fastpath.engines import Key
     from tf_autopar.runtime.fastpath.function import Function
 
 log = logging.getLogger("tf_autopar.runtime")
@@ -117,6 +118,15 @@ def _win(b: Bucket, trial: Trial, by: str) -> dict[str, object]:
     }
 
 
+def ready(fn: Function, candidates: list[Key]) -> Key | None:
+    """The first candidate that can be built now; one that needs a conversion waits for it, which
+    runs in the background meanwhile (converting.py). None: every one left waits."""
+    for key in candidates:
+        if not (converting.needed(fn, key) and converting.begin(fn, key)):
+            return key
+    return None
+
+
 def next_trial(fn: Function, bucket_id: int) -> None:
     """Builder thread: open the next candidate's runner (warmed up and checked), or finish."""
     b = fn.buckets.get(bucket_id)
@@ -125,15 +135,19 @@ def next_trial(fn: Function, bucket_id: int) -> None:
     while b.candidates:
         if memory.paused():  # under memory pressure: resumed (roster.memory_tick) when the room is back
             return
-        key = b.candidates[0]
+        key = ready(fn, b.candidates)
+        if key is None:  # every candidate left waits for the conversion under way
+            if not converting.wait(builder.exiting):
+                return
+            continue
         if key == b.key:
-            b.candidates.pop(0)
+            b.candidates.remove(key)
             continue
         # one session's first run at a time per memory cgroup; the room is read under the lock
         with memory.build_lock(f"{fn.name} of {fn.model}: candidate {rules.label(key)}", builder.exiting) as held:
             if not held:
                 return
-            b.candidates.pop(0)
+            b.candidates.remove(key)
             pool = pools.pool_for(fn, key)
             values = run_low(pool.run, b.warm) if pool is not None else None  # grappler, here
             memory.trim_heap()

@@ -12,7 +12,8 @@ Runtime (openvino_engine.py, onnxruntime_engine.py) come with the ``engines`` ex
 
 To add an engine: one module here with a class that has ``name``, ``precision``, ``available``
 and ``build`` (its runner: ``bytes``, the estimated memory of its copy, where it is not TF's),
-optionally ``convert`` (the conversion, in a child: conversion.py) and ``need_bytes`` (what a build
+optionally ``convert`` (the conversion, in a child: conversion.py) with ``converted`` (whether it
+is made: the fast path runs it in the background, converting.py), ``need_bytes`` (what a build
 adds at its peak, in this process and in that child: the memory rule asks it before the build;
 without it a TensorFlow session's estimate counts), its runner optionally ``linger_s`` (how long
 its threads stay busy after a call returns: a live trial leaves the other's calls in that time

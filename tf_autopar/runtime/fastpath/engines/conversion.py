@@ -22,6 +22,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from typing import Any
 
 from tf_autopar.runtime.fastpath.engines import foreign
@@ -89,18 +90,49 @@ def _run_child(kind: str, directory: str, timeout: float) -> None:
     # the child imports this very tf_autopar, wherever the parent found it (not only an installed one)
     root = os.path.dirname(os.path.dirname(os.path.abspath(sys.modules["tf_autopar"].__file__ or ".")))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    # no preexec_fn: Python code in the forked child would run the process's at-fork handlers
+    # (runtime/fork.py warns there); the child lowers its own priority first (main)
+    proc = subprocess.Popen(
+        cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    with _children_lock:
+        _children.add(proc)
     try:
-        # no preexec_fn: Python code in the forked child would run the process's at-fork handlers
-        # (runtime/fork.py warns there); the child lowers its own priority first (main)
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+        _, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
         raise ConversionError(f"{kind} conversion still running after {timeout:.0f} s: stopped") from None
+    finally:
+        with _children_lock:
+            _children.discard(proc)
     if proc.returncode == -signal.SIGKILL:
+        if _stopping:
+            raise ConversionError(f"{kind} conversion stopped: the process is exiting")
         raise ConversionError(f"{kind} conversion killed (SIGKILL: the kernel's out-of-memory killer, most likely)")
     if proc.returncode != 0:
-        lines = [line for line in (proc.stderr or "").strip().splitlines() if line.strip()]
+        lines = [line for line in (stderr or "").strip().splitlines() if line.strip()]
         why = lines[-1] if lines else f"exit code {proc.returncode}"
         raise ConversionError(f"{kind} conversion failed: {why[:300]}")
+
+
+_children: set[subprocess.Popen] = set()
+_children_lock = threading.Lock()
+_stopping = False
+
+
+def stop_children() -> None:
+    """At exit: the conversions still running are killed (a child outlives its parent otherwise,
+    converting for no one). Their callers see ConversionError."""
+    global _stopping
+    _stopping = True
+    with _children_lock:
+        running = list(_children)
+    for proc in running:
+        try:
+            proc.kill()
+        except OSError:
+            pass
 
 
 def _lowest_priority() -> None:

@@ -290,6 +290,10 @@ class OpenVINO:
                 self.name, "conversion (OpenVINO's TensorFlow frontend, in a child)", exc
             ) from exc
 
+    def converted(self, frozen: FrozenGraph) -> bool:
+        """Whether ``convert`` has made this graph's conversion (the variants share it)."""
+        return _conversions.has(frozen)
+
     def need_bytes(self, frozen: FrozenGraph) -> tuple[int, int]:
         """What building a runner will add at its peak: (this process, the conversion child)."""
         return foreign.need_bytes(frozen, _conversions, NAME, COMPILE_FACTOR, LIBRARY_BYTES, CHILD)
