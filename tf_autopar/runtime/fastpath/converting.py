@@ -75,8 +75,7 @@ def begin(fn: Function, key: Key) -> bool:
     with _lock:
         if _current is not None and not _current.future.done():
             return True
-        ok, why = pools.room(fn, key)
-        if not ok:
+        if not pools.room(fn, key)[0]:
             return False
         peak = _child_peak(fn, engine)
         ref = weakref.ref(fn)
