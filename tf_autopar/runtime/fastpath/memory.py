@@ -183,10 +183,8 @@ def room_for_engine(variable_bytes: int, sessions: int, need: tuple[int, int], w
     reading = limit_reading()
     if reading is not None and reading.limit_bytes is not None:
         # the child ends before the runner is compiled: the peak is the larger of the two
-        return check(
-            budget_for(reading),
-            max(process, child) + reserved_bytes(),
-            f"building {what}" + (" (its conversion)" if child > process else "") + _beside(),
+        return _under_limit(
+            reading, max(process, child), f"building {what}" + (" (its conversion)" if child > process else "")
         )
     return footprint_check(process, f"building {what}")
 
@@ -196,7 +194,15 @@ def _fits(need: int, what: str) -> tuple[bool, str]:
     reading = limit_reading()
     if reading is None or reading.limit_bytes is None:
         return footprint_check(need, what)
-    return check(budget_for(reading), need + reserved_bytes(), what + _beside())
+    return _under_limit(reading, need, what)
+
+
+def _under_limit(reading: Any, need: int, what: str) -> tuple[bool, str]:
+    """``need`` against the room under the limit of ``reading``, a conversion running beside it counted."""
+    beside = reserved_bytes()
+    if beside:
+        what += f" (beside a conversion that may take {format_bytes(beside)})"
+    return check(budget_for(reading), need + beside, what)
 
 
 # ---------------------------------------------------------------------- builds beside a conversion
@@ -224,11 +230,6 @@ def reserved_bytes() -> int:
     """The conversions' peaks counted as taken now (0 with none running)."""
     with _reserved_lock:
         return sum(_reserved.values())
-
-
-def _beside() -> str:
-    n = reserved_bytes()
-    return f" (beside a conversion that may take {format_bytes(n)})" if n else ""
 
 
 def available_bytes() -> int | None:

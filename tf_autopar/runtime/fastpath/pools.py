@@ -135,8 +135,9 @@ def pool_for(fn: Function, key: Key) -> Runner | None:
         return pool
     setting, name = engines.setting_of(key), engines.engine_of(key)
     engine = engines.get(name)
-    if failed(fn, key):  # its conversion failed (in the background: converting.py): not made again
-        fn.refused = fn.engine_failed.get(name) or fn.engine_failed.get(getattr(engine, "family", name), "")
+    why = failure(fn, key)
+    if why:  # its conversion failed (in the background: converting.py): not made again
+        fn.refused = why
         return None
     ok, why = room(fn, key)
     if not ok:
@@ -153,10 +154,17 @@ def pool_for(fn: Function, key: Key) -> Runner | None:
     return pool
 
 
-def failed(fn: Function, key: Key) -> bool:
-    """Whether ``key``'s engine could not run this function's graph (it, or its family)."""
+def failure(fn: Function, key: Key) -> str:
+    """Why ``key``'s engine could not run this function's graph (it, or its family); "" when it can."""
     name = engines.engine_of(key)
-    return name != engines.DEFAULT and choice.failed_here(name, engines.registered().get(name), fn.engine_failed)
+    if name == engines.DEFAULT:
+        return ""
+    return choice.failed_why(name, engines.registered().get(name), fn.engine_failed)
+
+
+def failed(fn: Function, key: Key) -> bool:
+    """Whether ``key``'s engine could not run this function's graph (failure, as a yes or no)."""
+    return bool(failure(fn, key))
 
 
 def room(fn: Function, key: Key) -> tuple[bool, str]:

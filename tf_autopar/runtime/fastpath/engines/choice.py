@@ -77,10 +77,15 @@ def cpu_flags(path: str = "/proc/cpuinfo") -> tuple[str, ...]:
     return tuple((fields.get("flags") or fields.get("Features") or "").split())
 
 
+def failed_why(name: str, engine: object, failed: Mapping[str, str]) -> str:
+    """Why ``name`` could not run a function's graph ("" when it could; ``failed``: its
+    engine_failed): it, or its family (variants of one engine share the conversion, and fail together)."""
+    return failed.get(name) or failed.get(getattr(engine, "family", name)) or ""
+
+
 def failed_here(name: str, engine: object, failed: Mapping[str, str]) -> bool:
-    """Whether ``name`` could not run a function's graph (``failed``: its engine_failed): it, or its
-    family (variants of one engine share the conversion, and fail together)."""
-    return name in failed or getattr(engine, "family", name) in failed
+    """Whether ``name`` could not run a function's graph (failed_why, as a yes or no)."""
+    return bool(failed_why(name, engine, failed))
 
 
 def candidate_engines(
