@@ -26,7 +26,10 @@ back as numpy. Configurations:
   ``InferenceSession`` with its default settings; a conversion or session failure is the row's
   result (its error's first line), never the benchmark's end;
 - ``enable-bf16``: ``enable(precision="bf16")``, only if ``tf_autopar.enable`` takes ``precision``
-  (read with inspect.signature in a child); otherwise skipped with that reason.
+  (read with inspect.signature in a child); otherwise skipped with that reason;
+- ``enable-unpaced`` (only when ``--configs`` names it): ``enable`` with
+  ``TF_AUTOPAR_CONVERSION_BUDGET=off``, its conversions never stopped (engines/pacing.py), on an
+  empty cache of its own: the pacing's A/B, the two in the same round.
 
 Each records its median ms and p99, its outputs' max relative difference from the same round's
 ``default`` (max |a - b| over max |b|, per output, the largest), conversion/compile seconds and
@@ -79,6 +82,8 @@ DIFF_TOL = 1e-4
 #: the opt-in precision's tolerance: the fast path's own check of a bf16 candidate
 BF16_TOL = BF16_RTOL
 BF16_CONFIGS = ("openvino-bf16", "enable-bf16")
+#: Run only when --configs names them: enable() with its conversions never stopped (pacing's A/B).
+EXTRA_CONFIGS = ("enable-unpaced",)
 PAIRS = ("1x1", "1x2", "2x1", "2x2")
 
 # ------------------------------------------------------------------------------ the child (a server)
@@ -286,6 +291,8 @@ print("RESULT " + json.dumps({"precision": "precision" in inspect.signature(tf_a
 def run_child(cfg: str, model_dir: str, name: str, batch: int, seconds: float, cache: str, rowdir: str, tag: str):
     env = child_env()
     env["TF_AUTOPAR_CACHE_DIR"] = cache
+    if cfg == "enable-unpaced":
+        env["TF_AUTOPAR_CONVERSION_BUDGET"] = "off"
     if cfg == "tf-frozen":
         env["TF_OVERRIDE_GLOBAL_THREADPOOL"] = "1"  # each session's own pools (bench_fastpath's frozen-sweep)
         env["BENCH_PAIRS"] = ",".join(PAIRS)
@@ -361,10 +368,10 @@ def steady(run: dict) -> tuple[float, float]:
     return (statistics.median(xs), _p99(xs)) if xs else (float("nan"), float("nan"))
 
 
-def window(run: dict, seconds: float) -> tuple[float, float]:
-    """(p50, p99) of the requests that started within the first ``seconds`` of traffic."""
+def window(run: dict, seconds: float) -> tuple[float, float, float]:
+    """(p50, p99, mean) of the requests that started within the first ``seconds`` of traffic."""
     xs = sorted(t for t, s in zip(run.get("times_ms") or [], run.get("stamps_s") or []) if s < seconds)
-    return (xs[len(xs) // 2], _p99(xs)) if xs else (float("nan"), float("nan"))
+    return (xs[len(xs) // 2], _p99(xs), statistics.fmean(xs)) if xs else (float("nan"),) * 3
 
 
 def end_engine(run: dict) -> str:
@@ -404,7 +411,7 @@ def row_summary(row: dict, window_s: float) -> dict:
     out["default_ms"] = _median([steady(r)[0] for r in d + d2])
     out["noise"] = _median([abs(steady(a)[0] / steady(b)[0] - 1) for a, b in zip(d, d2)])
     out["default_p99_window"] = _median([window(r, window_s)[1] for r in d + d2])
-    for cfg in CONFIGS[1:]:
+    for cfg in CONFIGS[1:] + EXTRA_CONFIGS:
         if cfg == "default-again":
             continue
         runs = ok(cfg)
@@ -433,11 +440,13 @@ def row_summary(row: dict, window_s: float) -> dict:
         if skipped:
             c["skipped"] = skipped[0]
         out[cfg] = c
-    e = ok("enable")
-    if e:
-        out["enable"]["engine_end"] = end_engine(e[-1])
-        out["enable"]["p99_window"] = _median([window(r, window_s)[1] for r in e])
-        out["enable"]["p50_window"] = _median([window(r, window_s)[0] for r in e])
+    for cfg in ("enable", "enable-unpaced"):
+        e = ok(cfg)
+        if e:
+            out[cfg]["engine_end"] = end_engine(e[-1])
+            out[cfg]["p99_window"] = _median([window(r, window_s)[1] for r in e])
+            out[cfg]["p50_window"] = _median([window(r, window_s)[0] for r in e])
+            out[cfg]["mean_window"] = _median([window(r, window_s)[2] for r in e])
     eb = ok("enable-bf16")
     if eb:
         out["enable-bf16"]["engine_end"] = end_engine(eb[-1])
@@ -625,6 +634,32 @@ def summarise(data: dict, ceilings: dict[tuple[str, int], float] | None = None) 
         lines += ["", "failures:"] + failures
     if skipped:
         lines += ["", "skipped: " + "; ".join(sorted(skipped))]
+    paced = [r for r in rows if "ms" in r.get("enable-unpaced", {}) and "ms" in r.get("enable", {})]
+    if paced:
+        lines += [
+            "",
+            "the conversions paced (enable(), the default) and never stopped (enable-unpaced), same rounds; "
+            "first-window mean / p50 / p99 ms and steady state ms:",
+            "",
+            "| model | batch | mean paced / unpaced | p50 paced / unpaced | p99 paced / unpaced | steady paced / unpaced "
+            "| engine at the end, paced; unpaced |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for r in paced:
+            a, b = r["enable"], r["enable-unpaced"]
+            lines.append(
+                f"| {r['model']} | {r['batch']} | "
+                + " | ".join(f"{_ms(a[k])} / {_ms(b[k])}" for k in ("mean_window", "p50_window", "p99_window", "ms"))
+                + f" | {a.get('engine_end', '-')}; {b.get('engine_end', '-')} |"
+            )
+        ratio = {
+            k: _geo([r["enable-unpaced"][k] / r["enable"][k] for r in paced])
+            for k in ("mean_window", "p99_window", "ms")
+        }
+        lines.append(
+            f"unpaced over paced, geometric mean over {len(paced)} rows (above 1: pacing faster): first-window mean "
+            f"{_f(ratio['mean_window'])}x, p99 {_f(ratio['p99_window'])}x, steady state {_f(ratio['ms'])}x"
+        )
     loads = [x.get("load_avg") for row in data["rows"] for rnd in row["rounds"] for x in rnd.values()]
     loads = [x for x in loads if x is not None]
     if loads:
@@ -684,9 +719,9 @@ def main() -> int:
     if not args.model_dir or not os.path.isdir(args.model_dir):
         ap.error("give the directory written by benchmarks/user_models.py")
     configs = [c for c in args.configs.split(",") if c]
-    unknown = [c for c in configs if c not in CONFIGS]
+    unknown = [c for c in configs if c not in CONFIGS + EXTRA_CONFIGS]
     if unknown:
-        ap.error(f"unknown configuration(s) {unknown}; choose from {', '.join(CONFIGS)}")
+        ap.error(f"unknown configuration(s) {unknown}; choose from {', '.join(CONFIGS + EXTRA_CONFIGS)}")
     if "default" not in configs:
         configs.insert(0, "default")  # the reference for the outputs' differences
     names = args.only.split(",") if args.only else list(SERVING)
@@ -727,14 +762,19 @@ def main() -> int:
                     if cfg == "enable-bf16" and skip_bf16:
                         results[cfg] = {"config": cfg, "skipped": skip_bf16}
                         continue
-                    seconds = {"enable": args.seconds, "enable-bf16": args.seconds, "enable-2nd": args.second_seconds}
+                    seconds = {
+                        "enable": args.seconds,
+                        "enable-unpaced": args.seconds,
+                        "enable-bf16": args.seconds,
+                        "enable-2nd": args.second_seconds,
+                    }
                     res = run_child(
                         cfg,
                         args.model_dir,
                         row["model"],
                         row["batch"],
                         seconds.get(cfg, args.engine_seconds),
-                        os.path.join(cache, "bf16" if cfg == "enable-bf16" else "f32"),
+                        os.path.join(cache, {"enable-bf16": "bf16", "enable-unpaced": "unpaced"}.get(cfg, "f32")),
                         rowdir,
                         f"r{rnd}",
                     )

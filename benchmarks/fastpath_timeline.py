@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import statistics
 import sys
@@ -43,8 +44,20 @@ def main() -> None:
     import tf_autopar
 
     tf_autopar.enable()
+    paced: list[str] = []  # each conversion's pace, as the library logs it at its end
+
+    class Paced(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "conversion took" in record.getMessage():
+                paced.append(record.getMessage())
+                print(record.getMessage(), flush=True)
+
+    logger = logging.getLogger("tf_autopar.runtime")
+    logger.addHandler(Paced(logging.INFO))
+    logger.setLevel(min(logger.getEffectiveLevel(), logging.INFO))
     import tensorflow as tf
 
+    from tf_autopar.runtime.fastpath import converting
     from tf_autopar.runtime.fastpath.routing.base import ATTR
 
     name = os.path.basename(os.path.normpath(args.model))
@@ -64,7 +77,9 @@ def main() -> None:
                 {
                     "until_s": round(next_look, 1),
                     "median_ms": round(statistics.median(ms), 3) if ms else None,
+                    "p90_ms": round(statistics.quantiles(ms, n=10)[-1], 3) if len(ms) > 1 else None,
                     "calls": len(ms),
+                    "converting": converting.under_way(),
                     "state": b.state.value if b is not None else "no bucket yet",
                     "on_trial": str(b.trial.key) if b is not None and b.trial is not None else None,
                     "candidates_left": len(b.candidates) if b is not None else None,
@@ -73,8 +88,9 @@ def main() -> None:
             )
             w = windows[-1]
             print(
-                f"{w['until_s']:6.1f} s  {w['median_ms']} ms ({w['calls']} calls)  {w['state']}"
-                f"  on trial: {w['on_trial']}  left: {w['candidates_left']}  tried: {len(w['tried'])}",
+                f"{w['until_s']:6.1f} s  {w['median_ms']} ms (p90 {w['p90_ms']}, {w['calls']} calls)  {w['state']}"
+                f"  on trial: {w['on_trial']}  left: {w['candidates_left']}  tried: {len(w['tried'])}"
+                + (f"\n         {w['converting']}" if w["converting"] else ""),
                 flush=True,
             )
             next_look += args.every
@@ -87,6 +103,9 @@ def main() -> None:
         "seconds": args.seconds,
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "load_average_at_end": os.getloadavg(),
+        "conversion_budget": os.environ.get("TF_AUTOPAR_CONVERSION_BUDGET", "default"),
+        "calls": len(calls),
+        "conversions": paced,
         "windows": windows,
         "tried_at_end": windows[-1]["tried"] if windows else [],
         "status": status.text(),

@@ -36,8 +36,8 @@ def row(**configs) -> dict:
 def test_enable_steady_state_is_the_last_third_and_the_window_holds_the_start() -> None:
     run = served("enable", [50.0, 9.0, 9.0, 9.0, 9.0, 9.0, 2.0, 2.0, 2.0, 2.0])
     assert bench_engines.steady(run)[0] == 2.0  # stamps 0.6-0.9 of a run that ends at 0.9
-    p50, p99 = bench_engines.window(run, 0.35)  # calls at 0.0-0.3
-    assert (p50, p99) == (9.0, 50.0)
+    p50, p99, mean = bench_engines.window(run, 0.35)  # calls at 0.0-0.3
+    assert (p50, p99, mean) == (9.0, 50.0, 19.25)
 
 
 def test_fastest_engine_is_the_fastest_within_tolerance() -> None:
@@ -108,6 +108,21 @@ def test_a_conversion_failure_is_the_rows_result_not_a_crash() -> None:
     assert "| fails: InvalidGraph |" in text  # the table's cell; the whole line under "failures:"
     assert "- m b1 onnxruntime: conversion or session: InvalidGraph: Erfc" in text
     assert "skipped: tf_autopar.enable() takes no precision argument" in text
+
+
+def test_the_pacing_ab_compares_the_two_enable_runs_of_a_round() -> None:
+    r = row(
+        default=served("default", [10.0] * 10),
+        enable=served("enable", [6.0] * 5 + [4.0] * 5),
+        enable_unpaced=served("enable-unpaced", [9.0] * 5 + [4.0] * 5),
+    )
+    s = bench_engines.row_summary(r, 0.45)  # the window: the first 5 calls
+    assert s["enable"]["mean_window"] == 6.0 and s["enable-unpaced"]["mean_window"] == 9.0
+    text = bench_engines.summarise(
+        {"host": {"cpu_model": "X", "cpus": 2, "tf_version": "2", "date": "d"}, "rows": [r], "window_s": 0.45}
+    )
+    assert "| m | 1 | 6.00 / 9.00 | 6.00 / 9.00 | 6.00 / 9.00 | 4.00 / 4.00 |" in text
+    assert "first-window mean 1.50x, p99 1.50x, steady state 1.00x" in text
 
 
 def test_the_best_reachable_is_the_fastest_alone_per_row_capped_by_a_measured_call_ceiling() -> None:

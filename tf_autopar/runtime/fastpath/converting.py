@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 from tf_autopar.runtime.fastpath import builder, engines, memory, pools
+from tf_autopar.runtime.fastpath.engines import conversion
 from tf_autopar.runtime.lowprio import LowPriority, NICE_VAR, nice_increment
 
 if TYPE_CHECKING:
@@ -119,7 +120,11 @@ def under_way() -> str:
         current = _current
     if current is None or current.future.done():
         return ""
-    return f"converting {current.function} for {current.engine} in the background ({time.monotonic() - current.started:.0f} s so far)"
+    paced = conversion.pace_words()
+    return (
+        f"converting {current.function} for {current.engine} in the background "
+        f"({time.monotonic() - current.started:.0f} s so far{'; ' + paced if paced else ''})"
+    )
 
 
 def _child_peak(fn: Function, engine: Any) -> int:

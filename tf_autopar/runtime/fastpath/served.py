@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from tf_autopar.runtime import tf_allocator
 from tf_autopar.runtime.fastpath import build, builder, engines, pools, remembered, rules, trials
 from tf_autopar.runtime.fastpath.bucket import CHECK, ORIGINAL_PATH, SERVE, Bucket, State, bucket_words
+from tf_autopar.runtime.fastpath.engines import pacing
 from tf_autopar.runtime.fastpath.function import Function
 from tf_autopar.runtime.fastpath.routing import reasons
 from tf_autopar.runtime.fastpath.routing.arrays import eager
@@ -150,6 +151,8 @@ class ServedFunction(Function):
             seconds = time.perf_counter() - t0
         finally:
             b.in_flight -= 1
+        if pacing.watchers:  # a conversion beside the requests measures what it costs them
+            pacing.note((b.bucket, id(pool)), t0, seconds)
         self._count_faults(b, mark)
         if trial is not None and trial.paired(candidate, place, level, seconds):
             trials.end_trial(self, b, trial)
@@ -181,6 +184,8 @@ class ServedFunction(Function):
             seconds = time.perf_counter() - t0
         finally:
             b.in_flight -= 1
+        if pacing.watchers:
+            pacing.note((b.bucket, candidate), t0, seconds)
         if candidate:
             b.served += 1
         if trial.paired(candidate, place, level, seconds):

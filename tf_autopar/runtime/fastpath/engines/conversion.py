@@ -5,7 +5,8 @@ the serving process every request waits behind it (a small recommender's p99 wen
 860 ms while MobileNetV2 converted beside it, 2-core EPYC); tf2onnx is Python throughout (p99
 24 -> 64 ms). In a child at the lowest priority the requests keep the CPU and the lock, and a
 converter that crashes or hangs takes nothing with it. The serving process only reads the
-result (an OpenVINO IR or an ONNX file) and compiles it, which releases the lock.
+result (an OpenVINO IR or an ONNX file) and compiles it, which releases the lock. While requests
+are served, the child is stopped and continued so that they pay a bounded share (pacing.py).
 
 The child: ``python -m tf_autopar.runtime.fastpath.engines.conversion KIND DIR`` reads
 ``DIR/graph.pb`` and ``DIR/names.json`` (input and output tensor names) and writes
@@ -23,18 +24,21 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from typing import Any
 
-from tf_autopar.runtime.fastpath.engines import foreign
+from tf_autopar.runtime.fastpath.engines import foreign, pacing
 
 log = logging.getLogger("tf_autopar.runtime")
 
 OPENVINO, ONNX = "openvino", "onnx"
 RESULT = {OPENVINO: "model.xml", ONNX: "model.onnx"}
-#: A conversion still running after this long is stopped (tf2onnx took up to 66 s on the held-out
-#: models; a model ten times larger gets the same room).
+#: A conversion that has run this long is stopped (tf2onnx took up to 66 s on the held-out
+#: models; a model ten times larger gets the same room); its stopped slices (pacing.py) not counted.
 TIMEOUT_S = 900.0
 ONNX_OPSET = 17
+PARENT_VAR = "TF_AUTOPAR_CONVERSION_PARENT"
+PR_SET_PDEATHSIG = 1
 
 
 class ConversionError(RuntimeError):
@@ -85,6 +89,7 @@ def _run_child(kind: str, directory: str, timeout: float) -> None:
     cmd = [sys.executable, "-m", __name__, kind, directory]
     env = {k: v for k, v in os.environ.items() if not k.startswith("TF_AUTOPAR_")}
     env["TF_AUTOPAR_DISABLE"] = "1"  # the child converts; it plans nothing
+    env[PARENT_VAR] = str(os.getpid())
     env.setdefault("CI", "true")  # no usage event from OpenVINO's import there either (foreign.telemetry_off)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     # the child imports this very tf_autopar, wherever the parent found it (not only an installed one)
@@ -95,17 +100,21 @@ def _run_child(kind: str, directory: str, timeout: float) -> None:
     proc = subprocess.Popen(
         cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
+    budget = pacing.budget()
+    pace = pacing.Pace(budget) if budget is not None else None
     with _children_lock:
-        _children.add(proc)
+        _children[proc] = pace
     try:
-        _, stderr = proc.communicate(timeout=timeout)
+        stderr = _paced(proc, pace, timeout) if pace is not None else proc.communicate(timeout=timeout)[1]
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.communicate()
         raise ConversionError(f"{kind} conversion still running after {timeout:.0f} s: stopped") from None
     finally:
         with _children_lock:
-            _children.discard(proc)
+            _children.pop(proc, None)
+    if pace is not None and pace.words():
+        log.info("tf_autopar: the %s conversion took %.0f s, %s", kind, pace.ran_s + pace.stopped_s, pace.words())
     if proc.returncode == -signal.SIGKILL:
         if _stopping:
             raise ConversionError(f"{kind} conversion stopped: the process is exiting")
@@ -116,7 +125,45 @@ def _run_child(kind: str, directory: str, timeout: float) -> None:
         raise ConversionError(f"{kind} conversion failed: {why[:300]}")
 
 
-_children: set[subprocess.Popen] = set()
+def _paced(proc: subprocess.Popen, pace: pacing.Pace, timeout: float) -> str:
+    """The child's stderr when it ends, stopped and continued meanwhile as ``pace`` says
+    (pacing.py); TimeoutExpired after ``timeout`` seconds of its running."""
+    with pacing.watching() as calls:
+        step, start = pace.first(), time.perf_counter()
+        try:
+            while True:
+                left = timeout - pace.ran_s
+                try:
+                    return proc.communicate(timeout=min(step.seconds, left) if step.running else step.seconds)[1]
+                except subprocess.TimeoutExpired:
+                    if step.running and step.seconds >= left:
+                        raise
+                now = time.perf_counter()
+                noted = [calls.popleft() for _ in range(len(calls))]
+                following = pace.ended(step.running, start, now, noted)
+                if following.running != step.running:
+                    _signal(proc, signal.SIGCONT if following.running else signal.SIGSTOP)
+                step, start = following, now
+        finally:
+            if not step.running:
+                _signal(proc, signal.SIGCONT)
+
+
+def _signal(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        proc.send_signal(sig)
+    except OSError:  # ended meanwhile: communicate says so
+        pass
+
+
+def pace_words() -> str:
+    """How the conversion running now is paced ("" when it is not, or not yet)."""
+    with _children_lock:
+        paces = [p for p in _children.values() if p is not None]
+    return paces[0].words() if paces else ""
+
+
+_children: dict[subprocess.Popen, pacing.Pace | None] = {}
 _children_lock = threading.Lock()
 _stopping = False
 
@@ -221,7 +268,21 @@ def _erfc(ctx: Any, node: Any, name: str, args: list[Any]) -> None:
     ctx.replace_inputs(node, [one.output[0], erf.output[0]])
 
 
+def _die_with_parent() -> None:
+    """The child killed when the process that started it dies: a stopped child (pacing) would
+    otherwise stay stopped, holding its memory, after its parent was killed."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        return
+    if os.environ.get(PARENT_VAR, str(os.getppid())) != str(os.getppid()):  # it died before the prctl
+        os._exit(1)
+
+
 def main(argv: list[str]) -> int:
+    _die_with_parent()
     _lowest_priority()
     kind, directory = argv
     with open(os.path.join(directory, "names.json"), encoding="utf-8") as fh:
