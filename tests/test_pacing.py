@@ -154,16 +154,31 @@ def test_a_child_with_no_calls_beside_it_is_never_stopped():
     assert res["stderr"] == "done" and res["stopped"] == 0 and "T" not in res["states"], res
 
 
-def test_the_timeout_counts_the_running_time_and_kills_a_stopped_child_too(monkeypatch):
+class Scripted(Pace):
+    """Slices as given, whatever the calls: running 0.3 s, stopped 1 s, then running."""
+
+    def first(self) -> Slice:
+        return Slice(True, 0.3)
+
+    def ended(self, running: bool, start: float, end: float, calls) -> Slice:
+        super().ended(running, start, end, calls)
+        return Slice(not running, 1.0 if running else 0.5)
+
+
+def test_the_timeout_counts_the_running_time_only():
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], stderr=subprocess.PIPE, text=True)
-    pace = Pace(0.1)
-    monkeypatch.setattr(pace, "first", lambda: Slice(True, 0.3))
+    pace = Scripted(0.1)
     t0 = time.monotonic()
-    with pytest.raises(subprocess.TimeoutExpired):
-        conversion._paced(proc, pace, 0.6)
-    proc.kill()
-    proc.communicate()
-    assert pace.ran_s == pytest.approx(0.3, abs=0.15) and time.monotonic() - t0 < 5
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            conversion._paced(proc, pace, 0.6)  # 0.3 s running, 1 s stopped, 0.3 s running: out
+        wall = time.monotonic() - t0
+        state = open(f"/proc/{proc.pid}/stat").read().rsplit(")", 1)[1].split()[0]
+    finally:
+        proc.kill()
+        proc.communicate()
+    assert pace.stopped_s == pytest.approx(1.0, abs=0.3) and wall >= 1.5, (pace.stopped_s, wall)
+    assert state != "T"  # left running for its caller to kill
 
 
 KILLED_PARENT = r"""

@@ -3,8 +3,9 @@ bounded share of their time for it.
 
 Why: ``SCHED_IDLE`` (conversion.py) does not make a conversion free. tf2onnx converting Xception
 beside a frozen session serving Xception's batch-2 requests back to back (2-core EPYC), the child
-stopped and continued in alternate 1.5-s slices: 216.7 ms median a call while it ran, 183.4 while
-it was stopped (189.9 before it started); the 90th percentiles 262.6 and 207.5. The served
+stopped and continued in alternate 1.5-s slices: 218.1 ms median a call while it ran, 187.2 while
+it was stopped (193.0 before it started); the 90th percentiles 263.7 and 209.3
+(benchmarks/conversion_cost.py). The served
 calls' per-10-s medians rose up to 1.5x through whole conversions (Xception b2, the BERT-style
 encoder b16, NASNetMobile b8). Whatever takes it (caches, memory bandwidth, a hypervisor's
 sibling threads), stopping the child gives it back at once.
