@@ -338,3 +338,20 @@ report(engine=engine, text=text, before=before, tried=list(b.tried), failed=dict
     assert out["engine"] in (engine, f"{engine}-spinning"), out  # the family: both variants allowed
     assert f"{out['engine']} (" in out["text"], out["text"]
     assert out["before"] <= 1e-4 * 10 and out["after"] <= 1e-4 * out["scale"], out  # the write is seen at once
+
+
+def test_the_served_calls_reach_a_conversions_pace_while_it_runs(saved, tmp_path):
+    body = """
+from tf_autopar.runtime.fastpath.engines import pacing
+drive()
+sig(x=X)
+with pacing.watching() as calls:  # as a conversion child's driver watches (engines/conversion.py)
+    for _ in range(5):
+        sig(x=X)
+    noted = list(calls)
+report(noted=len(noted), runners=len({c[0] for c in noted}), timed=all(c[2] > 0 for c in noted),
+       after=len(calls), engine=served().buckets[1].pool.describe()["engine"])
+"""
+    res = _run(saved, "Copy", body, tmp_path)
+    assert res["noted"] == 5 and res["runners"] == 1 and res["timed"], res  # each served call, with its runner
+    assert res["after"] == 5, res  # none once the watching ended
