@@ -5,10 +5,9 @@ Why: ``SCHED_IDLE`` (conversion.py) does not make a conversion free. tf2onnx con
 beside a frozen session serving Xception's batch-2 requests back to back (2-core EPYC), the child
 stopped and continued in alternate 1.5-s slices: 218.1 ms median a call while it ran, 187.2 while
 it was stopped (193.0 before it started); the 90th percentiles 263.7 and 209.3
-(benchmarks/conversion_cost.py). The served
-calls' per-10-s medians rose up to 1.5x through whole conversions (Xception b2, the BERT-style
-encoder b16, NASNetMobile b8). Whatever takes it (caches, memory bandwidth, a hypervisor's
-sibling threads), stopping the child gives it back at once.
+(benchmarks/conversion_cost.py). The served calls' per-10-s medians rose up to 1.5x through
+whole conversions (Xception b2, the BERT-style encoder b16, NASNetMobile b8). Whatever takes it
+(caches, memory bandwidth, a hypervisor's sibling threads), stopping the child gives it back at once.
 
 So the child runs in slices, a stopped slice after each running one while calls are being served,
 and measures what it costs: each served call is timed anyway (served.py) and noted here with its
@@ -16,7 +15,8 @@ runner while a child runs; the ratio ``r`` of a runner's median call while the c
 median while it was stopped, over the slices so far, interleaved as a live trial is. The child
 runs a fraction ``BUDGET / (r - 1)`` of the time (between DUTY_MIN, so that a conversion always
 ends, and DUTY_MAX, so that ``r`` stays measured): the served calls' time grows by at most
-BUDGET on average, the conversion taking longer instead. No call served: nothing to protect, it
+BUDGET on average (while ``r`` stays under 1 + BUDGET / DUTY_MIN, 2 by default; beyond, by
+DUTY_MIN x (r - 1)), the conversion taking longer instead. No call served: nothing to protect, it
 runs throughout.
 
 ``TF_AUTOPAR_CONVERSION_BUDGET``: the fraction (default 0.1); ``off`` never stops the child.
