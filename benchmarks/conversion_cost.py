@@ -99,10 +99,7 @@ def main() -> None:
             slices.append((start, now, running))
             running, start = not running, now
             for child in children:
-                try:
-                    child.send_signal(signal.SIGCONT if running else signal.SIGSTOP)
-                except OSError:
-                    pass
+                conversion._signal(child, signal.SIGCONT if running else signal.SIGSTOP)
         slices.append((start, time.monotonic(), running))
 
     end = time.monotonic() + args.before

@@ -317,6 +317,19 @@ def test_one_conversion_per_frozen_graph_dropped_with_the_graph():
     assert gone() is None  # the conversion does not keep its graph alive, and goes with it
 
 
+def test_a_graphs_constants_are_counted_once_and_dropped_with_it(monkeypatch):
+    walks = []
+    count = foreign._count_constants
+    monkeypatch.setattr(foreign, "_count_constants", lambda frozen: walks.append(1) or count(frozen))
+    frozen = _mlp()
+    first = foreign.constant_bytes(frozen)
+    assert first > 0 and foreign.constant_bytes(frozen) == first and len(walks) == 1
+    gone = weakref.ref(frozen)
+    del frozen
+    gc.collect()
+    assert gone() is None  # the count does not keep its graph alive
+
+
 def _pyfunc_graph() -> FrozenGraph:
     @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32)])
     def f(x):
