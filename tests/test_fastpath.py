@@ -63,7 +63,8 @@ import tf_autopar
 st0 = tf_autopar.enable(__ENABLE__)
 import tensorflow as tf
 from tf_autopar.runtime import fastpath
-from tf_autopar.runtime.fastpath import builder, rules as fastpath_rules
+from tf_autopar.runtime.fastpath import builder, memory, rules as fastpath_rules
+memory.LOCK_DIRS = (os.environ["TF_AUTOPAR_LEASE_DIR"],)  # its own build lock (run_child's dir): a parallel test's build never skips the prebuild
 fastpath_rules.SWITCH_RATIO = float("inf")
 vision = tf.saved_model.load(DIR + "/vision")  # the others where a test uses them: the process plan is the last load's
 def load(name): return tf.saved_model.load(DIR + "/" + name)

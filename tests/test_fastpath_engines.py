@@ -33,7 +33,8 @@ import tf_autopar
 tf_autopar.enable()
 import tensorflow as tf
 from tf_autopar.runtime import fastpath
-from tf_autopar.runtime.fastpath import engines, rules
+from tf_autopar.runtime.fastpath import engines, memory, rules
+memory.LOCK_DIRS = (os.environ["TF_AUTOPAR_LEASE_DIR"],)  # its own build lock (run_child's dir): a parallel test's build never skips the prebuild
 from tf_autopar.runtime.fastpath.engines import tf_session
 rules.SWITCH_RATIO = float("inf")
 rules.TUNE_NOISE = -1.0

@@ -139,11 +139,14 @@ report(stderr=stderr.strip(), rc=proc.returncode, ratio=pace.ratio, duty=pace.du
 
 
 def test_a_child_that_slows_the_calls_is_stopped_part_of_the_time_and_still_ends():
-    res, err, rc = run_child(PACED.replace("WORK", "1.5").replace("CALLS", "True").replace("BUDGET", "0.5"))
+    budget = 0.2
+    res, err, rc = run_child(PACED.replace("WORK", "1.5").replace("CALLS", "True").replace("BUDGET", str(budget)))
     assert rc == 0 and res, err[-3000:]
     assert res["stderr"] == "done" and res["rc"] == 0, res
     assert "T" in res["states"], res  # seen stopped
     assert res["ratio"] > 1.3, res  # the calls really were slower beside it
+    # the share the rule gives that ratio (below DUTY_MAX for any ratio above 1 + budget / DUTY_MAX)
+    assert res["duty"] == pytest.approx(min(DUTY_MAX, max(DUTY_MIN, budget / (res["ratio"] - 1)))), res
     assert res["stopped"] >= 0.4 and res["duty"] < DUTY_MAX, res
     assert "the served calls" in res["words"], res
 

@@ -88,6 +88,8 @@ import tf_autopar
 tf_autopar.enable()
 import numpy as np, tensorflow as tf
 from tf_autopar.runtime import fastpath
+from tf_autopar.runtime.fastpath import memory
+memory.LOCK_DIRS = (os.environ["TF_AUTOPAR_LEASE_DIR"],)  # its own build lock (run_child's dir): a parallel test's build never skips the prebuild
 loaded = tf.saved_model.load(SM)
 sig = loaded.signatures["serving_default"]
 def rec():
