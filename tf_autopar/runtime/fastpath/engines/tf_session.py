@@ -23,17 +23,21 @@ class FrozenSessions:
 
     precision = "f32"
 
-    def __init__(self, frozen: FrozenGraph, setting: tuple[int, int, int], name: str = NAME) -> None:
+    def __init__(
+        self, frozen: FrozenGraph, setting: tuple[int, int, int], name: str = NAME, sessions: list[Any] | None = None
+    ) -> None:
+        """``sessions``: opened by the caller (XLA's), else the frozen graph's own at ``setting``."""
         self.setting, self.name = setting, name
         self.inputs, self.outputs = list(frozen.inputs), list(frozen.outputs)
-        self.pool = StreamPool(frozen.open_sessions(*setting))
+        self.pool = StreamPool(frozen.open_sessions(*setting) if sessions is None else sessions)
+        self._run = self.pool.bind(self.outputs, self.inputs)
 
     @property
     def streams(self) -> int:
         return len(self.pool.sessions)
 
     def run(self, arrays: list[Any]) -> list[Any]:
-        return self.pool.run(self.outputs, dict(zip(self.inputs, arrays)))
+        return self._run(arrays)
 
     def describe(self) -> dict[str, Any]:
         inter, intra, _ = self.setting

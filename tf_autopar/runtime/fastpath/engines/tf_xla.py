@@ -20,7 +20,6 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from tf_autopar.runtime.fastpath.engines.tf_session import FrozenSessions
-from tf_autopar.runtime.streams import StreamPool
 
 if TYPE_CHECKING:
     from tf_autopar.runtime.frozen import FrozenGraph
@@ -52,9 +51,7 @@ class XlaSessions(FrozenSessions):
     """FrozenSessions whose sessions auto-cluster with XLA."""
 
     def __init__(self, frozen: FrozenGraph, setting: tuple[int, int, int]) -> None:
-        self.setting, self.name = setting, NAME
-        self.inputs, self.outputs = list(frozen.inputs), list(frozen.outputs)
-        self.pool = StreamPool(open_sessions(frozen, *setting))
+        super().__init__(frozen, setting, NAME, open_sessions(frozen, *setting))
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "engine": NAME, "global_jit_level": "ON_1"}
