@@ -380,6 +380,7 @@ class _Compiled:
         self.structure, self.plan, self.profile, self.name = frozen.structure, plan, profile, frozen.name
         self.sessions = pool.sessions
         self.generation = 0
+        self._run = pool.bind(self.outputs, self.inputs)
 
     def run(self, arrays: list[Any]) -> Any:
         import tensorflow as tf
@@ -387,7 +388,7 @@ class _Compiled:
         if len(arrays) != len(self.inputs):
             raise ValueError(f"expected {len(self.inputs)} input(s), got {len(arrays)}")
         try:
-            values = self.pool.run(self.outputs, dict(zip(self.inputs, arrays)))
+            values = self._run(arrays)
         except Retired:
             raise _Retired() from None
         return tf.nest.pack_sequence_as(self.structure, values)

@@ -22,12 +22,14 @@ _OFF = ("0", "false", "no", "off")
 #: looking a name up there costs 34 ns where ``os.environ.get`` of an unset name costs 714 (its
 #: KeyError), and every served call asks (2-core EPYC)
 _ENVIRON_DATA = getattr(os.environ, "_data", None)
+if not isinstance(_ENVIRON_DATA, dict):
+    _ENVIRON_DATA = None
 _SWITCH_KEY = os.fsencode(SWITCH_VAR)
 
 
 def switched_off() -> str:
     """``"TF_AUTOPAR_FAST_PATH=0"`` when the environment switch turns the fast path off, else ""."""
-    if isinstance(_ENVIRON_DATA, dict) and _SWITCH_KEY not in _ENVIRON_DATA:
+    if _ENVIRON_DATA is not None and _SWITCH_KEY not in _ENVIRON_DATA:
         return ""
     value = os.environ.get(SWITCH_VAR, "").strip()
     return f"{SWITCH_VAR}={value}" if value.lower() in _OFF else ""

@@ -93,7 +93,7 @@ def _convert_in_child(frozen: FrozenGraph) -> bytes:
 
 
 class _Session:
-    """The session, run the way StreamPool runs a TensorFlow session."""
+    """The session in a StreamPool, which feeds it through ``run_values`` (streams.direct_run)."""
 
     def __init__(self, session: Any, inputs: list[str], outputs: list[str], dtypes: list[Any]) -> None:
         self.session, self.inputs, self.outputs, self.dtypes = session, inputs, outputs, dtypes
@@ -102,11 +102,8 @@ class _Session:
         inner = getattr(session, "_sess", None)
         self._c = inner if callable(getattr(inner, "run", None)) else None
 
-    def run(self, fetches: Any, feeds: dict[str, Any]) -> list[Any]:
-        return self.run_values(list(feeds.values()))
-
     def run_values(self, values: list[Any]) -> list[Any]:
-        """The feeds in the frozen graph's input order (streams.StreamPool.bind)."""
+        """The feeds in the frozen graph's input order."""
         feed = dict(zip(self.inputs, values))
         c = self._c
         out = c.run(self.outputs, feed, None) if c is not None else self.session.run(self.outputs, feed)

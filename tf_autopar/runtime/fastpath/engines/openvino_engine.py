@@ -131,8 +131,8 @@ class _Compiled:
 
 
 class _Request:
-    """One stream's InferRequest (and its static-shape one, where there is one), run the way
-    StreamPool runs a session."""
+    """One stream's InferRequest (and its static-shape one, where there is one), in a StreamPool,
+    which feeds it through ``run_values`` (streams.direct_run)."""
 
     def __init__(
         self, dynamic: _Compiled, static: _Compiled | None, shapes: list[tuple[int, ...]], dtypes: list[Any]
@@ -140,11 +140,8 @@ class _Request:
         self.dynamic, self.static, self.shapes, self.dtypes = dynamic, static, shapes, dtypes
         self.requests = {id(c): c.compiled.create_infer_request() for c in (dynamic, static) if c is not None}
 
-    def run(self, fetches: Any, feeds: dict[str, Any]) -> list[Any]:
-        return self.run_values(list(feeds.values()))
-
     def run_values(self, arrays: list[Any]) -> list[Any]:
-        """The feeds in the frozen graph's input order (streams.StreamPool.bind)."""
+        """The feeds in the frozen graph's input order."""
         which = self.dynamic
         if self.static is not None and all(a.shape == s for a, s in zip(arrays, self.shapes)):
             which = self.static
