@@ -34,6 +34,16 @@ def test_a_fitting_shape_is_remembered_and_a_shape_that_does_not_fit_is_still_de
     assert _check(tf.ones((5, 3)), feed).tolist() == [[1.0] * 3] * 5  # an eager tensor: its array
 
 
+def test_an_eager_tensor_is_fed_from_its_own_buffer_not_a_copy():
+    feed = Feed(tf.TensorSpec([None, 3], tf.float32))
+    tensor = tf.constant(np.arange(6, dtype=np.float32).reshape(2, 3))
+    array = _check(tensor, feed)
+    assert np.shares_memory(array, tensor._numpy())  # numpy() would have copied it
+    assert array.tolist() == tensor.numpy().tolist()
+    words = _check(tf.constant([b"a", b"b"]), Feed(tf.TensorSpec([None], tf.string)))
+    assert words.tolist() == [b"a", b"b"]
+
+
 def test_unknown_rank_strings_and_python_values():
     anything = Feed(tf.TensorSpec(None, tf.int64))
     assert _check(np.zeros((1, 2, 3), np.int64), anything) is not None

@@ -53,7 +53,10 @@ def exact_array(value: Any, feed: Feed, np: Any, tf: Any) -> Any:
     elif tf.is_tensor(value) and hasattr(value, "numpy"):
         if value.dtype != feed.tf_dtype:
             return None
-        array = value.numpy()
+        # the tensor's own buffer, not numpy()'s copy (118 us for a batch of eight 224x224 images):
+        # the engines only read their inputs, and the caller holds the tensor for the call
+        view = getattr(value, "_numpy", None)
+        array = view() if view is not None else value.numpy()
     else:
         return None
     shape = array.shape
