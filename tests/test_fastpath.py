@@ -12,6 +12,8 @@ import pytest
 
 from _runtime_child import run_child
 
+from tf_autopar.runtime.fastpath import rules
+
 pytestmark = pytest.mark.tf
 
 # Three SavedModels a user could bring: a conv net with batch norm, two inputs out of
@@ -409,6 +411,60 @@ report(key=list(b0.key), tuned=b.tuned, tuned0=b0.tuned, same=b is b0, reason=b.
     )
     assert second["key"] == first["key"], second  # built at load with what live tuning ended on
     assert second["tuned"] == "done" and not second["trial"] and second["served"] == 21, second
+
+
+def test_a_start_that_ends_while_tuning_leaves_its_winner_and_the_next_start_tries_only_the_rest(saved, tmp_path):
+    """A server stopped before live tuning finished (a slow model's 60 s): the winner so far is
+    what the next start builds at load and serves from its first call, and it tries only the
+    candidates the first start had not (not the whole list again from the plan's setting)."""
+    cache = str(tmp_path / "unfinished-cache")
+    first = _run(
+        saved,
+        """
+fastpath_rules.TUNE_NOISE = -1  # any candidate wins at its first look: a win, then the process ends
+sig = vision.signatures["serving_default"]
+served = lambda: next(s for s in fastpath._served if s.name == "signatures['serving_default']")
+sig(**V); assert fastpath.wait_idle(180)
+t0 = time.monotonic()
+while time.monotonic() - t0 < 120 and not served().buckets[1].won:
+    sig(**V)
+    fastpath.wait_idle(60)
+b = served().buckets[1]
+left = ([b.trial.key] if b.trial is not None else []) + list(b.candidates)
+from tf_autopar.runtime.fastpath import report as fastpath_report
+entry = fastpath_report.summary(served())["buckets"]["1"]
+report(key=list(b.key), won=dict(b.won), tuned=b.tuned, left=[fastpath_rules.label(k) for k in left],
+       tried=[t.split(":", 1)[0] for t in b.tried], entry=entry)
+""",
+        tmp_path,
+        cache=cache,
+    )
+    assert first["won"] and first["tuned"] == "" and first["left"], first
+    assert first["won"]["to"] == rules.label(tuple(first["key"])), first
+    entry = first["entry"]
+    assert entry["tuned"] == "unfinished" and entry["pending"] == first["left"], entry
+    assert [entry["inter_op"], entry["intra_op"], entry["streams"]] == first["key"][:3], entry
+    second = _run(
+        saved,
+        """
+b0 = next(s for s in fastpath._served if s.name == "signatures['serving_default']").buckets[1]
+at_load = dict(key=list(b0.key), pending=b0.pending, tuned=b0.tuned, reason=b0.reason)
+sig = vision.signatures["serving_default"]
+sig(**V); assert fastpath.wait_idle(180)
+b = next(s for s in fastpath._served if s.name == "signatures['serving_default']").buckets[1]
+queued = [fastpath_rules.label(k) for k in ([b.trial.key] if b.trial is not None else []) + list(b.candidates)]
+report(at_load=at_load, first_served=b0.served >= 1 and b is b0, queued=queued, tuned=b.tuned)
+""",
+        tmp_path,
+        cache=cache,
+    )
+    at_load = second["at_load"]
+    assert at_load["key"] == first["key"] and at_load["reason"] == "built at load: it won last time", second
+    assert at_load["pending"] == first["left"] and at_load["tuned"] == "", second
+    assert second["first_served"], second  # the first call: the winner, built at load
+    # what is tried now: what was left, in its order; none of what the first start tried
+    assert second["queued"] == first["left"], (second, first)
+    assert not set(second["queued"]) & set(first["tried"]), (second, first)
 
 
 def test_a_plan_that_lost_its_switch_check_is_tried_again_against_the_neighbour_that_passed(saved, tmp_path):

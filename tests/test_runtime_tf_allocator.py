@@ -138,3 +138,6 @@ def test_a_winner_tuned_under_another_allocator_is_tuned_again():
     assert remembered_key(tuned, "bfc") == (1, 2, 1)  # an older entry: no allocator recorded
     assert remembered_key({**tuned, "allocator": "bfc"}, None) == (1, 2, 1)  # not known yet: not judged
     assert remembered_key({**tuned, "tuned": ""}, "bfc") is None
+    # a start that ended while tuning: its winner so far is served next time, under the same rule
+    assert remembered_key({**tuned, "tuned": "unfinished", "allocator": "bfc"}, "bfc") == (1, 2, 1)
+    assert remembered_key({**tuned, "tuned": "unfinished", "allocator": "malloc"}, "bfc") is None

@@ -476,7 +476,7 @@ def store_calibration(host: str, entry: dict[str, Any], path: str | None = None)
 
 
 #: What a served bucket keeps of live tuning (the fast path's summary, fastpath/report.py): dropped by ``forget_tuning``.
-TUNING_FIELDS = ("tuned", "tried", "won", "by", "inter_op", "intra_op", "streams")
+TUNING_FIELDS = ("tuned", "tried", "won", "by", "inter_op", "intra_op", "streams", "pending")
 
 
 def forget_tuning(fingerprint: str, host: str, path: str | None = None) -> dict[str, int]:

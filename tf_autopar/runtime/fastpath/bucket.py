@@ -77,6 +77,9 @@ class Bucket:
     trial: Trial | None = None
     tried: list[str] = field(default_factory=list)  # "2x1: lose (not faster ...)" per finished trial
     tuned: str = ""  # "done" when every candidate was tried; the evidence of a win is in ``won``
+    #: the candidates (rules.label) an earlier start had still to try when it ended: a start that
+    #: resumes an unfinished tuning tries only these (None: every candidate)
+    pending: list[str] | None = None
     won: dict[str, Any] = field(default_factory=dict)
     by: str = ""  # who tuned it (switches.BY_LIVE, BY_TUNE), once ``tuned``
     in_flight: int = 0

@@ -264,4 +264,10 @@ def verify(fn: Function, bucket_id: int, arrays: list[Any], frozen_out: Any) -> 
         b.warm = arrays
         b.expected = [np.asarray(t) for t in tf.nest.flatten(original)]
         b.candidates = pools.candidates(fn, b.plan, b.key)
+        if b.pending is not None:  # an earlier start's unfinished tuning: what it had left, in its order
+            # its list was made around the setting that first served (the plan's), not the winner
+            around = b.candidates + pools.candidates(fn, b.plan, pools.plan_key(b.plan))
+            by_label = {rules.label(k): k for k in around if k != b.key}
+            b.candidates = [by_label[label] for label in dict.fromkeys(b.pending) if label in by_label]
+            b.pending = None
         trials.next_trial(fn, bucket_id)

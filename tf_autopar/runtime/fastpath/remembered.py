@@ -12,7 +12,7 @@ from tf_autopar.runtime import cache, tf_allocator
 from tf_autopar.runtime.fastpath import engines, memory, pools, rules
 from tf_autopar.runtime.fastpath.engines import choice
 from tf_autopar.runtime.fastpath.bucket import Bucket, State
-from tf_autopar.runtime.fastpath.report import number, summary
+from tf_autopar.runtime.fastpath.report import UNFINISHED, number, summary
 from tf_autopar.runtime.fastpath.routing.arrays import synthetic
 from tf_autopar.runtime.fastpath.switches import BY_LIVE, BY_TUNE
 from tf_autopar.runtime.safety import fail_open
@@ -51,12 +51,12 @@ def remember(fn: Function) -> None:
 
 
 def remembered_key(entry: dict[str, Any], allocator: str | None = None) -> Key | None:
-    """The sessions a cached bucket ended on (after live tuning), or None when not usable: also when
+    """The sessions a cached bucket ended on (after live tuning, finished or not), or None when not usable: also when
     it was tuned under another CPU allocator than ``allocator`` (the one running now). A start that
     switched to TensorFlow's BFC pool because malloc faulted (tf_allocator) tunes again: the faults
     were in every sample the old winner was chosen on. The same for another precision opted in to."""
     inter, intra = entry.get("inter_op"), entry.get("intra_op")
-    if entry.get("tuned") != "done" or not (rules.is_batch(inter) and rules.is_batch(intra)):
+    if entry.get("tuned") not in ("done", UNFINISHED) or not (rules.is_batch(inter) and rules.is_batch(intra)):
         return None
     if allocator and entry.get("allocator") not in (None, allocator):
         return None
@@ -123,9 +123,12 @@ def _remembered_bucket(
     tuned_key: Key | None,
 ) -> Bucket:
     """The bucket as the cache entry left it, serving from ``pool``; to verify on its first call."""
-    stale = entry.get("tuned") == "done" and not tuned_key  # tuned under another allocator: all again
+    tuned = entry.get("tuned")
+    stale = tuned in ("done", UNFINISHED) and not tuned_key  # tuned under another allocator: all again
     won = entry.get("won") if isinstance(entry.get("won"), dict) and not stale else {}
     tried = entry.get("tried", []) if isinstance(entry.get("tried"), list) and not stale else []
+    left = entry.get("pending")
+    pending = [str(p)[:80] for p in left[:64]] if tuned == UNFINISHED and tuned_key and isinstance(left, list) else None
     return Bucket.serving(
         bucket_id,
         pool,
@@ -138,7 +141,8 @@ def _remembered_bucket(
         spread=number(entry.get("spread")),
         evidence=f"{str(entry.get('evidence') or 'paired rounds').removesuffix(EARLIER)[:80]}{EARLIER}",
         reason="built at load: it won last time",
-        tuned="done" if tuned_key else "",
+        tuned="done" if tuned_key and tuned == "done" else "",
+        pending=pending,
         won=won,
         tried=[str(t)[:300] for t in tried[:16]],
         by=BY_TUNE if entry.get("by") == BY_TUNE else BY_LIVE,

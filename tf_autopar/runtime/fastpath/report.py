@@ -76,6 +76,10 @@ def _engine_words(b: Bucket) -> dict[str, str]:
     return {"engine": str(d.get("engine", engines.engine_of(b.key))), "engine_detail": detail}
 
 
+#: a bucket's ``tuned`` in the cache when its start ended with candidates left (report.summary)
+UNFINISHED = "unfinished"
+
+
 def summary(fn: Function) -> dict[str, Any]:
     """What the cache keeps: calls per bucket, the batch planned for, the verdict and its evidence."""
     import tensorflow as tf  # deferred: startup cost
@@ -103,15 +107,21 @@ def summary(fn: Function) -> dict[str, Any]:
                     entry.update(engine=engines.engine_of(b.key))
             if allocator == "malloc" and len(b.faults) >= tf_allocator.SAMPLE_CALLS:  # tf_allocator.remembered_env
                 entry.update(faults_per_call=int(statistics.median(b.faults)))
-            if b.tuned:
+            under_way = b.state is State.FAST and not b.tuned and (b.won or b.candidates or b.trial is not None)
+            if b.tuned or under_way:
                 entry.update(
-                    tuned=b.tuned,
+                    tuned=b.tuned or UNFINISHED,
                     tried=list(b.tried),
                     won=dict(b.won),
                     by=b.by or BY_LIVE,
                     allocator=allocator,  # remembered.remembered_key: another allocator tunes again
                     precision=STATE.precision,  # and so does another precision opted in to
                 )
+                if under_way:
+                    # a server stopped while tuning (a 60-s window on a slow model): the next start
+                    # serves the winner so far from its first call and tries only what was left
+                    trial = [b.trial.key] if b.trial is not None else []
+                    entry.update(pending=[rules.label(k) for k in trial + list(b.candidates)])
             elif b.tried:  # the switch checks of the plan and its neighbours, none faster than the original
                 entry.update(tried=list(b.tried))
         out[str(bucket_id)] = entry

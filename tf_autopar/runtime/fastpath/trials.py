@@ -68,7 +68,13 @@ def end_trial(fn: Function, b: Bucket, trial: Trial) -> None:
         "won" if test.verdict == "win" else "kept the incumbent",
         test.why,
     )
+    if test.verdict == "win":  # the winner so far, kept for a start after a kill (no atexit): off the request path
+        builder.submit(fn, b.bucket, _remember)
     builder.submit(fn, b.bucket, next_trial)
+
+
+def _remember(fn: Function, bucket_id: int) -> None:
+    remembered.remember(fn)
 
 
 def pause(fn: Function, why: str) -> int:
