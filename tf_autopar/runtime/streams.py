@@ -20,9 +20,6 @@ import threading
 from typing import Any, Callable, Sequence
 
 
-_UNSET = object()
-
-
 def direct_run(session: Any, fetches: Sequence[str], feed_names: Sequence[str]) -> Callable[[list[Any]], Any] | None:
     """``session``'s run of ``fetches`` for feeds in ``feed_names``' order, straight into TensorFlow's
     C call (``BaseSession._call_tf_sessionrun``, which ``Session.run`` ends in), the graph's
@@ -62,20 +59,24 @@ class StreamPool:
         self._lock = threading.Lock()
         self._busy = 0
         self._retired = False
-        self._direct_runs: dict[tuple[int, tuple[Any, ...], tuple[Any, ...]], Any] = {}  # (session, fetches, feeds)
+        self._bound: dict[tuple[tuple[Any, ...], tuple[Any, ...]], Callable[[list[Any]], Any]] = {}  # (fetches, feeds)
 
     @property
     def gated(self) -> bool:
         return len(self.sessions) > 1
 
     def run(self, fetches: Sequence[Any], feeds: dict[Any, Any]) -> Any:
-        """The values of ``fetches`` (a list of tensor names) for ``feeds`` (tensor name -> array)."""
-        session = self._acquire()
-        try:
-            direct = self._direct(session, fetches, feeds)
-            return direct(list(feeds.values())) if direct is not None else session.run(fetches, feeds)
-        finally:
-            self._release(session)
+        """The values of ``fetches`` (a list of tensor names) for ``feeds`` (tensor name -> array):
+        ``bind``'s run for these fetches and feed names, bound at their first call."""
+        key = (tuple(fetches), tuple(feeds))
+        bound = self._bound.get(key)
+        if bound is None:
+            if self._retired:  # its sessions may be closed: nothing to bind
+                raise Retired()
+            bound = self.bind(fetches, list(feeds))
+            with self._lock:
+                bound = self._bound.setdefault(key, bound)
+        return bound(list(feeds.values()))
 
     def bind(self, fetches: Sequence[Any], feed_names: Sequence[Any]) -> Callable[[list[Any]], Any]:
         """``run`` of ``fetches`` for feeds given as a list in ``feed_names``' order: each session's
@@ -94,15 +95,6 @@ class StreamPool:
                 self._release(session)
 
         return run
-
-    def _direct(self, session: Any, fetches: Sequence[Any], feeds: dict[Any, Any]) -> Any:
-        key = (id(session), tuple(fetches), tuple(feeds))
-        found = self._direct_runs.get(key, _UNSET)
-        if found is _UNSET:
-            found = direct_run(session, fetches, list(feeds))
-            with self._lock:
-                self._direct_runs.setdefault(key, found)
-        return found
 
     def _acquire(self) -> Any:
         with self._lock:
