@@ -211,6 +211,109 @@ def test_exact_gelu_converts_for_onnx_runtime_in_the_child_too(graphs):
         runner.close()
 
 
+#: Loaded by every Python started with this folder on PYTHONPATH (the conversion children here):
+#: records how each child ran tf2onnx's optimizers and, with FAIL_TRANSPOSE set, makes the
+#: transpose optimizer fail on any graph (with FAIL_CONVERT, the conversion before its optimizers).
+_WATCH_TF2ONNX = """
+import importlib.abc, importlib.util, os, sys
+
+def _record(line):
+    with open(os.environ["CONVERSION_RUNS"], "a") as fh:
+        fh.write(line + "\\n")
+
+class _Watch(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name != "tf2onnx.optimizer":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            _record("start")
+            run(module)
+            optimize_graph = module.optimize_graph
+
+            def watched(graph, catch_errors=True, optimizers=None):
+                _record("guarded" if catch_errors else "unguarded")
+                if os.environ.get("FAIL_CONVERT"):
+                    raise RuntimeError("the conversion failing on purpose, before the optimizers")
+                return optimize_graph(graph, catch_errors, optimizers=optimizers)
+
+            def fail(self, graph):
+                raise RuntimeError("the transpose optimizer failing on purpose")
+
+            module.optimize_graph = watched
+            if os.environ.get("FAIL_TRANSPOSE"):
+                module.TransposeOptimizer._optimize = fail
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+sys.meta_path.insert(0, _Watch())
+"""
+
+
+@pytest.fixture
+def watched_conversions(tmp_path, monkeypatch):
+    """The conversion children's tf2onnx watched (_WATCH_TF2ONNX); yields the file of their records."""
+    (tmp_path / "sitecustomize.py").write_text(_WATCH_TF2ONNX)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p))
+    runs = tmp_path / "runs.txt"
+    monkeypatch.setenv("CONVERSION_RUNS", str(runs))
+    return runs
+
+
+def _onnx_outputs(path: str, arrays: list[np.ndarray]) -> list[np.ndarray]:
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    return session.run(None, {i.name: a for i, a in zip(session.get_inputs(), arrays)})
+
+
+def test_the_onnx_childs_tf2onnx_optimizers_run_on_the_graph_itself_not_on_copies(graphs, watched_conversions):
+    """tf2onnx's copy of the graph before each optimizer was half of a large model's conversion
+    (engines/conversion.py): the child turns it off, and the model it writes is still right."""
+    _needs("onnxruntime")
+    from tf_autopar.runtime.fastpath.engines import conversion
+
+    frozen = graphs["convnet"]
+    with conversion.convert(conversion.ONNX, frozen) as converted:
+        arrays = _inputs(frozen, 3)
+        assert _worst(_reference(frozen, arrays), _onnx_outputs(converted.path, arrays)) <= 1e-5
+    assert watched_conversions.read_text().split() == ["start", "unguarded"]
+
+
+def test_an_optimizer_failing_on_the_graph_itself_converts_again_guarded(
+    graphs, watched_conversions, monkeypatch, caplog
+):
+    """A failing optimizer is skipped on a copy by tf2onnx's guard; without it the conversion fails,
+    so the child says which failure it was and the parent converts once more, guarded."""
+    _needs("onnxruntime")
+    from tf_autopar.runtime.fastpath.engines import conversion
+
+    monkeypatch.setenv("FAIL_TRANSPOSE", "1")
+    frozen = graphs["convnet"]
+    with caplog.at_level("INFO", logger="tf_autopar.runtime"):
+        with conversion.convert(conversion.ONNX, frozen) as converted:
+            arrays = _inputs(frozen, 2)
+            assert _worst(_reference(frozen, arrays), _onnx_outputs(converted.path, arrays)) <= 1e-5
+    assert watched_conversions.read_text().split() == ["start", "unguarded", "start", "guarded"]
+    assert "a tf2onnx optimizer failed on the graph; converting again" in caplog.text
+
+
+def test_a_conversion_failing_outside_the_optimizers_is_not_tried_again(graphs, watched_conversions, monkeypatch):
+    _needs("onnxruntime")
+    from tf_autopar.runtime.fastpath.engines import conversion
+
+    monkeypatch.setenv("FAIL_CONVERT", "1")
+    with pytest.raises(
+        conversion.ConversionError, match="onnx conversion failed: RuntimeError: the conversion failing"
+    ):
+        conversion.convert(conversion.ONNX, graphs["mlp"])
+    assert watched_conversions.read_text().split() == ["start", "unguarded"]
+
+
 def test_spinning_threads_stay_busy_after_a_call_for_less_than_the_runner_says(graphs):
     """The premise of a live trial's washout (fastpath/pairing.py): ONNX Runtime's spinning threads
     keep a CPU busy once a call has returned, for less than the runner's ``linger_s``."""

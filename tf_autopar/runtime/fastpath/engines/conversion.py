@@ -8,9 +8,11 @@ converter that crashes or hangs takes nothing with it. The serving process only 
 result (an OpenVINO IR or an ONNX file) and compiles it, which releases the lock. While requests
 are served, the child is stopped and continued so that they pay a bounded share (pacing.py).
 
-The child: ``python -m tf_autopar.runtime.fastpath.engines.conversion KIND DIR`` reads
+The child: ``python -m tf_autopar.runtime.fastpath.engines.conversion KIND DIR [--guarded]`` reads
 ``DIR/graph.pb`` and ``DIR/names.json`` (input and output tensor names) and writes
 ``DIR/model.xml`` (+ .bin) or ``DIR/model.onnx``; its last stderr line says why it failed.
+``--guarded``: tf2onnx's optimizers each on a copy of the graph (onnx_from_graph_def says why
+not by default).
 """
 
 from __future__ import annotations
@@ -39,6 +41,13 @@ TIMEOUT_S = 900.0
 ONNX_OPSET = 17
 PARENT_VAR = "TF_AUTOPAR_CONVERSION_PARENT"
 PR_SET_PDEATHSIG = 1
+#: tf2onnx's switch for its copy of the graph before each optimizer, read as set or not (tf2onnx
+#: 1.17 compares the variable's name, not its value, to "TRUE"; "false" means off either way)
+UNGUARDED_VAR, UNGUARDED = "TF2ONNX_CATCH_ERRORS", "false"
+GUARDED_FLAG = "--guarded"
+#: the child's exit code when one of tf2onnx's optimizers failed on the graph itself: the parent
+#: converts again with each optimizer on a copy, where a failing one is skipped
+OPTIMIZER_FAILED = 3
 
 
 class ConversionError(RuntimeError):
@@ -75,7 +84,11 @@ def convert(kind: str, frozen: Any, timeout: float = TIMEOUT_S) -> Converted:
         del graph_def
         with open(os.path.join(directory, "names.json"), "w", encoding="utf-8") as fh:
             json.dump({"inputs": list(frozen.inputs), "outputs": list(frozen.outputs)}, fh)
-        _run_child(kind, directory, timeout)
+        try:
+            _run_child(kind, directory, timeout)
+        except _OptimizerFailed:
+            log.info("tf_autopar: a tf2onnx optimizer failed on the graph; converting again with each on a copy")
+            _run_child(kind, directory, timeout, guarded=True)
         out = Converted(directory, kind)
         if not os.path.exists(out.path):
             raise ConversionError(f"{kind} conversion wrote no {RESULT[kind]}")
@@ -85,9 +98,16 @@ def convert(kind: str, frozen: Any, timeout: float = TIMEOUT_S) -> Converted:
         raise
 
 
-def _run_child(kind: str, directory: str, timeout: float) -> None:
-    cmd = [sys.executable, "-m", __name__, kind, directory]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TF_AUTOPAR_")}
+class _OptimizerFailed(ConversionError):
+    """One of tf2onnx's optimizers failed on the graph itself (not on a copy): convert guarded."""
+
+
+def child_command(kind: str, directory: str, guarded: bool = False) -> tuple[list[str], dict[str, str]]:
+    """The child's command line and environment (benchmarks/bench_conversion.py runs it too)."""
+    cmd = [sys.executable, "-m", __name__, kind, directory] + ([GUARDED_FLAG] if guarded else [])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TF_AUTOPAR_") and k != UNGUARDED_VAR}
+    if kind == ONNX and not guarded:
+        env[UNGUARDED_VAR] = UNGUARDED
     env["TF_AUTOPAR_DISABLE"] = "1"  # the child converts; it plans nothing
     env[PARENT_VAR] = str(os.getpid())
     env.setdefault("CI", "true")  # no usage event from OpenVINO's import there either (foreign.telemetry_off)
@@ -95,6 +115,11 @@ def _run_child(kind: str, directory: str, timeout: float) -> None:
     # the child imports this very tf_autopar, wherever the parent found it (not only an installed one)
     root = os.path.dirname(os.path.dirname(os.path.abspath(sys.modules["tf_autopar"].__file__ or ".")))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    return cmd, env
+
+
+def _run_child(kind: str, directory: str, timeout: float, guarded: bool = False) -> None:
+    cmd, env = child_command(kind, directory, guarded)
     # no preexec_fn: Python code in the forked child would run the process's at-fork handlers
     # (runtime/fork.py warns there); the child lowers its own priority first (main)
     proc = subprocess.Popen(
@@ -122,7 +147,8 @@ def _run_child(kind: str, directory: str, timeout: float) -> None:
     if proc.returncode != 0:
         lines = [line for line in (stderr or "").strip().splitlines() if line.strip()]
         why = lines[-1] if lines else f"exit code {proc.returncode}"
-        raise ConversionError(f"{kind} conversion failed: {why[:300]}")
+        error = _OptimizerFailed if proc.returncode == OPTIMIZER_FAILED and not guarded else ConversionError
+        raise error(f"{kind} conversion failed: {why[:300]}")
 
 
 def _paced(proc: subprocess.Popen, pace: pacing.Pace, timeout: float) -> str:
@@ -185,8 +211,8 @@ def stop_children() -> None:
 def _lowest_priority() -> None:
     """The child's CPU priority at the lowest, and it the kernel's first choice when memory runs out
     (oom_score_adj 1000; raising it needs no privilege): tf2onnx's copies of the constants reach
-    85x their size, and a server's workers must not be the ones killed for them. SCHED_IDLE, not
-    only nice 19: at nice 19 tf2onnx's conversion of Xception beside a saturating stream of its
+    37-65x their size (onnxruntime_engine.CHILD), and a server's workers must not be the ones
+    killed for them. SCHED_IDLE, not only nice 19: at nice 19 tf2onnx's conversion of Xception beside a saturating stream of its
     requests (2-core EPYC) slowed them 1.3-1.5x while it ran (99-104 -> 134-152 ms a call);
     under SCHED_IDLE 1.0-1.1x (93-105 -> 96-113), the conversion taking longer instead."""
     try:
@@ -235,9 +261,27 @@ def _onnx(directory: str, names: dict[str, list[str]]) -> None:
     onnx_from_graph_def(graph_def, names, output_path=os.path.join(directory, RESULT[ONNX]))
 
 
+def in_optimizer(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised inside one of tf2onnx's optimizers (a frame of tf2onnx.optimizer)."""
+    tb = exc.__traceback__
+    while tb is not None:
+        if str(tb.tb_frame.f_globals.get("__name__", "")).startswith("tf2onnx.optimizer"):
+            return True
+        tb = tb.tb_next
+    return False
+
+
 def onnx_from_graph_def(graph_def: Any, names: dict[str, list[str]], output_path: str | None = None) -> Any:
     """tf2onnx on a GraphDef at ONNX_OPSET, with the ops it lacks (``_erfc``); the
-    ONNX ModelProto. The child's conversion, and onnxruntime_engine's in-process one."""
+    ONNX ModelProto. The child's conversion, and onnxruntime_engine's in-process one.
+
+    tf2onnx deep-copies the whole graph, weights included, before each of its optimizers, so that
+    one that fails can be skipped; the child runs them on the graph itself (UNGUARDED_VAR, set in
+    its environment) and converts again guarded only when one fails (OPTIMIZER_FAILED). Measured
+    (benchmarks/bench_conversion.py, 2-core EPYC): the copies were about half of a conversion's
+    time on the models with large weights (Xception 19.8 -> 11.2 s, DLRM 17.2 -> 10.1 s) and of
+    its peak memory (6.9 -> 3.8 GB, 6.8 -> 3.3 GB), with the same ONNX graph (same ops, outputs
+    equal); in-process (no child) the copies stay: the variable would be set under running threads."""
     logging.getLogger("tf2onnx").setLevel(logging.ERROR)
     import tf2onnx
 
@@ -284,7 +328,8 @@ def _die_with_parent() -> None:
 def main(argv: list[str]) -> int:
     _die_with_parent()
     _lowest_priority()
-    kind, directory = argv
+    kind, directory = argv[:2]
+    guarded = GUARDED_FLAG in argv[2:]
     with open(os.path.join(directory, "names.json"), encoding="utf-8") as fh:
         names = json.load(fh)
     try:
@@ -292,7 +337,7 @@ def main(argv: list[str]) -> int:
     except Exception as exc:  # the parent reads the last line
         text = " ".join(str(exc).split())
         print(f"{type(exc).__name__}: {text[:500]}", file=sys.stderr)
-        return 1
+        return OPTIMIZER_FAILED if kind == ONNX and not guarded and in_optimizer(exc) else 1
     return 0
 
 

@@ -61,11 +61,15 @@ SESSION_FACTOR, CONVERT_FACTOR = 1.8, 3.6
 #: the first build in a process loads ONNX Runtime and tf2onnx (31.6-32.9 MB)
 LIBRARY_BYTES = 33 << 20
 #: the conversion child's peak RSS (TensorFlow and tf2onnx imported, then tf2onnx's copies of the
-#: constants through its passes): 569 MB on a tiny MLP, then per MB of constants 68x (MobileNetV2,
-#: 1.48 GB), 73x (EfficientNet-B0, 2.06 GB), 60x (BERT-style encoder, 3.09 GB), 84x (DLRM,
-#: 6.75 GB), 73x (Xception, 6.91 GB) (2-core EPYC, peak RSS from wait4). Under a memory limit the
-#: child counts in the serving process's group.
-CHILD = (575 << 20, 85.0)
+#: constants through its passes, its optimizers on the graph itself: conversion.onnx_from_graph_def):
+#: 595 MB on a tiny MLP, 670-835 MB on models of 2-5 MB of constants, then 1.1-1.7 GB at 13-22 MB
+#: (MobileNetV2, EfficientNet-B0, GPT-style decoder), 2.0-2.7 GB at 39-42 MB (YouTube-DNN, DCN-V2,
+#: BERT-style encoder), 3.3 GB (DLRM, 74 MB), 3.8 GB (Xception, 87 MB), 6.0 GB (ConvNeXt-Tiny,
+#: 109 MB) (benchmarks/bench_conversion.py, results/conversion_epyc.json, 2-core EPYC, wait4). The
+#: guarded conversion, only after an optimizer failed, reaches 45-107x the constants: beyond this
+#: estimate, where the child is the kernel's first choice (conversion._lowest_priority). Under a
+#: memory limit the child counts in the serving process's group.
+CHILD = (650 << 20, 50.0)
 
 _conversions: foreign.Conversions[bytes] = foreign.Conversions()
 
