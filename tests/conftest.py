@@ -53,6 +53,10 @@ def _own_cache_dir(tmp_path_factory) -> Iterator[None]:
         # Runtime (seconds to a minute each). Their tests (test_engines.py,
         # test_fastpath_engines.py) name the engines they let in.
         mp.setenv("TF_AUTOPAR_ENGINES", "tensorflow")
+        # No converted model kept between tests (engines/conversion_cache.py): a test that
+        # converts a graph another test converted must still run its conversion child. The
+        # cache's tests set a limit and a directory of their own.
+        mp.setenv("TF_AUTOPAR_CONVERSION_CACHE_MB", "0")
         yield
 
 

@@ -16,6 +16,7 @@ import textwrap
 import threading
 import time
 import weakref
+from typing import Any
 
 import numpy as np
 import pytest
@@ -92,6 +93,10 @@ def _multi() -> FrozenGraph:
 def _recurrent() -> FrozenGraph:
     """A recurrent cell over the time steps in a tf.while_loop (Keras's LSTM and GRU layers are
     such loops): frozen, it holds TF1 loops; the converters get it with functional ones."""
+    return FrozenGraph(_recurrent_function())
+
+
+def _recurrent_function() -> Any:
     rng = np.random.default_rng(4)
     wx = tf.constant(rng.standard_normal((6, 12)).astype(np.float32) * 0.4)
     wh = tf.constant(rng.standard_normal((12, 12)).astype(np.float32) * 0.4)
@@ -107,7 +112,7 @@ def _recurrent() -> FrozenGraph:
         _, h = tf.while_loop(lambda t, h: t < 7, body, [tf.constant(0), h0])
         return {"state": h}
 
-    return FrozenGraph(f.get_concrete_function())
+    return f.get_concrete_function()
 
 
 def _gelu() -> FrozenGraph:
@@ -312,6 +317,52 @@ def test_a_conversion_failing_outside_the_optimizers_is_not_tried_again(graphs, 
     ):
         conversion.convert(conversion.ONNX, graphs["mlp"])
     assert watched_conversions.read_text().split() == ["start", "unguarded"]
+
+
+def test_a_model_frozen_again_keeps_its_conversion_key_though_its_bytes_differ(graphs):
+    """The freezing names a loop's functions with a process-wide counter and may list nodes in
+    another order: the kept conversion is found by what the graph is, not by those."""
+    from tf_autopar.runtime.fastpath.engines import conversion_cache as cc
+
+    concrete = _recurrent_function()  # frozen twice, as two starts freeze the same loaded model
+    first, again = (foreign.graph_def(FrozenGraph(concrete)) for _ in range(2))
+    assert first.SerializeToString(deterministic=True) != again.SerializeToString(deterministic=True)
+    shuffled = type(again)()
+    shuffled.CopyFrom(again)
+    del shuffled.node[:]
+    shuffled.node.extend(reversed(again.node))
+    keys = {
+        cc.key("onnx", cc.canonical_bytes(g), {"inputs": ["x"], "outputs": ["y"]}) for g in (first, again, shuffled)
+    }
+    assert len(keys) == 1
+    assert cc.canonical_bytes(first) != cc.canonical_bytes(foreign.graph_def(graphs["mlp"]))
+
+
+@pytest.mark.parametrize("name", F32_ENGINES)
+def test_a_graph_converted_before_is_not_converted_again_and_serves_the_same(
+    name, watched_conversions, tmp_path, monkeypatch
+):
+    """The next start (a new FrozenGraph of the same model) finds the conversion kept on disk
+    (engines/conversion_cache.py): no child, and the engine built from it answers as TensorFlow."""
+    _needs(name)
+    monkeypatch.setenv("TF_AUTOPAR_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("TF_AUTOPAR_CONVERSION_CACHE_MB", "64")
+    engine = engines.get(name)
+    for _ in range(2):  # two starts, each freezing the model anew
+        frozen = _convnet()
+        started = time.perf_counter()
+        engine.convert(frozen)
+        took = time.perf_counter() - started
+        runner = engine.build(frozen, (1, 1, 1))
+        try:
+            arrays = _inputs(frozen, 2)
+            assert _worst(_reference(frozen, arrays), runner.run(arrays)) <= 1e-5
+        finally:
+            runner.close()
+    starts = watched_conversions.read_text().split().count("start") if watched_conversions.exists() else 0
+    assert starts == (1 if name == "onnxruntime" else 0)  # the watcher sees tf2onnx only: one child in all
+    assert len(os.listdir(tmp_path / "cache" / "conversions")) == 1
+    assert took < 2.0, took  # the second: read from disk, no child importing TensorFlow
 
 
 def test_spinning_threads_stay_busy_after_a_call_for_less_than_the_runner_says(graphs):

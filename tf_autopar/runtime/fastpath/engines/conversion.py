@@ -6,7 +6,8 @@ the serving process every request waits behind it (a small recommender's p99 wen
 24 -> 64 ms). In a child at the lowest priority the requests keep the CPU and the lock, and a
 converter that crashes or hangs takes nothing with it. The serving process only reads the
 result (an OpenVINO IR or an ONNX file) and compiles it, which releases the lock. While requests
-are served, the child is stopped and continued so that they pay a bounded share (pacing.py).
+are served, the child is stopped and continued so that they pay a bounded share (pacing.py). A
+graph converted before on this host is not converted again (conversion_cache.py).
 
 The child: ``python -m tf_autopar.runtime.fastpath.engines.conversion KIND DIR [--guarded]`` reads
 ``DIR/graph.pb`` and ``DIR/names.json`` (input and output tensor names) and writes
@@ -29,7 +30,7 @@ import threading
 import time
 from typing import Any
 
-from tf_autopar.runtime.fastpath.engines import foreign, pacing
+from tf_autopar.runtime.fastpath.engines import conversion_cache, foreign, pacing
 
 log = logging.getLogger("tf_autopar.runtime")
 
@@ -79,19 +80,27 @@ def convert(kind: str, frozen: Any, timeout: float = TIMEOUT_S) -> Converted:
     directory = tempfile.mkdtemp(prefix=f"tf_autopar-{kind}-")
     try:
         graph_def = foreign.graph_def(frozen)
+        names = {"inputs": list(frozen.inputs), "outputs": list(frozen.outputs)}
+        entry = conversion_cache.key(kind, conversion_cache.canonical_bytes(graph_def), names)
+        out = Converted(directory, kind)
+        if conversion_cache.fetch(entry, directory) and os.path.exists(out.path):
+            log.info(
+                "tf_autopar: the %s conversion of this graph was kept from an earlier one: not converted again", kind
+            )
+            return out
         with open(os.path.join(directory, "graph.pb"), "wb") as fh:
             fh.write(graph_def.SerializeToString())
         del graph_def
         with open(os.path.join(directory, "names.json"), "w", encoding="utf-8") as fh:
-            json.dump({"inputs": list(frozen.inputs), "outputs": list(frozen.outputs)}, fh)
+            json.dump(names, fh)
         try:
             _run_child(kind, directory, timeout)
         except _OptimizerFailed:
             log.info("tf_autopar: a tf2onnx optimizer failed on the graph; converting again with each on a copy")
             _run_child(kind, directory, timeout, guarded=True)
-        out = Converted(directory, kind)
         if not os.path.exists(out.path):
             raise ConversionError(f"{kind} conversion wrote no {RESULT[kind]}")
+        conversion_cache.store(entry, directory)
         return out
     except BaseException:
         shutil.rmtree(directory, ignore_errors=True)
