@@ -331,11 +331,9 @@ def test_a_model_frozen_again_keeps_its_conversion_key_though_its_bytes_differ(g
     shuffled.CopyFrom(again)
     del shuffled.node[:]
     shuffled.node.extend(reversed(again.node))
-    keys = {
-        cc.key("onnx", cc.canonical_bytes(g), {"inputs": ["x"], "outputs": ["y"]}) for g in (first, again, shuffled)
-    }
+    keys = {cc.key("onnx", cc.graph_digest(g), {"inputs": ["x"], "outputs": ["y"]}) for g in (first, again, shuffled)}
     assert len(keys) == 1
-    assert cc.canonical_bytes(first) != cc.canonical_bytes(foreign.graph_def(graphs["mlp"]))
+    assert cc.graph_digest(first) != cc.graph_digest(foreign.graph_def(graphs["mlp"]))
 
 
 @pytest.mark.parametrize("name", F32_ENGINES)
@@ -348,8 +346,10 @@ def test_a_graph_converted_before_is_not_converted_again_and_serves_the_same(
     monkeypatch.setenv("TF_AUTOPAR_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("TF_AUTOPAR_CONVERSION_CACHE_MB", "64")
     engine = engines.get(name)
+    children = []
     for _ in range(2):  # two starts, each freezing the model anew
         frozen = _convnet()
+        children.append(engine.need_bytes(frozen)[1])  # the conversion child's memory, counted before it runs
         started = time.perf_counter()
         engine.convert(frozen)
         took = time.perf_counter() - started
@@ -363,6 +363,7 @@ def test_a_graph_converted_before_is_not_converted_again_and_serves_the_same(
     assert starts == (1 if name == "onnxruntime" else 0)  # the watcher sees tf2onnx only: one child in all
     assert len(os.listdir(tmp_path / "cache" / "conversions")) == 1
     assert took < 2.0, took  # the second: read from disk, no child importing TensorFlow
+    assert children[0] > 500 << 20 and children[1] == 0  # the second start's room check counts no child
 
 
 def test_spinning_threads_stay_busy_after_a_call_for_less_than_the_runner_says(graphs):

@@ -28,6 +28,7 @@ import sys
 import tempfile
 import threading
 import time
+import weakref
 from typing import Any
 
 from tf_autopar.runtime.fastpath.engines import conversion_cache, foreign, pacing
@@ -80,14 +81,15 @@ def convert(kind: str, frozen: Any, timeout: float = TIMEOUT_S) -> Converted:
     directory = tempfile.mkdtemp(prefix=f"tf_autopar-{kind}-")
     try:
         graph_def = foreign.graph_def(frozen)
-        names = {"inputs": list(frozen.inputs), "outputs": list(frozen.outputs)}
-        entry = conversion_cache.key(kind, conversion_cache.canonical_bytes(graph_def), names)
+        names = _names(frozen)
+        entry = _entry(kind, frozen, graph_def) if conversion_cache.enabled() else ""
         out = Converted(directory, kind)
-        if conversion_cache.fetch(entry, directory) and os.path.exists(out.path):
-            log.info(
-                "tf_autopar: the %s conversion of this graph was kept from an earlier one: not converted again", kind
-            )
-            return out
+        if entry and conversion_cache.fetch(entry, directory):
+            if os.path.exists(out.path):
+                log.info("tf_autopar: the %s conversion of this graph was kept from an earlier one", kind)
+                return out
+            for name in os.listdir(directory):  # kept without its model: the child must not write through its links
+                os.unlink(os.path.join(directory, name))
         with open(os.path.join(directory, "graph.pb"), "wb") as fh:
             fh.write(graph_def.SerializeToString())
         del graph_def
@@ -100,11 +102,38 @@ def convert(kind: str, frozen: Any, timeout: float = TIMEOUT_S) -> Converted:
             _run_child(kind, directory, timeout, guarded=True)
         if not os.path.exists(out.path):
             raise ConversionError(f"{kind} conversion wrote no {RESULT[kind]}")
-        conversion_cache.store(entry, directory)
+        if entry:
+            conversion_cache.store(entry, directory)
         return out
     except BaseException:
         shutil.rmtree(directory, ignore_errors=True)
         raise
+
+
+def kept(kind: str, frozen: Any) -> bool:
+    """Whether ``frozen``'s conversion for ``kind`` is kept on disk (conversion_cache.py): then
+    convert() starts no child, and the engines' memory estimate counts none."""
+    try:
+        return conversion_cache.enabled() and conversion_cache.has(_entry(kind, frozen))
+    except Exception:  # ours: as if not kept (the estimate stays the larger)
+        return False
+
+
+_digests: weakref.WeakKeyDictionary[Any, bytes] = weakref.WeakKeyDictionary()
+
+
+def _names(frozen: Any) -> dict[str, list[str]]:
+    return {"inputs": list(frozen.inputs), "outputs": list(frozen.outputs)}
+
+
+def _entry(kind: str, frozen: Any, graph_def: Any = None) -> str:
+    """conversion_cache's key of ``frozen`` for ``kind``; its graph digested once per graph (a
+    serialization of every constant: a fifth to a third of a second on models of 40-90 MB)."""
+    digest = _digests.get(frozen)
+    if digest is None:
+        digest = conversion_cache.graph_digest(graph_def if graph_def is not None else foreign.graph_def(frozen))
+        _digests[frozen] = digest
+    return conversion_cache.key(kind, digest, _names(frozen))
 
 
 class _OptimizerFailed(ConversionError):

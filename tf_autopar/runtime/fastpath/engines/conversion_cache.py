@@ -6,7 +6,7 @@ where ONNX Runtime had won (DLRM at batch 1: 19.6 s against 0.4 s for TensorFlow
 benchmarks/results/engines_pacing_routing_epyc.json.gz), and each worker of a server converts
 the same graph once more. Here the converter's output is kept under the cache directory
 (``conversions/KEY/``), KEY a digest of the GraphDef (in a form the same in every process that
-froze the model: canonical_bytes), its input and output names, the engine and the versions of
+froze the model: graph_digest), its input and output names, the engine and the versions of
 everything that shaped the output (TensorFlow, the converter, this package).
 A copy that does not match its recorded sizes is dropped and the graph converted again; a wrong
 model could still not be served, since every candidate's outputs are checked against
@@ -83,15 +83,19 @@ def _version(package: str) -> str:
 FROZEN_SUFFIX = re.compile(r"_frozen_\d+")
 
 
-def canonical_bytes(graph_def: Any) -> bytes:
-    """``graph_def`` (a GraphDef) as bytes that are the same in every process that froze the same
-    model: its nodes and functions each serialized deterministically and sorted (the freezing
-    lists a model's inputs in a different order from one process to the next), the freezing's
-    counter dropped from function names (an LSTM's loop bodies are ``..._frozen_2330`` in one
-    process and ``..._frozen_2340`` in the next)."""
-    nodes = sorted(_canonical(n) for n in graph_def.node)
-    functions = sorted(_canonical(f) for f in graph_def.library.function)
-    return b"\0".join([*nodes, b"\1", *functions, b"\1", graph_def.versions.SerializeToString(deterministic=True)])
+def graph_digest(graph_def: Any) -> bytes:
+    """A digest of ``graph_def`` (a GraphDef) that is the same in every process that froze the
+    same model: each node and function serialized deterministically and digested, the digests
+    sorted (the freezing lists a model's inputs in a different order from one process to the
+    next), the freezing's counter dropped from function names (an LSTM's loop bodies are
+    ``..._frozen_2330`` in one process and ``..._frozen_2340`` in the next). One element at a time:
+    no second copy of the constants in the serving process."""
+    nodes = sorted(hashlib.sha256(_canonical(n)).digest() for n in graph_def.node)
+    functions = sorted(hashlib.sha256(_canonical(f)).digest() for f in graph_def.library.function)
+    digest = hashlib.sha256(graph_def.versions.SerializeToString(deterministic=True))
+    for part in (*nodes, b"functions", *functions):
+        digest.update(part)
+    return digest.digest()
 
 
 def _canonical(message: Any) -> bytes:
@@ -130,15 +134,15 @@ def _rename_attrs(attrs: Any) -> None:
             _rename_attrs(func.attr)
 
 
-def key(kind: str, graph_bytes: bytes, names: dict[str, list[str]]) -> str:
-    """The digest a conversion is kept under: the graph (canonical_bytes), its names, the engine,
+def key(kind: str, graph: bytes, names: dict[str, list[str]]) -> str:
+    """The name a conversion is kept under: the graph (its graph_digest), its names, the engine,
     the versions of the packages that shaped the output and of this one."""
     from tf_autopar import __version__
 
     digest = hashlib.sha256()
     versions = {p: _version(p) for p in PACKAGES.get(kind, ())}
     digest.update(json.dumps([kind, names, versions, __version__], sort_keys=True).encode())
-    digest.update(graph_bytes)
+    digest.update(graph)
     return digest.hexdigest()[:40]
 
 
@@ -146,10 +150,20 @@ def _root() -> str:
     return os.path.join(cache_dir(), "conversions")
 
 
+def enabled() -> bool:
+    """Whether conversions are kept at all (``TF_AUTOPAR_CONVERSION_CACHE_MB`` not 0)."""
+    return bool(_limit())
+
+
+def has(entry: str) -> bool:
+    """Whether ``entry`` is kept (and keeping is on)."""
+    return enabled() and os.path.exists(os.path.join(_root(), entry, MANIFEST))
+
+
 def fetch(entry: str, directory: str) -> bool:
     """The kept conversion ``entry`` linked (or copied) into ``directory``; False where there is
     none or it is damaged (then it is dropped)."""
-    if not _limit():
+    if not enabled():
         return False
     where = os.path.join(_root(), entry)
     try:

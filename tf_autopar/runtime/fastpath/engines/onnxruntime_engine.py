@@ -213,7 +213,8 @@ class OnnxRuntime:
 
     def need_bytes(self, frozen: FrozenGraph) -> tuple[int, int]:
         """What building a runner will add at its peak: (this process, the conversion child)."""
-        return foreign.need_bytes(frozen, _conversions, NAME, SESSION_FACTOR, LIBRARY_BYTES, CHILD)
+        kept = not _conversions.has(frozen) and conversion.kept(conversion.ONNX, frozen)
+        return foreign.need_bytes(frozen, _conversions, NAME, SESSION_FACTOR, LIBRARY_BYTES, CHILD, kept)
 
     def build(self, frozen: FrozenGraph, setting: tuple[int, int, int]) -> OnnxRuntimeRunner:
         why = self.available()
