@@ -40,10 +40,10 @@ def test_a_kept_conversion_is_found_whole_and_its_inputs_are_not_kept(cache, tmp
     assert sorted(os.listdir(cache / entry)) == [cc.MANIFEST, "model.bin", "model.xml"]
     target = tmp_path / "fresh"
     target.mkdir()
-    assert cc.fetch(entry, str(target))
+    assert cc.fetch(entry, str(target), "model.xml")
     for name in ("model.xml", "model.bin"):
         assert (target / name).read_bytes() == open(os.path.join(made, name), "rb").read()
-    assert not cc.fetch(cc.key("openvino", b"another graph", NAMES), str(tmp_path))
+    assert not cc.fetch(cc.key("openvino", b"another graph", NAMES), str(tmp_path), "model.xml")
 
 
 def test_the_key_follows_the_graph_the_names_and_the_engine():
@@ -61,8 +61,19 @@ def test_a_damaged_copy_is_dropped_and_said_then_converted_again(cache, tmp_path
     target = tmp_path / "fresh"
     target.mkdir()
     with caplog.at_level(logging.WARNING, logger="tf_autopar.runtime"):
-        assert not cc.fetch(entry, str(target))
+        assert not cc.fetch(entry, str(target), "model.xml")
     assert "is damaged (model.bin is not 1000 bytes): converting again" in caplog.text
+    assert not (cache / entry).exists() and os.listdir(target) == []
+
+
+def test_a_copy_without_the_model_the_engine_reads_is_dropped_and_nothing_linked(cache, tmp_path, caplog):
+    entry = cc.key("onnx", b"graph", NAMES)
+    cc.store(entry, _converted(tmp_path, "a", 1000))  # an OpenVINO pair where an ONNX model is looked for
+    target = tmp_path / "fresh"
+    target.mkdir()
+    with caplog.at_level(logging.WARNING, logger="tf_autopar.runtime"):
+        assert not cc.fetch(entry, str(target), "model.onnx")
+    assert "is damaged (no model.onnx): converting again" in caplog.text
     assert not (cache / entry).exists() and os.listdir(target) == []
 
 
@@ -73,7 +84,7 @@ def test_the_least_recently_used_go_first_beyond_the_bound(cache, tmp_path):
         os.utime(cache / entry, (time.time() - 100 + i, time.time() - 100 + i))
     target = tmp_path / "fresh"
     target.mkdir()
-    assert cc.fetch(keys[0], str(target))  # used now: the second is now the least recently used
+    assert cc.fetch(keys[0], str(target), "model.xml")  # used now: the second is now the least recently used
     cc.store(keys[2], _converted(tmp_path, "2", 400_000))  # 1.2 MB in all against 1 MB
     assert sorted(os.listdir(cache)) == sorted([keys[0], keys[2]])
 
@@ -87,7 +98,7 @@ def test_zero_keeps_none_and_reads_none(cache, tmp_path, monkeypatch):
     entry = cc.key("onnx", b"g", NAMES)
     cc.store(entry, _converted(tmp_path, "a", 100))
     monkeypatch.setenv(cc.LIMIT_VAR, "0")
-    assert not cc.fetch(entry, str(tmp_path))
+    assert not cc.fetch(entry, str(tmp_path), "model.xml")
     cc.store(cc.key("onnx", b"h", NAMES), _converted(tmp_path, "b", 100))
     assert os.listdir(cache) == [entry]
 

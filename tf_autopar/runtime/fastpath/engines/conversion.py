@@ -84,12 +84,9 @@ def convert(kind: str, frozen: Any, timeout: float = TIMEOUT_S) -> Converted:
         names = _names(frozen)
         entry = _entry(kind, frozen, graph_def) if conversion_cache.enabled() else ""
         out = Converted(directory, kind)
-        if entry and conversion_cache.fetch(entry, directory):
-            if os.path.exists(out.path):
-                log.info("tf_autopar: the %s conversion of this graph was kept from an earlier one", kind)
-                return out
-            for name in os.listdir(directory):  # kept without its model: the child must not write through its links
-                os.unlink(os.path.join(directory, name))
+        if entry and conversion_cache.fetch(entry, directory, RESULT[kind]):
+            log.info("tf_autopar: the %s conversion of this graph was kept from an earlier one", kind)
+            return out
         with open(os.path.join(directory, "graph.pb"), "wb") as fh:
             fh.write(graph_def.SerializeToString())
         del graph_def
@@ -250,9 +247,10 @@ def _lowest_priority() -> None:
     """The child's CPU priority at the lowest, and it the kernel's first choice when memory runs out
     (oom_score_adj 1000; raising it needs no privilege): tf2onnx's copies of the constants reach
     37-65x their size (onnxruntime_engine.CHILD), and a server's workers must not be the ones
-    killed for them. SCHED_IDLE, not only nice 19: at nice 19 tf2onnx's conversion of Xception beside a saturating stream of its
-    requests (2-core EPYC) slowed them 1.3-1.5x while it ran (99-104 -> 134-152 ms a call);
-    under SCHED_IDLE 1.0-1.1x (93-105 -> 96-113), the conversion taking longer instead."""
+    killed for them. SCHED_IDLE, not only nice 19: at nice 19 tf2onnx's conversion of Xception
+    beside a saturating stream of its requests (2-core EPYC) slowed them 1.3-1.5x while it ran
+    (99-104 -> 134-152 ms a call); under SCHED_IDLE 1.0-1.1x (93-105 -> 96-113), the conversion
+    taking longer instead."""
     try:
         os.nice(19)
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))

@@ -19,6 +19,7 @@ the least recently used go first); ``0`` keeps none.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -70,7 +71,10 @@ def _limit() -> int:
         return 0
 
 
+@functools.lru_cache(maxsize=None)
 def _version(package: str) -> str:
+    """An installed package's version (read from its metadata once: 1 ms a key otherwise, and the
+    memory estimate asks for a key at each room check)."""
     for name in (package, f"{package}-cpu"):
         try:
             return metadata.version(name)
@@ -160,15 +164,18 @@ def has(entry: str) -> bool:
     return enabled() and os.path.exists(os.path.join(_root(), entry, MANIFEST))
 
 
-def fetch(entry: str, directory: str) -> bool:
+def fetch(entry: str, directory: str, model: str) -> bool:
     """The kept conversion ``entry`` linked (or copied) into ``directory``; False where there is
-    none or it is damaged (then it is dropped)."""
+    none or it is damaged (then it is dropped): a file not of its recorded size, or no ``model``
+    (the file the engine reads) among them."""
     if not enabled():
         return False
     where = os.path.join(_root(), entry)
     try:
         with open(os.path.join(where, MANIFEST), encoding="utf-8") as fh:
             sizes = json.load(fh)["sizes"]
+        if model not in sizes:
+            raise ValueError(f"no {model}")
         for name, size in sizes.items():
             if os.path.getsize(os.path.join(where, name)) != size:
                 raise ValueError(f"{name} is not {size} bytes")
