@@ -250,7 +250,10 @@ def _lowest_priority() -> None:
     killed for them. SCHED_IDLE, not only nice 19: at nice 19 tf2onnx's conversion of Xception
     beside a saturating stream of its requests (2-core EPYC) slowed them 1.3-1.5x while it ran
     (99-104 -> 134-152 ms a call); under SCHED_IDLE 1.0-1.1x (93-105 -> 96-113), the conversion
-    taking longer instead."""
+    taking longer instead. Measured again, interleaved in one process (benchmarks/conversion_cost.py
+    --priority): nice 19 alone cost the calls of a TensorFlow session less (1.10x as long against
+    1.16-1.22x) but those of OpenVINO's runner far more (1.51-1.77x against 1.14-1.22x), and in
+    the fast path's first minute (nine rows) the calls 1.25x as long while it ran against 1.15x."""
     try:
         os.nice(19)
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
