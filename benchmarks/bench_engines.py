@@ -498,6 +498,13 @@ def _diff(c: dict) -> str:
     return "-" if d is None else d if isinstance(d, str) else f"{d:.1e}"
 
 
+def not_slower(r: dict) -> bool:
+    """enable() not slower than the default beyond the row's noise (its two default runs' spread,
+    2% at least; without a default-again run, 2%)."""
+    noise = 0.0 if math.isnan(r["noise"]) else r["noise"]
+    return r["enable_vs_default"] >= 1 - max(noise, 0.02)
+
+
 def _geo(xs):
     xs = [x for x in xs if x > 0 and not math.isnan(x)]
     return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
@@ -558,11 +565,15 @@ def summarise(data: dict, ceilings: dict[tuple[str, int], float] | None = None) 
         "",
         f"goals over {len(rows)} rows: enable() >= 0.95 of the fastest engine on "
         f"{sum(1 for x in vf if x >= 0.95)} of {n} rows (geometric mean {_f(_geo(vf))}x, goal >= 1.1x); "
-        f"not slower than default beyond its noise on {sum(1 for r in rows if r['enable_vs_default'] >= 1 - max(r['noise'], 0.02))} "
+        f"not slower than default beyond its noise on {sum(1 for r in rows if not_slower(r))} "
         f"of {len(rows)} (geometric mean {_f(_geo(vd))}x); first-window p99 <= 1.5x default's on "
         f"{sum(1 for x in pr if x <= 1.5)} of {len([x for x in pr if not math.isnan(x)])}; second start's first call "
-        f"on the fast path on {sum(1 for r in rows if r.get('enable-2nd', {}).get('first_call', '').startswith('fast'))} "
-        f"of {len(rows)}",
+        + (
+            f"on the fast path on {sum(1 for r in rows if r['enable-2nd'].get('first_call', '').startswith('fast'))} "
+            f"of {second}"
+            if (second := sum(1 for r in rows if r.get("enable-2nd")))
+            else "not measured (no enable-2nd)"
+        ),
     ]
     bf = [r["bf16_vs_openvino"] for r in rows if "bf16_vs_openvino" in r]
     if bf:

@@ -178,3 +178,14 @@ def test_new_architectures_are_declared_everywhere_the_drivers_read(name: str) -
         arrays = user_models.make_inputs(name, batch)
         assert sorted(arrays) == sorted(i[0] for i in user_models.INPUTS[name])
         assert all(a.shape[0] == batch for a in arrays.values())
+
+
+def test_without_a_second_default_run_the_noise_floor_is_two_percent() -> None:
+    faster = row(default=served("default", [10.0] * 10), enable=served("enable", [5.0] * 10))
+    slower = row(default=served("default", [10.0] * 10), enable=served("enable", [10.5] * 10))
+    host = {"cpu_model": "X", "cpus": 2, "tf_version": "2", "date": "d"}
+    text = bench_engines.summarise({"host": host, "rows": [faster, slower]})
+    assert "not slower than default beyond its noise on 1 of 2" in text
+    assert "second start's first call not measured (no enable-2nd)" in text
+    assert bench_engines.not_slower(bench_engines.row_summary(faster, 60.0))
+    assert not bench_engines.not_slower(bench_engines.row_summary(slower, 60.0))
