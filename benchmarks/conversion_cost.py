@@ -84,10 +84,9 @@ def _cpu_s(pid: int) -> float | None:
 def summary_rows(runs: list[dict], budget: float | None = None) -> list[dict]:
     """Per model, batch, runner and priority, medians over the converted runs: the child's CPU
     seconds and CPUs while it ran, the calls' ratio ``r`` while it ran over while stopped, and
-    what follows at the pacing's ``budget`` (engines/pacing.py; its default when None): the share
-    of the time the child runs, ``budget / (r - 1)`` within [DUTY_MIN, DUTY_MAX], and the
-    conversion's wall time at that share."""
-    from tf_autopar.runtime.fastpath.engines.pacing import DEFAULT_BUDGET, DUTY_MAX, DUTY_MIN
+    what follows at the pacing's ``budget`` (its default when None): the share of the time the
+    child runs (engines/pacing.py's duty_for) and the conversion's wall time at that share."""
+    from tf_autopar.runtime.fastpath.engines.pacing import DEFAULT_BUDGET, duty_for
 
     budget = DEFAULT_BUDGET if budget is None else budget
     groups: dict[tuple, list[dict]] = {}
@@ -100,7 +99,7 @@ def summary_rows(runs: list[dict], budget: float | None = None) -> list[dict]:
         cpu = statistics.median(r["child_cpu_s_while_running"] for r in rs)
         rate = statistics.median(r["child_cpus_while_running"] for r in rs)
         ratio = statistics.median(r["running_over_stopped"] for r in rs)
-        share = DUTY_MAX if ratio <= 1 else min(DUTY_MAX, max(DUTY_MIN, budget / (ratio - 1)))
+        share = duty_for(ratio, budget)
         rows.append(
             {
                 "model": model,

@@ -90,6 +90,13 @@ def budget() -> float | None:
     return budget_from(os.environ.get(BUDGET_VAR))
 
 
+def duty_for(ratio: float, budget: float) -> float:
+    """The child's share of the time when the calls take ``ratio`` times as long while it runs:
+    ``budget / (ratio - 1)`` within [DUTY_MIN, DUTY_MAX] (DUTY_MAX when it costs them nothing)."""
+    excess = ratio - 1.0
+    return DUTY_MAX if excess <= 0 else min(DUTY_MAX, max(DUTY_MIN, budget / excess))
+
+
 @dataclass(frozen=True)
 class Slice:
     """The next slice: the child running or stopped, for how long."""
@@ -148,8 +155,7 @@ class Pace:
         if not weights:
             return
         self.ratio = math.exp(logs / weights)
-        excess = self.ratio - 1.0
-        self.duty = DUTY_MAX if excess <= 0 else min(DUTY_MAX, max(DUTY_MIN, self.budget / excess))
+        self.duty = duty_for(self.ratio, self.budget)
 
     def _base(self) -> float:
         typical = statistics.median(self._recent) if self._recent else 0.0
