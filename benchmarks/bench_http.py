@@ -68,7 +68,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from _host import processor  # noqa: E402
+from _host import cpu_seconds, processor  # noqa: E402
 
 from examples.serving.harness import APP, Server, warm_until_served  # noqa: E402
 
@@ -147,15 +147,6 @@ def run_wrk(wrk: str, url: str, lua: Path, connections: int, duration: float) ->
         "errors": r["errors"],
         "non2xx": r["non2xx"],
     }
-
-
-def cpu_seconds(pid: int) -> float | None:
-    """User + system CPU seconds of one process so far (/proc/PID/stat), None once it is gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def worker_use(pids: list[int], before: dict[int, float | None], wall_s: float, requests: int) -> dict:

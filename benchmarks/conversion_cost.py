@@ -32,7 +32,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from _host import processor  # noqa: E402
+from _host import cpu_seconds, processor  # noqa: E402
 from user_models import make_inputs  # noqa: E402
 
 
@@ -69,16 +69,6 @@ def _child_priority(conversion, priority: str) -> None:
         return [cmd[0], "-c", code], env
 
     conversion.child_command = at_priority
-
-
-def _cpu_s(pid: int) -> float | None:
-    """A process's CPU seconds so far, all its threads (/proc/PID/stat's utime + stime)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def summary_rows(runs: list[dict], budget: float | None = None) -> list[dict]:
@@ -238,7 +228,7 @@ def main() -> None:
             now = time.monotonic()
             slices.append((start, now, running))
             for child in children:
-                used = _cpu_s(child.pid)
+                used = cpu_seconds(child.pid)
                 if used is not None:
                     cpu[running] += used - last.get(child.pid, 0.0)
                     last[child.pid] = used
