@@ -213,8 +213,7 @@ class OnnxRuntime:
 
     def need_bytes(self, frozen: FrozenGraph) -> tuple[int, int]:
         """What building a runner will add at its peak: (this process, the conversion child)."""
-        kept = not _conversions.has(frozen) and conversion.kept(conversion.ONNX, frozen)
-        return foreign.need_bytes(frozen, _conversions, NAME, SESSION_FACTOR, LIBRARY_BYTES, CHILD, kept)
+        return foreign.need_bytes(frozen, _conversions, NAME, SESSION_FACTOR, LIBRARY_BYTES, CHILD, conversion.ONNX)
 
     def build(self, frozen: FrozenGraph, setting: tuple[int, int, int]) -> OnnxRuntimeRunner:
         why = self.available()

@@ -297,8 +297,7 @@ class OpenVINO:
 
     def need_bytes(self, frozen: FrozenGraph) -> tuple[int, int]:
         """What building a runner will add at its peak: (this process, the conversion child)."""
-        kept = not _conversions.has(frozen) and conversion.kept(conversion.OPENVINO, frozen)
-        return foreign.need_bytes(frozen, _conversions, NAME, COMPILE_FACTOR, LIBRARY_BYTES, CHILD, kept)
+        return foreign.need_bytes(frozen, _conversions, NAME, COMPILE_FACTOR, LIBRARY_BYTES, CHILD, conversion.OPENVINO)
 
     def build(
         self, frozen: FrozenGraph, setting: tuple[int, int, int], shapes: list[tuple[int, ...]] | None = None
