@@ -17,6 +17,7 @@ the serialized model), one session per setting.
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -213,7 +214,8 @@ class OnnxRuntime:
 
     def need_bytes(self, frozen: FrozenGraph) -> tuple[int, int]:
         """What building a runner will add at its peak: (this process, the conversion child)."""
-        return foreign.need_bytes(frozen, _conversions, NAME, SESSION_FACTOR, LIBRARY_BYTES, CHILD, conversion.ONNX)
+        kept = functools.partial(conversion.kept, conversion.ONNX, frozen)
+        return foreign.need_bytes(frozen, _conversions, NAME, SESSION_FACTOR, LIBRARY_BYTES, CHILD, kept)
 
     def build(self, frozen: FrozenGraph, setting: tuple[int, int, int]) -> OnnxRuntimeRunner:
         why = self.available()

@@ -20,6 +20,7 @@ Converted once per FrozenGraph (foreign.Conversions), compiled once per setting.
 
 from __future__ import annotations
 
+import functools
 import os
 import tempfile
 import threading
@@ -297,7 +298,8 @@ class OpenVINO:
 
     def need_bytes(self, frozen: FrozenGraph) -> tuple[int, int]:
         """What building a runner will add at its peak: (this process, the conversion child)."""
-        return foreign.need_bytes(frozen, _conversions, NAME, COMPILE_FACTOR, LIBRARY_BYTES, CHILD, conversion.OPENVINO)
+        kept = functools.partial(conversion.kept, conversion.OPENVINO, frozen)
+        return foreign.need_bytes(frozen, _conversions, NAME, COMPILE_FACTOR, LIBRARY_BYTES, CHILD, kept)
 
     def build(
         self, frozen: FrozenGraph, setting: tuple[int, int, int], shapes: list[tuple[int, ...]] | None = None
