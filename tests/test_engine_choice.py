@@ -132,3 +132,63 @@ def test_f32_engines_are_held_to_1e4_and_bf16_to_5e2_with_the_top_class_kept():
     assert "top class differs in 1 of 1 rows" in rules.outputs_differ([swapped], [tie], *rules.tolerance("bf16"))
     ints = np.array([1, 2, 3])
     assert rules.outputs_differ([ints + 1], [ints], *rules.tolerance("bf16")) == "output 0: 3 of 3 values differ"
+
+
+class _Static:
+    """An engine that takes the call's shapes (as OpenVINO's): records what it is asked."""
+
+    name, precision, static_shapes = "static-engine", "f32", True
+
+    def __init__(self) -> None:
+        self.asked: list[bool] = []
+        self.built: list[object] = []
+
+    def available(self) -> str:
+        return ""
+
+    def need_bytes(self, frozen, static=False):
+        self.asked.append(static)
+        return (200 << 20 if static else 100 << 20), 0
+
+    def build(self, frozen, setting, shapes=None):
+        self.built.append(shapes)
+        return object()
+
+
+def _function():
+    import threading
+    import types
+
+    return types.SimpleNamespace(
+        stopped="", frozen=object(), lock=threading.Lock(), pools={}, engine_failed={}, variable_bytes=0, refused=""
+    )
+
+
+@pytest.mark.parametrize("room_mb, built", [(300, [[(1, 224, 224, 3)]]), (150, [None])])
+def test_an_engine_taking_shapes_gets_the_calls_where_both_copies_fit_else_the_free_one_alone(
+    monkeypatch, room_mb, built
+):
+    from tf_autopar.runtime.fastpath import engines, memory, pools
+
+    engine = _Static()
+    monkeypatch.setitem(engines._engines, engine.name, engine)
+    monkeypatch.setattr(
+        memory,
+        "room_for_engine",
+        lambda var, sessions, need, what: (need[0] <= room_mb << 20, f"{what} needs {need[0] >> 20} MB"),
+    )
+    fn = _function()
+    key = key_for(engine.name, (1, 2, 1))
+    pool = pools.pool_for(fn, key, [np.zeros((1, 224, 224, 3), np.float32)])
+    assert pool is not None and fn.pools[key] is pool
+    assert engine.asked == ([True] if room_mb == 300 else [True, False])
+    assert engine.built == built
+
+
+def test_an_engine_without_shapes_and_a_build_without_a_call_get_no_static_copy():
+    from tf_autopar.runtime.fastpath import pools
+
+    arrays = [np.zeros((8, 16), np.float32), np.zeros((), np.int64)]
+    assert pools.static_shapes(_Static(), arrays) == [(8, 16), ()]
+    assert pools.static_shapes(_Static(), None) == []
+    assert pools.static_shapes(Engine("onnxruntime"), arrays) == []

@@ -328,16 +328,18 @@ mlp = tf.saved_model.load(DIR + "/scaled")
 sig = mlp.signatures["serving_default"]
 answered = drive()
 b = served().buckets[1]
-engine, text = b.pool.describe()["engine"], tf_autopar.status().text()
+engine, text, static = b.pool.describe()["engine"], tf_autopar.status().text(), b.pool.describe().get("static_shapes")
 before = float(np.max(np.abs(sig(x=X)["output_0"].numpy() - original()["output_0"].numpy())))
 mlp.w.assign(mlp.w * 2.0)  # a variable write: the frozen copy is stale from here
 after = sig(x=X)["output_0"].numpy()
-report(engine=engine, text=text, before=before, tried=list(b.tried), failed=dict(served().engine_failed),
+report(engine=engine, text=text, static=static, before=before, tried=list(b.tried), failed=dict(served().engine_failed),
        after=float(np.max(np.abs(after - original()["output_0"].numpy()))), scale=float(np.max(np.abs(after))))
 """
     out = _run(saved, "Copy", body, tmp_path, env={"TF_AUTOPAR_ENGINES": engine})
     assert out["engine"] in (engine, f"{engine}-spinning"), out  # the family: both variants allowed
     assert f"{out['engine']} (" in out["text"], out["text"]
+    if engine == "openvino":  # a second copy compiled for the bucket's calls (pools.static_shapes)
+        assert out["static"] == [[1, 16]] and "a copy for 1x16" in out["text"], out
     assert out["before"] <= 1e-4 * 10 and out["after"] <= 1e-4 * out["scale"], out  # the write is seen at once
 
 

@@ -86,7 +86,7 @@ def _open(fn: Function, b: Bucket, arrays: list[Any], batch: int, generation: in
         key = b.key if b.tuned == "done" and b.key[0] else (b.checking or pools.plan_key(plan))
         if pools.failed(fn, key):  # a tuned engine that could not take the re-frozen graph: the plan's session
             key = pools.plan_key(plan)
-        pool = pools.pool_for(fn, key)
+        pool = pools.pool_for(fn, key, arrays)
     if pool is None:
         if fn.stopped:
             fn.keep_original(b, fn.stopped)

@@ -100,7 +100,7 @@ def prebuild(fn: Function, remembered: dict[str, Any]) -> None:
                 plan = pools.plan(fn, arrays, batch)
                 tuned_key = remembered_key(entry, tf_allocator.in_use())
                 setting = tuned_key or pools.plan_key(plan)
-                pool = pools.pool_for(fn, setting)
+                pool = pools.pool_for(fn, setting, arrays)
                 if pool is None:
                     return
                 pool.run(arrays)  # grappler, now

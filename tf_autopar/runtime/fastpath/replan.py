@@ -39,7 +39,7 @@ def replan(served: Function, bucket_id: int, arrays: list[Any]) -> str:
         return f"kept {rules.label(key)}: the plan for the new limits is the same"
     # one session's first run at a time per memory cgroup; the room is read under the lock
     with memory.build_lock(f"{served.name} of {served.model}: re-plan", builder.exiting) as held:
-        pool = pools.pool_for(served, key) if held else None
+        pool = pools.pool_for(served, key, arrays) if held else None
         new_out = pool.run(arrays) if pool is not None else None  # grappler's first run: here, not on a request
         memory.trim_heap()
     if pool is None:

@@ -73,6 +73,8 @@ def _engine_words(b: Bucket) -> dict[str, str]:
         return {"engine": engines.engine_of(b.key)}
     keys = ("precision", "threads", "streams")
     detail = ", ".join(f"{k} {d[k]}" for k in keys if k in d and d.get("engine") != engines.DEFAULT)
+    if d.get("static_shapes"):  # a second copy compiled for the bucket's calls (pools.static_shapes)
+        detail += ", a copy for " + " and ".join("x".join(map(str, s)) or "scalar" for s in d["static_shapes"])
     return {"engine": str(d.get("engine", engines.engine_of(b.key))), "engine_detail": detail}
 
 

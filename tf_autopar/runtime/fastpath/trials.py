@@ -154,7 +154,7 @@ def next_trial(fn: Function, bucket_id: int) -> None:
             if not held:
                 return
             b.candidates.remove(key)
-            pool = pools.pool_for(fn, key)
+            pool = pools.pool_for(fn, key, b.warm)
             values = run_low(pool.run, b.warm) if pool is not None else None  # grappler, here
             memory.trim_heap()
         if pool is None:

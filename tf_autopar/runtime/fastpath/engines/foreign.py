@@ -183,15 +183,16 @@ def need_bytes(
     libraries: int,
     child: tuple[int, float],
     kept: Callable[[], bool],
+    copies: int = 1,
 ) -> tuple[int, int]:
     """What building an engine's runner of ``frozen`` will add at its peak, before it is built:
-    (in this process: a compiled copy at ``per_copy`` x the constants, the converted model read
+    (in this process: ``copies`` compiled copies at ``per_copy`` x the constants each, the converted model read
     back (once the constants) and the libraries' first load where not done yet; the conversion
     child's peak, ``child`` = (base bytes, x the constants), where the graph is not converted yet
     and ``kept()`` finds none of it kept on disk, asked only then: conversion.kept digests the graph)."""
     constants = constant_bytes(frozen)
     converted = conversions.has(frozen)
-    process = estimate_bytes(constants, per_copy, 1.0, 1, not converted, 0 if loaded(engine) else libraries)
+    process = estimate_bytes(constants, per_copy, 1.0, copies, not converted, 0 if loaded(engine) else libraries)
     if converted or kept():
         return process, 0
     return process, child[0] + int(constants * child[1])

@@ -264,6 +264,7 @@ class OpenVINO:
     """The engine (f32 by default; ``precision="bf16"`` for the opt-in variant)."""
 
     family = NAME  # the variants share the conversion: one failing to convert fails both
+    static_shapes = True  # build takes ``shapes=``: a second copy compiled for the bucket's calls
 
     def __init__(self, precision: str = "f32") -> None:
         if precision not in ("f32", "bf16"):
@@ -296,10 +297,13 @@ class OpenVINO:
         """Whether ``convert`` has made this graph's conversion (the variants share it)."""
         return _conversions.has(frozen)
 
-    def need_bytes(self, frozen: FrozenGraph) -> tuple[int, int]:
-        """What building a runner will add at its peak: (this process, the conversion child)."""
+    def need_bytes(self, frozen: FrozenGraph, static: bool = False) -> tuple[int, int]:
+        """What building a runner will add at its peak: (this process, the conversion child);
+        ``static``: with its copy for the call's shapes (``build(..., shapes=)``)."""
         kept = functools.partial(conversion.kept, conversion.OPENVINO, frozen)
-        return foreign.need_bytes(frozen, _conversions, NAME, COMPILE_FACTOR, LIBRARY_BYTES, CHILD, kept)
+        return foreign.need_bytes(
+            frozen, _conversions, NAME, COMPILE_FACTOR, LIBRARY_BYTES, CHILD, kept, 2 if static else 1
+        )
 
     def build(
         self, frozen: FrozenGraph, setting: tuple[int, int, int], shapes: list[tuple[int, ...]] | None = None
