@@ -165,15 +165,18 @@ class _FirstComeFirstServed(StreamPool):
 class OpenVINORunner:
     """A compiled model at one setting, its InferRequests in a first-come-first-served pool.
 
-    ``shapes`` (the inputs' shapes of the calls it will mostly serve, e.g. the bucket's batch):
-    a second copy compiled for exactly those shapes serves them, the free-shape one every other
-    call. Why: with free dimensions OpenVINO infers shapes node by node on every call. Measured
-    (benchmarks/bench_engine_settings.py, results/engine_settings_epyc.json: 2-core EPYC, load
-    average 9-11 from other jobs, 7 interleaved rounds, 2 threads) the static copy against the
-    free one: BERT-style encoder b4 120 against 156 ms, MobileNetV2 b1 33 against 36,
-    EfficientNet-B0 b1 56 against 55, DLRM b64 12.6 against 7.9 (rounds spread 7-17 ms both):
-    not established on that host, so optional (the fast path may pass a bucket's shapes and
-    let its live timing decide). It costs a second compiled copy (``bytes`` counts it).
+    ``shapes`` (the inputs' shapes of the calls it will mostly serve: the fast path passes the
+    bucket's first call's, pools.static_shapes): a second copy compiled for exactly those shapes
+    serves them, the free-shape one every other call. Why: with free dimensions OpenVINO infers
+    shapes node by node on every call. Measured (benchmarks/bench_engine_settings.py,
+    results/engine_static_shapes_epyc.json: 2-core EPYC, 9 interleaved rounds, 2 threads, 28
+    rows of the held-out models at batch 1 and a serving batch) the static copy against the free
+    one: faster on 25 rows (geometric mean 1.08x over all 28; GRU tagger b1 1.30x, ViT-Tiny b1
+    1.24x, MobileNetV2 b1 1.10x), 0.90x on DCN-v2 b2048 (again 0.90x in 15 rounds,
+    results/engine_static_shapes_recheck_epyc.json), Xception b1 0.99x then 0.92x (compute-bound:
+    shape inference is little of an 85 ms call), NASNetMobile b8 0.73x then 1.10x (noise). The
+    runner as a whole is what live tuning weighs against the other engines. It costs a second
+    compiled copy (``bytes`` counts it; the memory rule drops the static copy first).
     """
 
     def __init__(
