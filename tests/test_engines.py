@@ -673,6 +673,25 @@ def test_openvino_static_shapes_serve_their_calls_and_other_shapes_still_answer(
         runner.close()
 
 
+def test_openvino_shapes_it_cannot_compile_for_leave_the_free_shape_copy_serving(graphs):
+    """A static copy that OpenVINO refuses (here: shapes of the wrong rank) is a missing speed-up,
+    not the engine's failure: the runner builds, serves every call from the free-shape copy and
+    counts one copy's memory."""
+    _needs("openvino")
+    frozen = graphs["multi"]
+    from tf_autopar.runtime.fastpath.engines.openvino_engine import COMPILE_FACTOR
+
+    at4 = _inputs(frozen, 4)
+    engines.get("openvino").build(frozen, (1, 1, 1)).close()  # converted and the libraries loaded before
+    runner = engines.get("openvino").build(frozen, (1, 1, 1), shapes=[(4,) for _ in at4])
+    try:
+        assert runner.describe()["static_shapes"] == [] and runner.pool.sessions[0].static is None
+        assert _worst(_reference(frozen, at4), runner.run(at4)) <= 1e-4
+        assert runner.bytes == int(foreign.constant_bytes(frozen) * COMPILE_FACTOR)  # one copy
+    finally:
+        runner.close()
+
+
 _XLA_CHILD = textwrap.dedent(
     """
     import json

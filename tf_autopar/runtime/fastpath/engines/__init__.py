@@ -17,9 +17,9 @@ is made: the fast path runs it in the background, converting.py), ``need_bytes``
 adds at its peak, in this process and in that child: the memory rule asks it before the build;
 without it a TensorFlow session's estimate counts), optionally ``static_shapes = True`` (its
 ``build`` takes ``shapes=``, the bucket's call's, for a copy compiled for them, and ``need_bytes``
-``static=True`` to count it), its runner optionally ``linger_s`` (how long
-its threads stay busy after a call returns: a live trial leaves the other's calls in that time
-untimed), one ``register(...)`` line below, and its test.
+``static=True`` to count it), its runner optionally ``linger_s`` (how long its threads stay busy
+after a call returns: a live trial leaves the other's calls in that time untimed), one
+``register(...)`` line below, and its test.
 """
 
 from __future__ import annotations

@@ -186,10 +186,11 @@ def need_bytes(
     copies: int = 1,
 ) -> tuple[int, int]:
     """What building an engine's runner of ``frozen`` will add at its peak, before it is built:
-    (in this process: ``copies`` compiled copies at ``per_copy`` x the constants each, the converted model read
-    back (once the constants) and the libraries' first load where not done yet; the conversion
-    child's peak, ``child`` = (base bytes, x the constants), where the graph is not converted yet
-    and ``kept()`` finds none of it kept on disk, asked only then: conversion.kept digests the graph)."""
+    (in this process: ``copies`` compiled copies at ``per_copy`` x the constants each, the
+    converted model read back (once the constants) and the libraries' first load where not done
+    yet; the conversion child's peak, ``child`` = (base bytes, x the constants), where the graph
+    is not converted yet and ``kept()`` finds none of it kept on disk, asked only then:
+    conversion.kept digests the graph)."""
     constants = constant_bytes(frozen)
     converted = conversions.has(frozen)
     process = estimate_bytes(constants, per_copy, 1.0, copies, not converted, 0 if loaded(engine) else libraries)

@@ -21,6 +21,7 @@ Converted once per FrozenGraph (foreign.Conversions), compiled once per setting.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import tempfile
 import threading
@@ -48,6 +49,8 @@ LIBRARY_BYTES = 28 << 20
 #: (EfficientNet-B0, 0.97 GB), 12x (BERT-style encoder, 1.07 GB), 11x (DLRM, 1.39 GB), 13x
 #: (Xception, 1.68 GB) (2-core EPYC, peak RSS from wait4)
 CHILD = (550 << 20, 22.0)
+
+log = logging.getLogger("tf_autopar.runtime")
 
 _core: Any = None
 _core_lock = threading.Lock()
@@ -204,12 +207,7 @@ class OpenVINORunner:
         self.shapes = [tuple(int(d) for d in s) for s in shapes] if shapes else []
         try:
             dynamic = _Compiled(core().compile_model(model, "CPU", config), frozen)
-            static = None
-            if self.shapes:
-                fixed = model.clone()
-                fixed.reshape({fixed.inputs[i]: list(s) for i, s in zip(dynamic.inputs, self.shapes)})
-                static = _Compiled(core().compile_model(fixed, "CPU", config), frozen)
-                del fixed
+            static = self._static(model, config, frozen, dynamic) if self.shapes else None
             self.compiled = dynamic.compiled
             dtypes = foreign.output_dtypes(frozen)
             requests = [_Request(dynamic, static, self.shapes, dtypes) for _ in range(streams)]
@@ -228,6 +226,23 @@ class OpenVINORunner:
             converted,
             LIBRARY_BYTES if foreign.first_use(NAME) else 0,
         )
+
+    def _static(self, model: Any, config: dict[str, Any], frozen: FrozenGraph, dynamic: _Compiled) -> _Compiled | None:
+        """The copy for ``self.shapes``; None (and no shapes) where OpenVINO cannot make it: the
+        free-shape copy serves every call then, a missing speed-up and not the engine's failure."""
+        try:
+            fixed = model.clone()
+            fixed.reshape({fixed.inputs[i]: list(s) for i, s in zip(dynamic.inputs, self.shapes)})
+            return _Compiled(core().compile_model(fixed, "CPU", config), frozen)
+        except Exception as exc:
+            log.info(
+                "tf_autopar: %s: no copy for the shapes %s (%s); the free-shape copy serves",
+                self.name,
+                self.shapes,
+                exc,
+            )
+            self.shapes = []
+            return None
 
     @property
     def streams(self) -> int:
