@@ -96,6 +96,7 @@ sys.path.insert(0, here)
 out = {"config": cfg}
 if cfg.startswith("enable"):
     import tf_autopar
+    out["tf_autopar"] = os.path.dirname(os.path.dirname(os.path.abspath(tf_autopar.__file__)))  # which checkout ran
     if cfg == "enable-bf16":
         tf_autopar.enable(precision="bf16")
     else:

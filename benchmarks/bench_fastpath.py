@@ -172,10 +172,12 @@ def child_env(extra: dict[str, str] | None = None, root: str | None = None) -> d
 
 
 def run_script(script: str, args: list[str], env: dict[str, str], timeout: float = 900) -> dict:
-    """A benchmark child, ``python -c script *args``: the object on its ``RESULT`` line, else
-    ``{"error": the tail of its stderr}``."""
+    """A benchmark child, ``python -P -c script *args``: the object on its ``RESULT`` line, else
+    ``{"error": the tail of its stderr}``. ``-P``: ``-c`` would put the working directory first on
+    the child's path, and a benchmark started from inside another checkout then measured that
+    checkout's tf_autopar, not the one ``env``'s PYTHONPATH names (child_env's ``root``)."""
     proc = subprocess.run(
-        [sys.executable, "-c", script, *args], env=env, capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-P", "-c", script, *args], env=env, capture_output=True, text=True, timeout=timeout
     )
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT "):

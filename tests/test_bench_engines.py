@@ -189,3 +189,19 @@ def test_without_a_second_default_run_the_noise_floor_is_two_percent() -> None:
     assert "second start's first call not measured (no enable-2nd)" in text
     assert bench_engines.not_slower(bench_engines.row_summary(faster, 60.0))
     assert not bench_engines.not_slower(bench_engines.row_summary(slower, 60.0))
+
+
+def test_a_benchmark_child_imports_the_checkout_it_is_given_not_the_working_directorys(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An A/B of two checkouts started from inside one of them measured that one twice: ``-c``
+    had put the working directory first on the child's path (bench_fastpath.run_script)."""
+    import bench_fastpath
+
+    for where in ("here", "given"):
+        (tmp_path / where / "tf_autopar").mkdir(parents=True)
+        (tmp_path / where / "tf_autopar" / "__init__.py").write_text(f"WHERE = {where!r}\n")
+    monkeypatch.chdir(tmp_path / "here")
+    script = "import json, tf_autopar; print('RESULT ' + json.dumps({'where': tf_autopar.WHERE}))"
+    res = bench_fastpath.run_script(script, [], bench_fastpath.child_env(root=str(tmp_path / "given")), timeout=60)
+    assert res == {"where": "given"}, res
