@@ -252,8 +252,9 @@ def _lowest_priority() -> None:
     (99-104 -> 134-152 ms a call); under SCHED_IDLE 1.0-1.1x (93-105 -> 96-113), the conversion
     taking longer instead. Measured again, interleaved in one process (benchmarks/conversion_cost.py
     --priority): nice 19 alone cost the calls of a TensorFlow session less (1.10x as long against
-    1.16-1.22x) but those of OpenVINO's runner far more (1.51-1.77x against 1.14-1.22x), and in
-    the fast path's first minute (nine rows) the calls 1.25x as long while it ran against 1.15x."""
+    1.16-1.22x) but those of OpenVINO's runner far more (1.51-1.77x against 1.14-1.22x). (An
+    A/B in the fast path's first minute read 1.25x against 1.15x; which code its arms ran is not
+    recorded: docs/serving.md, "The child's priority".)"""
     try:
         os.nice(19)
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
