@@ -74,6 +74,48 @@ def test_cli_under_a_one_cpu_mask():
     assert d["affinity"] == [0] and d["cpu_budget"] == 1 and d["logical_cpus"] == 1
 
 
+_PINNED_BY_A_LIBRARY = """
+import json, os, threading
+from tf_autopar.topology import detect_topology
+from tf_autopar.topology.limits import LimitsReader
+everything = sorted(os.sched_getaffinity(0))
+ready, done = threading.Event(), threading.Event()
+def helper():
+    ready.set()
+    done.wait()
+t = threading.Thread(target=helper)
+t.start()
+ready.wait()
+reader = LimitsReader()
+out = {"all": everything, "baseline": list(reader.read().affinity)}
+os.sched_setaffinity(0, {everything[0]})  # the calling thread bound (KMP_AFFINITY=compact, OpenVINO's pinning)
+out["main"] = sorted(os.sched_getaffinity(0))
+out["detected"] = list(detect_topology().affinity)
+out["read"] = list(reader.read().affinity)
+os.sched_setaffinity(t.native_id, {everything[0]})  # now every thread (a cpuset change, taskset -a)
+out["all_moved"] = list(reader.read().affinity)
+done.set()
+t.join()
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs in the mask")
+def test_the_limits_watch_reads_the_threads_union_so_one_bound_thread_is_no_change():
+    """One thread bound to a CPU (the OpenMP plan's KMP_AFFINITY binds the main thread at its first
+    eager op) is no change of the limits; every thread moved is. Detection at start keeps the
+    calling thread's mask: there it is the user's choice, which TensorFlow's threads inherit."""
+    out = subprocess.run(
+        [sys.executable, "-c", _PINNED_BY_A_LIBRARY], env=ENV, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    d = json.loads(out.stdout)
+    assert d["main"] == d["all"][:1]  # the binding happened
+    assert d["read"] == d["baseline"] == d["all"]
+    assert d["detected"] == d["main"]
+    assert d["all_moved"] == d["all"][:1]
+
+
 # ---------------------------------------------------------------- real cgroups (root)
 
 

@@ -233,3 +233,45 @@ class M(tf.Module):
     assert "look-ups take about" in big["settings"]["intra_op"]["reason"]
     assert (small["intra_op"], small["omp_threads"]) == (1, cores)
     assert "look-ups" not in small["settings"]["intra_op"]["reason"]
+
+
+def test_the_main_thread_bound_by_openmp_is_not_a_change_of_the_cpu_limits(tmp_path):
+    """The plan's KMP_AFFINITY=compact binds the thread that runs an eager op (the main one) to a
+    CPU. The limits watch took that for the process's mask shrinking and re-planned every frozen
+    session for fewer CPUs; the process's CPUs are its threads' union (topology/cpus.py)."""
+    if len(os.sched_getaffinity(0)) < 2:
+        import pytest
+
+        pytest.skip("needs 2 CPUs in the mask: binding to one CPU of one changes nothing")
+    res, err, rc = run_child(
+        """
+    import time
+    import tf_autopar
+    st = tf_autopar.enable()
+    import tensorflow as tf
+    class M(tf.Module):
+        def __init__(self):
+            self.k = tf.Variable(tf.random.normal((3, 3, 8, 8), seed=1))
+        @tf.function(input_signature=[tf.TensorSpec([None, 16, 16, 8], tf.float32)])
+        def serve(self, x):
+            return {"y": tf.reduce_mean(tf.nn.conv2d(x, self.k, 1, "SAME"), [1, 2])}
+    m = M()
+    tf.saved_model.save(m, DIR + "/m", signatures={"serving_default": m.serve})
+    sig = tf.saved_model.load(DIR + "/m").signatures["serving_default"]
+    before = sorted(os.sched_getaffinity(0))
+    x = tf.random.normal((4, 16, 16, 8), seed=2)
+    t = time.monotonic()
+    while time.monotonic() - t < 3.5:  # the watch looks once a second
+        tf.nn.softmax(sig(x=tf.nn.relu(x))["y"])  # eager ops on this thread, as a server's pre/post-processing
+    after = sorted(os.sched_getaffinity(0))
+    s = tf_autopar.status()
+    report(before=before, after=after, kmp=os.environ.get("KMP_AFFINITY"), limits=str(s.limits), text=str(s))
+    """.replace("DIR", repr(str(tmp_path))),
+        {"TF_AUTOPAR_CACHE_DIR": str(tmp_path / "cache")},
+    )
+    assert rc == 0, err
+    assert res["kmp"] and "compact" in res["kmp"]
+    assert len(res["after"]) < len(res["before"]), res  # OpenMP did bind the main thread
+    assert res["limits"] == "None", res["text"]
+    assert "CPU limits changed" not in res["text"]
+    assert "affinity mask went from" not in err

@@ -64,6 +64,31 @@ def online_cpus(fs: HostFS, notes: Notes) -> tuple[int, ...] | None:
     return cpus or None
 
 
+def threads_affinity(fs: HostFS) -> tuple[int, ...] | None:
+    """The union of the masks of the live process's threads (/proc/<pid>/task); None when they
+    cannot be listed or read.
+
+    What the limits watch follows (topology/limits.py), not the main thread's mask alone:
+    libraries bind the thread that calls them. On an OpenMP build the plan's KMP_AFFINITY=compact
+    binds the main thread to one CPU at its first eager op; the watch, reading the main thread,
+    took that for "the affinity mask went from CPUs 0-1 to 0", re-planned every served bucket and
+    asked for a restart, while every other thread still ran on both CPUs. What an operator changes
+    under a running process (a cgroup cpuset, ``taskset -a -p``) moves every thread. Detection at
+    start keeps the calling thread's mask (``process_affinity``): there a mask set on the main
+    thread is the user's choice, inherited by the threads TensorFlow starts next."""
+    try:
+        tids = os.listdir(f"{fs.proc_self}/task")
+    except OSError:
+        return None
+    union: set[int] = set()
+    for tid in tids:
+        try:
+            union.update(os.sched_getaffinity(int(tid)))
+        except (OSError, ValueError):  # a thread that ended meanwhile
+            continue
+    return tuple(sorted(union)) or None
+
+
 def process_affinity(fs: HostFS, notes: Notes) -> tuple[int, ...] | None:
     """CPUs this process may run on: sched_getaffinity live, Cpus_allowed_list otherwise."""
     if fs.live and hasattr(os, "sched_getaffinity"):
