@@ -597,6 +597,37 @@ def test_a_child_forked_after_tensorflow_started_is_told_it_keeps_the_parent_poo
     assert not any("forked" in w for w in out["parent"])
 
 
+HELPER_FORK_PROGRAM = """
+    import json, os, threading
+    import tensorflow as tf
+    import tf_autopar
+    tf_autopar.enable()
+    tf.constant(1.0) + 1.0                     # the parent's runtime starts
+    r, w = os.pipe()
+    def helper():                              # a library forking from one of its own threads
+        pid = os.fork()                        # (OpenVINO's telemetry does, at every convert_model)
+        if pid == 0:
+            os.write(w, json.dumps(list(tf_autopar.status().warnings)).encode())
+            os._exit(0)
+        os.waitpid(pid, 0)
+    t = threading.Thread(target=helper)
+    t.start()
+    t.join()
+    os.close(w)
+    print(json.dumps({"child": json.loads(os.read(r, 1 << 20).decode())}))
+"""
+
+
+@pytest.mark.tf
+def test_a_child_a_library_forks_from_a_helper_thread_is_not_warned_about_pools_it_never_uses(tmp_path):
+    env = {"TF_AUTOPAR_CACHE_DIR": str(tmp_path / "cache"), "TF_CPP_MIN_LOG_LEVEL": "3"}
+    proc = run_py(HELPER_FORK_PROGRAM, env, timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.splitlines()[-1])
+    assert not any("forked" in w for w in out["child"]), out
+    assert "forked from pid" not in proc.stderr
+
+
 # ---------------------------------------------------------------- item 5: workers started together, no count
 
 TOGETHER_PROGRAM = """

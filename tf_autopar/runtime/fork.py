@@ -22,6 +22,12 @@ from tf_autopar.runtime.state import STATE
 
 log = logging.getLogger("tf_autopar.runtime")
 
+#: whether the last fork of this process was made by its main thread (set before each fork, read
+#: in the child). A server's master forks its workers there; a library forking a helper from one
+#: of its own threads (OpenVINO's telemetry, from a thread pool, at every convert_model) makes a
+#: child that runs no TensorFlow, and the warning below was noise to whoever called the library.
+_forked_by_main_thread = True
+
 # shares a forked worker claims anew: from the lease (a count, a rendezvous, or alone). Ranks
 # from the environment are the same in the child, and an even split has nothing to re-claim.
 _RECLAIMED_AT_FORK = ("lease", "single", "rendezvous")
@@ -36,6 +42,8 @@ def _reclaims_at_fork() -> bool:
 
 def before_fork() -> None:
     """In a master forking its workers before TensorFlow started: its lease slot goes to them."""
+    global _forked_by_main_thread
+    _forked_by_main_thread = threading.current_thread() is threading.main_thread()
     try:
         share = STATE.applied.share
         if STATE.pid == os.getpid() and _reclaims_at_fork() and share is not None and share.lease_held:
@@ -66,7 +74,13 @@ def after_fork_in_child() -> None:
     STATE.forked_from = parent
     share = STATE.applied.share
     STATE.applied.forget_share()  # the parent's slot: not this child's to give back
-    warn_once("forked-after-enable", _kept_message(parent, started, share is not None))
+    message = _kept_message(parent, started, share is not None)
+    if _forked_by_main_thread:
+        warn_once("forked-after-enable", message)
+    else:  # a library's helper process: said where logging is set up, not on every user's stderr
+        log.info(
+            "%s (forked by a thread other than the parent's main thread: a library's helper, most likely)", message
+        )
 
 
 def _kept_message(parent: int, started: bool, shared: bool) -> str:
