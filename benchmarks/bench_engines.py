@@ -22,9 +22,11 @@ back as numpy. Configurations:
   CPU with AVX512_BF16 or AMX OpenVINO's default is bf16), as OpenVINO's docs show a user;
 - ``openvino-bf16``: the same with OpenVINO's default precision on this CPU (the compiled model's
   ``INFERENCE_PRECISION_HINT`` is recorded);
-- ``onnxruntime``: tf2onnx's Python API on the same function (opset 17, in memory), an ORT
-  ``InferenceSession`` with its default settings; a conversion or session failure is the row's
-  result (its error's first line), never the benchmark's end;
+- ``onnxruntime``: tf2onnx as its README shows a user (``python -m tf2onnx.convert --saved-model
+  DIR --signature_def serving_default --opset 17``), else its Python API on the same function
+  (``from_function``, in memory), an ORT ``InferenceSession`` with its default settings; which
+  conversion served is recorded (``converter``); both failing is the row's result (each error's
+  first line), never the benchmark's end;
 - ``enable-bf16``: ``enable(precision="bf16")``, only if ``tf_autopar.enable`` takes ``precision``
   (read with inspect.signature in a child); otherwise skipped with that reason;
 - ``enable-unpaced`` (only when ``--configs`` names it): ``enable`` with
@@ -256,27 +258,66 @@ if cfg.startswith("openvino"):
     finish(result)
 
 if cfg == "onnxruntime":
-    try:
-        import onnxruntime as ort, tf2onnx
-        out["version"] = f"onnxruntime {ort.__version__}, tf2onnx {tf2onnx.__version__}"
+    # tf2onnx two ways, as a user would try them: its README's command line on the SavedModel
+    # (which freezes the model itself), then its Python API on the loaded function; the first whose
+    # model ONNX Runtime loads serves. The Python API alone failed on EfficientNet-B0 and DLRM
+    # (the converted model asks for inputs the signature has not), the command line did not.
+    import subprocess
+    import onnxruntime as ort, tf2onnx
+    out["version"] = f"onnxruntime {ort.__version__}, tf2onnx {tf2onnx.__version__}"
+
+    def by_command_line():
+        f = os.path.join(rowdir, f"tf2onnx_{tag}.onnx")
+        argv = [sys.executable, "-m", "tf2onnx.convert", "--saved-model", path, "--signature_def",
+                "serving_default", "--opset", "17", "--output", f]
+        done = subprocess.run(argv, capture_output=True, text=True)
+        if done.returncode != 0 or not os.path.exists(f):
+            lines = [l for l in done.stderr.splitlines() if "Error" in l or "error" in l] or done.stderr.splitlines()[-1:]
+            raise RuntimeError(f"tf2onnx.convert --saved-model exited {done.returncode}: {(lines or [''])[-1][:500]}")
+        with open(f, "rb") as fh:
+            data = fh.read()
+        os.remove(f)
+        return data
+
+    def by_python_api():
         specs = [tf.TensorSpec(sig.structured_input_signature[1][n].shape, sig.structured_input_signature[1][n].dtype,
                                name=n) for n in in_names]
         @tf.function(input_signature=specs)
         def positional(*args):
             return sig(**dict(zip(in_names, args)))
-        t0 = time.perf_counter()
         proto, _ = tf2onnx.convert.from_function(positional, input_signature=specs, opset=17)
-        out["convert_s"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
-        out["compile_s"] = time.perf_counter() - t0
-        in_keys = by_name([[i.name] for i in session.get_inputs()], in_names)
-        feed = {i.name: inputs[k] for i, k in zip(session.get_inputs(), in_keys)}
-        res_keys = by_name([[o.name] for o in session.get_outputs()], out_keys)
-        call = lambda: dict(zip(res_keys, session.run(None, feed)))
-        call()
-    except Exception as exc:
-        fail("conversion or session", exc)
+        return proto.SerializeToString()
+
+    session, errors = None, []
+    for how, convert in (("tf2onnx command line, --saved-model", by_command_line),
+                         ("tf2onnx.convert.from_function", by_python_api)):
+        try:
+            t0 = time.perf_counter()
+            model = convert()
+            out["convert_s"] = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+            out["compile_s"] = time.perf_counter() - t0
+            in_keys = by_name([[i.name] for i in session.get_inputs()], in_names)
+            missing = [i.name for i, k in zip(session.get_inputs(), in_keys) if k not in inputs]
+            if missing or len(session.get_inputs()) != len(in_names):
+                raise ValueError(f"the converted model's inputs {[i.name for i in session.get_inputs()]} are not the signature's")
+            feed = {i.name: inputs[k] for i, k in zip(session.get_inputs(), in_keys)}
+            res_keys = by_name([[o.name] for o in session.get_outputs()], out_keys)
+            call = lambda: dict(zip(res_keys, session.run(None, feed)))
+            call()
+            out["converter"] = how
+            break
+        except Exception as exc:
+            errors.append(f"{first_line(exc)} ({how})")
+            session = None
+    if session is None:
+        out["failed"] = "conversion or session: " + "; ".join(errors)
+        out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print("RESULT " + json.dumps(out, default=str), flush=True)
+        sys.exit(0)
+    if errors:
+        out["converter_failures"] = errors
     result, times, _ = timed(call, seconds)
     out["samples_ms"] = times[len(times) // 2:]
     finish(result)

@@ -1,24 +1,29 @@
 #!/usr/bin/env python
-"""How close a served signature call can come to ONNX Runtime alone: the ceiling of the tiny rows.
+"""How close a served signature call can come to the same engine alone: the ceiling of the tiny
+rows, and whether the fast path's copy of an engine runs as fast as the engine by hand.
 
 In one process: ``enable()``, a SavedModel's ``serving_default`` called until the fast path serves
-it from ONNX Runtime (``TF_AUTOPAR_ENGINES=onnxruntime``), then, interleaved in rounds, blocks of:
+it from ONNX Runtime or OpenVINO (``--engines``, TF_AUTOPAR_ENGINES: ``onnxruntime`` by default,
+``openvino``), then, interleaved in rounds, blocks of:
 
 - ``routed``: the signature call as a user makes it, outputs read back with ``.numpy()``;
-- ``ort alone``: an ``InferenceSession`` with ONNX Runtime's defaults on the same converted model
-  and inputs, numpy in and out (what bench_engines.py's ``onnxruntime`` runs);
-- ``ort + eager outputs``: the same, each output made an eager tensor and read back: the least
+- ``alone``: the engine by hand on the same inputs, numpy in and out, what bench_engines.py runs
+  alone: ONNX Runtime's ``InferenceSession`` with its defaults on the fast path's conversion, or
+  OpenVINO's ``convert_model`` on the signature compiled with the LATENCY hint at f32;
+- ``alone + eager outputs``: the same, each output made an eager tensor and read back: the least
   any wrapper returning what a TensorFlow signature returns (tensors) must add;
 - the request path's parts, each timed alone: matching the call's inputs, the runner, the outputs;
 - ``routed, runner from memory``: the routed call with the runner answering from the outputs of an
   earlier run: the routing's own CPU per call (matching, bookkeeping, the outputs as tensors),
   without the engine and without what its threads do to the caller's (spinning beside it, caches).
 
-``ort alone`` over ``ort + eager outputs`` is the ceiling of ``enable()`` against ONNX Runtime
-alone for a model whose whole call is a few microseconds; ``routed`` minus ``ort + eager outputs``
-is the routing's own cost.
+``alone`` over ``alone + eager outputs`` is the ceiling of ``enable()`` against the engine alone
+for a model whose whole call is a few microseconds; ``routed`` minus ``alone + eager outputs``
+is the routing's own cost; ``alone`` over ``part: the runner`` compares the fast path's copy of the
+engine (its conversion, threads, shapes) with the engine by hand, in the same process and rounds.
 
     python benchmarks/engine_call_ceiling.py /work/user_models/tiny_mlp --out benchmarks/results/engine_call_ceiling_epyc.json
+    python benchmarks/engine_call_ceiling.py /work/user_models/mobilenet_v2 --engines openvino
 """
 
 from __future__ import annotations
@@ -46,6 +51,40 @@ def _median_us(fn, calls: int) -> float:
     return statistics.median(times) * 1e6
 
 
+#: what "alone" runs, per engine the fast path serves
+ALONE = {
+    "onnxruntime": "ONNX Runtime alone (its defaults, on the fast path's conversion)",
+    "openvino": "OpenVINO alone (convert_model on the signature, LATENCY hint, f32; as bench_engines.py)",
+}
+
+
+def _alone(engine: str, sig, frozen, arrays: list, inputs: dict):
+    """The engine by hand on the same inputs, numpy in and out: what bench_engines.py runs alone."""
+    if engine.startswith("onnxruntime"):
+        import onnxruntime as ort
+
+        from tf_autopar.runtime.fastpath.engines import onnxruntime_engine
+
+        serialized = next(iter(onnxruntime_engine._conversions._done.values()))  # the converted model's bytes
+        session = ort.InferenceSession(serialized, providers=["CPUExecutionProvider"])
+        feed = dict(zip(frozen.inputs, arrays))  # the ONNX model's inputs are the placeholders, in their order
+        return lambda: session.run(None, feed)
+    import numpy as np
+    import openvino as ov
+
+    compiled = ov.Core().compile_model(
+        ov.convert_model(sig), "CPU", {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": "f32"}
+    )
+    request = compiled.create_infer_request()
+    feed = {}
+    for i, port in enumerate(compiled.inputs):  # the ports carry the signature's input names
+        hit = [k for k in inputs if k in {n.split(":")[0] for n in port.get_names()}]
+        if len(hit) != 1:
+            raise SystemExit(f"OpenVINO's input {sorted(port.get_names())} is none of the signature's {sorted(inputs)}")
+        feed[i] = np.asarray(inputs[hit[0]])
+    return lambda: list(request.infer(feed).values())
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model", help="a SavedModel directory of benchmarks/user_models.py (its name picks the inputs)")
@@ -71,15 +110,14 @@ def main() -> None:
     import tf_autopar
 
     tf_autopar.enable()
-    import onnxruntime as ort
     import tensorflow as tf
     from tensorflow.python.framework import ops
 
-    from tf_autopar.runtime.fastpath.engines import onnxruntime_engine
     from tf_autopar.runtime.fastpath.routing.base import ATTR
 
     name = os.path.basename(os.path.normpath(args.model))
-    sig = tf.saved_model.load(args.model).signatures["serving_default"]
+    loaded = tf.saved_model.load(args.model)  # held: convert_model reads the signature's variables
+    sig = loaded.signatures["serving_default"]
     inputs = make_inputs(name, args.batch)
     t0 = time.monotonic()
     while time.monotonic() - t0 < args.warm:
@@ -87,21 +125,19 @@ def main() -> None:
     served = sig.__dict__[ATTR]
     bucket = next(iter(served.buckets.values()))
     engine = bucket.pool.describe()["engine"] if bucket.pool is not None else ""
-    if not engine.startswith("onnxruntime"):
+    if not engine.startswith(("onnxruntime", "openvino")):
         raise SystemExit(
-            f"the fast path does not serve {name} from ONNX Runtime after {args.warm} s ({engine or 'no runner'})"
+            f"the fast path does not serve {name} from ONNX Runtime or OpenVINO after {args.warm} s ({engine or 'no runner'})"
         )
-    serialized = next(iter(onnxruntime_engine._conversions._done.values()))  # the converted model's bytes
-    alone = ort.InferenceSession(serialized, providers=["CPUExecutionProvider"])
     matched = served.matched((), inputs)
     arrays = matched[0]
-    feed = dict(zip(served.frozen.inputs, arrays))  # the ONNX model's inputs are the placeholders, in their order
+    alone = _alone(engine, sig, served.frozen, arrays, inputs)
     raw = bucket.pool.run(arrays)
     frozen = served.frozen
     blocks = {
         "routed": lambda: [v.numpy() for v in sig(**inputs).values()],
-        "ort alone": lambda: alone.run(None, feed),
-        "ort + eager outputs": lambda: [ops.EagerTensor(v, None).numpy() for v in alone.run(None, feed)],
+        "alone": alone,
+        "alone + eager outputs": lambda: [ops.EagerTensor(v, None).numpy() for v in alone()],
         "part: match the inputs": lambda: served.matched((), inputs),
         "part: the runner": lambda: bucket.pool.run(arrays),
         "part: the outputs as tensors": lambda: served.convention.outputs(frozen.structure, raw),
@@ -137,14 +173,22 @@ def main() -> None:
         },
     }
     us = {k: v["median"] for k, v in result["us"].items()}
-    result["ceiling_vs_ort_alone"] = round(us["ort alone"] / us["ort + eager outputs"], 3)
-    result["routed_vs_ort_alone"] = round(us["ort alone"] / us["routed"], 3)
-    result["routing_us"] = round(us["routed"] - us["ort + eager outputs"], 2)
+    result["alone"] = ALONE[engine.split("-")[0]]
+    result["ceiling_vs_alone"] = round(us["alone"] / us["alone + eager outputs"], 3)
+    result["routed_vs_alone"] = round(us["alone"] / us["routed"], 3)
+    if engine.startswith("onnxruntime"):  # the keys bench_engines.py --ceilings reads
+        result["ceiling_vs_ort_alone"], result["routed_vs_ort_alone"] = (
+            result["ceiling_vs_alone"],
+            result["routed_vs_alone"],
+        )
+    result["routing_us"] = round(us["routed"] - us["alone + eager outputs"], 2)
+    result["runner_vs_alone"] = round(us["alone"] / us["part: the runner"], 3)
     result["routing_own_us"] = us["routed, runner from memory"]
     for k, v in result["us"].items():
         print(f"{k:30s} {v['median']:9.2f} us  ({v['min']:.2f}-{v['max']:.2f})")
     print(
-        f"ceiling {result['ceiling_vs_ort_alone']} of ONNX Runtime alone; enable() {result['routed_vs_ort_alone']}; "
+        f"ceiling {result['ceiling_vs_alone']} of {result['alone']}; enable() {result['routed_vs_alone']}; "
+        f"the fast path's runner {result['runner_vs_alone']}; "
         f"routing {result['routing_us']} us a call, its own CPU {result['routing_own_us']} us "
         f"({result['processor']}, {name} b{args.batch}, {engine})"
     )
