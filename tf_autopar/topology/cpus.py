@@ -74,11 +74,11 @@ def threads_affinity(fs: HostFS) -> tuple[int, ...] | None:
     under the LATENCY hint) binds the calling thread to one CPU for each inference (read from
     another thread during MobileNetV2 calls: one CPU in 187 of 197 looks). The watch, reading the
     main thread, took either for "the affinity mask went from CPUs 0-1 to 0", re-planned every
-    served bucket (a fast path serving OpenVINO fell back to TensorFlow's planned session: 9.7
-    against 3.9 ms a call) and asked for a restart, while every other thread kept both CPUs. What an operator changes
-    under a running process (a cgroup cpuset, ``taskset -a -p``) moves every thread. Detection at
-    start keeps the calling thread's mask (``process_affinity``): there a mask set on the main
-    thread is the user's choice, inherited by the threads TensorFlow starts next."""
+    served bucket (a routed MobileNetV2 call beside OpenVINO by hand: 9.7 ms against 3.9) and
+    asked for a restart, while every other thread kept both CPUs. What an operator changes under
+    a running process (a cgroup cpuset, ``taskset -a -p``) moves every thread. Detection at start
+    keeps the calling thread's mask (``process_affinity``): there a mask set on the main thread is
+    the user's choice, inherited by the threads TensorFlow starts next."""
     try:
         tids = os.listdir(f"{fs.proc_self}/task")
     except OSError:

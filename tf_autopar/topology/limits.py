@@ -3,10 +3,10 @@
 Why: a container's CPU limit can change under a running server (Kubernetes 1.33 resizes a pod's
 ``cpu.max`` in place; an operator rewrites ``cpu.cfs_quota_us`` or a cpuset). What was planned at
 start was planned for the old limits. ``LimitsReader.read`` takes the limits again through the
-same readers detection uses (cgroup.read_quota, cgroup.read_cpuset; the mask, cpus.threads_affinity), with
-the process's group directories found once, so one check is a few reads of files of a few bytes,
-a listing of the process's threads and one sched_getaffinity per thread (84 us with 81 threads
-on the 2-core EPYC). ``what_changed`` and ``follow`` are pure: they say what changed, in a user's
+readers detection uses (cgroup.read_quota, cgroup.read_cpuset; the mask: cpus.threads_affinity),
+with the process's group directories found once, so one check is a few reads of files of a few
+bytes, a listing of the process's threads and one sched_getaffinity per thread (84 us with 81
+threads on the 2-core EPYC). ``what_changed`` and ``follow`` are pure: they say what changed, in a user's
 words, and give the topology under the new limits when only the quota moved (the cores are the
 same); when the CPUs themselves changed, the caller detects the host again.
 """
