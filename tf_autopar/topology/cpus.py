@@ -65,8 +65,8 @@ def online_cpus(fs: HostFS, notes: Notes) -> tuple[int, ...] | None:
 
 
 def threads_affinity(fs: HostFS) -> tuple[int, ...] | None:
-    """The union of the masks of the live process's threads (/proc/<pid>/task); None when they
-    cannot be listed or read.
+    """The union of the masks of the live process's threads (/proc/<pid>/task); None for a
+    recorded tree, or when they cannot be listed or read.
 
     What the limits watch follows (topology/limits.py), not the main thread's mask alone:
     libraries bind the thread that calls them. On an OpenMP build the plan's KMP_AFFINITY=compact
@@ -79,6 +79,8 @@ def threads_affinity(fs: HostFS) -> tuple[int, ...] | None:
     a running process (a cgroup cpuset, ``taskset -a -p``) moves every thread. Detection at start
     keeps the calling thread's mask (``process_affinity``): there a mask set on the main thread is
     the user's choice, inherited by the threads TensorFlow starts next."""
+    if not fs.live:
+        return None
     try:
         tids = os.listdir(f"{fs.proc_self}/task")
     except OSError:

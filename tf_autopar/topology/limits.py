@@ -6,9 +6,9 @@ start was planned for the old limits. ``LimitsReader.read`` takes the limits aga
 readers detection uses (cgroup.read_quota, cgroup.read_cpuset; the mask: cpus.threads_affinity),
 with the process's group directories found once, so one check is a few reads of files of a few
 bytes, a listing of the process's threads and one sched_getaffinity per thread (84 us with 81
-threads on the 2-core EPYC). ``what_changed`` and ``follow`` are pure: they say what changed, in a user's
-words, and give the topology under the new limits when only the quota moved (the cores are the
-same); when the CPUs themselves changed, the caller detects the host again.
+threads on the 2-core EPYC). ``what_changed`` and ``follow`` are pure: they say what changed, in
+a user's words, and give the topology under the new limits when only the quota moved (the cores
+are the same); when the CPUs themselves changed, the caller detects the host again.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ class LimitsReader:
         notes = Notes()  # warnings are logged once per process by Notes; the limits are what matter here
         quota = cgroup.read_quota(self.fs, notes, self.cpu_groups)
         cpuset = cgroup.read_cpuset(self.fs, notes, self.cpuset_groups)
-        mask = cpus.threads_affinity(self.fs) if self.fs.live else None  # the threads' union: cpus.py says why
+        mask = cpus.threads_affinity(self.fs)  # the threads' union: cpus.py says why
         if not mask:
             try:
                 mask = cpus.process_affinity(self.fs, notes)
