@@ -163,7 +163,7 @@ def fast_runners():
             if "serving_default" not in f.name:
                 continue
             for b in list(f.buckets.values()):
-                d = {"bucket": b.bucket, "state": b.state.value, "served": b.served}
+                d = {"bucket": b.bucket, "state": b.state.value, "served": b.served, "tried": list(b.tried)}
                 if b.pool is not None and hasattr(b.pool, "describe"):
                     d.update(b.pool.describe())
                 rows.append(d)

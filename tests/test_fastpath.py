@@ -376,7 +376,8 @@ def test_live_tuning_tries_one_neighbour_at_a_time_and_the_next_start_serves_the
     cache = str(tmp_path / "live-cache")
     body = """
 sig = vision.signatures["serving_default"]
-served = lambda: next(s for s in fastpath._served if s.name == "signatures['serving_default']")
+from tf_autopar.runtime.fastpath.routing.base import ATTR
+served = lambda: vars(sig)[ATTR]  # the current sig's: another loaded model's may linger until Python collects it
 most_pools, words, t0 = 0, "", time.monotonic()
 sig(**V); assert fastpath.wait_idle(180)
 while time.monotonic() - t0 < 120:
@@ -423,7 +424,8 @@ def test_a_start_that_ends_while_tuning_leaves_its_winner_and_the_next_start_tri
         """
 fastpath_rules.TUNE_NOISE = -1  # any candidate wins at its first look: a win, then the process ends
 sig = vision.signatures["serving_default"]
-served = lambda: next(s for s in fastpath._served if s.name == "signatures['serving_default']")
+from tf_autopar.runtime.fastpath.routing.base import ATTR
+served = lambda: vars(sig)[ATTR]  # the current sig's: another loaded model's may linger until Python collects it
 sig(**V); assert fastpath.wait_idle(180)
 t0 = time.monotonic()
 while time.monotonic() - t0 < 120 and not served().buckets[1].won:
@@ -479,7 +481,8 @@ def first_loses(times_o, times_f):  # the plan's check (the first) loses, the ne
     return len(checks) > 1, speedup, spread
 fastpath_rules.switch_verdict = first_loses
 sig = vision.signatures["serving_default"]
-served = lambda: next(s for s in fastpath._served if s.name == "signatures['serving_default']")
+from tf_autopar.runtime.fastpath.routing.base import ATTR
+served = lambda: vars(sig)[ATTR]  # the current sig's: another loaded model's may linger until Python collects it
 sig(**V); assert fastpath.wait_idle(180)
 t0, words = time.monotonic(), ""
 while time.monotonic() - t0 < 120 and not words.startswith("tuned live"):

@@ -129,7 +129,8 @@ for e in ENGINES:
 mlp = tf.saved_model.load(DIR + "/mlp")
 sig = mlp.signatures["serving_default"]
 X = np.random.default_rng(0).standard_normal((1, 16)).astype(np.float32)
-served = lambda: next(s for s in fastpath._served if s.name == "signatures['serving_default']")
+from tf_autopar.runtime.fastpath.routing.base import ATTR
+served = lambda: vars(sig)[ATTR]  # the current sig's: another loaded model's may linger until Python collects it
 def original():
     cls = getattr(type(sig), "_tf_autopar_original", type(sig))
     return cls.__call__(sig, x=X)

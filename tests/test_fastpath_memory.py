@@ -300,6 +300,45 @@ def test_after_the_converter_its_reference_cycles_are_collected(monkeypatch):
         gc.enable()
 
 
+def test_a_builds_collection_looks_only_at_the_builds_own_objects():
+    import gc
+    import weakref
+
+    class Node:
+        pass
+
+    def cycle():
+        a, b = Node(), Node()
+        a.other, b.other = b, a
+        return weakref.ref(a)
+
+    gc.disable()
+    try:
+        old = cycle()
+        with memory.young_garbage():
+            young = cycle()
+            memory.after_stage("frozen")
+            assert young() is None  # the build's own garbage goes
+            assert old() is not None  # older objects are not walked
+        gc.collect()
+        assert old() is None and gc.get_freeze_count() == 0
+    finally:
+        gc.enable()
+
+
+def test_a_programs_own_frozen_objects_stay_frozen():
+    import gc
+
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        with memory.young_garbage():
+            memory.after_stage("frozen")
+        assert gc.get_freeze_count() == frozen > 0
+    finally:
+        gc.unfreeze()
+
+
 def test_pressure_is_room_under_the_margin_or_stalls():
     limit = 1 * GB
     margin = default_margin(limit)

@@ -181,7 +181,8 @@ from tf_autopar.runtime.fastpath import rules as fastpath_rules
 fastpath_rules.SWITCH_RATIO = float("inf")
 sig = tf.saved_model.load(SM).signatures["serving_default"]
 x = np.zeros((1, 32, 32, 3), np.float32)
-served = lambda: next(s for s in fastpath._served if s.name == "signatures['serving_default']")
+from tf_autopar.runtime.fastpath.routing.base import ATTR
+served = lambda: vars(sig)[ATTR]  # the current sig's: another loaded model's may linger until Python collects it
 sig(image=x); fastpath.wait_idle(120)
 most_pools, stop, errors = [0], threading.Event(), []
 def caller():

@@ -2,8 +2,8 @@
 
 Once the process pools are fixed, the only way to give one model its own thread counts is
 a session of its own: the function is traced, its variables frozen into constants
-(``convert_variables_to_constants_v2``), the graph imported into a fresh tf.Graph and run by
-a ``tf.compat.v1.Session`` whose ConfigProto carries the model's plan and
+(``convert_variables_to_constants_v2``'s steps: freezing.py), the graph imported into a fresh
+tf.Graph and run by a ``tf.compat.v1.Session`` whose ConfigProto carries the model's plan and
 ``use_per_session_threads`` (and its own intra-op pool when TF_OVERRIDE_GLOBAL_THREADPOOL
 was in force at start). The graph is the one the traced function runs, so outputs match the
 function (and Keras 3's predict, which runs the same traced call) bit for bit.
@@ -58,7 +58,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from tf_autopar.planning.modes import MODES
-from tf_autopar.runtime import controller, model_sources, plans, sessions, watch
+from tf_autopar.runtime import controller, freezing, model_sources, plans, sessions, watch
 from tf_autopar.runtime.records import SessionRecord
 from tf_autopar.runtime.streams import Retired, StreamPool
 from tf_autopar.runtime.safety import fail_open
@@ -294,21 +294,20 @@ class FrozenGraph:
         is in its own tf.Graph); the fast path gives freed memory back there (fastpath/memory.py)."""
         import tensorflow as tf
 
-        frozen = _freeze(concrete)
-        # with each node's output shapes: the analysis sizes every op from them (without, every op
-        # size is unknown and the plan keeps TensorFlow's default pool sizes: NASNetMobile at batch
-        # 1 got 2x2 instead of 2x1, 55 against 26 ms per request)
-        self.graph_def = frozen.graph.as_graph_def(add_shapes=True)
-        self.inputs = [t.name for t in frozen.inputs]
-        self.outputs = [t.name for t in frozen.outputs]
-        # the converter's function and its graph hold one more copy of the constants: gone before
-        # the import makes its own
+        frozen = freezing.freeze(concrete)
+        self.inputs, self.outputs = frozen.inputs, frozen.outputs
+        graph_def = frozen.graph_def
         del frozen
         if between is not None:
             between("frozen")
         self.graph = tf.Graph()
         with self.graph.as_default():
-            tf.graph_util.import_graph_def(self.graph_def, name="")
+            tf.graph_util.import_graph_def(graph_def, name="")
+        del graph_def  # the graph holds its own copy of the constants now
+        # with each node's output shapes: the analysis sizes every op from them (without, every op
+        # size is unknown and the plan keeps TensorFlow's default pool sizes: NASNetMobile at batch
+        # 1 got 2x2 instead of 2x1, 55 against 26 ms per request)
+        self.graph_def = self.graph.as_graph_def(add_shapes=True)
         if between is not None:
             between("imported")
         self.structure = concrete.structured_outputs  # freezing flattens it to a list
@@ -326,12 +325,12 @@ class FrozenGraph:
         Switch/Merge/Enter/Exit by default, which TensorFlow's sessions run but tf2onnx turns into
         a model ONNX Runtime refuses ("Invalid tensor data type 0": an LSTM classifier)."""
         nodes = self.graph_def.node if self.graph_def is not None else self.graph.as_graph_def().node
-        if not any(n.op in _LOWERED_CONTROL_FLOW for n in nodes):
+        if not any(n.op in freezing.LOWERED_CONTROL_FLOW for n in nodes):
             return None
-        frozen = _freeze(self._concrete, lower_control_flow=False)
-        if [t.name for t in frozen.inputs] != self.inputs or [t.name for t in frozen.outputs] != self.outputs:
+        frozen = freezing.freeze(self._concrete, lower_control_flow=False)
+        if frozen.inputs != self.inputs or frozen.outputs != self.outputs:
             return None  # the converter names the tensors as the sessions do, or not at all
-        return frozen.graph.as_graph_def()
+        return frozen.graph_def
 
     def open_sessions(self, inter_op: int, intra_op: int, count: int = 1) -> list[Any]:
         """``count`` sessions with their own pools (intra-op too where TF_OVERRIDE_GLOBAL_THREADPOOL
@@ -428,48 +427,6 @@ class _Compiled:
 
 class _Retired(Exception):
     """A compiled graph was replaced by a fresh one while a caller was about to use it."""
-
-
-#: TF1 control flow, as ``convert_variables_to_constants_v2`` lowers While and If by default
-_LOWERED_CONTROL_FLOW = frozenset({"Enter", "Exit", "Switch", "Merge", "NextIteration", "LoopCond"})
-
-
-def _freeze(concrete: Any, lower_control_flow: bool = True) -> Any:
-    """``convert_variables_to_constants_v2``, also for a signature whose SavedModel object is gone.
-
-    ``sig = tf.saved_model.load(path).signatures["serving_default"]`` keeps working (its captured
-    handles hold the variables' resources) but the variable objects were collected, and TF's
-    converter finds variables only through them. Then each captured resource handle the
-    graph no longer knows stands in for its variable for the conversion, read from the handle.
-    """
-    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
-
-    graph = concrete.graph
-    weak = list(getattr(graph, "_weak_variables", ()))
-    if all(ref() is not None for ref in weak):
-        return convert_variables_to_constants_v2(concrete, lower_control_flow=lower_control_flow)
-    live = {id(v.handle) for v in (ref() for ref in weak) if v is not None}
-    stand_ins = [_HandleValue(h) for h in watch.resource_handles(concrete) if id(h) not in live]
-    graph.variables = [v for v in (ref() for ref in weak) if v is not None] + stand_ins
-    try:
-        return convert_variables_to_constants_v2(concrete, lower_control_flow=lower_control_flow)
-    finally:
-        graph._weak_variables = weak  # as it was (the stand-ins die with this call)
-
-
-class _HandleValue:
-    """What the converter needs of a variable (``handle``, ``numpy()``), read from the handle itself."""
-
-    def __init__(self, handle: Any) -> None:
-        from tensorflow.python.ops import resource_variable_ops
-
-        self.handle = handle
-        self.dtype = resource_variable_ops.get_eager_safe_handle_data(handle).shape_and_type[0].dtype
-
-    def numpy(self) -> Any:
-        from tensorflow.python.ops import gen_resource_variable_ops
-
-        return gen_resource_variable_ops.read_variable_op(self.handle, self.dtype).numpy()
 
 
 def _is_keras(target: Any) -> bool:

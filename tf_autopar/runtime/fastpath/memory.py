@@ -602,14 +602,33 @@ def variable_bytes(handles: list[Any]) -> int:
 
 def after_stage(stage: str) -> None:
     """Between a build's stages (frozen.FrozenGraph's ``between``): the freed copies go back.
-    After the converter, a full garbage collection first: its functions (each with the constants
-    inside, and registered with the eager context) sit in reference cycles, so they stay until
-    Python's own collector reaches its oldest generation (Xception: +543 MB kept after the freeze
-    without it, +93 MB with it; the collection holds the GIL for 0.4-0.6 s in an Xception server on
-    the 2-CPU EPYC host, once per freeze)."""
+    After the converter, a garbage collection first: its objects (the converter's functions,
+    each with the constants inside and registered with the eager context; its node wrappers)
+    sit in reference cycles, so they stay until Python's own collector reaches its oldest
+    generation (Xception: +543 MB kept after the freeze without it, +93 MB with it). Inside
+    ``young_garbage()`` it looks only at the objects made since the build began."""
     if stage == "frozen":
         gc.collect()
     trim_heap()
+
+
+@contextlib.contextmanager
+def young_garbage() -> Iterator[None]:
+    """The objects older than the build set aside for its collections (``gc.freeze``): a full
+    collection in a TensorFlow server walks every object of the process with the interpreter
+    lock held (0.4-0.6 s in an Xception server), while the build's cycles are all young: after
+    a freeze in a process serving nothing, 159-519 ms for every object against 1-110 ms for the
+    build's own over fifteen models (Xception 205 against 8; benchmarks/freeze_lock.py). Not
+    where the program froze objects itself (a server's pre-fork ``gc.freeze()``): unfreezing
+    would undo its choice."""
+    mine = gc.get_freeze_count() == 0
+    if mine:
+        gc.freeze()
+    try:
+        yield
+    finally:
+        if mine:
+            gc.unfreeze()
 
 
 def trim_heap() -> None:

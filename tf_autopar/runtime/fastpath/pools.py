@@ -236,6 +236,7 @@ def drop_pool(fn: Function, key: Key) -> None:
 
 
 def _frozen_graph(make: Any, concrete: Any) -> Any:
-    """``make(concrete)`` with the session hook bypassed (a thread-local switch: set here, on the thread that runs it)."""
-    with sessions.bypass():
+    """``make(concrete)`` with the session hook bypassed (a thread-local switch: set here, on the
+    thread that runs it), its garbage collected among its own objects (memory.young_garbage)."""
+    with sessions.bypass(), memory.young_garbage():
         return make(concrete, between=memory.after_stage)
