@@ -5,8 +5,9 @@ runtime/fastpath/memory.py's estimate).
 Per model (built by benchmarks/user_models.py), in a fresh process: load, one call of
 ``signatures["serving_default"]`` at batch 1 (the served process), a heap trim; then the stages a
 build runs, as the fast path runs them (``frozen.FrozenGraph`` with the fast path's trims between
-stages, unless ``--no-trim``): the converter, the graph import, a session's first run (grappler),
-then a second session's first run (a live-tuning candidate). Before each stage the peak resident
+stages, unless ``--no-trim``, its collection over the build's own objects): the converter, the
+graph import, a session's first run (grappler), then a second session's first run (a
+live-tuning candidate). Before each stage the peak resident
 size (VmHWM) is reset (``/proc/self/clear_refs`` 5); after it, its peak and, after the trim, what
 it keeps. Reported over the served process's resident size, with the variables' bytes, so that
 memory.py's factor (peak = F x variables + base) can be fitted.
@@ -78,7 +79,8 @@ def stage(what):
 
 reset()
 t = time.perf_counter()
-frozen = FrozenGraph(sig, between=stage)
+with memory.young_garbage():  # as the fast path freezes (pools._frozen_graph)
+    frozen = FrozenGraph(sig, between=stage)
 frozen.graph_def = None  # as the fast path's plan drops it
 stage("graph_def dropped")
 order = list(sig._arg_keywords)

@@ -76,9 +76,15 @@ def test_control_flow_takes_the_converters_whole_way():
     assert not functional.direct and any(n.op in ("While", "StatelessWhile") for n in functional.graph_def.node)
 
 
-def test_without_the_converters_steps_the_whole_way_serves(monkeypatch):
+def _changed(**kwargs):
+    raise TypeError("__init__() got an unexpected keyword argument 'aggressive_inlining'")
+
+
+@pytest.mark.parametrize("steps", ["missing", "changed"])
+def test_without_the_converters_steps_the_whole_way_serves(monkeypatch, steps):
     f, keep = _dense_model()
-    monkeypatch.setattr(freezing, "_converter_steps", lambda: None)
+    real = freezing._converter_steps()
+    monkeypatch.setattr(freezing, "_converter_steps", lambda: None if steps == "missing" else (_changed, *real[1:]))
     frozen = freezing.freeze(f.get_concrete_function())
     assert not frozen.direct
     x, ids = np.ones((1, 8), np.float32), np.zeros(1, np.int32)

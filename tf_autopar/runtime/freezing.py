@@ -43,8 +43,11 @@ def freeze(concrete: Any, lower_control_flow: bool = True) -> Frozen:
         if steps is None:
             return _via_function(concrete, lower_control_flow)
         data_class, replace, construct = steps
-        data = data_class(func=concrete, lower_control_flow=lower_control_flow, aggressive_inlining=False)
-        graph_def, converted = replace(converter_data=data)
+        try:
+            data = data_class(func=concrete, lower_control_flow=lower_control_flow, aggressive_inlining=False)
+            graph_def, converted = replace(converter_data=data)
+        except (TypeError, ValueError):  # private steps that take or give other things in another TensorFlow
+            return _via_function(concrete, lower_control_flow)
         del data  # the variables' values, already copied into the GraphDef
         if len(graph_def.library.function) or any(n.op in LOWERED_CONTROL_FLOW for n in graph_def.node):
             # functions the sessions must find in the graph's library, or lowered loops whose
@@ -92,7 +95,9 @@ def _converter_steps() -> tuple[Any, Any, Any] | None:
 def _via_function(concrete: Any, lower_control_flow: bool) -> Frozen:
     from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
-    return _from_function(convert_variables_to_constants_v2(concrete, lower_control_flow=lower_control_flow), False)
+    return _from_function(
+        convert_variables_to_constants_v2(concrete, lower_control_flow=lower_control_flow), direct=False
+    )
 
 
 def _from_function(func: Any, direct: bool) -> Frozen:
