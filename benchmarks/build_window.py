@@ -22,13 +22,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from bench_fastpath import child_env, host, run_script  # noqa: E402
+
+from tf_autopar.measure.stats import median, quantile  # noqa: E402  (pure, no TF)
 
 CHILD = r"""
 import json, os, sys, time
@@ -59,11 +60,6 @@ print("RESULT " + json.dumps({"calls": calls, "root": root}))
 """
 
 
-def _q(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(q * len(xs)))]
-
-
 def summary(calls: list[list], until: float | None) -> dict:
     """The calls before the first the fast path served (or before ``until`` seconds), the first left out."""
     first_fast = next((s for s, _, fast in calls if fast), None)
@@ -71,7 +67,7 @@ def summary(calls: list[list], until: float | None) -> dict:
     ms = [m for s, m, fast in calls[1:] if (end is None or s < end) and not fast]
     out = {"switched_at_s": first_fast, "calls": len(ms)}
     if ms:
-        out.update(median_ms=statistics.median(ms), p90_ms=_q(ms, 0.9), max_ms=max(ms))
+        out.update(median_ms=median(ms), p90_ms=quantile(ms, 0.9), max_ms=max(ms))
     return out
 
 
@@ -116,7 +112,7 @@ def main() -> None:
         switch = [
             s["switched_at_s"] for a in roots for s in (summary(x["calls"], None) for x in runs[a] if "calls" in x)
         ]
-        until = statistics.median([s for s in switch if s is not None]) if any(s is not None for s in switch) else None
+        until = median(s for s in switch if s is not None) if any(s is not None for s in switch) else None
         row_out = {"model": name, "batch": int(batch), "runs": runs, "default_until_s": until, "summary": {}}
         for arm in arms:
             sums = [summary(x["calls"], until if arm == "default" else None) for x in runs[arm] if "calls" in x]
