@@ -8,7 +8,9 @@ inputs (fixed seed, written once per row): load with ``tf.saved_model.load``, ca
 back as numpy. Configurations:
 
 - ``default``: TensorFlow alone, the eager ``serving_default`` signature; twice per round
-  (``default``, ``default-again``) for the row's noise floor;
+  (``default``, ``default-again``) for the row's noise floor; each runs as long as the first window
+  (``--default-seconds``), so that its p99 is over the same seconds as ``enable()``'s, its first
+  call a like share of them;
 - ``enable``: ``tf_autopar.enable()`` only, empty plan cache, ``--seconds`` of traffic: the first
   ``--window`` seconds' p50/p99, the steady state (median of the last third of the run), which
   engine serves at the end (the fast path's runner's ``describe()["engine"]``), peak RSS;
@@ -557,9 +559,10 @@ def summarise(data: dict, ceilings: dict[tuple[str, int], float] | None = None) 
     w = data.get("window_s", 60.0)
     rows = [row_summary(r, w) for r in data["rows"]]
     h = data["host"]
-    lines = [
+    lines = [f"rows (rounds) from {src}" for src in data.get("sources", [])] + [
         f"processor: {h['cpu_model']} ({h['cpus']} CPUs); TensorFlow {h['tf_version']}; {h['date']}; "
-        f"{data.get('rounds', '?')} round(s), enable() {data.get('seconds', '?')} s, others {data.get('engine_seconds', '?')} s",
+        f"{data.get('rounds', '?')} round(s), enable() {data.get('seconds', '?')} s, "
+        f"default {data.get('default_seconds', data.get('engine_seconds', '?'))} s, engines {data.get('engine_seconds', '?')} s",
         "ms = steady-state median (enable(): last third of its run; tf-frozen: best pool pair; OpenVINO/ORT: second half);"
         f" fastest = fastest f32 engine alone with outputs within {DIFF_TOL:g} of TF default's",
         "",
@@ -616,6 +619,11 @@ def summarise(data: dict, ceilings: dict[tuple[str, int], float] | None = None) 
             else "not measured (no enable-2nd)"
         ),
     ]
+    if data.get("default_seconds", data.get("engine_seconds", w)) < w:
+        lines.append(
+            f"(the default ran {data.get('default_seconds', data.get('engine_seconds'))} s, enable() {w:g}: its p99 "
+            "is over fewer calls, its first call among them; the p99 ratio is not like for like)"
+        )
     bf = [r["bf16_vs_openvino"] for r in rows if "bf16_vs_openvino" in r]
     if bf:
         lines.append(
@@ -726,6 +734,31 @@ def _open(path: str, mode: str):
     return open(path, mode, encoding="utf-8")
 
 
+def latest_rows(runs: list[tuple[str, dict]]) -> dict:
+    """Several saved runs as one: each row from the last run that measured it (a row re-run in
+    more rounds, or on newer code, replaces the earlier one whole; rounds are never mixed)."""
+    processors = {d["host"]["cpu_model"] for _, d in runs}
+    if len(processors) > 1:
+        raise ValueError(f"runs on different processors ({', '.join(sorted(processors))}): summarise each alone")
+    rows: dict[tuple[str, int], dict] = {}
+    source: dict[tuple[str, int], str] = {}
+    for name, data in runs:
+        for r in data["rows"]:
+            rows[r["model"], r["batch"]] = r
+            source[r["model"], r["batch"]] = os.path.basename(name)
+    last = runs[-1][1]
+    by_file: dict[str, list[str]] = {}
+    for key, name in source.items():
+        by_file.setdefault(name, []).append(f"{key[0]} b{key[1]} ({len(rows[key]['rounds'])})")
+    return {
+        **last,
+        "rows": list(rows.values()),
+        "rounds": "per row",
+        "default_seconds": min(d.get("default_seconds", d.get("engine_seconds", 60.0)) for _, d in runs),
+        "sources": [f"{name}: {', '.join(keys)}" for name, keys in by_file.items()],
+    }
+
+
 def _runs(data: dict, r: dict, cfg: str) -> list[dict]:
     row = next(x for x in data["rows"] if x["model"] == r["model"] and x["batch"] == r["batch"])
     return [rnd[cfg] for rnd in row["rounds"] if cfg in rnd and "error" not in rnd[cfg]]
@@ -748,11 +781,21 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--seconds", type=float, default=60.0, help="enable()'s first start runs this long")
     ap.add_argument("--window", type=float, default=None, help="first window for p50/p99 (default: --seconds)")
-    ap.add_argument("--engine-seconds", type=float, default=15.0, help="traffic per default / engine process")
+    ap.add_argument("--engine-seconds", type=float, default=15.0, help="traffic per engine process")
+    ap.add_argument(
+        "--default-seconds",
+        type=float,
+        default=None,
+        help="traffic per default process (default: the window, so that the first-window p99s compare like for like)",
+    )
     ap.add_argument("--second-seconds", type=float, default=5.0, help="traffic of enable()'s second start")
     ap.add_argument("--configs", default=",".join(CONFIGS), help="a subset of the configurations, in run order")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "engines.json"))
-    ap.add_argument("--summarise", metavar="JSON")
+    ap.add_argument(
+        "--summarise",
+        metavar="JSON[,JSON]",
+        help="a saved run's tables and goals; several: each row from the last run that measured it",
+    )
     ap.add_argument(
         "--ceilings",
         metavar="JSON[,JSON]",
@@ -765,8 +808,11 @@ def main() -> int:
             with _open(path, "rt") as fh:
                 c = json.load(fh)
             ceilings[c["model"], int(c["batch"])] = float(c["ceiling_vs_ort_alone"])
-        with _open(args.summarise, "rt") as fh:
-            print(summarise(json.load(fh), ceilings))
+        runs = []
+        for path in args.summarise.split(","):
+            with _open(path, "rt") as fh:
+                runs.append((path, json.load(fh)))
+        print(summarise(runs[0][1] if len(runs) == 1 else latest_rows(runs), ceilings))
         return 0
     if not args.model_dir or not os.path.isdir(args.model_dir):
         ap.error("give the directory written by benchmarks/user_models.py")
@@ -788,6 +834,7 @@ def main() -> int:
         "window_s": window_s,
         "seconds": args.seconds,
         "engine_seconds": args.engine_seconds,
+        "default_seconds": args.default_seconds or window_s,
         "rounds": args.rounds,
         "command": " ".join(sys.argv),
         "load_avg_start": os.getloadavg(),
@@ -819,6 +866,8 @@ def main() -> int:
                         "enable-unpaced": args.seconds,
                         "enable-bf16": args.seconds,
                         "enable-2nd": args.second_seconds,
+                        "default": data["default_seconds"],
+                        "default-again": data["default_seconds"],
                     }
                     res = run_child(
                         cfg,

@@ -205,3 +205,29 @@ def test_a_benchmark_child_imports_the_checkout_it_is_given_not_the_working_dire
     script = "import json, tf_autopar; print('RESULT ' + json.dumps({'where': tf_autopar.WHERE}))"
     res = bench_fastpath.run_script(script, [], bench_fastpath.child_env(root=str(tmp_path / "given")), timeout=60)
     assert res == {"where": "given"}, res
+
+
+def test_the_p99_ratio_says_when_the_default_ran_a_shorter_window() -> None:
+    r = row(default=served("default", [10.0] * 10), enable=served("enable", [8.0] * 10))
+    host = {"cpu_model": "X", "cpus": 2, "tf_version": "2", "date": "d"}
+    base = {"host": host, "rows": [r], "window_s": 60.0, "engine_seconds": 10.0}
+    assert "the p99 ratio is not like for like" in bench_engines.summarise(base)  # older runs: default at 10 s
+    assert "not like for like" not in bench_engines.summarise({**base, "default_seconds": 60.0})
+
+
+def test_several_runs_summarise_each_row_from_the_last_that_measured_it() -> None:
+    host = {"cpu_model": "X", "cpus": 2, "tf_version": "2", "date": "d"}
+    old = row(default=served("default", [10.0] * 10), enable=served("enable", [8.0] * 10))
+    again = {**old, "rounds": old["rounds"] * 3}
+    again["rounds"] = [{**r, "enable": served("enable", [5.0] * 10)} for r in again["rounds"]]
+    other = {**old, "model": "n"}
+    merged = bench_engines.latest_rows(
+        [("a.json", {"host": host, "rows": [old, other]}), ("b.json", {"host": host, "rows": [again]})]
+    )
+    assert [(r["model"], len(r["rounds"])) for r in merged["rows"]] == [("m", 3), ("n", 1)]  # m replaced whole
+    assert bench_engines.row_summary(merged["rows"][0], 60.0)["enable_vs_default"] == pytest.approx(2.0)
+    assert "rows (rounds) from b.json: m b1 (3)" in bench_engines.summarise(merged)
+    with pytest.raises(ValueError, match="different processors"):
+        bench_engines.latest_rows(
+            [("a", {"host": host, "rows": []}), ("b", {"host": {**host, "cpu_model": "Y"}, "rows": []})]
+        )
