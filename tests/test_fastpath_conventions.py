@@ -217,7 +217,10 @@ def test_status_words_count_every_call_and_point_at_optimize_for_an_unrouted_ker
     text = Status(enabled=True, mode="latency", served=(called, missed, idle), fast_path=True).text()
     assert "calls: 4,210 served by the frozen session, 35 by the original path; 312 calls positionally" in text
     assert "serve of /m: none of its calls routed" in text and "3 calls with training=True: not routed" in text
-    assert "other of /m: no calls yet" in text  # only a function never called says so
+    # a function never called, beside the model's called ones: named once, not "no calls yet"
+    assert "also routed, not called yet, of /m: other" in text and "no calls yet" not in text
+    alone = Status(enabled=True, mode="latency", served=(idle,), fast_path=True).text()
+    assert "other of /m: no calls yet" in alone  # the model's only routed function: it says so
     assert "tf_autopar.optimize(model)" not in text
 
     step = FunctionRecord("one_step_on_data", "f", 3, 1, 1, 1, True)

@@ -176,8 +176,7 @@ class Status:
                 "for inference now: fast = tf_autopar.optimize(model) runs it with its own plan"
                 + ("; the next start of this program applies the saved plan" if f.cached else "")
             )
-        for served in self.served:
-            lines.extend(_served_lines(served))
+        lines.extend(_all_served_lines(self.served))
         advised = any("tf_autopar.optimize(model)" in t for t in todo)  # said once is enough
         if self.fast_path and not advised and _unrouted_keras(self.functions, self.served):
             todo.append(
@@ -200,6 +199,24 @@ _HOOK_WORDS = {
     "tf.function first trace": "tf.function and Keras models (each planned at its first call)",
     "model loading": "model loads (tf.saved_model.load, keras.models.load_model, keras.layers.TFSMLayer)",
 }
+
+
+def _all_served_lines(served: tuple[ServedRecord, ...]) -> list[str]:
+    """Each routed function's lines; a model's functions never called, where another of the same
+    model has calls (a Keras export's ``serve`` beside the ``serving_default`` signature the
+    program calls), on one line after the others: a "no calls yet" beside thousands of calls reads
+    as if the program's calls were missed."""
+    called = {s.model for s in served if s.calls or s.declined}
+    idle: dict[str, list[str]] = {}
+    lines: list[str] = []
+    for s in served:
+        if s.model in called and not (s.calls or s.declined or s.stopped):
+            idle.setdefault(s.model, []).append(s.function)
+        else:
+            lines.extend(_served_lines(s))
+    for model, functions in idle.items():
+        lines.append(f"  also routed, not called yet, of {model}: {', '.join(functions)}")
+    return lines
 
 
 def _served_lines(served: ServedRecord) -> list[str]:
