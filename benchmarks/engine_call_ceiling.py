@@ -3,13 +3,15 @@
 rows, and whether the fast path's copy of an engine runs as fast as the engine by hand.
 
 In one process: ``enable()``, a SavedModel's ``serving_default`` called until the fast path serves
-it from ONNX Runtime or OpenVINO (``--engines``, TF_AUTOPAR_ENGINES: ``onnxruntime`` by default,
-``openvino``), then, interleaved in rounds, blocks of:
+it from ONNX Runtime, OpenVINO or TensorFlow's session (``--engines``, TF_AUTOPAR_ENGINES:
+``onnxruntime`` by default, ``openvino``, ``tensorflow``), then, interleaved in rounds, blocks of:
 
 - ``routed``: the signature call as a user makes it, outputs read back with ``.numpy()``;
 - ``alone``: the engine by hand on the same inputs, numpy in and out, what bench_engines.py runs
-  alone: ONNX Runtime's ``InferenceSession`` with its defaults on the fast path's conversion, or
-  OpenVINO's ``convert_model`` on the signature compiled with the LATENCY hint at f32;
+  alone: ONNX Runtime's ``InferenceSession`` with its defaults on the fast path's conversion,
+  OpenVINO's ``convert_model`` on the signature compiled with the LATENCY hint at f32, or a bare
+  session of the fast path's frozen graph at the served setting's pools (where the served session
+  measured slower than that setting alone in another process: is it the served call?);
 - ``alone + eager outputs``: the same, each output made an eager tensor and read back: the least
   any wrapper returning what a TensorFlow signature returns (tensors) must add;
 - the request path's parts, each timed alone: matching the call's inputs, the runner, the outputs;
@@ -24,6 +26,8 @@ engine (its conversion, threads, shapes) with the engine by hand, in the same pr
 
     python benchmarks/engine_call_ceiling.py /work/user_models/tiny_mlp --out benchmarks/results/engine_call_ceiling_epyc.json
     python benchmarks/engine_call_ceiling.py /work/user_models/mobilenet_v2 --engines openvino
+    python benchmarks/engine_call_ceiling.py /work/user_models/nasnet_mobile --batch 8 --engines tensorflow \
+        --warm 75 --calls 8
 """
 
 from __future__ import annotations
@@ -55,11 +59,17 @@ def _median_us(fn, calls: int) -> float:
 ALONE = {
     "onnxruntime": "ONNX Runtime alone (its defaults, on the fast path's conversion)",
     "openvino": "OpenVINO alone (convert_model on the signature, LATENCY hint, f32; as bench_engines.py)",
+    "tensorflow": "a bare TF session of the fast path's frozen graph at the served pools (as bench_engines.py's tf-frozen)",
 }
 
 
-def _alone(engine: str, sig, frozen, arrays: list, inputs: dict):
+def _alone(engine: str, sig, frozen, arrays: list, inputs: dict, runner):
     """The engine by hand on the same inputs, numpy in and out: what bench_engines.py runs alone."""
+    if engine == "tensorflow":  # the served setting's pools in a session of their own
+        described = runner.describe()
+        session = frozen.open_sessions(described["inter_op"], described["intra_op"])[0]
+        feed = dict(zip(frozen.inputs, arrays))
+        return lambda: session.run(frozen.outputs, feed)
     if engine.startswith("onnxruntime"):
         import onnxruntime as ort
 
@@ -125,13 +135,14 @@ def main() -> None:
     served = sig.__dict__[ATTR]
     bucket = next(iter(served.buckets.values()))
     engine = bucket.pool.describe()["engine"] if bucket.pool is not None else ""
-    if not engine.startswith(("onnxruntime", "openvino")):
+    if engine != "tensorflow" and not engine.startswith(("onnxruntime", "openvino")):
         raise SystemExit(
-            f"the fast path does not serve {name} from ONNX Runtime or OpenVINO after {args.warm} s ({engine or 'no runner'})"
+            f"the fast path does not serve {name} from TensorFlow's session, ONNX Runtime or OpenVINO "
+            f"after {args.warm} s ({engine or 'no runner'})"
         )
     matched = served.matched((), inputs)
     arrays = matched[0]
-    alone = _alone(engine, sig, served.frozen, arrays, inputs)
+    alone = _alone(engine, sig, served.frozen, arrays, inputs, bucket.pool)
     raw = bucket.pool.run(arrays)
     frozen = served.frozen
     blocks = {
@@ -164,6 +175,7 @@ def main() -> None:
         "model": name,
         "batch": args.batch,
         "engine": engine,
+        "runner": bucket.pool.describe(),  # its threads, streams, precision
         "load_average": os.getloadavg(),
         "method": "one process; blocks of --calls calls per configuration, rotated per round; median per block, "
         "median over rounds (min, max)",
